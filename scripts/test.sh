@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, unit tests, and end-to-end tests
+# against a real kube-apiserver + etcd started for this run (or the cluster in
+# COPYRATOR_KUBECONFIG). First run: installs packages and builds kube-apiserver (~5 min).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+step() { printf '\n\033[1;34m== %s\033[0m\n' "$*"; }
+
+"$ROOT/scripts/bootstrap.sh"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+if cargo nextest --version >/dev/null 2>&1; then
+  unit=(cargo nextest run --lib --bins)
+  # .config/nextest.toml runs end-to-end tests one at a time (they share one API server).
+  e2e=(cargo nextest run --test '*' --no-fail-fast)
+else
+  unit=(cargo test --lib --bins)
+  e2e=(cargo test --test '*' --no-fail-fast -- --test-threads=1)
+fi
+
+step "unit tests"
+"${unit[@]}"
+
+step "end-to-end tests (real kube-apiserver, real admission calls over TLS)"
+cargo build --tests --bins --quiet
+"$ROOT/scripts/control-plane.sh" run -- "${e2e[@]}"
+
+step "all tests passed"
