@@ -1,0 +1,340 @@
+//! What a copy is (SPEC §3): the object built from a source, its marks, and the content hash
+//! that lets copyrator skip writes when a copy is already identical.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::{
+    copyrule::DeletionPolicy,
+    marks,
+    model::{Kind, Object, ObjectKey, Payload, SourceInfo},
+    rules::Rule,
+};
+
+/// Only the labels or annotations a copy carries over from its source.
+pub fn carried(map: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    map.iter()
+        .filter(|(k, _)| marks::is_carried_key(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Hash of everything a copy carries: payload plus carried labels and annotations.
+/// Computed the same way from a source (what the copy should hold) and from a copy (what it
+/// holds), because copyrator's marks are exactly the keys that are never carried.
+pub fn content_hash(
+    kind: Kind,
+    payload: &Payload,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> String {
+    #[derive(Serialize)]
+    struct Canonical<'a> {
+        kind: Kind,
+        payload: &'a Payload,
+        labels: BTreeMap<&'a String, &'a String>,
+        annotations: BTreeMap<&'a String, &'a String>,
+    }
+    fn keep(m: &BTreeMap<String, String>) -> BTreeMap<&String, &String> {
+        m.iter().filter(|(k, _)| marks::is_carried_key(k)).collect()
+    }
+    let canonical = Canonical {
+        kind,
+        payload,
+        labels: keep(labels),
+        annotations: keep(annotations),
+    };
+    // BTreeMaps serialize in key order, so the encoding is deterministic.
+    let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    let mut hex = String::with_capacity(7 + 40);
+    hex.push_str("sha256:");
+    for b in &digest[..20] {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
+}
+
+/// The hash a copy of `source` with `payload` must carry.
+pub fn source_hash(source: &SourceInfo, payload: &Payload) -> String {
+    content_hash(
+        source.key.kind,
+        payload,
+        &source.labels,
+        &source.annotations,
+    )
+}
+
+/// The hash of what an existing copy actually holds (for hand-edit detection).
+pub fn object_hash(kind: Kind, obj: &Object) -> String {
+    let empty = BTreeMap::new();
+    content_hash(
+        kind,
+        &obj.payload.clone().for_kind(kind),
+        obj.metadata.labels.as_ref().unwrap_or(&empty),
+        obj.metadata.annotations.as_ref().unwrap_or(&empty),
+    )
+}
+
+/// copyrator's marks on a copy (SPEC §3): what identifies it as managed, and by whom.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Marks {
+    pub source: ObjectKey,
+    pub source_uid: String,
+    pub rule: String,
+    pub deletion_policy: DeletionPolicy,
+    pub content_hash: String,
+}
+
+impl Marks {
+    pub fn new(rule: &Rule, source: &SourceInfo, content_hash: String) -> Self {
+        Self {
+            source: source.key.clone(),
+            source_uid: source.uid.clone(),
+            rule: rule.id.mark(),
+            deletion_policy: rule.deletion_policy,
+            content_hash,
+        }
+    }
+
+    fn labels(&self) -> [(&'static str, String); 2] {
+        [
+            (marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE.to_string()),
+            (marks::SOURCE_UID_LABEL, self.source_uid.clone()),
+        ]
+    }
+
+    fn annotations(&self) -> [(&'static str, String); 4] {
+        [
+            (marks::SOURCE_ANNOTATION, self.source.namespaced_name()),
+            (marks::CONTENT_HASH_ANNOTATION, self.content_hash.clone()),
+            (marks::RULE_ANNOTATION, self.rule.clone()),
+            (
+                marks::DELETION_POLICY_ANNOTATION,
+                self.deletion_policy.as_str().to_string(),
+            ),
+        ]
+    }
+
+    /// Whether an existing copy's labels and annotations carry exactly these marks.
+    pub fn present_in(
+        &self,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> bool {
+        self.labels().iter().all(|(k, v)| labels.get(*k) == Some(v))
+            && self
+                .annotations()
+                .iter()
+                .all(|(k, v)| annotations.get(*k) == Some(v))
+    }
+}
+
+/// A copy as it should exist.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredCopy {
+    pub key: ObjectKey,
+    pub marks: Marks,
+    pub object: Object,
+}
+
+impl DesiredCopy {
+    /// Builds the copy of `source` (with `payload`) that `rule` wants in `namespace`.
+    pub fn build(rule: &Rule, source: &SourceInfo, payload: &Payload, namespace: &str) -> Self {
+        let kind = source.key.kind;
+        let key = ObjectKey::new(kind, namespace, rule.target_name(&source.key.name));
+        let marks = Marks::new(rule, source, source_hash(source, payload));
+        let mut labels = carried(&source.labels);
+        labels.extend(marks.labels().map(|(k, v)| (k.to_string(), v)));
+        let mut annotations = carried(&source.annotations);
+        annotations.extend(marks.annotations().map(|(k, v)| (k.to_string(), v)));
+        let object = Object {
+            api_version: "v1".into(),
+            kind: kind.as_str().into(),
+            metadata: ObjectMeta {
+                name: Some(key.name.clone()),
+                namespace: Some(key.namespace.clone()),
+                labels: Some(labels),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            payload: payload.clone().for_kind(kind),
+        };
+        Self { key, marks, object }
+    }
+
+    /// The object to send with a resourceVersion precondition (for replace).
+    pub fn with_resource_version(&self, resource_version: &str) -> Object {
+        let mut obj = self.object.clone();
+        obj.metadata.resource_version = Some(resource_version.to_string());
+        obj
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Rule;
+
+    fn source() -> SourceInfo {
+        SourceInfo {
+            key: ObjectKey::new(Kind::Secret, "default", "mysecret"),
+            uid: "uid-1".into(),
+            resource_version: "5".into(),
+            labels: [
+                (marks::SOURCE_LABEL, "true"),
+                ("team", "platform"),
+                ("app.kubernetes.io/managed-by", "Helm"),
+                ("app.kubernetes.io/instance", "release-1"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            annotations: [
+                (marks::NAMESPACE_SELECTOR_ANNOTATION, "secret=yes"),
+                ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+                ("meta.helm.sh/release-name", "x"),
+                ("argocd.argoproj.io/tracking-id", "y"),
+                ("description", "registry credentials"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            created: 0,
+            deleting: false,
+        }
+    }
+
+    fn payload(value: &str) -> Payload {
+        Payload {
+            type_: Some("Opaque".into()),
+            data: Some([("password".to_string(), value.to_string())].into()),
+            binary_data: None,
+            immutable: None,
+        }
+    }
+
+    #[test]
+    fn copy_carries_payload_and_filtered_metadata_plus_marks() {
+        let src = source();
+        let rule = Rule::inline(&src).unwrap().unwrap();
+        let copy = DesiredCopy::build(&rule, &src, &payload("c2VjcmV0"), "team-a");
+        let labels = copy.object.metadata.labels.as_ref().unwrap();
+        let annotations = copy.object.metadata.annotations.as_ref().unwrap();
+        assert_eq!(copy.key, ObjectKey::new(Kind::Secret, "team-a", "mysecret"));
+        assert_eq!(labels.get("team").map(String::as_str), Some("platform"));
+        assert_eq!(
+            labels.get(marks::MANAGED_BY_LABEL).map(String::as_str),
+            Some("copyrator")
+        );
+        assert_eq!(
+            labels.get(marks::SOURCE_UID_LABEL).map(String::as_str),
+            Some("uid-1")
+        );
+        assert!(
+            !labels.contains_key(marks::SOURCE_LABEL),
+            "a copy must not become a source"
+        );
+        assert!(!labels.contains_key("app.kubernetes.io/instance"));
+        assert_eq!(
+            annotations.get("description").map(String::as_str),
+            Some("registry credentials")
+        );
+        assert_eq!(
+            annotations
+                .get(marks::SOURCE_ANNOTATION)
+                .map(String::as_str),
+            Some("default/mysecret")
+        );
+        assert_eq!(
+            annotations.get(marks::RULE_ANNOTATION).map(String::as_str),
+            Some("inline")
+        );
+        assert_eq!(
+            annotations
+                .get(marks::DELETION_POLICY_ANNOTATION)
+                .map(String::as_str),
+            Some("Delete")
+        );
+        for k in annotations.keys() {
+            assert!(
+                !k.starts_with("meta.helm.sh/")
+                    && !k.starts_with("argocd.argoproj.io/")
+                    && !k.starts_with("kubectl.kubernetes.io/"),
+                "{k} must not be carried"
+            );
+        }
+        assert!(!annotations.contains_key(marks::NAMESPACE_SELECTOR_ANNOTATION));
+        assert_eq!(copy.object.payload, payload("c2VjcmV0"));
+        assert!(copy.object.metadata.owner_references.is_none());
+        assert!(copy.object.metadata.finalizers.is_none());
+        assert!(copy.marks.present_in(labels, annotations));
+    }
+
+    #[test]
+    fn hash_of_written_copy_equals_hash_of_source() {
+        let src = source();
+        let rule = Rule::inline(&src).unwrap().unwrap();
+        let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a");
+        assert_eq!(
+            object_hash(Kind::Secret, &copy.object),
+            copy.marks.content_hash
+        );
+    }
+
+    #[test]
+    fn hash_changes_with_data_type_immutability_and_carried_metadata_only() {
+        let src = source();
+        let base = source_hash(&src, &payload("YQ=="));
+        assert_ne!(base, source_hash(&src, &payload("Yg==")));
+        let mut p = payload("YQ==");
+        p.immutable = Some(true);
+        assert_ne!(base, source_hash(&src, &p));
+        let mut p = payload("YQ==");
+        p.type_ = Some("kubernetes.io/dockerconfigjson".into());
+        assert_ne!(base, source_hash(&src, &p));
+
+        let mut relabelled = src.clone();
+        relabelled.labels.insert("team".into(), "other".into());
+        assert_ne!(base, source_hash(&relabelled, &payload("YQ==")));
+
+        let mut reconfigured = src.clone();
+        reconfigured
+            .annotations
+            .insert(marks::NAMESPACE_SELECTOR_ANNOTATION.into(), "x=y".into());
+        reconfigured.annotations.insert(
+            "kubectl.kubernetes.io/last-applied-configuration".into(),
+            "{\"x\":1}".into(),
+        );
+        assert_eq!(base, source_hash(&reconfigured, &payload("YQ==")));
+    }
+
+    #[test]
+    fn hand_edited_copy_hash_differs() {
+        let src = source();
+        let rule = Rule::inline(&src).unwrap().unwrap();
+        let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a");
+        let mut edited = copy.object.clone();
+        edited
+            .payload
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("extra".into(), "eA==".into());
+        assert_ne!(object_hash(Kind::Secret, &edited), copy.marks.content_hash);
+        let mut relabelled = copy.object.clone();
+        relabelled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("hand".into(), "made".into());
+        assert_ne!(
+            object_hash(Kind::Secret, &relabelled),
+            copy.marks.content_hash
+        );
+    }
+}

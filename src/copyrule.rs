@@ -1,0 +1,131 @@
+//! The `CopyRule` custom resource (cluster-scoped, `copyrator.io/v1alpha1`): the central,
+//! CRD-driven form of a copy rule. Validation and conversion into a [`crate::rules::Rule`]
+//! live in `rules.rs`; this file is the API surface only, from which the CRD is generated.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::model::Kind;
+
+/// Copies one Secret or ConfigMap (or every one matching a selector) from a source namespace
+/// into the namespaces the rule selects, and keeps the copies identical to the source.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "copyrator.io",
+    version = "v1alpha1",
+    kind = "CopyRule",
+    plural = "copyrules",
+    shortname = "cpr",
+    category = "copyrator",
+    status = "CopyRuleStatus",
+    doc = "CopyRule keeps Secrets or ConfigMaps of a source namespace copied into selected namespaces.",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".status.source"}"#,
+    printcolumn = r#"{"name":"Targets","type":"integer","jsonPath":".status.targetNamespaces"}"#,
+    printcolumn = r#"{"name":"Synced","type":"integer","jsonPath":".status.syncedCopies"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRuleSpec {
+    /// Kind of the source objects: Secret or ConfigMap.
+    pub kind: Kind,
+    /// Namespace of the source objects. Never a target of this rule.
+    pub source_namespace: String,
+    /// Name of the one source object. Exactly one of sourceName and sourceSelector is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_name: Option<String>,
+    /// Every object of `kind` in sourceNamespace matching this selector is a source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_selector: Option<LabelSelector>,
+    /// Namespaces whose labels match receive copies. `{}` selects every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Explicit target namespaces, OR'ed with namespaceSelector.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Namespaces that never receive a copy, whatever else matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_namespaces: Vec<String>,
+    /// Name of the copies (default: the source's name). Only with sourceName.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_name: Option<String>,
+    /// What happens to copies this rule no longer wants (source gone, namespace no longer
+    /// selected, rule deleted): Delete (default) or Retain.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+    /// What happens when a target name is taken by an object copyrator does not manage:
+    /// Skip (default: leave it alone and report a conflict) or Overwrite (adopt it).
+    #[serde(default)]
+    pub conflict_policy: ConflictPolicy,
+}
+
+/// What happens to copies no rule wants any more.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum DeletionPolicy {
+    #[default]
+    Delete,
+    Retain,
+}
+
+impl DeletionPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeletionPolicy::Delete => "Delete",
+            DeletionPolicy::Retain => "Retain",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Delete" => Some(Self::Delete),
+            "Retain" => Some(Self::Retain),
+            _ => None,
+        }
+    }
+}
+
+/// What happens when a target name is taken by an object copyrator does not manage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ConflictPolicy {
+    #[default]
+    Skip,
+    Overwrite,
+}
+
+/// Observed state of a CopyRule, written by copyrator after each sync of the rule.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRuleStatus {
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`: True when every wanted copy is in sync; False with a reason otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The source, as `<namespace>/<name>` or `<namespace>/<selector>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Number of namespaces that should hold copies.
+    #[serde(default)]
+    pub target_namespaces: u32,
+    /// Number of copies that are in sync with their source.
+    #[serde(default)]
+    pub synced_copies: u32,
+    /// Targets this rule could not write, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<CopyConflict>,
+    /// When copyrator last finished syncing this rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}
+
+/// A target a rule could not write.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub struct CopyConflict {
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+}

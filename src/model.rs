@@ -1,0 +1,293 @@
+//! The domain objects copyrator reasons about, apart from any I/O: the two kinds it copies,
+//! references to sources and copies, and what it knows about namespaces and sources.
+
+use std::{borrow::Cow, collections::BTreeMap, fmt};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use kube::core::{DynamicResourceScope, Resource};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The kinds of object copyrator copies.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum Kind {
+    Secret,
+    ConfigMap,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Secret, Kind::ConfigMap];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Secret => "Secret",
+            Kind::ConfigMap => "ConfigMap",
+        }
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Secret => "secrets",
+            Kind::ConfigMap => "configmaps",
+        }
+    }
+
+    /// Parses the `kind` of an AdmissionReview or a CopyRule.
+    pub fn from_kind(kind: &str) -> Option<Self> {
+        match kind {
+            "Secret" => Some(Kind::Secret),
+            "ConfigMap" => Some(Kind::ConfigMap),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Secret or ConfigMap by kind, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// `<namespace>/<name>`, the form of the `copyrator.io/source` annotation.
+    pub fn namespaced_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// What the planner needs to know about a namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    pub name: String,
+    pub resource_version: String,
+    pub labels: BTreeMap<String, String>,
+    /// Being deleted: no new content may be created in it.
+    pub terminating: bool,
+}
+
+/// What the planner needs to know about a source without reading its payload: its metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceInfo {
+    pub key: ObjectKey,
+    pub uid: String,
+    pub resource_version: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Seconds since the epoch, for ordering rules deterministically.
+    pub created: i64,
+    pub deleting: bool,
+}
+
+impl SourceInfo {
+    pub fn from_meta(kind: Kind, meta: &ObjectMeta) -> Option<Self> {
+        Some(Self {
+            key: ObjectKey::new(kind, meta.namespace.clone()?, meta.name.clone()?),
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            created: meta
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+                .unwrap_or_default(),
+            deleting: meta.deletion_timestamp.is_some(),
+        })
+    }
+}
+
+/// The part of a Secret or ConfigMap that a copy carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payload {
+    /// Secret type (`Opaque`, `kubernetes.io/dockerconfigjson`, ...).
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// Secret data (base64 strings as on the wire) or ConfigMap data (UTF-8 strings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<BTreeMap<String, String>>,
+    /// ConfigMap binaryData (base64 strings).
+    #[serde(
+        rename = "binaryData",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub binary_data: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub immutable: Option<bool>,
+}
+
+/// Secrets of this type hold a token the API server minted for one ServiceAccount in one
+/// namespace; copying it would hand that identity to other namespaces.
+pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+
+impl Payload {
+    pub fn is_immutable(&self) -> bool {
+        self.immutable == Some(true)
+    }
+
+    pub fn is_service_account_token(&self) -> bool {
+        self.type_.as_deref() == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
+    }
+
+    /// Keeps only the fields that exist for `kind` (a Secret has no binaryData, a ConfigMap no type).
+    pub fn for_kind(mut self, kind: Kind) -> Self {
+        match kind {
+            Kind::Secret => self.binary_data = None,
+            Kind::ConfigMap => self.type_ = None,
+        }
+        self
+    }
+}
+
+/// A Secret or ConfigMap as copyrator reads and writes it: metadata plus [`Payload`].
+/// One type for both kinds keeps a single code path; [`Kind`] is its dynamic type.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Object {
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub api_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(flatten)]
+    pub payload: Payload,
+}
+
+impl Resource for Object {
+    type DynamicType = Kind;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &Kind) -> Cow<'_, str> {
+        dt.as_str().into()
+    }
+    fn group(_: &Kind) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &Kind) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(dt: &Kind) -> Cow<'_, str> {
+        dt.plural().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Whether any field manager other than copyrator owns payload or metadata fields of a copy:
+/// the sign, visible in a metadata-only LIST, that someone edited it by hand.
+pub fn edited_by_others(
+    managed_fields: Option<&Vec<ManagedFieldsEntry>>,
+    own_manager: &str,
+) -> bool {
+    managed_fields.into_iter().flatten().any(|entry| {
+        entry.manager.as_deref() != Some(own_manager)
+            && entry.fields_v1.as_ref().is_some_and(|f| {
+                let Some(obj) = f.0.as_object() else {
+                    return false;
+                };
+                obj.keys().any(|k| {
+                    matches!(
+                        k.as_str(),
+                        "f:data" | "f:binaryData" | "f:type" | "f:immutable" | "f:stringData"
+                    )
+                }) || obj
+                    .get("f:metadata")
+                    .and_then(|m| m.as_object())
+                    .is_some_and(|m| m.contains_key("f:labels") || m.contains_key("f:annotations"))
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+    use serde_json::json;
+
+    fn entry(manager: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn secret_json_round_trips_through_object() {
+        let raw = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "ns", "resourceVersion": "7"},
+            "type": "Opaque", "data": {"a": "YQ=="}, "immutable": true
+        });
+        let obj: Object = serde_json::from_value(raw.clone()).unwrap();
+        assert_eq!(obj.payload.type_.as_deref(), Some("Opaque"));
+        assert!(obj.payload.is_immutable());
+        assert_eq!(serde_json::to_value(&obj).unwrap(), raw);
+    }
+
+    #[test]
+    fn payload_for_kind_drops_foreign_fields() {
+        let p = Payload {
+            type_: Some("Opaque".into()),
+            binary_data: Some(BTreeMap::new()),
+            ..Default::default()
+        };
+        assert!(p.clone().for_kind(Kind::Secret).binary_data.is_none());
+        assert!(p.for_kind(Kind::ConfigMap).type_.is_none());
+    }
+
+    #[test]
+    fn hand_edits_show_in_managed_fields() {
+        let ours = entry("copyrator", json!({"f:data": {"f:a": {}}}));
+        let kubectl_data = entry("kubectl-edit", json!({"f:data": {"f:a": {}}}));
+        let kubectl_label = entry(
+            "kubectl-label",
+            json!({"f:metadata": {"f:labels": {"f:x": {}}}}),
+        );
+        let finalizer = entry("other", json!({"f:metadata": {"f:finalizers": {}}}));
+        assert!(!edited_by_others(Some(&vec![ours.clone()]), "copyrator"));
+        assert!(edited_by_others(
+            Some(&vec![ours.clone(), kubectl_data]),
+            "copyrator"
+        ));
+        assert!(edited_by_others(
+            Some(&vec![ours.clone(), kubectl_label]),
+            "copyrator"
+        ));
+        assert!(!edited_by_others(Some(&vec![ours, finalizer]), "copyrator"));
+        assert!(!edited_by_others(None, "copyrator"));
+    }
+}

@@ -1,0 +1,654 @@
+//! Copy rules in one form, whatever declared them: the inline rule of an annotated source
+//! (SPEC §2.1) or a `CopyRule` resource (SPEC §2.2). Parsing and validation live here, so the
+//! admission webhooks and the workers agree on what is valid.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{
+    copyrule::{ConflictPolicy, CopyRule, DeletionPolicy},
+    marks,
+    model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
+    selector::{self, Selector},
+};
+
+/// Which rule a copy belongs to; rendered into the `copyrator.io/rule` annotation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RuleId {
+    /// The inline rule carried by the source itself.
+    Inline(ObjectKey),
+    /// A CopyRule, by name.
+    CopyRule(String),
+}
+
+impl RuleId {
+    /// The value of the `copyrator.io/rule` annotation on copies.
+    pub fn mark(&self) -> String {
+        match self {
+            RuleId::Inline(_) => "inline".to_string(),
+            RuleId::CopyRule(name) => format!("copyrule/{name}"),
+        }
+    }
+
+    pub fn copy_rule_name(&self) -> Option<&str> {
+        match self {
+            RuleId::CopyRule(name) => Some(name),
+            RuleId::Inline(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RuleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuleId::Inline(src) => write!(f, "inline rule of {src}"),
+            RuleId::CopyRule(name) => write!(f, "CopyRule {name}"),
+        }
+    }
+}
+
+/// Which objects of the source namespace a rule copies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceMatch {
+    Name(String),
+    Selector(Selector),
+}
+
+/// A validated copy rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub id: RuleId,
+    pub kind: Kind,
+    pub source_namespace: String,
+    pub sources: SourceMatch,
+    /// `None`: no selector, only the explicit namespaces.
+    pub namespace_selector: Option<Selector>,
+    pub namespaces: BTreeSet<String>,
+    pub exclude_namespaces: BTreeSet<String>,
+    pub target_name: Option<String>,
+    pub deletion_policy: DeletionPolicy,
+    pub conflict_policy: ConflictPolicy,
+    /// Creation time (seconds): when two rules want the same target, the older one wins.
+    pub created: i64,
+}
+
+impl Rule {
+    /// Whether `source` is one of this rule's sources.
+    pub fn selects_source(&self, source: &SourceInfo) -> bool {
+        source.key.kind == self.kind
+            && source.key.namespace == self.source_namespace
+            && match &self.sources {
+                SourceMatch::Name(name) => &source.key.name == name,
+                SourceMatch::Selector(sel) => sel.matches(&source.labels),
+            }
+    }
+
+    /// Whether `source` is copied by this rule: an inline rule belongs to exactly its own
+    /// source; a CopyRule to every source it selects.
+    pub fn applies_to(&self, source: &SourceInfo) -> bool {
+        match &self.id {
+            RuleId::Inline(key) => key == &source.key,
+            RuleId::CopyRule(_) => self.selects_source(source),
+        }
+    }
+
+    /// Whether the rule wants copies in `ns` (before global exclusions and namespace state).
+    /// The source namespace is never a target: no copy loops.
+    pub fn targets_namespace(&self, ns: &NamespaceInfo) -> bool {
+        ns.name != self.source_namespace
+            && !self.exclude_namespaces.contains(&ns.name)
+            && (self.namespaces.contains(&ns.name)
+                || self
+                    .namespace_selector
+                    .as_ref()
+                    .is_some_and(|s| s.matches(&ns.labels)))
+    }
+
+    /// Whether the rule can target anything at all.
+    pub fn has_targets(&self) -> bool {
+        self.namespace_selector.is_some() || !self.namespaces.is_empty()
+    }
+
+    /// Name of the copy of `source_name`.
+    pub fn target_name<'a>(&'a self, source_name: &'a str) -> &'a str {
+        self.target_name.as_deref().unwrap_or(source_name)
+    }
+
+    /// Human-readable source description (`ns/name` or `ns/{selector}`), for status and events.
+    pub fn source_description(&self) -> String {
+        match &self.sources {
+            SourceMatch::Name(name) => format!("{}/{}", self.source_namespace, name),
+            SourceMatch::Selector(sel) => format!("{}/{{{}}}", self.source_namespace, sel),
+        }
+    }
+
+    /// The inline rule of a source (SPEC §2.1). `Ok(None)` when the source does not carry the
+    /// opt-in label. A labelled source without annotations yields a rule without targets.
+    pub fn inline(source: &SourceInfo) -> Result<Option<Rule>, RuleError> {
+        if source.labels.get(marks::SOURCE_LABEL).map(String::as_str) != Some("true") {
+            return Ok(None);
+        }
+        let namespace_selector = match source.annotations.get(marks::NAMESPACE_SELECTOR_ANNOTATION)
+        {
+            None => None,
+            Some(raw) if raw.trim().is_empty() => {
+                return Err(RuleError::new(
+                    marks::NAMESPACE_SELECTOR_ANNOTATION,
+                    "is empty; give a label selector such as \"team=a\" or remove the annotation",
+                ));
+            }
+            Some(raw) => Some(Selector::parse(raw).map_err(|e| {
+                RuleError::new(marks::NAMESPACE_SELECTOR_ANNOTATION, e.to_string())
+            })?),
+        };
+        let mut namespaces = BTreeSet::new();
+        if let Some(raw) = source.annotations.get(marks::NAMESPACES_ANNOTATION) {
+            for name in raw.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                if !selector::is_dns_label(name) {
+                    return Err(RuleError::new(
+                        marks::NAMESPACES_ANNOTATION,
+                        format!("{name:?} is not a valid namespace name"),
+                    ));
+                }
+                if name == source.key.namespace {
+                    return Err(RuleError::new(
+                        marks::NAMESPACES_ANNOTATION,
+                        format!(
+                            "lists the source's own namespace {name:?}; a source is never copied into its own namespace"
+                        ),
+                    ));
+                }
+                namespaces.insert(name.to_string());
+            }
+        }
+        Ok(Some(Rule {
+            id: RuleId::Inline(source.key.clone()),
+            kind: source.key.kind,
+            source_namespace: source.key.namespace.clone(),
+            sources: SourceMatch::Name(source.key.name.clone()),
+            namespace_selector,
+            namespaces,
+            exclude_namespaces: BTreeSet::new(),
+            target_name: None,
+            deletion_policy: DeletionPolicy::Delete,
+            conflict_policy: ConflictPolicy::Skip,
+            created: source.created,
+        }))
+    }
+
+    /// Validates a CopyRule and converts it. Errors name the offending field.
+    pub fn from_copy_rule(rule: &CopyRule) -> Result<Rule, RuleError> {
+        let name = rule.metadata.name.clone().unwrap_or_default();
+        let spec = &rule.spec;
+        if !selector::is_dns_label(&spec.source_namespace) {
+            return Err(RuleError::new(
+                "spec.sourceNamespace",
+                format!("{:?} is not a valid namespace name", spec.source_namespace),
+            ));
+        }
+        let sources = match (&spec.source_name, &spec.source_selector) {
+            (Some(_), Some(_)) => {
+                return Err(RuleError::new(
+                    "spec.sourceName",
+                    "spec.sourceName and spec.sourceSelector are mutually exclusive; set exactly one",
+                ));
+            }
+            (None, None) => {
+                return Err(RuleError::new(
+                    "spec.sourceName",
+                    "one of spec.sourceName or spec.sourceSelector is required",
+                ));
+            }
+            (Some(n), None) => {
+                if !selector::is_dns_subdomain(n) {
+                    return Err(RuleError::new(
+                        "spec.sourceName",
+                        format!("{n:?} is not a valid object name"),
+                    ));
+                }
+                SourceMatch::Name(n.clone())
+            }
+            (None, Some(sel)) => SourceMatch::Selector(
+                Selector::from_label_selector(sel)
+                    .map_err(|e| RuleError::new("spec.sourceSelector", e.to_string()))?,
+            ),
+        };
+        if let Some(target) = &spec.target_name {
+            if matches!(sources, SourceMatch::Selector(_)) {
+                return Err(RuleError::new(
+                    "spec.targetName",
+                    "is only allowed with spec.sourceName (a selector may match many sources)",
+                ));
+            }
+            if !selector::is_dns_subdomain(target) {
+                return Err(RuleError::new(
+                    "spec.targetName",
+                    format!("{target:?} is not a valid object name"),
+                ));
+            }
+        }
+        let namespace_selector = spec
+            .namespace_selector
+            .as_ref()
+            .map(Selector::from_label_selector)
+            .transpose()
+            .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?;
+        let namespaces = namespace_set("spec.namespaces", &spec.namespaces)?;
+        let exclude_namespaces = namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?;
+        if namespaces.contains(&spec.source_namespace) {
+            return Err(RuleError::new(
+                "spec.namespaces",
+                format!(
+                    "contains the source namespace {:?}; a source is never copied into its own namespace",
+                    spec.source_namespace
+                ),
+            ));
+        }
+        if namespace_selector.is_none() && namespaces.is_empty() {
+            return Err(RuleError::new(
+                "spec.namespaceSelector",
+                "one of spec.namespaceSelector or spec.namespaces is required (use namespaceSelector: {} for every namespace)",
+            ));
+        }
+        Ok(Rule {
+            id: RuleId::CopyRule(name),
+            kind: spec.kind,
+            source_namespace: spec.source_namespace.clone(),
+            sources,
+            namespace_selector,
+            namespaces,
+            exclude_namespaces,
+            target_name: spec.target_name.clone(),
+            deletion_policy: spec.deletion_policy,
+            conflict_policy: spec.conflict_policy,
+            created: rule
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+fn namespace_set(field: &str, names: &[String]) -> Result<BTreeSet<String>, RuleError> {
+    names
+        .iter()
+        .map(|n| {
+            if selector::is_dns_label(n) {
+                Ok(n.clone())
+            } else {
+                Err(RuleError::new(
+                    field,
+                    format!("{n:?} is not a valid namespace name"),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// An invalid rule: which field or annotation, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RuleError {
+    pub field: String,
+    pub message: String,
+}
+
+impl RuleError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Every rule in force, in priority order (older first, then by id), plus the sources whose
+/// inline configuration is invalid.
+#[derive(Clone, Debug, Default)]
+pub struct RuleSet {
+    pub rules: Vec<Rule>,
+    pub invalid_sources: BTreeMap<ObjectKey, RuleError>,
+    pub invalid_copy_rules: BTreeMap<String, RuleError>,
+}
+
+impl RuleSet {
+    /// Builds the rule set from the labelled sources' metadata and the CopyRules.
+    pub fn build<'a>(
+        labelled_sources: impl IntoIterator<Item = &'a SourceInfo>,
+        copy_rules: impl IntoIterator<Item = &'a CopyRule>,
+    ) -> Self {
+        let mut set = RuleSet::default();
+        for source in labelled_sources {
+            if source.deleting {
+                continue;
+            }
+            match Rule::inline(source) {
+                Ok(Some(rule)) if rule.has_targets() => set.rules.push(rule),
+                Ok(_) => {}
+                Err(e) => {
+                    set.invalid_sources.insert(source.key.clone(), e);
+                }
+            }
+        }
+        for cr in copy_rules {
+            if cr.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match Rule::from_copy_rule(cr) {
+                Ok(rule) => set.rules.push(rule),
+                Err(e) => {
+                    set.invalid_copy_rules
+                        .insert(cr.metadata.name.clone().unwrap_or_default(), e);
+                }
+            }
+        }
+        set.rules
+            .sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        set
+    }
+
+    /// The rules that apply to `source`.
+    pub fn for_source<'a>(&'a self, source: &'a SourceInfo) -> impl Iterator<Item = &'a Rule> + 'a {
+        self.rules.iter().filter(move |r| r.applies_to(source))
+    }
+
+    pub fn copy_rule(&self, name: &str) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .find(|r| r.id.copy_rule_name() == Some(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copyrule::CopyRuleSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    pub(crate) fn source(
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> SourceInfo {
+        SourceInfo {
+            key: ObjectKey::new(Kind::Secret, ns, name),
+            uid: format!("uid-{ns}-{name}"),
+            resource_version: "1".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            created: 0,
+            deleting: false,
+        }
+    }
+
+    fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceInfo {
+        NamespaceInfo {
+            name: name.into(),
+            resource_version: String::new(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            terminating: false,
+        }
+    }
+
+    fn spec() -> CopyRuleSpec {
+        CopyRuleSpec {
+            kind: Kind::ConfigMap,
+            source_namespace: "platform".into(),
+            source_name: Some("shared".into()),
+            source_selector: None,
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some([("team".to_string(), "a".to_string())].into()),
+                match_expressions: None,
+            }),
+            namespaces: vec![],
+            exclude_namespaces: vec![],
+            target_name: None,
+            deletion_policy: DeletionPolicy::Delete,
+            conflict_policy: ConflictPolicy::Skip,
+        }
+    }
+
+    fn copy_rule(spec: CopyRuleSpec) -> CopyRule {
+        CopyRule::new("r", spec)
+    }
+
+    #[test]
+    fn unlabelled_source_has_no_inline_rule() {
+        let s = source("default", "s", &[], &[(marks::NAMESPACES_ANNOTATION, "a")]);
+        assert_eq!(Rule::inline(&s), Ok(None));
+    }
+
+    #[test]
+    fn inline_rule_from_annotations() {
+        let s = source(
+            "platform",
+            "registry-cred",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[
+                (
+                    marks::NAMESPACE_SELECTOR_ANNOTATION,
+                    "registry=enabled,env in (prod,staging)",
+                ),
+                (marks::NAMESPACES_ANNOTATION, "team-a, team-b,"),
+            ],
+        );
+        let rule = Rule::inline(&s).unwrap().unwrap();
+        assert_eq!(rule.id.mark(), "inline");
+        assert!(rule.targets_namespace(&ns("team-a", &[])));
+        assert!(rule.targets_namespace(&ns("x", &[("registry", "enabled"), ("env", "prod")])));
+        assert!(!rule.targets_namespace(&ns("x", &[("registry", "enabled")])));
+        assert!(
+            !rule.targets_namespace(&ns("platform", &[("registry", "enabled"), ("env", "prod")]))
+        );
+        assert!(rule.selects_source(&s));
+    }
+
+    #[test]
+    fn labelled_source_without_annotations_targets_nothing() {
+        let s = source("default", "s", &[(marks::SOURCE_LABEL, "true")], &[]);
+        let rule = Rule::inline(&s).unwrap().unwrap();
+        assert!(!rule.has_targets());
+    }
+
+    #[test]
+    fn invalid_inline_annotations_name_the_annotation() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                marks::NAMESPACE_SELECTOR_ANNOTATION,
+                "env in prod",
+                "expected '('",
+            ),
+            (marks::NAMESPACE_SELECTOR_ANNOTATION, " ", "is empty"),
+            (
+                marks::NAMESPACES_ANNOTATION,
+                "Team_A",
+                "not a valid namespace name",
+            ),
+            (marks::NAMESPACES_ANNOTATION, "a,default", "own namespace"),
+        ];
+        for (annotation, value, needle) in cases {
+            let s = source(
+                "default",
+                "s",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(annotation, value)],
+            );
+            let e = Rule::inline(&s).unwrap_err();
+            assert_eq!(&e.field, annotation);
+            assert!(e.to_string().starts_with(annotation));
+            assert!(e.message.contains(needle), "{e} should mention {needle:?}");
+        }
+    }
+
+    #[test]
+    fn copy_rule_validation_names_the_field() {
+        let sel = LabelSelector {
+            match_labels: Some([("copyrator".to_string(), "true".to_string())].into()),
+            match_expressions: None,
+        };
+        let bad_op = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "a".into(),
+                operator: "Like".into(),
+                values: Some(vec!["x".into()]),
+            }]),
+        };
+        let cases: Vec<(CopyRuleSpec, &str, &str)> = vec![
+            (
+                CopyRuleSpec {
+                    source_selector: Some(sel.clone()),
+                    ..spec()
+                },
+                "spec.sourceName",
+                "mutually exclusive",
+            ),
+            (
+                CopyRuleSpec {
+                    source_name: None,
+                    ..spec()
+                },
+                "spec.sourceName",
+                "is required",
+            ),
+            (
+                CopyRuleSpec {
+                    source_name: None,
+                    source_selector: Some(sel.clone()),
+                    target_name: Some("x".into()),
+                    ..spec()
+                },
+                "spec.targetName",
+                "only allowed with spec.sourceName",
+            ),
+            (
+                CopyRuleSpec {
+                    namespace_selector: Some(bad_op.clone()),
+                    ..spec()
+                },
+                "spec.namespaceSelector",
+                "not one of In",
+            ),
+            (
+                CopyRuleSpec {
+                    source_name: None,
+                    source_selector: Some(bad_op),
+                    ..spec()
+                },
+                "spec.sourceSelector",
+                "not one of In",
+            ),
+            (
+                CopyRuleSpec {
+                    namespaces: vec!["platform".into()],
+                    ..spec()
+                },
+                "spec.namespaces",
+                "source namespace",
+            ),
+            (
+                CopyRuleSpec {
+                    namespaces: vec!["Bad".into()],
+                    ..spec()
+                },
+                "spec.namespaces",
+                "not a valid namespace",
+            ),
+            (
+                CopyRuleSpec {
+                    exclude_namespaces: vec!["a b".into()],
+                    ..spec()
+                },
+                "spec.excludeNamespaces",
+                "not a valid namespace",
+            ),
+            (
+                CopyRuleSpec {
+                    namespace_selector: None,
+                    ..spec()
+                },
+                "spec.namespaceSelector",
+                "is required",
+            ),
+            (
+                CopyRuleSpec {
+                    source_namespace: "".into(),
+                    ..spec()
+                },
+                "spec.sourceNamespace",
+                "not a valid namespace",
+            ),
+        ];
+        for (spec, field, needle) in cases {
+            let e = Rule::from_copy_rule(&copy_rule(spec.clone())).expect_err(&format!("{spec:?}"));
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.contains(needle), "{e} should mention {needle:?}");
+        }
+    }
+
+    #[test]
+    fn copy_rule_selects_sources_and_namespaces() {
+        let rule = Rule::from_copy_rule(&copy_rule(CopyRuleSpec {
+            kind: Kind::Secret,
+            source_name: None,
+            source_selector: Some(LabelSelector {
+                match_labels: Some([("copyrator".to_string(), "true".to_string())].into()),
+                match_expressions: None,
+            }),
+            namespaces: vec!["explicit".into()],
+            exclude_namespaces: vec!["sandbox".into()],
+            ..spec()
+        }))
+        .unwrap();
+        assert_eq!(rule.id.mark(), "copyrule/r");
+        assert!(rule.selects_source(&source("platform", "a", &[("copyrator", "true")], &[])));
+        assert!(!rule.selects_source(&source("other", "a", &[("copyrator", "true")], &[])));
+        assert!(!rule.selects_source(&source("platform", "a", &[], &[])));
+        assert!(rule.targets_namespace(&ns("explicit", &[])));
+        assert!(rule.targets_namespace(&ns("t", &[("team", "a")])));
+        assert!(!rule.targets_namespace(&ns("sandbox", &[("team", "a")])));
+        assert!(!rule.targets_namespace(&ns("t", &[("team", "b")])));
+        assert_eq!(rule.source_description(), "platform/{copyrator=true}");
+    }
+
+    #[test]
+    fn rule_set_orders_older_rules_first_and_collects_invalid_ones() {
+        let mut newer = copy_rule(spec());
+        newer.metadata.name = Some("newer".into());
+        newer.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(200).unwrap(),
+            ));
+        let mut older = newer.clone();
+        older.metadata.name = Some("older".into());
+        older.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(100).unwrap(),
+            ));
+        let mut invalid = newer.clone();
+        invalid.metadata.name = Some("invalid".into());
+        invalid.spec.source_name = None;
+        let bad_source = source(
+            "default",
+            "bad",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[(marks::NAMESPACES_ANNOTATION, "-x")],
+        );
+        let set = RuleSet::build([&bad_source], [&newer, &older, &invalid]);
+        let ids: Vec<_> = set.rules.iter().map(|r| r.id.mark()).collect();
+        assert_eq!(ids, ["copyrule/older", "copyrule/newer"]);
+        assert!(set.invalid_copy_rules.contains_key("invalid"));
+        assert!(set.invalid_sources.contains_key(&bad_source.key));
+    }
+}

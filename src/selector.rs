@@ -1,0 +1,594 @@
+//! Kubernetes label selectors: the string syntax of `kubectl -l` (used by the inline
+//! `copyrator.io/namespace-selector` annotation) and `metav1.LabelSelector` (used by CopyRule),
+//! parsed into one validated form that matches label maps and renders back to the string syntax
+//! for server-side LIST filtering.
+
+use std::{collections::BTreeMap, collections::BTreeSet, fmt};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+/// A parsed, validated label selector: all requirements must hold (AND).
+/// No requirements means "matches everything", as in Kubernetes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector {
+    requirements: Vec<Requirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requirement {
+    key: String,
+    op: Operator,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Operator {
+    In(BTreeSet<String>),
+    NotIn(BTreeSet<String>),
+    Exists,
+    DoesNotExist,
+    GreaterThan(i64),
+    LessThan(i64),
+}
+
+/// Why a selector is invalid; the message is meant for the person who wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SelectorError(String);
+
+fn err(msg: impl Into<String>) -> SelectorError {
+    SelectorError(msg.into())
+}
+
+impl Selector {
+    /// The selector that matches every label set.
+    pub fn everything() -> Self {
+        Self {
+            requirements: Vec::new(),
+        }
+    }
+
+    /// Whether a label set satisfies every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// Whether this selector selects everything.
+    pub fn is_everything(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Parses the string syntax (`a=b,c in (x,y),!d`). An empty string selects everything.
+    pub fn parse(input: &str) -> Result<Self, SelectorError> {
+        let tokens = lex(input)?;
+        let mut p = Parser { tokens, pos: 0 };
+        let mut requirements = Vec::new();
+        if p.peek().is_none() {
+            return Ok(Self::everything());
+        }
+        loop {
+            requirements.push(p.requirement()?);
+            match p.next() {
+                None => break,
+                Some(Token::Comma) => {
+                    if p.peek().is_none() {
+                        return Err(err("trailing ',' at the end of the selector"));
+                    }
+                }
+                Some(t) => return Err(err(format!("expected ',' but found {t}"))),
+            }
+        }
+        Ok(Self { requirements })
+    }
+
+    /// Converts a `metav1.LabelSelector` (matchLabels AND matchExpressions).
+    pub fn from_label_selector(sel: &LabelSelector) -> Result<Self, SelectorError> {
+        let mut requirements = Vec::new();
+        for (key, value) in sel.match_labels.iter().flatten() {
+            validate_key(key)?;
+            validate_value(value)?;
+            requirements.push(Requirement {
+                key: key.clone(),
+                op: Operator::In(BTreeSet::from([value.clone()])),
+            });
+        }
+        for (i, expr) in sel.match_expressions.iter().flatten().enumerate() {
+            validate_key(&expr.key).map_err(|e| err(format!("matchExpressions[{i}].key: {e}")))?;
+            let values: BTreeSet<String> = expr.values.iter().flatten().cloned().collect();
+            for v in &values {
+                validate_value(v).map_err(|e| err(format!("matchExpressions[{i}].values: {e}")))?;
+            }
+            let op = match expr.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(err(format!(
+                        "matchExpressions[{i}]: operator {} needs at least one value",
+                        expr.operator
+                    )));
+                }
+                "In" => Operator::In(values),
+                "NotIn" => Operator::NotIn(values),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(err(format!(
+                        "matchExpressions[{i}]: operator {} takes no values",
+                        expr.operator
+                    )));
+                }
+                "Exists" => Operator::Exists,
+                "DoesNotExist" => Operator::DoesNotExist,
+                other => {
+                    return Err(err(format!(
+                        "matchExpressions[{i}].operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist"
+                    )));
+                }
+            };
+            requirements.push(Requirement {
+                key: expr.key.clone(),
+                op,
+            });
+        }
+        Ok(Self { requirements })
+    }
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match &self.op {
+            Operator::In(set) => value.is_some_and(|v| set.contains(v)),
+            Operator::NotIn(set) => value.is_none_or(|v| !set.contains(v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+            Operator::GreaterThan(n) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v > *n),
+            Operator::LessThan(n) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v < *n),
+        }
+    }
+}
+
+/// Renders the string syntax the API server accepts in `?labelSelector=`.
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            let join = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>().join(",");
+            match &r.op {
+                Operator::In(set) if set.len() == 1 => write!(f, "{}={}", r.key, join(set))?,
+                Operator::In(set) => write!(f, "{} in ({})", r.key, join(set))?,
+                Operator::NotIn(set) if set.len() == 1 => write!(f, "{}!={}", r.key, join(set))?,
+                Operator::NotIn(set) => write!(f, "{} notin ({})", r.key, join(set))?,
+                Operator::Exists => write!(f, "{}", r.key)?,
+                Operator::DoesNotExist => write!(f, "!{}", r.key)?,
+                Operator::GreaterThan(n) => write!(f, "{}>{n}", r.key)?,
+                Operator::LessThan(n) => write!(f, "{}<{n}", r.key)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    Ident(String),
+    Comma,
+    Open,
+    Close,
+    Eq,
+    NotEq,
+    Not,
+    Gt,
+    Lt,
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Token::Ident(s) => write!(f, "{s:?}"),
+            Token::Comma => f.write_str("','"),
+            Token::Open => f.write_str("'('"),
+            Token::Close => f.write_str("')'"),
+            Token::Eq => f.write_str("'='"),
+            Token::NotEq => f.write_str("'!='"),
+            Token::Not => f.write_str("'!'"),
+            Token::Gt => f.write_str("'>'"),
+            Token::Lt => f.write_str("'<'"),
+        }
+    }
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')
+}
+
+fn lex(input: &str) -> Result<Vec<Token>, SelectorError> {
+    let mut tokens = Vec::new();
+    let mut chars = input.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let token = match c {
+            c if c.is_whitespace() => continue,
+            ',' => Token::Comma,
+            '(' => Token::Open,
+            ')' => Token::Close,
+            '>' => Token::Gt,
+            '<' => Token::Lt,
+            '=' => {
+                if chars.peek().is_some_and(|(_, c)| *c == '=') {
+                    chars.next();
+                }
+                Token::Eq
+            }
+            '!' => {
+                if chars.peek().is_some_and(|(_, c)| *c == '=') {
+                    chars.next();
+                    Token::NotEq
+                } else {
+                    Token::Not
+                }
+            }
+            c if is_ident_char(c) => {
+                let mut end = i + c.len_utf8();
+                while let Some((j, c)) = chars.peek().copied() {
+                    if !is_ident_char(c) {
+                        break;
+                    }
+                    end = j + c.len_utf8();
+                    chars.next();
+                }
+                Token::Ident(input[i..end].to_string())
+            }
+            other => {
+                return Err(err(format!(
+                    "unexpected character {other:?} at position {i}"
+                )));
+            }
+        };
+        tokens.push(token);
+    }
+    Ok(tokens)
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.pos)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let t = self.tokens.get(self.pos).cloned();
+        self.pos += 1;
+        t
+    }
+
+    fn ident(&mut self, what: &str) -> Result<String, SelectorError> {
+        match self.next() {
+            Some(Token::Ident(s)) => Ok(s),
+            Some(t) => Err(err(format!("expected {what} but found {t}"))),
+            None => Err(err(format!("expected {what} but the selector ended"))),
+        }
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, SelectorError> {
+        if self.peek() == Some(&Token::Not) {
+            self.next();
+            let key = self.ident("a label key after '!'")?;
+            validate_key(&key)?;
+            return Ok(Requirement {
+                key,
+                op: Operator::DoesNotExist,
+            });
+        }
+        let key = self.ident("a label key")?;
+        validate_key(&key)?;
+        let op = match self.peek().cloned() {
+            None | Some(Token::Comma) => Operator::Exists,
+            Some(Token::Eq) => {
+                self.next();
+                Operator::In(BTreeSet::from([self.value()?]))
+            }
+            Some(Token::NotEq) => {
+                self.next();
+                Operator::NotIn(BTreeSet::from([self.value()?]))
+            }
+            Some(Token::Gt) | Some(Token::Lt) => {
+                let gt = self.next() == Some(Token::Gt);
+                let raw = self.ident("an integer")?;
+                let n = raw
+                    .parse::<i64>()
+                    .map_err(|_| err(format!("{raw:?} is not an integer")))?;
+                if gt {
+                    Operator::GreaterThan(n)
+                } else {
+                    Operator::LessThan(n)
+                }
+            }
+            Some(Token::Ident(word)) if word == "in" || word == "notin" => {
+                self.next();
+                let values = self.value_set(&key, &word)?;
+                if word == "in" {
+                    Operator::In(values)
+                } else {
+                    Operator::NotIn(values)
+                }
+            }
+            Some(t) => {
+                return Err(err(format!(
+                    "expected an operator (=, ==, !=, in, notin, >, <) after {key:?} but found {t}"
+                )));
+            }
+        };
+        Ok(Requirement { key, op })
+    }
+
+    /// A value after `=`/`!=`; may be empty (`a=`), as in Kubernetes.
+    fn value(&mut self) -> Result<String, SelectorError> {
+        match self.peek() {
+            None | Some(Token::Comma) => Ok(String::new()),
+            _ => {
+                let v = self.ident("a label value")?;
+                validate_value(&v)?;
+                Ok(v)
+            }
+        }
+    }
+
+    fn value_set(&mut self, key: &str, op: &str) -> Result<BTreeSet<String>, SelectorError> {
+        if self.next() != Some(Token::Open) {
+            return Err(err(format!("expected '(' after \"{key} {op}\"")));
+        }
+        let mut values = BTreeSet::new();
+        loop {
+            match self.next() {
+                Some(Token::Ident(v)) => {
+                    validate_value(&v)?;
+                    values.insert(v);
+                }
+                Some(Token::Close) if values.is_empty() => {
+                    return Err(err(format!("\"{key} {op} ()\" needs at least one value")));
+                }
+                Some(t) => {
+                    return Err(err(format!(
+                        "expected a value in \"{key} {op} (...)\" but found {t}"
+                    )));
+                }
+                None => return Err(err(format!("unclosed '(' in \"{key} {op} (...)\""))),
+            }
+            match self.next() {
+                Some(Token::Comma) => continue,
+                Some(Token::Close) => return Ok(values),
+                Some(t) => {
+                    return Err(err(format!(
+                        "expected ',' or ')' in \"{key} {op} (...)\" but found {t}"
+                    )));
+                }
+                None => return Err(err(format!("unclosed '(' in \"{key} {op} (...)\""))),
+            }
+        }
+    }
+}
+
+/// A label name segment: at most 63 characters, alphanumerics with `-`, `_`, `.` inside.
+fn is_qualified_name_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// A DNS-1123 subdomain: at most 253 characters of lowercase alphanumerics, `-` and `.`.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// A DNS-1123 label (namespace names): at most 63 lowercase alphanumerics and `-`.
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
+}
+
+/// Validates a label key (`[prefix/]name`).
+pub fn validate_key(key: &str) -> Result<(), SelectorError> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && !is_dns_subdomain(p)
+    {
+        return Err(err(format!(
+            "invalid label key {key:?}: the prefix must be a DNS subdomain"
+        )));
+    }
+    if !is_qualified_name_part(name) {
+        return Err(err(format!(
+            "invalid label key {key:?}: the name must be 1-63 alphanumerics, '-', '_' or '.', beginning and ending with an alphanumeric"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates a label value (may be empty).
+pub fn validate_value(value: &str) -> Result<(), SelectorError> {
+    if value.is_empty() || is_qualified_name_part(value) {
+        Ok(())
+    } else {
+        Err(err(format!(
+            "invalid label value {value:?}: at most 63 alphanumerics, '-', '_' or '.', beginning and ending with an alphanumeric"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+
+    #[test]
+    fn string_syntax_matches_like_kubernetes() {
+        let cases: &[Case] = &[
+            ("secret=yes", &[("secret", "yes")], true),
+            ("secret=yes", &[("secret", "no")], false),
+            ("secret=yes", &[], false),
+            ("secret==yes", &[("secret", "yes")], true),
+            ("secret!=yes", &[], true),
+            ("secret!=yes", &[("secret", "yes")], false),
+            ("env in (prod,staging)", &[("env", "staging")], true),
+            ("env in (prod, staging)", &[("env", "dev")], false),
+            ("env notin (prod)", &[], true),
+            ("env notin (prod)", &[("env", "prod")], false),
+            ("registry", &[("registry", "")], true),
+            ("registry", &[], false),
+            ("!registry", &[], true),
+            ("!registry", &[("registry", "x")], false),
+            ("tier>2", &[("tier", "3")], true),
+            ("tier>2", &[("tier", "x")], false),
+            ("tier<2", &[("tier", "1")], true),
+            (
+                "registry=enabled,env in (prod,staging)",
+                &[("registry", "enabled"), ("env", "prod")],
+                true,
+            ),
+            (
+                "registry=enabled,env in (prod,staging)",
+                &[("registry", "enabled")],
+                false,
+            ),
+            ("", &[("anything", "x")], true),
+            ("example.com/team=a", &[("example.com/team", "a")], true),
+            ("empty=", &[("empty", "")], true),
+        ];
+        for (input, l, want) in cases {
+            let sel = Selector::parse(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));
+            assert_eq!(sel.matches(&labels(l)), *want, "{input:?} against {l:?}");
+        }
+    }
+
+    #[test]
+    fn string_syntax_errors_say_what_is_wrong() {
+        let cases: &[(&str, &str)] = &[
+            ("env in prod", "expected '('"),
+            ("env in ()", "at least one value"),
+            ("env in (a", "unclosed"),
+            ("a=b,", "trailing ','"),
+            ("a b", "expected an operator"),
+            ("-bad=x", "invalid label key"),
+            ("a=b c", "expected ','"),
+            ("a=-x", "invalid label value"),
+            ("tier>x", "not an integer"),
+            ("a=b;c", "unexpected character"),
+            ("!", "after '!'"),
+            ("UPPER.example.com/x=y", "prefix must be a DNS subdomain"),
+        ];
+        for (input, needle) in cases {
+            let e = Selector::parse(input).expect_err(input).to_string();
+            assert!(
+                e.contains(needle),
+                "{input:?}: {e:?} should mention {needle:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn renders_back_to_equivalent_string() {
+        for input in [
+            "secret=yes",
+            "env in (prod,staging)",
+            "env notin (a,b)",
+            "env!=a",
+            "registry",
+            "!registry",
+            "tier>2",
+            "a=b,!c,d in (x,y)",
+        ] {
+            let sel = Selector::parse(input).unwrap();
+            let rendered = sel.to_string();
+            assert_eq!(
+                Selector::parse(&rendered).unwrap(),
+                sel,
+                "{input} -> {rendered}"
+            );
+        }
+    }
+
+    #[test]
+    fn label_selector_match_labels_and_expressions() {
+        let sel = Selector::from_label_selector(&LabelSelector {
+            match_labels: Some([("registry".to_string(), "enabled".to_string())].into()),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "env".into(),
+                operator: "NotIn".into(),
+                values: Some(vec!["dev".into()]),
+            }]),
+        })
+        .unwrap();
+        assert!(sel.matches(&labels(&[("registry", "enabled")])));
+        assert!(sel.matches(&labels(&[("registry", "enabled"), ("env", "prod")])));
+        assert!(!sel.matches(&labels(&[("registry", "enabled"), ("env", "dev")])));
+        assert!(!sel.matches(&labels(&[("env", "prod")])));
+        assert_eq!(sel.to_string(), "registry=enabled,env!=dev");
+    }
+
+    #[test]
+    fn empty_label_selector_matches_everything() {
+        let sel = Selector::from_label_selector(&LabelSelector::default()).unwrap();
+        assert!(sel.is_everything());
+        assert!(sel.matches(&labels(&[])));
+    }
+
+    #[test]
+    fn label_selector_rejects_bad_operators_and_values() {
+        let bad = |operator: &str, values: Option<Vec<&str>>| LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "env".into(),
+                operator: operator.into(),
+                values: values.map(|v| v.into_iter().map(String::from).collect()),
+            }]),
+        };
+        let cases = [
+            (bad("Equals", Some(vec!["a"])), "is not one of In, NotIn"),
+            (bad("In", None), "needs at least one value"),
+            (bad("Exists", Some(vec!["a"])), "takes no values"),
+            (bad("In", Some(vec!["not valid"])), "invalid label value"),
+        ];
+        for (sel, needle) in cases {
+            let e = Selector::from_label_selector(&sel).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e:?} should mention {needle:?}");
+        }
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_label("team-a"));
+        assert!(!is_dns_label("Team"));
+        assert!(!is_dns_label("a.b"));
+        assert!(!is_dns_label("-a"));
+        assert!(is_dns_subdomain("a.b-c.d"));
+        assert!(!is_dns_subdomain("a..b"));
+    }
+}
