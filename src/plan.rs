@@ -1,0 +1,479 @@
+//! The planner: a pure function from what copyrator knows (rules, sources, namespaces,
+//! existing copies) to what it must do (create, update, delete, skip, conflict). All of the
+//! product's copy and safety rules (SPEC §2.3, §3, §4) are decided here, without I/O.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::{
+    content::{DesiredCopy, Marks},
+    copyrule::{ConflictPolicy, DeletionPolicy},
+    marks,
+    model::{NamespaceInfo, ObjectKey, Payload, SourceInfo},
+    rules::{Rule, RuleId, RuleSet},
+};
+
+/// What a job knows about the cluster, restricted to what the job loaded.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    pub rules: RuleSet,
+    pub sources: BTreeMap<ObjectKey, SourceInfo>,
+    pub namespaces: BTreeMap<String, NamespaceInfo>,
+    /// Global exclusions (`--exclude-namespaces`).
+    pub excluded_namespaces: BTreeSet<String>,
+}
+
+/// One rule wanting one source copied to one target.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'w> {
+    pub rule: &'w Rule,
+    pub source: &'w SourceInfo,
+}
+
+impl Claim<'_> {
+    pub fn to_ref(&self) -> ClaimRef {
+        ClaimRef {
+            rule: self.rule.id.clone(),
+            source: self.source.key.clone(),
+        }
+    }
+
+    fn owns(&self, copy: &ManagedCopy) -> bool {
+        copy.annotation(marks::RULE_ANNOTATION) == Some(&self.rule.id.mark())
+            && copy.annotation(marks::SOURCE_ANNOTATION) == Some(&self.source.key.namespaced_name())
+    }
+}
+
+/// An owned [`Claim`], carried by actions for reporting.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimRef {
+    pub rule: RuleId,
+    pub source: ObjectKey,
+}
+
+impl World {
+    /// Whether a namespace may receive copies at all (SPEC §2.3).
+    fn accepts(&self, ns: &NamespaceInfo) -> bool {
+        !ns.terminating && !self.excluded_namespaces.contains(&ns.name)
+    }
+
+    /// Every target some rule wants, with the claims on it in priority order.
+    pub fn claims(&self) -> BTreeMap<ObjectKey, Vec<Claim<'_>>> {
+        let mut out: BTreeMap<ObjectKey, Vec<Claim<'_>>> = BTreeMap::new();
+        for rule in &self.rules.rules {
+            let sources: Vec<&SourceInfo> = self
+                .sources
+                .values()
+                .filter(|s| !s.deleting && rule.applies_to(s))
+                .collect();
+            if sources.is_empty() {
+                continue;
+            }
+            for ns in self.namespaces.values() {
+                if !self.accepts(ns) || !rule.targets_namespace(ns) {
+                    continue;
+                }
+                for source in &sources {
+                    let target =
+                        ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
+                    out.entry(target).or_default().push(Claim { rule, source });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A copy copyrator manages (it carries `managed-by: copyrator`), as last read.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ManagedCopy {
+    pub resource_version: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Hash of the content actually held, when the copy was read in full. Without it the
+    /// `content-hash` annotation is trusted (metadata-only reads).
+    pub actual_hash: Option<String>,
+    pub deleting: bool,
+}
+
+impl ManagedCopy {
+    fn annotation(&self, key: &str) -> Option<&String> {
+        self.annotations.get(key)
+    }
+
+    /// The source this copy was made from, from its annotation.
+    pub fn source(&self, kind: crate::model::Kind) -> Option<ObjectKey> {
+        let (ns, name) = self.annotation(marks::SOURCE_ANNOTATION)?.split_once('/')?;
+        Some(ObjectKey::new(kind, ns, name))
+    }
+
+    /// The rule recorded on the copy.
+    pub fn recorded_rule(&self, kind: crate::model::Kind) -> Option<RuleId> {
+        match self.annotation(marks::RULE_ANNOTATION)?.as_str() {
+            "inline" => self.source(kind).map(RuleId::Inline),
+            other => other
+                .strip_prefix("copyrule/")
+                .map(|name| RuleId::CopyRule(name.to_string())),
+        }
+    }
+
+    fn held_hash(&self) -> Option<&String> {
+        self.actual_hash
+            .as_ref()
+            .or_else(|| self.annotation(marks::CONTENT_HASH_ANNOTATION))
+    }
+}
+
+/// What exists at a target name.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Existing {
+    /// No managed copy is known there; a create is attempted only if absent.
+    #[default]
+    None,
+    Managed(ManagedCopy),
+    /// An object copyrator does not manage holds the name.
+    Unmanaged {
+        resource_version: String,
+    },
+}
+
+/// Source payloads read by the job, and content hashes known for a source's current version.
+#[derive(Clone, Debug, Default)]
+pub struct Contents {
+    pub payloads: HashMap<ObjectKey, Payload>,
+    /// Hashes remembered for (source, resourceVersion): lets a steady-state pass decide "in
+    /// sync" without reading the source's payload.
+    pub known_hashes: HashMap<ObjectKey, String>,
+}
+
+/// Why a claim cannot be written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConflictReason {
+    /// An object copyrator does not manage holds the name (SPEC §4.5).
+    Unmanaged,
+    /// Another rule's copy holds the name; the older claim wins.
+    OwnedBy(ClaimRef),
+    /// Service-account token Secrets are never copied (SPEC §3).
+    ServiceAccountToken,
+}
+
+impl std::fmt::Display for ConflictReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConflictReason::Unmanaged => f.write_str("an object not managed by copyrator exists"),
+            ConflictReason::OwnedBy(c) => write!(
+                f,
+                "the name is taken by the copy of {} made by {}",
+                c.source.namespaced_name(),
+                c.rule
+            ),
+            ConflictReason::ServiceAccountToken => {
+                f.write_str("service-account token Secrets are never copied")
+            }
+        }
+    }
+}
+
+/// One step for the applier, or an outcome to report.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create if absent.
+    Create {
+        copy: DesiredCopy,
+        by: ClaimRef,
+    },
+    /// Replace, preconditioned on `resource_version`. `adopt`: the object was not managed
+    /// (conflictPolicy Overwrite).
+    Update {
+        copy: DesiredCopy,
+        resource_version: String,
+        adopt: bool,
+        by: ClaimRef,
+    },
+    /// Immutable content changed: delete (preconditioned) and create again.
+    Recreate {
+        copy: DesiredCopy,
+        resource_version: String,
+        adopt: bool,
+        by: ClaimRef,
+    },
+    /// Delete a managed copy no rule wants (deletion policy Delete), preconditioned.
+    /// `rule`: the rule recorded on the copy.
+    Delete {
+        target: ObjectKey,
+        resource_version: String,
+        rule: Option<RuleId>,
+    },
+    InSync {
+        target: ObjectKey,
+        by: ClaimRef,
+    },
+    /// A managed copy no rule wants, kept because of deletion policy Retain.
+    Retain {
+        target: ObjectKey,
+        rule: Option<RuleId>,
+    },
+    Conflict {
+        target: ObjectKey,
+        by: ClaimRef,
+        reason: ConflictReason,
+    },
+    /// The payload of this source must be read before the target can be planned.
+    NeedSource {
+        source: ObjectKey,
+    },
+    /// Nothing to do for a reason worth knowing (e.g. the copy is being deleted).
+    Skip {
+        target: ObjectKey,
+        reason: &'static str,
+    },
+}
+
+impl Action {
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Action::Create { .. }
+                | Action::Update { .. }
+                | Action::Recreate { .. }
+                | Action::Delete { .. }
+        )
+    }
+}
+
+/// Which targets a job is responsible for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Source(ObjectKey),
+    Namespace(String),
+    Target(ObjectKey),
+    Rule(RuleId),
+}
+
+impl Scope {
+    fn covers(&self, target: &ObjectKey, claims: &[Claim<'_>], existing: &Existing) -> bool {
+        let managed = match existing {
+            Existing::Managed(m) => Some(m),
+            _ => None,
+        };
+        match self {
+            Scope::All => true,
+            Scope::Namespace(ns) => &target.namespace == ns,
+            Scope::Target(t) => t == target,
+            Scope::Source(src) => {
+                claims.iter().any(|c| &c.source.key == src)
+                    || managed.is_some_and(|m| m.source(target.kind).as_ref() == Some(src))
+            }
+            Scope::Rule(id) => {
+                claims.iter().any(|c| &c.rule.id == id)
+                    || managed
+                        .is_some_and(|m| m.annotation(marks::RULE_ANNOTATION) == Some(&id.mark()))
+            }
+        }
+    }
+}
+
+/// Plans every target in `scope`: targets some rule claims and targets where a copy exists.
+pub fn plan(
+    world: &World,
+    scope: &Scope,
+    existing: &BTreeMap<ObjectKey, Existing>,
+    contents: &Contents,
+) -> Vec<Action> {
+    let claims = world.claims();
+    let none = Existing::None;
+    let mut targets: BTreeSet<&ObjectKey> = claims.keys().collect();
+    targets.extend(existing.keys());
+    let mut actions = Vec::new();
+    for target in targets {
+        let target_claims = claims.get(target).map(Vec::as_slice).unwrap_or(&[]);
+        let found = existing.get(target).unwrap_or(&none);
+        if scope.covers(target, target_claims, found) {
+            actions.extend(plan_target(world, target, target_claims, found, contents));
+        }
+    }
+    actions
+}
+
+/// Plans one target given every claim on it and what exists there.
+pub fn plan_target(
+    world: &World,
+    target: &ObjectKey,
+    claims: &[Claim<'_>],
+    existing: &Existing,
+    contents: &Contents,
+) -> Vec<Action> {
+    if let Some(ns) = world.namespaces.get(&target.namespace)
+        && ns.terminating
+    {
+        return vec![Action::Skip {
+            target: target.clone(),
+            reason: "namespace is terminating",
+        }];
+    }
+    if let Existing::Managed(m) = existing
+        && m.deleting
+    {
+        return vec![Action::Skip {
+            target: target.clone(),
+            reason: "copy is being deleted",
+        }];
+    }
+
+    let Some(winner) = winner(claims, existing) else {
+        return plan_orphan(world, target, existing);
+    };
+    let mut actions: Vec<Action> = claims
+        .iter()
+        .filter(|c| c.rule.id != winner.rule.id || c.source.key != winner.source.key)
+        .map(|c| Action::Conflict {
+            target: target.clone(),
+            by: c.to_ref(),
+            reason: ConflictReason::OwnedBy(winner.to_ref()),
+        })
+        .collect();
+    actions.push(plan_winner(target, winner, existing, contents));
+    actions
+}
+
+/// The claim that gets the target: the one whose copy is already there, else the oldest rule.
+fn winner<'w>(claims: &[Claim<'w>], existing: &Existing) -> Option<Claim<'w>> {
+    if let Existing::Managed(m) = existing
+        && let Some(owner) = claims.iter().find(|c| c.owns(m))
+    {
+        return Some(*owner);
+    }
+    claims.first().copied()
+}
+
+fn plan_winner(
+    target: &ObjectKey,
+    claim: Claim<'_>,
+    existing: &Existing,
+    contents: &Contents,
+) -> Action {
+    let by = claim.to_ref();
+    let payload = contents.payloads.get(&claim.source.key);
+    if payload.is_some_and(Payload::is_service_account_token) {
+        return Action::Conflict {
+            target: target.clone(),
+            by,
+            reason: ConflictReason::ServiceAccountToken,
+        };
+    }
+    let need_source = || Action::NeedSource {
+        source: claim.source.key.clone(),
+    };
+    let build = |payload: &Payload| {
+        DesiredCopy::build(claim.rule, claim.source, payload, &target.namespace)
+    };
+
+    match existing {
+        Existing::None => match payload {
+            Some(p) => Action::Create { copy: build(p), by },
+            None => need_source(),
+        },
+        Existing::Managed(m) => {
+            let desired_hash = match payload {
+                Some(p) => Some(crate::content::source_hash(claim.source, p)),
+                None => contents.known_hashes.get(&claim.source.key).cloned(),
+            };
+            if let Some(hash) = desired_hash {
+                let marks = Marks::new(claim.rule, claim.source, hash.clone());
+                if m.held_hash() == Some(&hash) && marks.present_in(&m.labels, &m.annotations) {
+                    return Action::InSync {
+                        target: target.clone(),
+                        by,
+                    };
+                }
+            }
+            let Some(p) = payload else {
+                return need_source();
+            };
+            let copy = build(p);
+            let resource_version = m.resource_version.clone();
+            if p.is_immutable() {
+                Action::Recreate {
+                    copy,
+                    resource_version,
+                    adopt: false,
+                    by,
+                }
+            } else {
+                Action::Update {
+                    copy,
+                    resource_version,
+                    adopt: false,
+                    by,
+                }
+            }
+        }
+        Existing::Unmanaged { resource_version } => {
+            if claim.rule.conflict_policy != ConflictPolicy::Overwrite {
+                return Action::Conflict {
+                    target: target.clone(),
+                    by,
+                    reason: ConflictReason::Unmanaged,
+                };
+            }
+            let Some(p) = payload else {
+                return need_source();
+            };
+            let copy = build(p);
+            let resource_version = resource_version.clone();
+            if p.is_immutable() {
+                Action::Recreate {
+                    copy,
+                    resource_version,
+                    adopt: true,
+                    by,
+                }
+            } else {
+                Action::Update {
+                    copy,
+                    resource_version,
+                    adopt: true,
+                    by,
+                }
+            }
+        }
+    }
+}
+
+/// A target no rule wants: a managed copy there is deleted or retained per its deletion
+/// policy (the live rule's when it still exists, else the one recorded on the copy).
+fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Action> {
+    let Existing::Managed(m) = existing else {
+        return Vec::new();
+    };
+    let live_rule = m.annotation(marks::RULE_ANNOTATION).and_then(|mark| {
+        world.rules.rules.iter().find(|r| {
+            &r.id.mark() == mark
+                && match &r.id {
+                    RuleId::Inline(src) => m.source(target.kind).as_ref() == Some(src),
+                    RuleId::CopyRule(_) => true,
+                }
+        })
+    });
+    let policy = live_rule.map(|r| r.deletion_policy).unwrap_or_else(|| {
+        m.annotation(marks::DELETION_POLICY_ANNOTATION)
+            .and_then(|p| DeletionPolicy::parse(p))
+            .unwrap_or_default()
+    });
+    let rule = m.recorded_rule(target.kind);
+    match policy {
+        DeletionPolicy::Delete => vec![Action::Delete {
+            target: target.clone(),
+            resource_version: m.resource_version.clone(),
+            rule,
+        }],
+        DeletionPolicy::Retain => vec![Action::Retain {
+            target: target.clone(),
+            rule,
+        }],
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

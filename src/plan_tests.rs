@@ -1,0 +1,671 @@
+//! Table-driven tests of the planner: one case per product rule of SPEC §2.3, §3 and §4.
+
+use super::*;
+use crate::{
+    content::{DesiredCopy, source_hash},
+    copyrule::{CopyRule, CopyRuleSpec},
+    model::{Kind, SERVICE_ACCOUNT_TOKEN_TYPE},
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A Secret source `default/mysecret` with the shell-operator rule `secret=yes`.
+fn inline_source() -> SourceInfo {
+    SourceInfo {
+        key: ObjectKey::new(Kind::Secret, "default", "mysecret"),
+        uid: "uid-1".into(),
+        resource_version: "10".into(),
+        labels: map(&[(marks::SOURCE_LABEL, "true")]),
+        annotations: map(&[(marks::NAMESPACE_SELECTOR_ANNOTATION, "secret=yes")]),
+        created: 100,
+        deleting: false,
+    }
+}
+
+fn payload(v: &str) -> Payload {
+    Payload {
+        type_: Some("Opaque".into()),
+        data: Some(map(&[("password", v)])),
+        binary_data: None,
+        immutable: None,
+    }
+}
+
+fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceInfo {
+    NamespaceInfo {
+        name: name.into(),
+        resource_version: String::new(),
+        labels: map(labels),
+        terminating: false,
+    }
+}
+
+struct Fixture {
+    world: World,
+    existing: BTreeMap<ObjectKey, Existing>,
+    contents: Contents,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let src = inline_source();
+        let mut f = Fixture {
+            world: World::default(),
+            existing: BTreeMap::new(),
+            contents: Contents::default(),
+        };
+        f.add_source(src, Some(payload("v1")));
+        f.world
+            .namespaces
+            .insert("default".into(), ns("default", &[("secret", "yes")]));
+        f.rebuild_rules(&[]);
+        f
+    }
+
+    fn add_source(&mut self, src: SourceInfo, p: Option<Payload>) {
+        if let Some(p) = p {
+            self.contents.payloads.insert(src.key.clone(), p);
+        }
+        self.world.sources.insert(src.key.clone(), src);
+    }
+
+    fn rebuild_rules(&mut self, copy_rules: &[CopyRule]) {
+        self.world.rules = RuleSet::build(self.world.sources.values(), copy_rules);
+    }
+
+    fn ns(mut self, name: &str, labels: &[(&str, &str)]) -> Self {
+        self.world.namespaces.insert(name.into(), ns(name, labels));
+        self
+    }
+
+    fn source(&self) -> &SourceInfo {
+        self.world.sources.values().next().unwrap()
+    }
+
+    /// A managed copy in `namespace` exactly as copyrator would have written it from `p`.
+    fn copy_of(
+        &self,
+        src: &SourceInfo,
+        rule: &Rule,
+        p: &Payload,
+        namespace: &str,
+        rv: &str,
+    ) -> (ObjectKey, Existing) {
+        let copy = DesiredCopy::build(rule, src, p, namespace);
+        let meta = copy.object.metadata;
+        (
+            copy.key,
+            Existing::Managed(ManagedCopy {
+                resource_version: rv.into(),
+                labels: meta.labels.unwrap(),
+                annotations: meta.annotations.unwrap(),
+                actual_hash: None,
+                deleting: false,
+            }),
+        )
+    }
+
+    fn with_inline_copy(mut self, namespace: &str, p: &Payload) -> Self {
+        let src = self.source().clone();
+        let rule = Rule::inline(&src).unwrap().unwrap();
+        let (k, e) = self.copy_of(&src, &rule, p, namespace, "7");
+        self.existing.insert(k, e);
+        self
+    }
+
+    fn plan(&self, scope: Scope) -> Vec<Action> {
+        plan(&self.world, &scope, &self.existing, &self.contents)
+    }
+}
+
+fn target(ns: &str) -> ObjectKey {
+    ObjectKey::new(Kind::Secret, ns, "mysecret")
+}
+
+/// A compact rendering of actions, so each case states its expectation in one line.
+fn summary(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::Create { copy, .. } => format!("create {}", copy.key.namespace),
+            Action::Update {
+                copy,
+                resource_version,
+                adopt,
+                ..
+            } => {
+                format!(
+                    "update {}@{resource_version}{}",
+                    copy.key.namespace,
+                    if *adopt { " adopt" } else { "" }
+                )
+            }
+            Action::Recreate {
+                copy,
+                resource_version,
+                ..
+            } => format!("recreate {}@{resource_version}", copy.key.namespace),
+            Action::Delete {
+                target,
+                resource_version,
+                ..
+            } => format!("delete {}@{resource_version}", target.namespace),
+            Action::InSync { target, .. } => format!("in-sync {}", target.namespace),
+            Action::Retain { target, .. } => format!("retain {}", target.namespace),
+            Action::Conflict { target, by, reason } => format!(
+                "conflict {} {} ({})",
+                target.namespace,
+                by.rule.mark(),
+                match reason {
+                    ConflictReason::Unmanaged => "unmanaged".to_string(),
+                    ConflictReason::OwnedBy(c) => format!("owned by {}", c.rule.mark()),
+                    ConflictReason::ServiceAccountToken => "sa-token".to_string(),
+                }
+            ),
+            Action::NeedSource { source } => format!("need {}", source.namespaced_name()),
+            Action::Skip { target, reason } => format!("skip {} ({reason})", target.namespace),
+        })
+        .collect()
+}
+
+fn copy_rule(name: &str, created: i64, spec: CopyRuleSpec) -> CopyRule {
+    let mut cr = CopyRule::new(name, spec);
+    cr.metadata.creation_timestamp = Some(Time(
+        k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
+    ));
+    cr
+}
+
+fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
+    CopyRuleSpec {
+        kind,
+        source_namespace: "default".into(),
+        source_name: Some(source.into()),
+        source_selector: None,
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(map(&[("secret", "yes")])),
+            match_expressions: None,
+        }),
+        namespaces: vec![],
+        exclude_namespaces: vec![],
+        target_name: None,
+        deletion_policy: DeletionPolicy::Delete,
+        conflict_policy: ConflictPolicy::Skip,
+    }
+}
+
+#[test]
+fn lifecycle_rules_of_the_inline_copier() {
+    type Case = (&'static str, Fixture, Scope, Vec<&'static str>);
+    let v1 = payload("v1");
+    let v2 = payload("v2");
+    let cases: Vec<Case> = vec![
+        (
+            "new matching namespace gets a copy (§4.1)",
+            Fixture::new().ns("team-a", &[("secret", "yes")]),
+            Scope::All,
+            vec!["create team-a"],
+        ),
+        (
+            "non-matching namespace gets nothing",
+            Fixture::new().ns("team-b", &[("secret", "no")]),
+            Scope::All,
+            vec![],
+        ),
+        (
+            "identical copy is not written (§3 steady state)",
+            Fixture::new()
+                .ns("team-a", &[("secret", "yes")])
+                .with_inline_copy("team-a", &v1),
+            Scope::All,
+            vec!["in-sync team-a"],
+        ),
+        (
+            "source change updates the copy with its resourceVersion (§4.2, §4.5)",
+            Fixture::new()
+                .ns("team-a", &[("secret", "yes")])
+                .with_inline_copy("team-a", &v2),
+            Scope::All,
+            vec!["update team-a@7"],
+        ),
+        (
+            "label removed: copy deleted, preconditioned (§4.3)",
+            Fixture::new()
+                .ns("team-a", &[])
+                .with_inline_copy("team-a", &v1),
+            Scope::All,
+            vec!["delete team-a@7"],
+        ),
+        (
+            "copy deleted by hand is restored (§4.4)",
+            Fixture::new().ns("team-a", &[("secret", "yes")]),
+            Scope::Target(target("team-a")),
+            vec!["create team-a"],
+        ),
+        (
+            "source namespace is never a target (§2.3)",
+            Fixture::new(),
+            Scope::All,
+            vec![],
+        ),
+        (
+            "terminating namespace gets nothing",
+            {
+                let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+                f.world.namespaces.get_mut("team-a").unwrap().terminating = true;
+                f
+            },
+            Scope::All,
+            vec![],
+        ),
+        (
+            "copy in a terminating namespace is left to the namespace deletion",
+            {
+                let mut f = Fixture::new()
+                    .ns("team-a", &[("secret", "yes")])
+                    .with_inline_copy("team-a", &v1);
+                f.world.namespaces.get_mut("team-a").unwrap().terminating = true;
+                f
+            },
+            Scope::All,
+            vec!["skip team-a (namespace is terminating)"],
+        ),
+        (
+            "globally excluded namespace gets nothing, an old copy there goes",
+            {
+                let mut f = Fixture::new()
+                    .ns("kube-system", &[("secret", "yes")])
+                    .with_inline_copy("kube-system", &v1);
+                f.world.excluded_namespaces.insert("kube-system".into());
+                f
+            },
+            Scope::All,
+            vec!["delete kube-system@7"],
+        ),
+        (
+            "copy being deleted is skipped",
+            {
+                let mut f = Fixture::new()
+                    .ns("team-a", &[("secret", "yes")])
+                    .with_inline_copy("team-a", &v1);
+                if let Some(Existing::Managed(m)) = f.existing.get_mut(&target("team-a")) {
+                    m.deleting = true;
+                }
+                f
+            },
+            Scope::All,
+            vec!["skip team-a (copy is being deleted)"],
+        ),
+    ];
+    for (name, f, scope, want) in cases {
+        assert_eq!(summary(&f.plan(scope)), want, "{name}");
+    }
+}
+
+#[test]
+fn source_deleted_deletes_copies() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &payload("v1"));
+    let key = f.source().key.clone();
+    f.world.sources.clear();
+    f.rebuild_rules(&[]);
+    assert_eq!(summary(&f.plan(Scope::Source(key))), ["delete team-a@7"]);
+}
+
+#[test]
+fn source_being_deleted_counts_as_gone() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &payload("v1"));
+    f.world.sources.values_mut().for_each(|s| s.deleting = true);
+    f.rebuild_rules(&[]);
+    assert_eq!(summary(&f.plan(Scope::All)), ["delete team-a@7"]);
+}
+
+#[test]
+fn hand_edited_copy_is_restored() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &payload("v1"));
+    if let Some(Existing::Managed(m)) = f.existing.get_mut(&target("team-a")) {
+        m.actual_hash = Some("sha256:edited".into());
+    }
+    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@7"]);
+}
+
+#[test]
+fn removed_mark_is_restored() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &payload("v1"));
+    if let Some(Existing::Managed(m)) = f.existing.get_mut(&target("team-a")) {
+        m.annotations.remove(marks::SOURCE_ANNOTATION);
+        m.annotations
+            .insert(marks::RULE_ANNOTATION.into(), "inline".into());
+    }
+    // Without the source annotation the copy is not recognisably this claim's, but the only
+    // claim wins anyway and rewrites the marks.
+    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@7"]);
+}
+
+#[test]
+fn recreated_source_updates_copies_to_the_new_uid() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &payload("v1"));
+    f.world
+        .sources
+        .values_mut()
+        .for_each(|s| s.uid = "uid-2".into());
+    f.rebuild_rules(&[]);
+    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@7"]);
+}
+
+#[test]
+fn immutable_source_change_recreates_the_copy() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &payload("v1"));
+    let mut p = payload("v2");
+    p.immutable = Some(true);
+    let key = f.source().key.clone();
+    f.contents.payloads.insert(key, p);
+    assert_eq!(summary(&f.plan(Scope::All)), ["recreate team-a@7"]);
+}
+
+#[test]
+fn immutable_source_in_sync_is_not_touched() {
+    let mut p = payload("v1");
+    p.immutable = Some(true);
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &p);
+    let key = f.source().key.clone();
+    f.contents.payloads.insert(key, p);
+    assert_eq!(summary(&f.plan(Scope::All)), ["in-sync team-a"]);
+}
+
+#[test]
+fn unmanaged_object_is_never_touched_with_skip() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    f.existing.insert(
+        target("team-a"),
+        Existing::Unmanaged {
+            resource_version: "3".into(),
+        },
+    );
+    assert_eq!(
+        summary(&f.plan(Scope::All)),
+        ["conflict team-a inline (unmanaged)"]
+    );
+    // and no write for it even without a claim
+    f.world.namespaces.get_mut("team-a").unwrap().labels.clear();
+    assert_eq!(summary(&f.plan(Scope::All)), Vec::<String>::new());
+}
+
+#[test]
+fn overwrite_policy_adopts_unmanaged_object() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    let mut spec = rule_spec(Kind::Secret, "mysecret");
+    spec.conflict_policy = ConflictPolicy::Overwrite;
+    // Take the inline rule away so only the CopyRule claims.
+    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.rebuild_rules(&[copy_rule("adopter", 1, spec)]);
+    f.existing.insert(
+        target("team-a"),
+        Existing::Unmanaged {
+            resource_version: "3".into(),
+        },
+    );
+    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@3 adopt"]);
+}
+
+#[test]
+fn service_account_token_secret_is_never_copied() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    let key = f.source().key.clone();
+    let mut p = payload("token");
+    p.type_ = Some(SERVICE_ACCOUNT_TOKEN_TYPE.into());
+    f.contents.payloads.insert(key, p);
+    assert_eq!(
+        summary(&f.plan(Scope::All)),
+        ["conflict team-a inline (sa-token)"]
+    );
+}
+
+#[test]
+fn retain_policy_keeps_copies_no_rule_wants() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    let mut spec = rule_spec(Kind::Secret, "mysecret");
+    spec.deletion_policy = DeletionPolicy::Retain;
+    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    let rules = [copy_rule("keeper", 1, spec)];
+    f.rebuild_rules(&rules);
+    let src = f.source().clone();
+    let rule = f.world.rules.rules[0].clone();
+    let (k, e) = f.copy_of(&src, &rule, &payload("v1"), "team-a", "4");
+    f.existing.insert(k, e);
+    assert_eq!(summary(&f.plan(Scope::All)), ["in-sync team-a"]);
+
+    // namespace leaves the selector: the live rule says Retain
+    f.world.namespaces.get_mut("team-a").unwrap().labels.clear();
+    assert_eq!(summary(&f.plan(Scope::All)), ["retain team-a"]);
+
+    // rule deleted: the policy recorded on the copy says Retain
+    f.rebuild_rules(&[]);
+    assert_eq!(summary(&f.plan(Scope::All)), ["retain team-a"]);
+}
+
+#[test]
+fn deleted_copy_rule_with_delete_policy_removes_its_copies() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.rebuild_rules(&[copy_rule("r", 1, rule_spec(Kind::Secret, "mysecret"))]);
+    let src = f.source().clone();
+    let rule = f.world.rules.rules[0].clone();
+    let (k, e) = f.copy_of(&src, &rule, &payload("v1"), "team-a", "4");
+    f.existing.insert(k, e);
+    f.rebuild_rules(&[]);
+    assert_eq!(
+        summary(&f.plan(Scope::Rule(RuleId::CopyRule("r".into())))),
+        ["delete team-a@4"]
+    );
+}
+
+#[test]
+fn deletion_policy_change_rewrites_the_mark() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.rebuild_rules(&[copy_rule("r", 1, rule_spec(Kind::Secret, "mysecret"))]);
+    let src = f.source().clone();
+    let rule = f.world.rules.rules[0].clone();
+    let (k, e) = f.copy_of(&src, &rule, &payload("v1"), "team-a", "4");
+    f.existing.insert(k, e);
+    let mut spec = rule_spec(Kind::Secret, "mysecret");
+    spec.deletion_policy = DeletionPolicy::Retain;
+    f.rebuild_rules(&[copy_rule("r", 1, spec)]);
+    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@4"]);
+}
+
+#[test]
+fn two_rules_on_one_target_do_not_fight() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    let older = copy_rule("older", 1, rule_spec(Kind::Secret, "mysecret"));
+    let newer = copy_rule("newer", 2, rule_spec(Kind::Secret, "mysecret"));
+    f.rebuild_rules(&[newer.clone(), older.clone()]);
+    assert_eq!(
+        summary(&f.plan(Scope::All)),
+        [
+            "conflict team-a copyrule/newer (owned by copyrule/older)",
+            "create team-a"
+        ]
+    );
+
+    // Once the newer rule's copy exists (say the older rule came later), it keeps the name.
+    let src = f.source().clone();
+    let newer_rule = f.world.rules.copy_rule("newer").unwrap().clone();
+    let (k, e) = f.copy_of(&src, &newer_rule, &payload("v1"), "team-a", "4");
+    f.existing.insert(k, e);
+    assert_eq!(
+        summary(&f.plan(Scope::All)),
+        [
+            "conflict team-a copyrule/older (owned by copyrule/newer)",
+            "in-sync team-a"
+        ]
+    );
+}
+
+#[test]
+fn copy_rule_with_target_name_and_explicit_namespaces() {
+    let mut f = Fixture::new()
+        .ns("dest", &[])
+        .ns("sandbox", &[("secret", "yes")])
+        .ns("team-a", &[("secret", "yes")]);
+    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    let mut spec = rule_spec(Kind::Secret, "mysecret");
+    spec.namespaces = vec!["dest".into()];
+    spec.exclude_namespaces = vec!["sandbox".into()];
+    spec.target_name = Some("pull-secret".into());
+    f.rebuild_rules(&[copy_rule("r", 1, spec)]);
+    let actions = f.plan(Scope::All);
+    let created: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Create { copy, .. } => Some(copy.key.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        created,
+        ["Secret dest/pull-secret", "Secret team-a/pull-secret"]
+    );
+}
+
+#[test]
+fn selector_rule_copies_every_matching_source() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    f.world.sources.clear();
+    for (name, labels) in [
+        ("a", &[("copyrator", "true")][..]),
+        ("b", &[("copyrator", "true")]),
+        ("c", &[]),
+    ] {
+        let src = SourceInfo {
+            key: ObjectKey::new(Kind::ConfigMap, "default", name),
+            labels: map(labels),
+            annotations: BTreeMap::new(),
+            ..inline_source()
+        };
+        f.add_source(
+            src,
+            Some(Payload {
+                data: Some(map(&[("k", name)])),
+                ..Default::default()
+            }),
+        );
+    }
+    let mut spec = rule_spec(Kind::ConfigMap, "unused");
+    spec.source_name = None;
+    spec.source_selector = Some(LabelSelector {
+        match_labels: Some(map(&[("copyrator", "true")])),
+        match_expressions: None,
+    });
+    f.rebuild_rules(&[copy_rule("cm", 1, spec)]);
+    let created: Vec<_> = f
+        .plan(Scope::All)
+        .iter()
+        .filter_map(|a| match a {
+            Action::Create { copy, .. } => Some(copy.key.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, ["ConfigMap team-a/a", "ConfigMap team-a/b"]);
+}
+
+#[test]
+fn steady_state_needs_no_payload_when_the_hash_is_known() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .with_inline_copy("team-a", &payload("v1"));
+    let src = f.source().clone();
+    f.contents.payloads.clear();
+    f.contents
+        .known_hashes
+        .insert(src.key.clone(), source_hash(&src, &payload("v1")));
+    assert_eq!(summary(&f.plan(Scope::All)), ["in-sync team-a"]);
+
+    // a stale hash means the payload must be read first
+    f.contents
+        .known_hashes
+        .insert(src.key.clone(), source_hash(&src, &payload("v2")));
+    assert_eq!(summary(&f.plan(Scope::All)), ["need default/mysecret"]);
+
+    // and a missing copy needs it too
+    let mut f = Fixture::new().ns("team-b", &[("secret", "yes")]);
+    f.contents.payloads.clear();
+    assert_eq!(summary(&f.plan(Scope::All)), ["need default/mysecret"]);
+}
+
+#[test]
+fn scopes_limit_the_plan() {
+    let f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .ns("team-b", &[("secret", "yes")]);
+    assert_eq!(
+        summary(&f.plan(Scope::Namespace("team-b".into()))),
+        ["create team-b"]
+    );
+    assert_eq!(
+        summary(&f.plan(Scope::Target(target("team-a")))),
+        ["create team-a"]
+    );
+    assert_eq!(
+        summary(&f.plan(Scope::Source(ObjectKey::new(
+            Kind::Secret,
+            "default",
+            "other"
+        )))),
+        Vec::<String>::new()
+    );
+    let rule = RuleId::Inline(f.source().key.clone());
+    assert_eq!(
+        summary(&f.plan(Scope::Rule(rule))),
+        ["create team-a", "create team-b"]
+    );
+}
+
+#[test]
+fn configmap_copies_data_and_binary_data() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    let src = SourceInfo {
+        key: ObjectKey::new(Kind::ConfigMap, "default", "settings"),
+        ..inline_source()
+    };
+    f.world.sources.clear();
+    let p = Payload {
+        type_: None,
+        data: Some(map(&[("a", "1")])),
+        binary_data: Some(map(&[("b", "AAE=")])),
+        immutable: None,
+    };
+    f.add_source(src, Some(p.clone()));
+    f.rebuild_rules(&[]);
+    let actions = f.plan(Scope::All);
+    let [Action::Create { copy, .. }] = actions.as_slice() else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(
+        copy.key,
+        ObjectKey::new(Kind::ConfigMap, "team-a", "settings")
+    );
+    assert_eq!(copy.object.kind, "ConfigMap");
+    assert_eq!(copy.object.payload, p);
+}
