@@ -1,0 +1,134 @@
+//! Applying a plan: the only place copies are written. Every write is safe under races
+//! (SPEC §4.5): creates only succeed if the name is free, updates and deletes carry the
+//! resourceVersion they were planned from. Writes run with bounded concurrency.
+
+use std::time::Instant;
+
+use futures::{StreamExt, stream};
+
+use crate::{
+    cluster::{ApiError, Cluster, Written},
+    metrics::{Metrics, VerbLabels},
+    plan::Action,
+};
+
+/// What became of one action.
+#[derive(Debug)]
+pub enum Applied {
+    /// Nothing to write (in sync, conflict, retained, skipped).
+    NoWrite,
+    Done,
+    /// The target changed since it was read: re-read and plan it again.
+    Stale,
+    /// The namespace is being deleted.
+    NamespaceTerminating,
+    Failed(ApiError),
+}
+
+/// Applies `actions` with at most `concurrency` writes in flight; returns each action with
+/// its result, in the original order.
+pub async fn apply(
+    cluster: &Cluster,
+    metrics: &Metrics,
+    actions: Vec<Action>,
+    concurrency: usize,
+    since: Instant,
+) -> Vec<(Action, Applied)> {
+    stream::iter(actions)
+        .map(|action| async move {
+            let applied = apply_one(cluster, metrics, &action, since).await;
+            (action, applied)
+        })
+        .buffered(concurrency.max(1))
+        .collect()
+        .await
+}
+
+async fn apply_one(
+    cluster: &Cluster,
+    metrics: &Metrics,
+    action: &Action,
+    since: Instant,
+) -> Applied {
+    let result = match action {
+        Action::Create { copy, .. } => cluster
+            .create(copy.key.kind, &copy.object)
+            .await
+            .map(|w| count(metrics, "create", w, since)),
+        Action::Update {
+            copy,
+            resource_version,
+            ..
+        } => {
+            let obj = copy.with_resource_version(resource_version);
+            match cluster.replace(copy.key.kind, &obj).await {
+                // The existing copy is immutable (the source was mutable before): recreate.
+                Err(e) if e.is_immutable_rejection() => {
+                    recreate(cluster, metrics, action, since).await
+                }
+                other => other.map(|w| count(metrics, "update", w, since)),
+            }
+        }
+        Action::Recreate { .. } => recreate(cluster, metrics, action, since).await,
+        Action::Delete {
+            target,
+            resource_version,
+            ..
+        } => cluster
+            .delete(target, resource_version)
+            .await
+            .map(|w| count(metrics, "delete", w, since)),
+        _ => return Applied::NoWrite,
+    };
+    match result {
+        Ok(Written::Done) => Applied::Done,
+        Ok(Written::Stale) => Applied::Stale,
+        Ok(Written::NamespaceTerminating) => Applied::NamespaceTerminating,
+        Err(e) => Applied::Failed(e),
+    }
+}
+
+/// Delete (preconditioned) then create: the only way to change an immutable object.
+async fn recreate(
+    cluster: &Cluster,
+    metrics: &Metrics,
+    action: &Action,
+    since: Instant,
+) -> Result<Written, ApiError> {
+    let (Action::Recreate {
+        copy,
+        resource_version,
+        ..
+    }
+    | Action::Update {
+        copy,
+        resource_version,
+        ..
+    }) = action
+    else {
+        return Ok(Written::Done);
+    };
+    match cluster.delete(&copy.key, resource_version).await? {
+        Written::Done => {
+            count(metrics, "delete", Written::Done, since);
+        }
+        other => return Ok(other),
+    }
+    cluster
+        .create(copy.key.kind, &copy.object)
+        .await
+        .map(|w| count(metrics, "create", w, since))
+}
+
+fn count(metrics: &Metrics, verb: &'static str, w: Written, since: Instant) -> Written {
+    if w == Written::Done {
+        metrics
+            .copy_writes
+            .get_or_create(&VerbLabels { verb })
+            .inc();
+        metrics
+            .copy_lag
+            .observe(crate::queue::elapsed_since(since).as_secs_f64());
+    }
+    w
+}

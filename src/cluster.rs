@@ -1,0 +1,368 @@
+//! Typed access to the Kubernetes API for the workers: the reads that build a job's view of
+//! the cluster and the preconditioned writes that apply its plan. Every call goes through the
+//! client-side rate limiter and is counted in the metrics.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
+    core::{ObjectList, PartialObjectMeta},
+};
+use serde_json::json;
+
+use crate::{
+    copyrule::{CopyRule, CopyRuleStatus},
+    marks,
+    metrics::Metrics,
+    model::{Kind, NamespaceInfo, Object, ObjectKey},
+    ratelimit::RateLimiter,
+};
+
+/// An API call that failed, classified for the callers that care.
+#[derive(Debug, thiserror::Error)]
+#[error("{verb} {resource}: {source}")]
+pub struct ApiError {
+    pub verb: &'static str,
+    pub resource: &'static str,
+    #[source]
+    pub source: kube::Error,
+}
+
+impl ApiError {
+    /// HTTP status of the API server's answer (0 when there was none).
+    pub fn code(&self) -> u16 {
+        match &self.source {
+            kube::Error::Api(status) => status.code,
+            _ => 0,
+        }
+    }
+
+    fn reason(&self) -> &str {
+        match &self.source {
+            kube::Error::Api(status) => status.reason.as_str(),
+            _ => "",
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == 404
+    }
+
+    /// 409 from a create: the name is taken.
+    pub fn is_already_exists(&self) -> bool {
+        self.code() == 409 && self.reason() == "AlreadyExists"
+    }
+
+    /// 409 from a preconditioned write: the object changed since it was read.
+    pub fn is_conflict(&self) -> bool {
+        self.code() == 409 && self.reason() != "AlreadyExists"
+    }
+
+    /// 403 because the namespace is being deleted (no new content allowed).
+    pub fn is_namespace_terminating(&self) -> bool {
+        matches!(&self.source, kube::Error::Api(s) if s.code == 403 && s.message.contains("being terminated"))
+    }
+
+    /// 422 from an update that tried to change an immutable object.
+    pub fn is_immutable_rejection(&self) -> bool {
+        matches!(&self.source, kube::Error::Api(s) if s.code == 422 && s.message.contains("immutable"))
+    }
+
+    /// Worth retrying the whole job (server busy, network, timeouts).
+    pub fn is_transient(&self) -> bool {
+        matches!(self.code(), 0 | 429 | 500 | 502 | 503 | 504)
+    }
+}
+
+/// Result of an API call.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// The outcome of a write whose failure is an expected, handled case.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    Done,
+    /// The name is taken (create) or the object changed/vanished since it was read
+    /// (update/delete precondition failed): re-read and plan again.
+    Stale,
+    /// The namespace is being deleted: nothing may be created there.
+    NamespaceTerminating,
+}
+
+/// See the module documentation.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Client,
+    metrics: Arc<Metrics>,
+    limiter: Arc<RateLimiter>,
+    page_size: u32,
+}
+
+impl Cluster {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        limiter: Arc<RateLimiter>,
+        page_size: u32,
+    ) -> Self {
+        Self {
+            client,
+            metrics,
+            limiter,
+            page_size: page_size.max(1),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs one API call: rate limit, count, classify errors.
+    async fn call<T>(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        fut: impl Future<Output = Result<T, kube::Error>>,
+    ) -> ApiResult<T> {
+        self.limiter.acquire().await;
+        self.metrics.api_call(verb, resource);
+        fut.await.map_err(|source| {
+            let err = ApiError {
+                verb,
+                resource,
+                source,
+            };
+            self.metrics.api_error(err.code());
+            err
+        })
+    }
+
+    fn objects(&self, kind: Kind, namespace: Option<&str>) -> Api<Object> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &kind),
+            None => Api::all_with(self.client.clone(), &kind),
+        }
+    }
+
+    /// Reads a Secret or ConfigMap in full; `None` when it does not exist.
+    pub async fn get(&self, key: &ObjectKey) -> ApiResult<Option<Object>> {
+        let api = self.objects(key.kind, Some(&key.namespace));
+        self.call("get", key.kind.plural(), api.get_opt(&key.name))
+            .await
+    }
+
+    /// Reads only the metadata of a Secret or ConfigMap.
+    pub async fn get_meta(&self, key: &ObjectKey) -> ApiResult<Option<PartialObjectMeta<Object>>> {
+        let api = self.objects(key.kind, Some(&key.namespace));
+        self.call("get", key.kind.plural(), api.get_metadata_opt(&key.name))
+            .await
+    }
+
+    /// Metadata of every object of `kind` matching the selectors, all pages.
+    pub async fn list_meta(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        label_selector: &str,
+        field_selector: Option<&str>,
+    ) -> ApiResult<Vec<PartialObjectMeta<Object>>> {
+        let api = self.objects(kind, namespace);
+        self.paginate(kind.plural(), label_selector, field_selector, |lp| {
+            let api = api.clone();
+            async move { api.list_metadata(&lp).await }
+        })
+        .await
+    }
+
+    async fn paginate<T, F, Fut>(
+        &self,
+        resource: &'static str,
+        label_selector: &str,
+        field_selector: Option<&str>,
+        list: F,
+    ) -> ApiResult<Vec<T>>
+    where
+        T: Clone,
+        F: Fn(ListParams) -> Fut,
+        Fut: Future<Output = Result<ObjectList<T>, kube::Error>>,
+    {
+        let mut out = Vec::new();
+        let mut lp = ListParams::default().limit(self.page_size);
+        if !label_selector.is_empty() {
+            lp = lp.labels(label_selector);
+        }
+        if let Some(fs) = field_selector {
+            lp = lp.fields(fs);
+        }
+        loop {
+            let page = self.call("list", resource, list(lp.clone())).await?;
+            out.extend(page.items);
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => lp.continue_token = Some(token),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// One namespace's labels and state; `None` when it does not exist.
+    pub async fn get_namespace(&self, name: &str) -> ApiResult<Option<NamespaceInfo>> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let meta = self
+            .call("get", "namespaces", api.get_metadata_opt(name))
+            .await?;
+        Ok(meta.and_then(|m| namespace_info(&m)))
+    }
+
+    /// Namespaces matching a label selector (`""`: all), metadata only, all pages.
+    pub async fn list_namespaces(&self, label_selector: &str) -> ApiResult<Vec<NamespaceInfo>> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let metas = self
+            .paginate("namespaces", label_selector, None, |lp| {
+                let api = api.clone();
+                async move { api.list_metadata(&lp).await }
+            })
+            .await?;
+        Ok(metas.iter().filter_map(namespace_info).collect())
+    }
+
+    /// Every CopyRule; none when the CRD is not installed (inline rules still work).
+    pub async fn list_copy_rules(&self) -> ApiResult<Vec<CopyRule>> {
+        let api: Api<CopyRule> = Api::all(self.client.clone());
+        let listed = self
+            .paginate("copyrules", "", None, |lp| {
+                let api = api.clone();
+                async move { api.list(&lp).await }
+            })
+            .await;
+        match listed {
+            Err(e) if e.is_not_found() => {
+                tracing::debug!("CopyRule CRD not installed; only inline rules apply");
+                Ok(Vec::new())
+            }
+            other => other,
+        }
+    }
+
+    pub async fn get_copy_rule(&self, name: &str) -> ApiResult<Option<CopyRule>> {
+        let api: Api<CopyRule> = Api::all(self.client.clone());
+        self.call("get", "copyrules", api.get_opt(name)).await
+    }
+
+    /// Writes a CopyRule's status subresource (merge patch of the whole status).
+    pub async fn patch_rule_status(&self, name: &str, status: &CopyRuleStatus) -> ApiResult<()> {
+        let api: Api<CopyRule> = Api::all(self.client.clone());
+        let patch = json!({ "status": status });
+        let pp = PatchParams {
+            field_manager: Some(marks::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        self.call(
+            "patch",
+            "copyrules/status",
+            api.patch_status(name, &pp, &Patch::Merge(&patch)),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Adds `copyrator.io/source: "true"` to a source a CopyRule references, so its changes
+    /// reach the sources webhook (SPEC §2.2). A metadata-only merge patch of that one label,
+    /// preconditioned on the uid that was read; nothing else of the source is touched.
+    pub async fn label_source(&self, key: &ObjectKey, uid: &str) -> ApiResult<Written> {
+        let api = self.objects(key.kind, Some(&key.namespace));
+        let patch = json!({
+            "metadata": { "uid": uid, "labels": { marks::SOURCE_LABEL: "true" } }
+        });
+        let pp = PatchParams {
+            field_manager: Some(marks::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let res = self
+            .call(
+                "patch",
+                key.kind.plural(),
+                api.patch_metadata(&key.name, &pp, &Patch::Merge(&patch)),
+            )
+            .await;
+        written(res)
+    }
+
+    /// Creates a copy if the name is free.
+    pub async fn create(&self, kind: Kind, obj: &Object) -> ApiResult<Written> {
+        let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+        let api = self.objects(kind, Some(ns));
+        let res = self
+            .call("create", kind.plural(), api.create(&post_params(), obj))
+            .await;
+        match res {
+            Err(e) if e.is_namespace_terminating() => Ok(Written::NamespaceTerminating),
+            other => written(other),
+        }
+    }
+
+    /// Replaces a copy; `obj` carries the resourceVersion it was planned from.
+    pub async fn replace(&self, kind: Kind, obj: &Object) -> ApiResult<Written> {
+        let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        let api = self.objects(kind, Some(ns));
+        let res = self
+            .call(
+                "update",
+                kind.plural(),
+                api.replace(name, &post_params(), obj),
+            )
+            .await;
+        written(res)
+    }
+
+    /// Deletes a copy, preconditioned on the resourceVersion it was planned from.
+    pub async fn delete(&self, key: &ObjectKey, resource_version: &str) -> ApiResult<Written> {
+        let api = self.objects(key.kind, Some(&key.namespace));
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(resource_version.to_string()),
+                uid: None,
+            }),
+            ..Default::default()
+        };
+        let res = self
+            .call("delete", key.kind.plural(), api.delete(&key.name, &dp))
+            .await;
+        written(res)
+    }
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        dry_run: false,
+        field_manager: Some(marks::FIELD_MANAGER.into()),
+    }
+}
+
+fn written<T>(res: ApiResult<T>) -> ApiResult<Written> {
+    match res {
+        Ok(_) => Ok(Written::Done),
+        Err(e) if e.is_already_exists() || e.is_conflict() || e.is_not_found() => {
+            Ok(Written::Stale)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn namespace_info(meta: &PartialObjectMeta<Namespace>) -> Option<NamespaceInfo> {
+    Some(NamespaceInfo {
+        name: meta.metadata.name.clone()?,
+        resource_version: meta.metadata.resource_version.clone().unwrap_or_default(),
+        labels: meta.metadata.labels.clone().unwrap_or_default(),
+        terminating: meta.metadata.deletion_timestamp.is_some(),
+    })
+}
+
+/// Labels of a metadata-only object, or an empty map.
+pub fn labels_of<K>(meta: &PartialObjectMeta<K>) -> BTreeMap<String, String> {
+    meta.metadata.labels.clone().unwrap_or_default()
+}
+
+/// How long jobs wait for admitted state to be persisted before acting on what they read.
+pub const PERSIST_WAIT: Duration = Duration::from_secs(5);

@@ -1,0 +1,278 @@
+//! Prometheus metrics (served as text on the plain HTTP port at `/metrics`).
+//!
+//! Labels never carry object names or data: only endpoints, operations, verbs and outcomes.
+
+use std::time::Duration;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    pub endpoint: &'static str,
+    pub operation: &'static str,
+    /// `allowed`, `denied`, `dry_run`, `bad_request`
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub kind: &'static str,
+    /// `ok`, `retry`, `failed`
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    pub verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    pub verb: &'static str,
+    pub resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+/// Every metric copyrator exports.
+pub struct Metrics {
+    registry: Registry,
+    pub admission_requests: Family<AdmissionLabels, Counter>,
+    pub admission_duration: Family<EndpointLabels, Histogram>,
+    pub queue_depth: Gauge,
+    pub queue_coalesced: Counter,
+    pub queue_dropped: Counter,
+    pub jobs: Family<JobLabels, Counter>,
+    pub job_duration: Family<KindLabels, Histogram>,
+    pub copy_writes: Family<VerbLabels, Counter>,
+    pub conflicts: Family<ReasonLabels, Counter>,
+    pub copy_lag: Histogram,
+    pub resync_duration: Histogram,
+    pub resync_drift: Family<ReasonLabels, Counter>,
+    pub api_requests: Family<ApiLabels, Counter>,
+    pub api_errors: Family<CodeLabels, Counter>,
+    pub tls_reloads: Family<OutcomeLabels, Counter>,
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("copyrator");
+        let admission_requests = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "AdmissionReviews answered, by endpoint, operation and outcome",
+            admission_requests.clone(),
+        );
+        // 10 µs .. ~80 ms
+        let admission_duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.00001, 2.0, 14))
+        });
+        registry.register(
+            "admission_duration_seconds",
+            "Time copyrator spent answering an AdmissionReview (parse to response)",
+            admission_duration.clone(),
+        );
+        let queue_depth = Gauge::default();
+        registry.register(
+            "queue_depth",
+            "Jobs waiting in the work queue",
+            queue_depth.clone(),
+        );
+        let queue_coalesced = Counter::default();
+        registry.register(
+            "queue_coalesced",
+            "Jobs merged into a waiting job with the same key",
+            queue_coalesced.clone(),
+        );
+        let queue_dropped = Counter::default();
+        registry.register(
+            "queue_dropped",
+            "Jobs dropped because the queue was full (each schedules a full resync)",
+            queue_dropped.clone(),
+        );
+        let jobs = Family::<JobLabels, Counter>::default();
+        registry.register("jobs", "Jobs finished, by kind and outcome", jobs.clone());
+        // 1 ms .. ~65 s
+        let job_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 17))
+        });
+        registry.register(
+            "job_duration_seconds",
+            "Time a worker spent on a job, by kind",
+            job_duration.clone(),
+        );
+        let copy_writes = Family::<VerbLabels, Counter>::default();
+        registry.register(
+            "copy_writes",
+            "Writes to copies, by verb (create, update, delete)",
+            copy_writes.clone(),
+        );
+        let conflicts = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "conflicts",
+            "Targets not written because of a conflict, by reason",
+            conflicts.clone(),
+        );
+        let copy_lag = Histogram::new(exponential_buckets(0.001, 2.0, 17));
+        registry.register(
+            "copy_lag_seconds",
+            "From the admission or resync that triggered a job to the write of a copy",
+            copy_lag.clone(),
+        );
+        let resync_duration = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        registry.register(
+            "resync_duration_seconds",
+            "Duration of a full resync",
+            resync_duration.clone(),
+        );
+        let resync_drift = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "resync_drift",
+            "Drift found by full resyncs: missing, stale, orphaned copies",
+            resync_drift.clone(),
+        );
+        let api_requests = Family::<ApiLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests to the Kubernetes API, by verb and resource",
+            api_requests.clone(),
+        );
+        let api_errors = Family::<CodeLabels, Counter>::default();
+        registry.register(
+            "api_errors",
+            "Kubernetes API errors, by HTTP status code (0: no response)",
+            api_errors.clone(),
+        );
+        let tls_reloads = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "tls_reloads",
+            "Serving certificate reloads, by outcome (success, failure)",
+            tls_reloads.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 when this replica holds the lease and runs the reconciler",
+            leader.clone(),
+        );
+        Self {
+            registry,
+            admission_requests,
+            admission_duration,
+            queue_depth,
+            queue_coalesced,
+            queue_dropped,
+            jobs,
+            job_duration,
+            copy_writes,
+            conflicts,
+            copy_lag,
+            resync_duration,
+            resync_drift,
+            api_requests,
+            api_errors,
+            tls_reloads,
+            leader,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn observe_admission(
+        &self,
+        endpoint: &'static str,
+        operation: &'static str,
+        outcome: &'static str,
+        took: Duration,
+    ) {
+        self.admission_requests
+            .get_or_create(&AdmissionLabels {
+                endpoint,
+                operation,
+                outcome,
+            })
+            .inc();
+        self.admission_duration
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn api_call(&self, verb: &'static str, resource: &'static str) {
+        self.api_requests
+            .get_or_create(&ApiLabels { verb, resource })
+            .inc();
+    }
+
+    pub fn api_error(&self, code: u16) {
+        self.api_errors.get_or_create(&CodeLabels { code }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_prefixed_metrics() {
+        let m = Metrics::new();
+        m.observe_admission("namespaces", "CREATE", "allowed", Duration::from_micros(30));
+        m.copy_writes
+            .get_or_create(&VerbLabels { verb: "create" })
+            .inc();
+        m.leader.set(1);
+        let text = m.encode();
+        assert!(text.contains(
+            "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"} 1"
+        ));
+        assert!(text.contains("copyrator_copy_writes_total{verb=\"create\"} 1"));
+        assert!(text.contains("copyrator_leader 1"));
+        assert!(
+            text.contains("copyrator_admission_duration_seconds_count{endpoint=\"namespaces\"} 1")
+        );
+    }
+}

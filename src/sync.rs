@@ -1,0 +1,772 @@
+//! What a worker does with one job: read the persisted state the job's scope needs (waiting
+//! for admitted changes to land, SPEC §4.6), plan, apply, re-plan targets that changed under
+//! it, and report.
+
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::jiff::Timestamp;
+use moka::sync::Cache;
+
+use crate::{
+    apply::{Applied, apply},
+    cluster::{ApiError, Cluster, PERSIST_WAIT},
+    content,
+    events::{Events, Regarding, reason},
+    marks,
+    metrics::{Metrics, ReasonLabels},
+    model::{Kind, Object, ObjectKey, SourceInfo},
+    plan::{Action, Contents, Existing, Scope, World, plan},
+    queue::{Awaited, Job, JobKey, Trigger, WorkQueue},
+    report,
+    rules::{Rule, RuleId, SourceMatch},
+    world::{self, Found, Loaded},
+};
+
+/// Settings the sync logic needs.
+#[derive(Clone, Debug)]
+pub struct SyncSettings {
+    /// Never copy into these (`--exclude-namespaces`).
+    pub excluded_namespaces: BTreeSet<String>,
+    /// Concurrent writes per job (`--fanout-concurrency`).
+    pub fanout_concurrency: usize,
+}
+
+/// Everything a job needs; one per process, shared by all workers.
+pub struct Context {
+    pub cluster: Cluster,
+    pub events: Events,
+    pub metrics: Arc<Metrics>,
+    pub queue: Arc<WorkQueue>,
+    pub settings: SyncSettings,
+    /// Content hash of a source at a resourceVersion: lets a resync decide "in sync" from
+    /// metadata alone. Bounded; one small entry per source.
+    pub source_hashes: Cache<(ObjectKey, String), String>,
+    /// Counts completed full resyncs (readiness waits for the first).
+    pub resyncs: tokio::sync::watch::Sender<u64>,
+}
+
+impl Context {
+    pub fn new(
+        cluster: Cluster,
+        events: Events,
+        metrics: Arc<Metrics>,
+        queue: Arc<WorkQueue>,
+        settings: SyncSettings,
+    ) -> Self {
+        Self {
+            cluster,
+            events,
+            metrics,
+            queue,
+            settings,
+            source_hashes: Cache::builder().max_capacity(100_000).build(),
+            resyncs: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+/// Why a job did not finish; it is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("{count} write(s) failed, first: {first}")]
+    Writes { count: usize, first: String },
+    #[error("targets kept changing while being written: {0}")]
+    Unsettled(String),
+}
+
+/// How many times stale targets are re-read and re-planned within one job.
+const MAX_ROUNDS: usize = 4;
+
+/// Runs one job to completion.
+pub async fn run(ctx: &Context, job: &Job) -> Result<(), SyncError> {
+    match &job.key {
+        JobKey::Source(key) => sync_source(ctx, job, key).await,
+        JobKey::Namespace(name) => sync_namespace(ctx, job, name).await,
+        JobKey::Copy(key) => sync_copy(ctx, job, key).await,
+        JobKey::Rule(name) => sync_rule(ctx, job, name).await,
+        JobKey::Resync => resync(ctx, job).await,
+    }
+}
+
+/// Polls `read` until `done` holds for its result or [`PERSIST_WAIT`] passed; returns the last read.
+async fn await_persisted<T, F, Fut>(
+    awaited: &Awaited,
+    mut read: F,
+    done: impl Fn(&Awaited, &T) -> bool,
+) -> Result<T, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ApiError>>,
+{
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(2);
+    loop {
+        let value = read().await?;
+        if done(awaited, &value) || start.elapsed() >= PERSIST_WAIT {
+            return Ok(value);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(250));
+    }
+}
+
+fn object_persisted(awaited: &Awaited, obj: &Option<Object>) -> bool {
+    match (awaited, obj) {
+        (Awaited::Nothing, _) => true,
+        (Awaited::Exists, o) => o.is_some(),
+        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
+        (Awaited::ChangedFrom(rv), Some(o)) => o.metadata.resource_version.as_deref() != Some(rv),
+        (Awaited::Gone, o) => o
+            .as_ref()
+            .is_none_or(|o| o.metadata.deletion_timestamp.is_some()),
+    }
+}
+
+fn namespace_persisted(awaited: &Awaited, ns: &Option<crate::model::NamespaceInfo>) -> bool {
+    match (awaited, ns) {
+        (Awaited::Nothing, _) => true,
+        (Awaited::Exists, ns) => ns.is_some(),
+        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
+        (Awaited::ChangedFrom(rv), Some(ns)) => &ns.resource_version != rv,
+        (Awaited::Gone, ns) => ns.as_ref().is_none_or(|n| n.terminating),
+    }
+}
+
+/// A source job: every copy of one source (SPEC §4.2).
+async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), SyncError> {
+    let cluster = &ctx.cluster;
+    let source = await_persisted(&job.awaited, || cluster.get(key), object_persisted).await?;
+    let mut loaded = world::load_rules(cluster, &[key.kind]).await?;
+    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    let info = source
+        .as_ref()
+        .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata));
+    world::set_source(&mut world, &mut loaded, key, info.clone());
+    let mut contents = Contents::default();
+    let mut found = Found::default();
+
+    match (&source, &info) {
+        (Some(obj), Some(info)) => {
+            remember_payload(ctx, &mut contents, info, obj);
+            warn_about_source(ctx, &world, info).await;
+            let rules: Vec<Rule> = world.rules.for_source(info).cloned().collect();
+            world::load_target_namespaces(cluster, &mut world, &rules).await?;
+            world::copies_of_sources(
+                cluster,
+                key.kind,
+                &BTreeSet::from([info.uid.clone()]),
+                &mut found,
+            )
+            .await?;
+        }
+        _ => {
+            // Gone: its copies can only be found by their annotation.
+            world::all_copies(cluster, key.kind, None, &mut found).await?;
+            found.retain(
+                |k, e| matches!(e, Existing::Managed(m) if m.source(k.kind).as_ref() == Some(key)),
+            );
+        }
+    }
+    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::Source(key.clone()),
+        found,
+        contents,
+    )
+    .await?;
+    after(ctx, job, &outcomes)
+}
+
+/// A namespace job: every copy that should or does live in one namespace (SPEC §4.1, §4.3).
+async fn sync_namespace(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError> {
+    let cluster = &ctx.cluster;
+    let ns = await_persisted(
+        &job.awaited,
+        || cluster.get_namespace(name),
+        namespace_persisted,
+    )
+    .await?;
+    let Some(ns) = ns.filter(|n| !n.terminating) else {
+        // Gone or going: its copies go with it.
+        return Ok(());
+    };
+    let mut found = Found::default();
+    let (mut loaded, secrets, config_maps) = tokio::try_join!(
+        world::load_rules(cluster, &Kind::ALL),
+        cluster.list_meta(Kind::Secret, Some(name), marks::MANAGED_SELECTOR, None),
+        cluster.list_meta(Kind::ConfigMap, Some(name), marks::MANAGED_SELECTOR, None),
+    )?;
+    found.add_listed(Kind::Secret, secrets);
+    found.add_listed(Kind::ConfigMap, config_maps);
+    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    world.namespaces.insert(ns.name.clone(), ns);
+    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::Namespace(name.to_string()),
+        found,
+        Contents::default(),
+    )
+    .await?;
+    after(ctx, job, &outcomes)
+}
+
+/// A copy job: one copy someone else changed or deleted (SPEC §4.4).
+async fn sync_copy(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), SyncError> {
+    let cluster = &ctx.cluster;
+    let kinds = [key.kind];
+    let (copy, ns, mut loaded) = tokio::try_join!(
+        await_persisted(&job.awaited, || cluster.get(key), object_persisted),
+        cluster.get_namespace(&key.namespace),
+        world::load_rules(cluster, &kinds),
+    )?;
+    let Some(ns) = ns else {
+        return Ok(());
+    };
+    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    world.namespaces.insert(ns.name.clone(), ns);
+    let mut found = Found::default();
+    found
+        .existing
+        .insert(key.clone(), world::classify(key.kind, copy.as_ref()));
+    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::Target(key.clone()),
+        found,
+        Contents::default(),
+    )
+    .await?;
+    after(ctx, job, &outcomes)
+}
+
+/// A rule job: every copy of one CopyRule, then its status (SPEC §2.2).
+async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError> {
+    let cluster = &ctx.cluster;
+    let copy_rule = await_persisted(
+        &job.awaited,
+        || cluster.get_copy_rule(name),
+        |awaited, r| match (awaited, r) {
+            (Awaited::Nothing, _) => true,
+            (Awaited::Exists, r) => r.is_some(),
+            (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
+            (Awaited::ChangedFrom(rv), Some(r)) => {
+                r.metadata.resource_version.as_deref() != Some(rv)
+            }
+            (Awaited::Gone, r) => r
+                .as_ref()
+                .is_none_or(|r| r.metadata.deletion_timestamp.is_some()),
+        },
+    )
+    .await?;
+    let kinds: Vec<Kind> = match &copy_rule {
+        Some(r) => vec![r.spec.kind],
+        None => Kind::ALL.to_vec(),
+    };
+    let mut loaded = world::load_rules(cluster, &kinds).await?;
+    // The rule as just read, not as listed a moment earlier.
+    loaded
+        .copy_rules
+        .retain(|r| r.metadata.name.as_deref() != Some(name));
+    loaded.copy_rules.extend(copy_rule.clone());
+    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    let id = RuleId::CopyRule(name.to_string());
+    let rule = world.rules.copy_rule(name).cloned();
+    let mut found = Found::default();
+
+    if let Some(rule) = &rule {
+        adopt_rule_sources(ctx, &mut world, &mut loaded, rule).await?;
+        world::load_target_namespaces(cluster, &mut world, [rule]).await?;
+        let uids: BTreeSet<String> = world
+            .sources
+            .values()
+            .filter(|s| rule.applies_to(s))
+            .map(|s| s.uid.clone())
+            .collect();
+        world::copies_of_sources(cluster, rule.kind, &uids, &mut found).await?;
+    }
+    if rule.is_none() || job.full_scan {
+        // Deleted, invalid or changed: its copies of sources it no longer selects are only
+        // found by their rule annotation.
+        for kind in &kinds {
+            let mut all = Found::default();
+            world::all_copies(cluster, *kind, None, &mut all).await?;
+            all.retain(|_, e| matches!(e, Existing::Managed(m) if m.annotations.get(marks::RULE_ANNOTATION) == Some(&id.mark())));
+            found.existing.extend(all.existing);
+            found.suspect.extend(all.suspect);
+        }
+    }
+    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::Rule(id.clone()),
+        found,
+        Contents::default(),
+    )
+    .await?;
+    if let Some(cr) = &copy_rule {
+        write_rule_status(ctx, &world, cr, &outcomes).await;
+    }
+    after(ctx, job, &outcomes)
+}
+
+/// The full resync: everything, from a handful of label-selected metadata-only LISTs.
+async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
+    let started = Instant::now();
+    let cluster = &ctx.cluster;
+    let (mut loaded, namespaces, secrets, config_maps) = tokio::try_join!(
+        world::load_rules(cluster, &Kind::ALL),
+        cluster.list_namespaces(""),
+        cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, None),
+        cluster.list_meta(Kind::ConfigMap, None, marks::MANAGED_SELECTOR, None),
+    )?;
+    let mut found = Found::default();
+    found.add_listed(Kind::Secret, secrets);
+    found.add_listed(Kind::ConfigMap, config_maps);
+    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    world.namespaces = namespaces
+        .into_iter()
+        .map(|n| (n.name.clone(), n))
+        .collect();
+
+    // Sources of CopyRules that lack the opt-in label are found by listing each source
+    // namespace once per kind.
+    let groups: BTreeSet<(Kind, String)> = world
+        .rules
+        .rules
+        .iter()
+        .filter(|r| r.id.copy_rule_name().is_some())
+        .map(|r| (r.kind, r.source_namespace.clone()))
+        .collect();
+    for (kind, ns) in groups {
+        let metas = cluster.list_meta(kind, Some(&ns), "", None).await?;
+        let rules: Vec<Rule> = world
+            .rules
+            .rules
+            .iter()
+            .filter(|r| {
+                r.kind == kind && r.source_namespace == ns && r.id.copy_rule_name().is_some()
+            })
+            .cloned()
+            .collect();
+        for meta in metas {
+            if let Some(info) = SourceInfo::from_meta(kind, &meta.metadata)
+                && rules.iter().any(|r| r.applies_to(&info))
+                && !loaded.sources.contains_key(&info.key)
+            {
+                label_source(ctx, &info).await;
+                loaded.sources.insert(info.key.clone(), info);
+            }
+        }
+    }
+    let namespaces = std::mem::take(&mut world.namespaces);
+    world = loaded.world(&ctx.settings.excluded_namespaces);
+    world.namespaces = namespaces;
+    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::All,
+        found,
+        Contents::default(),
+    )
+    .await?;
+    for (action, applied) in &outcomes {
+        let drift = match (action, applied) {
+            (Action::Create { .. }, Applied::Done) => "missing",
+            (Action::Update { .. } | Action::Recreate { .. }, Applied::Done) => "stale",
+            (Action::Delete { .. }, Applied::Done) => "orphaned",
+            _ => continue,
+        };
+        ctx.metrics
+            .resync_drift
+            .get_or_create(&ReasonLabels { reason: drift })
+            .inc();
+    }
+    for cr in &loaded.copy_rules {
+        write_rule_status(ctx, &world, cr, &outcomes).await;
+    }
+    for (key, err) in &world.rules.invalid_sources {
+        if let Some(src) = world.sources.get(key) {
+            ctx.events
+                .warning(
+                    &Regarding::source(key.kind, key, &src.uid),
+                    reason::INVALID,
+                    err.to_string(),
+                )
+                .await;
+        }
+    }
+    ctx.metrics
+        .resync_duration
+        .observe(started.elapsed().as_secs_f64());
+    ctx.resyncs.send_modify(|n| *n += 1);
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        writes = outcomes.iter().filter(|(a, _)| a.is_write()).count(),
+        "resync done"
+    );
+    after(ctx, job, &outcomes)
+}
+
+/// Loads what every job needs once its scope is known: sources named by the copies found,
+/// namespaces of those copies, and the content of copies that were edited by someone else.
+async fn finish_loading(
+    ctx: &Context,
+    world: &mut World,
+    loaded: &mut Loaded,
+    found: &mut Found,
+) -> Result<(), ApiError> {
+    let cluster = &ctx.cluster;
+    world::ensure_sources(cluster, world, loaded, found.sources()).await?;
+    world::ensure_namespaces(cluster, world, found.namespaces()).await?;
+    world::read_suspects(cluster, found).await
+}
+
+/// Plans and applies until every target in scope is settled; returns the outcomes.
+async fn converge(
+    ctx: &Context,
+    job: &Job,
+    world: &mut World,
+    scope: &Scope,
+    found: Found,
+    mut contents: Contents,
+) -> Result<Vec<(Action, Applied)>, SyncError> {
+    let mut existing = found.existing;
+    world::known_hashes(world, &ctx.source_hashes, &mut contents);
+    let mut actions = plan(world, scope, &existing, &contents);
+    let mut outcomes = Vec::new();
+    for round in 0..MAX_ROUNDS {
+        // Read the payloads the plan needs, then plan again with them.
+        let needed: BTreeSet<ObjectKey> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::NeedSource { source } => Some(source.clone()),
+                _ => None,
+            })
+            .collect();
+        if !needed.is_empty() {
+            read_sources(ctx, world, &mut contents, needed).await?;
+            actions = plan(world, scope, &existing, &contents);
+        }
+        let applied = apply(
+            &ctx.cluster,
+            &ctx.metrics,
+            actions,
+            ctx.settings.fanout_concurrency,
+            job.since,
+        )
+        .await;
+        let mut stale = Vec::new();
+        for (action, result) in applied {
+            match result {
+                Applied::Stale => stale.push(action),
+                other => outcomes.push((action, other)),
+            }
+        }
+        if stale.is_empty() {
+            break;
+        }
+        if round + 1 == MAX_ROUNDS {
+            let first = stale.first().map(|a| format!("{a:?}")).unwrap_or_default();
+            // Keep what settled; report the rest and retry the job.
+            return Err(SyncError::Unsettled(first.chars().take(200).collect()));
+        }
+        // Someone changed these targets since they were read: read them again, plan again.
+        let targets: BTreeSet<ObjectKey> = stale.iter().filter_map(action_target).collect();
+        for target in &targets {
+            let obj = ctx.cluster.get(target).await?;
+            existing.insert(target.clone(), world::classify(target.kind, obj.as_ref()));
+        }
+        actions = targets
+            .iter()
+            .flat_map(|t| plan(world, &Scope::Target(t.clone()), &existing, &contents))
+            .collect();
+    }
+    let failed: Vec<&ApiError> = outcomes
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Applied::Failed(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
+    if let Some(first) = failed.first() {
+        let transient = failed.iter().all(|e| e.is_transient() || e.code() == 409);
+        let err = SyncError::Writes {
+            count: failed.len(),
+            first: first.to_string(),
+        };
+        if transient || job.attempt < 3 {
+            return Err(err);
+        }
+        tracing::warn!(error = %err, "giving up on writes until the next resync");
+    }
+    Ok(outcomes)
+}
+
+fn action_target(a: &Action) -> Option<ObjectKey> {
+    match a {
+        Action::Create { copy, .. }
+        | Action::Update { copy, .. }
+        | Action::Recreate { copy, .. } => Some(copy.key.clone()),
+        Action::Delete { target, .. } => Some(target.clone()),
+        _ => None,
+    }
+}
+
+/// Reads source payloads (one GET each); a source that vanished is marked as going.
+async fn read_sources(
+    ctx: &Context,
+    world: &mut World,
+    contents: &mut Contents,
+    keys: BTreeSet<ObjectKey>,
+) -> Result<(), ApiError> {
+    let reads = futures::future::try_join_all(keys.iter().map(|k| ctx.cluster.get(k))).await?;
+    for (key, obj) in keys.iter().zip(reads) {
+        match obj
+            .as_ref()
+            .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata).map(|i| (o, i)))
+        {
+            Some((obj, info)) => {
+                remember_payload(ctx, contents, &info, obj);
+                world.sources.insert(key.clone(), info);
+            }
+            None => {
+                if let Some(s) = world.sources.get_mut(key) {
+                    s.deleting = true;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn remember_payload(ctx: &Context, contents: &mut Contents, info: &SourceInfo, obj: &Object) {
+    let payload = obj.payload.clone().for_kind(info.key.kind);
+    let hash = content::source_hash(info, &payload);
+    ctx.source_hashes.insert(
+        (info.key.clone(), info.resource_version.clone()),
+        hash.clone(),
+    );
+    contents.known_hashes.insert(info.key.clone(), hash);
+    contents.payloads.insert(info.key.clone(), payload);
+}
+
+/// Sources a rule selects that lack the opt-in label get it, so that their changes reach the
+/// sources webhook; they join the world either way.
+async fn adopt_rule_sources(
+    ctx: &Context,
+    world: &mut World,
+    loaded: &mut Loaded,
+    rule: &Rule,
+) -> Result<(), ApiError> {
+    let cluster = &ctx.cluster;
+    let infos: Vec<SourceInfo> = match &rule.sources {
+        SourceMatch::Name(name) => {
+            let key = ObjectKey::new(rule.kind, &rule.source_namespace, name);
+            cluster
+                .get_meta(&key)
+                .await?
+                .and_then(|m| SourceInfo::from_meta(rule.kind, &m.metadata))
+                .into_iter()
+                .collect()
+        }
+        SourceMatch::Selector(sel) => cluster
+            .list_meta(
+                rule.kind,
+                Some(&rule.source_namespace),
+                &sel.to_string(),
+                None,
+            )
+            .await?
+            .iter()
+            .filter_map(|m| SourceInfo::from_meta(rule.kind, &m.metadata))
+            .collect(),
+    };
+    for info in infos {
+        if info.labels.get(marks::SOURCE_LABEL).map(String::as_str) != Some("true")
+            && !info.deleting
+        {
+            label_source(ctx, &info).await;
+        }
+        loaded.sources.insert(info.key.clone(), info);
+    }
+    world.sources = loaded.sources.clone();
+    world.rules = crate::rules::RuleSet::build(loaded.sources.values(), &loaded.copy_rules);
+    Ok(())
+}
+
+async fn label_source(ctx: &Context, info: &SourceInfo) {
+    if info.labels.get(marks::SOURCE_LABEL).map(String::as_str) == Some("true") {
+        return;
+    }
+    if let Err(e) = ctx.cluster.label_source(&info.key, &info.uid).await {
+        tracing::warn!(source = %info.key, error = %e, "could not label source");
+    }
+}
+
+/// Events about a source's own configuration (inline rule).
+async fn warn_about_source(ctx: &Context, world: &World, info: &SourceInfo) {
+    let regarding = Regarding::source(info.key.kind, &info.key, &info.uid);
+    if let Some(err) = world.rules.invalid_sources.get(&info.key) {
+        ctx.events
+            .warning(&regarding, reason::INVALID, err.to_string())
+            .await;
+        return;
+    }
+    let labelled = info.labels.get(marks::SOURCE_LABEL).map(String::as_str) == Some("true");
+    if labelled && world.rules.for_source(info).next().is_none() {
+        ctx.events
+            .warning(
+                &regarding,
+                reason::NO_TARGETS,
+                format!(
+                    "labelled {}=true but has neither {} nor {} and no CopyRule selects it: copied nowhere",
+                    marks::SOURCE_LABEL,
+                    marks::NAMESPACE_SELECTOR_ANNOTATION,
+                    marks::NAMESPACES_ANNOTATION
+                ),
+            )
+            .await;
+    }
+}
+
+async fn write_rule_status(
+    ctx: &Context,
+    world: &World,
+    cr: &crate::copyrule::CopyRule,
+    outcomes: &[(Action, Applied)],
+) {
+    let Some(name) = cr.metadata.name.as_deref() else {
+        return;
+    };
+    if cr.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let tallies = report::tally(outcomes);
+    let id = RuleId::CopyRule(name.to_string());
+    let tally = tallies.get(&id);
+    let parsed = match world.rules.copy_rule(name) {
+        Some(r) => Ok(r),
+        None => match world.rules.invalid_copy_rules.get(name) {
+            Some(e) => Err(e),
+            None => return,
+        },
+    };
+    let status = report::rule_status(cr, parsed, world, tally, Timestamp::now());
+    let wrote = tally.is_some_and(|t| t.writes() > 0);
+    let regarding = Regarding::copy_rule(cr);
+    if let Err(e) = parsed {
+        ctx.events
+            .warning(&regarding, reason::INVALID, e.to_string())
+            .await;
+    } else if let Some(t) = tally.filter(|t| t.writes() > 0) {
+        ctx.events
+            .normal(
+                &regarding,
+                reason::SYNCED,
+                format!(
+                    "{} created, {} updated; {}/{} copies in sync",
+                    t.created,
+                    t.updated,
+                    t.synced,
+                    t.wanted.len()
+                ),
+            )
+            .await;
+    }
+    if (wrote || report::status_changed(cr.status.as_ref(), &status))
+        && let Err(e) = ctx.cluster.patch_rule_status(name, &status).await
+    {
+        tracing::warn!(rule = name, error = %e, "could not update CopyRule status");
+    }
+}
+
+/// Follow-up: CopyRules whose copies this job touched get their status refreshed.
+fn after(ctx: &Context, job: &Job, outcomes: &[(Action, Applied)]) -> Result<(), SyncError> {
+    if matches!(job.key, JobKey::Rule(_) | JobKey::Resync) {
+        return Ok(());
+    }
+    let rules: BTreeSet<String> = report::tally(outcomes)
+        .into_iter()
+        .filter(|(_, t)| t.writes() > 0 || !t.conflicts.is_empty() || t.failed > 0)
+        .filter_map(|(id, _)| id.copy_rule_name().map(str::to_string))
+        .collect();
+    for name in rules {
+        crate::worker::enqueue(
+            &ctx.queue,
+            &ctx.metrics,
+            Job::new(JobKey::Rule(name), Trigger::FollowUp),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NamespaceInfo;
+
+    fn obj(rv: &str) -> Option<Object> {
+        let mut o = Object::default();
+        o.metadata.resource_version = Some(rv.into());
+        Some(o)
+    }
+
+    fn ns(rv: &str) -> Option<NamespaceInfo> {
+        Some(NamespaceInfo {
+            name: "n".into(),
+            resource_version: rv.into(),
+            labels: Default::default(),
+            terminating: false,
+        })
+    }
+
+    #[test]
+    fn admitted_changes_count_as_persisted_only_once_visible() {
+        let changed = Awaited::ChangedFrom("5".into());
+        assert!(
+            !object_persisted(&changed, &obj("5")),
+            "still the version the admission replaced"
+        );
+        assert!(object_persisted(&changed, &obj("6")));
+        assert!(
+            object_persisted(&changed, &None),
+            "deleted since: nothing to wait for"
+        );
+        assert!(!object_persisted(&Awaited::Exists, &None));
+        assert!(object_persisted(&Awaited::Exists, &obj("1")));
+        assert!(!object_persisted(&Awaited::Gone, &obj("1")));
+        assert!(object_persisted(&Awaited::Gone, &None));
+        assert!(object_persisted(&Awaited::Nothing, &None));
+
+        assert!(
+            !namespace_persisted(&changed, &ns("5")),
+            "a label change not persisted yet"
+        );
+        assert!(namespace_persisted(&changed, &ns("6")));
+        assert!(
+            !namespace_persisted(&Awaited::Exists, &None),
+            "namespace CREATE not persisted yet"
+        );
+        assert!(namespace_persisted(&Awaited::Exists, &ns("1")));
+    }
+}

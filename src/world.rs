@@ -1,0 +1,352 @@
+//! Reading the persisted state a job plans from: rules, sources, namespaces and existing
+//! copies, each loaded with label-selected, metadata-only calls where possible, and never more
+//! than the job's scope needs. Nothing here writes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::core::PartialObjectMeta;
+
+use crate::{
+    cluster::{ApiResult, Cluster},
+    content,
+    copyrule::CopyRule,
+    marks,
+    model::{Kind, NamespaceInfo, Object, ObjectKey, SourceInfo, edited_by_others},
+    plan::{Contents, Existing, ManagedCopy, World},
+    rules::{Rule, RuleSet},
+};
+
+/// Concurrent single-object reads a job issues at once.
+const READ_CONCURRENCY: usize = 16;
+/// Up to this many missing namespaces are read one by one; beyond, all are listed.
+const NAMESPACE_GETS_MAX: usize = 8;
+/// uids per `source-uid in (...)` selector.
+const UID_CHUNK: usize = 40;
+
+/// Existing copies found at targets, plus the ones whose managedFields show a foreign edit
+/// (their content must be read to know whether they drifted).
+#[derive(Default, Debug)]
+pub struct Found {
+    pub existing: BTreeMap<ObjectKey, Existing>,
+    pub suspect: BTreeSet<ObjectKey>,
+}
+
+impl Found {
+    /// Adds metadata-only results of a LIST of managed copies.
+    pub fn add_listed(&mut self, kind: Kind, metas: Vec<PartialObjectMeta<Object>>) {
+        for meta in metas {
+            let m = &meta.metadata;
+            let (Some(ns), Some(name)) = (m.namespace.clone(), m.name.clone()) else {
+                continue;
+            };
+            let key = ObjectKey::new(kind, ns, name);
+            let labels = m.labels.clone().unwrap_or_default();
+            if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str)
+                != Some(marks::MANAGED_BY_VALUE)
+            {
+                // Carries copyrator's labels but not the ownership mark: not ours.
+                self.existing.insert(
+                    key,
+                    Existing::Unmanaged {
+                        resource_version: m.resource_version.clone().unwrap_or_default(),
+                    },
+                );
+                continue;
+            }
+            if edited_by_others(m.managed_fields.as_ref(), marks::FIELD_MANAGER) {
+                self.suspect.insert(key.clone());
+            }
+            self.existing.insert(
+                key,
+                Existing::Managed(ManagedCopy {
+                    resource_version: m.resource_version.clone().unwrap_or_default(),
+                    labels,
+                    annotations: m.annotations.clone().unwrap_or_default(),
+                    actual_hash: None,
+                    deleting: m.deletion_timestamp.is_some(),
+                }),
+            );
+        }
+    }
+
+    /// Namespaces of the copies found.
+    pub fn namespaces(&self) -> BTreeSet<String> {
+        self.existing.keys().map(|k| k.namespace.clone()).collect()
+    }
+
+    /// Sources the managed copies name.
+    pub fn sources(&self) -> BTreeSet<ObjectKey> {
+        self.existing
+            .iter()
+            .filter_map(|(k, e)| match e {
+                Existing::Managed(m) => m.source(k.kind),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Keeps only the copies `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&ObjectKey, &Existing) -> bool) {
+        self.existing.retain(|k, e| keep(k, e));
+        let existing = &self.existing;
+        self.suspect.retain(|k| existing.contains_key(k));
+    }
+}
+
+/// What exists at one target, read in full (for copies and re-reads after a stale write).
+pub fn classify(kind: Kind, obj: Option<&Object>) -> Existing {
+    let Some(obj) = obj else {
+        return Existing::None;
+    };
+    let m = &obj.metadata;
+    let labels = m.labels.clone().unwrap_or_default();
+    let resource_version = m.resource_version.clone().unwrap_or_default();
+    if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE) {
+        return Existing::Unmanaged { resource_version };
+    }
+    Existing::Managed(ManagedCopy {
+        resource_version,
+        labels,
+        annotations: m.annotations.clone().unwrap_or_default(),
+        actual_hash: Some(content::object_hash(kind, obj)),
+        deleting: m.deletion_timestamp.is_some(),
+    })
+}
+
+/// Rules and the sources they apply to, as listed.
+pub struct Loaded {
+    pub sources: BTreeMap<ObjectKey, SourceInfo>,
+    pub copy_rules: Vec<CopyRule>,
+}
+
+impl Loaded {
+    /// A World holding these rules and sources (namespaces are added by the job).
+    pub fn world(&self, excluded: &BTreeSet<String>) -> World {
+        World {
+            rules: RuleSet::build(self.sources.values(), &self.copy_rules),
+            sources: self.sources.clone(),
+            namespaces: BTreeMap::new(),
+            excluded_namespaces: excluded.clone(),
+        }
+    }
+}
+
+/// Lists every opted-in source of `kinds` (metadata only) and every CopyRule.
+pub async fn load_rules(cluster: &Cluster, kinds: &[Kind]) -> ApiResult<Loaded> {
+    let lists = kinds
+        .iter()
+        .map(|kind| async move {
+            let metas = cluster
+                .list_meta(*kind, None, marks::SOURCE_SELECTOR, None)
+                .await?;
+            Ok::<_, crate::cluster::ApiError>(
+                metas
+                    .iter()
+                    .filter_map(|m| SourceInfo::from_meta(*kind, &m.metadata))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect::<Vec<_>>();
+    let (sources, copy_rules) = tokio::try_join!(
+        futures::future::try_join_all(lists),
+        cluster.list_copy_rules()
+    )?;
+    Ok(Loaded {
+        sources: sources
+            .into_iter()
+            .flatten()
+            .map(|s| (s.key.clone(), s))
+            .collect(),
+        copy_rules,
+    })
+}
+
+/// Adds the namespaces `rules` target: one server-side selected LIST per selector, GETs for
+/// explicit names.
+pub async fn load_target_namespaces<'a>(
+    cluster: &Cluster,
+    world: &mut World,
+    rules: impl IntoIterator<Item = &'a Rule>,
+) -> ApiResult<()> {
+    let mut selectors = BTreeSet::new();
+    let mut names = BTreeSet::new();
+    for rule in rules {
+        if let Some(sel) = &rule.namespace_selector {
+            selectors.insert(sel.to_string());
+        }
+        names.extend(rule.namespaces.iter().cloned());
+    }
+    if selectors.contains("") {
+        // A rule selects every namespace.
+        selectors = BTreeSet::from([String::new()]);
+    }
+    let listed =
+        futures::future::try_join_all(selectors.iter().map(|s| cluster.list_namespaces(s))).await?;
+    for ns in listed.into_iter().flatten() {
+        world.namespaces.insert(ns.name.clone(), ns);
+    }
+    names.retain(|n| !world.namespaces.contains_key(n));
+    get_namespaces(cluster, world, names).await
+}
+
+/// Makes sure `names` are in the world (GETs for a few, one LIST for many).
+pub async fn ensure_namespaces(
+    cluster: &Cluster,
+    world: &mut World,
+    names: BTreeSet<String>,
+) -> ApiResult<()> {
+    let missing: BTreeSet<String> = names
+        .into_iter()
+        .filter(|n| !world.namespaces.contains_key(n))
+        .collect();
+    if missing.len() > NAMESPACE_GETS_MAX {
+        for ns in cluster.list_namespaces("").await? {
+            world.namespaces.insert(ns.name.clone(), ns);
+        }
+        return Ok(());
+    }
+    get_namespaces(cluster, world, missing).await
+}
+
+async fn get_namespaces(
+    cluster: &Cluster,
+    world: &mut World,
+    names: BTreeSet<String>,
+) -> ApiResult<()> {
+    let found: Vec<Option<NamespaceInfo>> = stream::iter(names)
+        .map(|n| async move { cluster.get_namespace(&n).await })
+        .buffer_unordered(READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for ns in found.into_iter().flatten() {
+        world.namespaces.insert(ns.name.clone(), ns);
+    }
+    Ok(())
+}
+
+/// Adds sources named by existing copies that the world does not know yet (e.g. a source
+/// whose opt-in label was removed), so no copy is judged orphaned without looking at its source.
+pub async fn ensure_sources(
+    cluster: &Cluster,
+    world: &mut World,
+    loaded: &mut Loaded,
+    keys: BTreeSet<ObjectKey>,
+) -> ApiResult<()> {
+    let missing: Vec<ObjectKey> = keys
+        .into_iter()
+        .filter(|k| !world.sources.contains_key(k))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let found: Vec<Option<SourceInfo>> = stream::iter(missing)
+        .map(|k| async move {
+            let meta = cluster.get_meta(&k).await?;
+            Ok::<_, crate::cluster::ApiError>(
+                meta.and_then(|m| SourceInfo::from_meta(k.kind, &m.metadata)),
+            )
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for s in found.into_iter().flatten() {
+        loaded.sources.insert(s.key.clone(), s);
+    }
+    refresh_rules(world, loaded);
+    Ok(())
+}
+
+/// Replaces one source's info (after reading it fresh) or removes it (gone).
+pub fn set_source(
+    world: &mut World,
+    loaded: &mut Loaded,
+    key: &ObjectKey,
+    info: Option<SourceInfo>,
+) {
+    match info {
+        Some(s) => {
+            loaded.sources.insert(key.clone(), s);
+        }
+        None => {
+            loaded.sources.remove(key);
+        }
+    }
+    refresh_rules(world, loaded);
+}
+
+fn refresh_rules(world: &mut World, loaded: &Loaded) {
+    world.sources = loaded.sources.clone();
+    world.rules = RuleSet::build(loaded.sources.values(), &loaded.copy_rules);
+}
+
+/// Reads suspect copies in full so the planner compares what they actually hold.
+pub async fn read_suspects(cluster: &Cluster, found: &mut Found) -> ApiResult<()> {
+    let suspects: Vec<ObjectKey> = std::mem::take(&mut found.suspect).into_iter().collect();
+    let read: Vec<(ObjectKey, Option<Object>)> = stream::iter(suspects)
+        .map(|k| async move {
+            let obj = cluster.get(&k).await?;
+            Ok::<_, crate::cluster::ApiError>((k, obj))
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for (k, obj) in read {
+        found
+            .existing
+            .insert(k.clone(), classify(k.kind, obj.as_ref()));
+    }
+    Ok(())
+}
+
+/// Managed copies of the given sources, found by their `source-uid` label.
+pub async fn copies_of_sources(
+    cluster: &Cluster,
+    kind: Kind,
+    uids: &BTreeSet<String>,
+    found: &mut Found,
+) -> ApiResult<()> {
+    let uids: Vec<&String> = uids.iter().filter(|u| !u.is_empty()).collect();
+    for chunk in uids.chunks(UID_CHUNK) {
+        let list = chunk
+            .iter()
+            .map(|u| u.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let selector = format!(
+            "{},{} in ({list})",
+            marks::MANAGED_SELECTOR,
+            marks::SOURCE_UID_LABEL
+        );
+        let metas = cluster.list_meta(kind, None, &selector, None).await?;
+        found.add_listed(kind, metas);
+    }
+    Ok(())
+}
+
+/// Every managed copy of `kind`, optionally in one namespace.
+pub async fn all_copies(
+    cluster: &Cluster,
+    kind: Kind,
+    namespace: Option<&str>,
+    found: &mut Found,
+) -> ApiResult<()> {
+    let metas = cluster
+        .list_meta(kind, namespace, marks::MANAGED_SELECTOR, None)
+        .await?;
+    found.add_listed(kind, metas);
+    Ok(())
+}
+
+/// Hashes remembered for sources at their current resourceVersion.
+pub fn known_hashes(
+    world: &World,
+    cache: &moka::sync::Cache<(ObjectKey, String), String>,
+    contents: &mut Contents,
+) {
+    for (key, src) in &world.sources {
+        if let Some(h) = cache.get(&(key.clone(), src.resource_version.clone())) {
+            contents.known_hashes.insert(key.clone(), h);
+        }
+    }
+}
