@@ -1,0 +1,322 @@
+//! AdmissionReview handling, driven through the real router (no network).
+
+use super::*;
+use crate::queue::{Awaited, JobKey};
+use axum::{body::Body, http::Request};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+fn state() -> AdmissionState {
+    AdmissionState {
+        queue: WorkQueue::new(100),
+        metrics: Arc::new(Metrics::new()),
+    }
+}
+
+fn review(kind: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
+    let (group, version, resource) = match kind {
+        "Namespace" => ("", "v1", "namespaces"),
+        "Secret" => ("", "v1", "secrets"),
+        "ConfigMap" => ("", "v1", "configmaps"),
+        _ => ("copyrator.io", "v1alpha1", "copyrules"),
+    };
+    let meta = object.get("metadata").cloned().unwrap_or_default();
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "name": meta.get("name").cloned().unwrap_or_default(),
+            "namespace": meta.get("namespace").cloned(),
+            "operation": operation,
+            "userInfo": {"username": "admin"},
+            "object": if operation == "DELETE" { Value::Null } else { object },
+            "oldObject": old.unwrap_or(Value::Null),
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+        }
+    })
+}
+
+fn secret(annotations: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": "mysecret", "namespace": "default", "resourceVersion": "41",
+            "labels": {"copyrator.io/source": "true"},
+            "annotations": annotations
+        },
+        "type": "Opaque",
+        "data": {"password": "c2VjcmV0"}
+    })
+}
+
+async fn post(state: &AdmissionState, path: &str, body: impl Into<Body>) -> (StatusCode, Value) {
+    let app = router(state.clone(), 64 * 1024);
+    let resp = app
+        .oneshot(
+            Request::post(path)
+                .header("content-type", "application/json")
+                .body(body.into())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn post_review(state: &AdmissionState, path: &str, review: Value) -> (StatusCode, Value) {
+    post(state, path, review.to_string()).await
+}
+
+#[tokio::test]
+async fn response_echoes_the_request_uid_and_allows() {
+    let st = state();
+    let (status, body) = post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "CREATE", secret(json!({})), None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(body["kind"], "AdmissionReview");
+    assert_eq!(
+        body["response"]["uid"],
+        "705ab4f5-6393-11e8-b7cc-42010a800002"
+    );
+    assert_eq!(body["response"]["allowed"], true);
+    assert_eq!(st.queue.depth(), 1);
+}
+
+#[tokio::test]
+async fn invalid_inline_annotation_is_denied_with_a_message_naming_it() {
+    let st = state();
+    let obj = secret(json!({"copyrator.io/namespace-selector": "env in prod"}));
+    let (status, body) = post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "UPDATE", obj, Some(secret(json!({})))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["response"]["allowed"], false);
+    let msg = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("copyrator.io/namespace-selector"), "{msg}");
+    assert!(msg.contains("expected '('"), "{msg}");
+    assert_eq!(st.queue.depth(), 0, "a denied change queues nothing");
+}
+
+#[tokio::test]
+async fn dry_run_is_answered_but_queues_nothing() {
+    let st = state();
+    let mut r = review(
+        "Namespace",
+        "CREATE",
+        json!({"metadata": {"name": "team-a", "labels": {"secret": "yes"}}}),
+        None,
+    );
+    r["request"]["dryRun"] = json!(true);
+    let (status, body) = post_review(&st, "/admission/namespaces", r).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["response"]["allowed"], true);
+    assert_eq!(st.queue.depth(), 0);
+}
+
+#[tokio::test]
+async fn dry_run_still_validates() {
+    let st = state();
+    let mut r = review(
+        "Secret",
+        "CREATE",
+        secret(json!({"copyrator.io/namespaces": "Not_Valid"})),
+        None,
+    );
+    r["request"]["dryRun"] = json!(true);
+    let (_, body) = post_review(&st, "/admission/sources", r).await;
+    assert_eq!(body["response"]["allowed"], false);
+}
+
+#[tokio::test]
+async fn malformed_body_is_a_400_with_a_json_error() {
+    let st = state();
+    for body in ["{not json", "{\"kind\": \"AdmissionReview\"}", "[]"] {
+        let (status, json) = post(&st, "/admission/namespaces", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            json["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("not an AdmissionReview"),
+            "{json}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn oversize_body_is_a_413() {
+    let st = state();
+    let big = "x".repeat(65 * 1024);
+    let obj = secret(json!({"pad": big}));
+    let (status, json) = post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "CREATE", obj, None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(json["error"].is_string());
+    assert_eq!(st.queue.depth(), 0);
+}
+
+#[tokio::test]
+async fn namespace_create_queues_a_job_that_waits_for_the_namespace() {
+    let st = state();
+    let ns = json!({"metadata": {"name": "team-a", "labels": {"secret": "yes"}}});
+    post_review(
+        &st,
+        "/admission/namespaces",
+        review("Namespace", "CREATE", ns, None),
+    )
+    .await;
+    let job = st.queue.pop().await.unwrap();
+    assert_eq!(job.key, JobKey::Namespace("team-a".into()));
+    assert_eq!(job.awaited, Awaited::Exists);
+}
+
+#[tokio::test]
+async fn namespace_update_without_label_change_queues_nothing() {
+    let st = state();
+    let old = json!({"metadata": {"name": "team-a", "resourceVersion": "5", "labels": {"secret": "yes"}}});
+    let new = json!({"metadata": {"name": "team-a", "resourceVersion": "5", "labels": {"secret": "yes"}, "annotations": {"a": "b"}}});
+    post_review(
+        &st,
+        "/admission/namespaces",
+        review("Namespace", "UPDATE", new, Some(old.clone())),
+    )
+    .await;
+    assert_eq!(st.queue.depth(), 0);
+    let relabelled = json!({"metadata": {"name": "team-a", "resourceVersion": "5", "labels": {}}});
+    post_review(
+        &st,
+        "/admission/namespaces",
+        review("Namespace", "UPDATE", relabelled, Some(old)),
+    )
+    .await;
+    let job = st.queue.pop().await.unwrap();
+    assert_eq!(job.awaited, Awaited::ChangedFrom("5".into()));
+}
+
+#[tokio::test]
+async fn source_update_waits_for_the_new_version_and_delete_for_the_removal() {
+    let st = state();
+    let mut new = secret(json!({}));
+    new["data"]["password"] = json!("bmV3");
+    post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "UPDATE", new, Some(secret(json!({})))),
+    )
+    .await;
+    let job = st.queue.pop().await.unwrap();
+    assert_eq!(job.awaited, Awaited::ChangedFrom("41".into()));
+    st.queue.done(&job.key);
+    post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "DELETE", Value::Null, Some(secret(json!({})))),
+    )
+    .await;
+    // The name comes from the request, not the (absent) object.
+    let mut r = review("Secret", "DELETE", Value::Null, Some(secret(json!({}))));
+    r["request"]["name"] = json!("mysecret");
+    r["request"]["namespace"] = json!("default");
+    post_review(&st, "/admission/sources", r).await;
+    let job = st.queue.pop().await.unwrap();
+    assert_eq!(job.awaited, Awaited::Gone);
+}
+
+#[tokio::test]
+async fn copyrators_own_copy_updates_queue_nothing() {
+    let st = state();
+    let old = secret(json!({}));
+    let mut new = secret(json!({}));
+    new["data"]["password"] = json!("ZWRpdGVk");
+    let mut r = review("Secret", "UPDATE", new.clone(), Some(old.clone()));
+    r["request"]["options"] = json!({"kind": "UpdateOptions", "fieldManager": "copyrator"});
+    post_review(&st, "/admission/copies", r).await;
+    assert_eq!(st.queue.depth(), 0);
+    let mut r = review("Secret", "UPDATE", new, Some(old));
+    r["request"]["options"] = json!({"kind": "UpdateOptions", "fieldManager": "kubectl-edit"});
+    post_review(&st, "/admission/copies", r).await;
+    assert_eq!(
+        st.queue.pop().await.unwrap().key,
+        JobKey::Copy(crate::model::ObjectKey::new(
+            crate::model::Kind::Secret,
+            "default",
+            "mysecret"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn invalid_copy_rule_is_denied_naming_the_field() {
+    let st = state();
+    let rule = json!({
+        "apiVersion": "copyrator.io/v1alpha1", "kind": "CopyRule",
+        "metadata": {"name": "r"},
+        "spec": {
+            "kind": "ConfigMap", "sourceNamespace": "platform",
+            "sourceName": "a", "sourceSelector": {"matchLabels": {"x": "y"}},
+            "namespaces": ["dest"]
+        }
+    });
+    let (_, body) = post_review(
+        &st,
+        "/admission/rules",
+        review("CopyRule", "CREATE", rule.clone(), None),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], false);
+    let msg = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.sourceName"), "{msg}");
+
+    let mut valid = rule;
+    valid["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("sourceSelector");
+    let (_, body) = post_review(
+        &st,
+        "/admission/rules",
+        review("CopyRule", "CREATE", valid, None),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true);
+    let job = st.queue.pop().await.unwrap();
+    assert_eq!(job.key, JobKey::Rule("r".into()));
+    assert!(job.full_scan);
+}
+
+#[tokio::test]
+async fn metrics_count_outcomes() {
+    let st = state();
+    post(&st, "/admission/namespaces", "garbage").await;
+    post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "CREATE", secret(json!({})), None),
+    )
+    .await;
+    let text = st.metrics.encode();
+    assert!(text.contains("copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"UNKNOWN\",outcome=\"bad_request\"} 1"), "{text}");
+    assert!(text.contains("copyrator_admission_requests_total{endpoint=\"sources\",operation=\"CREATE\",outcome=\"allowed\"} 1"), "{text}");
+}

@@ -1,0 +1,291 @@
+//! Command line (SPEC §6.3): every flag is also an environment variable `COPYRATOR_*`.
+
+use std::{net::IpAddr, net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "copyrator",
+    version,
+    about = "Keeps Secrets and ConfigMaps copied across Kubernetes namespaces",
+    long_about = "copyrator copies a source Secret or ConfigMap into every namespace that opts in \
+by label, keeps the copies identical to the source, removes them when a namespace opts out and \
+restores them when someone deletes or edits one. Changes arrive through admission webhooks; a \
+lightweight periodic resync catches anything the webhooks missed."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service: webhook server, workers and reconciler.
+    Serve(Box<ServeArgs>),
+    /// Write a CA and a serving certificate for local runs and tests.
+    Certs(CertsArgs),
+    /// Print Kubernetes manifests generated from the code.
+    #[command(subcommand)]
+    Manifests(ManifestsCommand),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Kubeconfig to use; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account.
+    #[arg(long, env = "COPYRATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address of the HTTPS webhook server.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
+    pub webhook_addr: SocketAddr,
+
+    /// Address of the plain HTTP server (/metrics, /healthz, /readyz).
+    #[arg(long, env = "COPYRATOR_HTTP_ADDR", default_value = "0.0.0.0:9090")]
+    pub http_addr: SocketAddr,
+
+    /// PEM certificate (chain) of the webhook server; re-read when it changes.
+    #[arg(long, env = "COPYRATOR_TLS_CERT", default_value = "certs/tls.crt")]
+    pub tls_cert: PathBuf,
+
+    /// PEM private key of the webhook server; re-read when it changes.
+    #[arg(long, env = "COPYRATOR_TLS_KEY", default_value = "certs/tls.key")]
+    pub tls_key: PathBuf,
+
+    /// How often the certificate files are checked for changes.
+    #[arg(long, env = "COPYRATOR_TLS_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub tls_reload_interval: Duration,
+
+    /// Largest AdmissionReview accepted, in bytes (a 1 MiB Secret UPDATE is ~2.7 MB).
+    #[arg(long, env = "COPYRATOR_MAX_BODY_BYTES", default_value_t = crate::admission::DEFAULT_BODY_LIMIT)]
+    pub max_body_bytes: usize,
+
+    /// Worker tasks running jobs.
+    #[arg(long, env = "COPYRATOR_WORKERS", default_value_t = 4)]
+    pub workers: usize,
+
+    /// Most jobs waiting at once; beyond, jobs are dropped and a full resync is scheduled.
+    #[arg(long, env = "COPYRATOR_QUEUE_CAPACITY", default_value_t = 10_000)]
+    pub queue_capacity: usize,
+
+    /// Writes in flight at once within one job (fan-out of a source to many namespaces).
+    #[arg(long, env = "COPYRATOR_FANOUT_CONCURRENCY", default_value_t = 32)]
+    pub fanout_concurrency: usize,
+
+    /// Sustained Kubernetes API requests per second (client-side limit; 0 = unlimited).
+    #[arg(long, env = "COPYRATOR_API_QPS", default_value_t = 500.0)]
+    pub api_qps: f64,
+
+    /// Requests allowed in a burst above --api-qps.
+    #[arg(long, env = "COPYRATOR_API_BURST", default_value_t = 1000)]
+    pub api_burst: u32,
+
+    /// Page size of LIST calls.
+    #[arg(long, env = "COPYRATOR_LIST_PAGE_SIZE", default_value_t = 500)]
+    pub list_page_size: u32,
+
+    /// Interval of the full resync that catches anything the webhooks missed.
+    #[arg(long, env = "COPYRATOR_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+
+    /// Namespaces that never receive copies (comma-separated).
+    #[arg(
+        long,
+        env = "COPYRATOR_EXCLUDE_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system,kube-node-lease"
+    )]
+    pub exclude_namespaces: Vec<String>,
+
+    /// Elect one replica (Lease) to run the reconciler. Off: this process always runs it.
+    #[arg(long, env = "COPYRATOR_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+
+    /// Namespace of the leader-election Lease (in-cluster: the pod's namespace).
+    #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "COPYRATOR_LEASE_NAME", default_value = "copyrator")]
+    pub lease_name: String,
+
+    /// How long a leader's Lease is valid without renewal; a dead leader is replaced after it.
+    #[arg(long, env = "COPYRATOR_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// Identity in the Lease and in Events (default: $POD_NAME or the host name, plus a suffix).
+    #[arg(long, env = "COPYRATOR_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// Log format.
+    #[arg(long, env = "COPYRATOR_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Log level (error, warn, info, debug, trace) or a full filter; RUST_LOG overrides it.
+    #[arg(long, env = "COPYRATOR_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Output directory (ca.crt, tls.crt, tls.key).
+    #[arg(long, env = "COPYRATOR_CERTS_OUT", default_value = "certs")]
+    pub out: PathBuf,
+
+    /// DNS name in the serving certificate (repeatable).
+    #[arg(long = "dns")]
+    pub dns: Vec<String>,
+
+    /// IP address in the serving certificate (repeatable).
+    #[arg(long = "ip")]
+    pub ip: Vec<IpAddr>,
+
+    /// Validity in days.
+    #[arg(long, default_value_t = 365)]
+    pub days: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ManifestsCommand {
+    /// The CopyRule CustomResourceDefinition.
+    Crd,
+    /// The ValidatingWebhookConfiguration for the admission endpoints.
+    Webhooks(WebhooksArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["url", "service"])))]
+pub struct WebhooksArgs {
+    /// Base URL of the webhook server (out-of-cluster runs), e.g. https://127.0.0.1:8443.
+    #[arg(long)]
+    pub url: Option<String>,
+
+    /// In-cluster Service as NAMESPACE/NAME (port 443).
+    #[arg(long)]
+    pub service: Option<String>,
+
+    /// PEM file of the CA that signed the webhook server's certificate.
+    #[arg(long)]
+    pub ca_bundle: PathBuf,
+
+    /// Name of the ValidatingWebhookConfiguration.
+    #[arg(long, default_value = "copyrator")]
+    pub name: String,
+
+    /// Namespaces whose objects are never sent to the webhooks (comma-separated); the
+    /// service's own namespace is always added.
+    #[arg(long, value_delimiter = ',', default_value = "kube-system")]
+    pub exclude_namespaces: Vec<String>,
+
+    /// Webhook timeout in seconds (1-5).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=5))]
+    pub timeout_seconds: i32,
+}
+
+/// Parses `500ms`, `2s`, `5m`, `1h` (or plain seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 2s, 5m, 1h)"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn serve_defaults() {
+        let cli = Cli::try_parse_from(["copyrator", "serve"]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.webhook_addr.port(), 8443);
+        assert_eq!(args.http_addr.port(), 9090);
+        assert_eq!(args.exclude_namespaces, ["kube-system", "kube-node-lease"]);
+        assert_eq!(args.max_body_bytes, 6 * 1024 * 1024);
+        assert!(args.leader_election);
+    }
+
+    #[test]
+    fn webhooks_needs_url_or_service() {
+        assert!(
+            Cli::try_parse_from([
+                "copyrator",
+                "manifests",
+                "webhooks",
+                "--ca-bundle",
+                "ca.crt"
+            ])
+            .is_err()
+        );
+        assert!(
+            Cli::try_parse_from([
+                "copyrator",
+                "manifests",
+                "webhooks",
+                "--ca-bundle",
+                "ca.crt",
+                "--url",
+                "https://x",
+                "--service",
+                "a/b"
+            ])
+            .is_err()
+        );
+        assert!(
+            Cli::try_parse_from([
+                "copyrator",
+                "manifests",
+                "webhooks",
+                "--ca-bundle",
+                "ca.crt",
+                "--service",
+                "a/b"
+            ])
+            .is_ok()
+        );
+    }
+}

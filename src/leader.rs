@@ -1,0 +1,288 @@
+//! Leader election on a coordination.k8s.io Lease: any number of replicas serve webhooks and
+//! run workers; the one holding the Lease also runs the reconciler (SPEC §5). Writes to the
+//! Lease are preconditioned on its resourceVersion, so two replicas never both win one round.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::{SignedDuration, Timestamp},
+};
+use kube::{Api, Client, api::PostParams};
+use tokio::sync::watch;
+
+use crate::{marks, metrics::Metrics};
+
+/// Settings of the election.
+#[derive(Clone, Debug)]
+pub struct ElectionConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    /// How long a Lease is valid without renewal.
+    pub lease_duration: Duration,
+}
+
+impl ElectionConfig {
+    /// How often the leader renews and followers look.
+    fn retry_period(&self) -> Duration {
+        (self.lease_duration / 5).max(Duration::from_millis(200))
+    }
+
+    /// A leader that could not renew for this long steps down (before anyone may take over).
+    fn renew_deadline(&self) -> Duration {
+        self.lease_duration * 2 / 3
+    }
+}
+
+/// Runs the election until `shutdown` fires; `leading` tells whether this replica leads.
+/// `observed_leader` is set once any valid holder (this replica or another) is known.
+pub async fn run(
+    client: Client,
+    config: ElectionConfig,
+    leading: watch::Sender<bool>,
+    observed_leader: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let mut elector = Elector {
+        api,
+        config,
+        observed: None,
+        last_renew: None,
+    };
+    loop {
+        let now = Instant::now();
+        let was_leading = *leading.borrow();
+        let next = match elector.round().await {
+            Ok(Round {
+                leading: lead,
+                holder_valid,
+                wake_in,
+            }) => {
+                if lead {
+                    elector.last_renew = Some(now);
+                }
+                set(&leading, &metrics, lead);
+                if holder_valid || lead {
+                    observed_leader.send_if_modified(|v| !std::mem::replace(v, true));
+                }
+                wake_in
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "leader election round failed");
+                if was_leading
+                    && elector
+                        .last_renew
+                        .is_none_or(|t| t.elapsed() > elector.config.renew_deadline())
+                {
+                    tracing::warn!("could not renew the lease in time; stepping down");
+                    set(&leading, &metrics, false);
+                }
+                elector.config.retry_period()
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(next) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    if *leading.borrow() {
+        elector.release().await;
+        set(&leading, &metrics, false);
+    }
+}
+
+fn set(leading: &watch::Sender<bool>, metrics: &Metrics, lead: bool) {
+    let changed = leading.send_if_modified(|v| std::mem::replace(v, lead) != lead);
+    if changed {
+        tracing::info!(leading = lead, "leadership changed");
+    }
+    metrics.leader.set(i64::from(lead));
+}
+
+struct Elector {
+    api: Api<Lease>,
+    config: ElectionConfig,
+    /// The last Lease version seen held by someone else, and when it was first seen.
+    observed: Option<(String, Instant)>,
+    last_renew: Option<Instant>,
+}
+
+struct Round {
+    leading: bool,
+    /// Someone holds a valid lease.
+    holder_valid: bool,
+    wake_in: Duration,
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+impl Elector {
+    fn spec(&self, acquire: MicroTime, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(self.config.lease_duration.as_secs().max(1) as i32),
+            acquire_time: Some(acquire),
+            renew_time: Some(now_micro()),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        }
+    }
+
+    fn post_params() -> PostParams {
+        PostParams {
+            dry_run: false,
+            field_manager: Some(marks::FIELD_MANAGER.into()),
+        }
+    }
+
+    async fn round(&mut self) -> Result<Round, kube::Error> {
+        let retry = self.config.retry_period();
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.spec(now_micro(), 0)),
+            };
+            let won = match self.api.create(&Self::post_params(), &lease).await {
+                Ok(_) => true,
+                Err(kube::Error::Api(s)) if s.code == 409 => false,
+                Err(e) => return Err(e),
+            };
+            return Ok(Round {
+                leading: won,
+                holder_valid: true,
+                wake_in: retry,
+            });
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+
+        if holder == self.config.identity {
+            lease.spec = Some(self.spec(
+                spec.acquire_time.clone().unwrap_or_else(now_micro),
+                spec.lease_transitions.unwrap_or(0),
+            ));
+            let renewed = self.replace(&lease).await?;
+            return Ok(Round {
+                leading: renewed,
+                holder_valid: true,
+                wake_in: retry,
+            });
+        }
+
+        // Someone else's (or nobody's) lease: valid until its duration passed, counted from
+        // when this replica first saw the current version, or from its renewTime.
+        let duration = spec
+            .lease_duration_seconds
+            .map(|s| Duration::from_secs(s.max(1) as u64))
+            .unwrap_or(self.config.lease_duration);
+        let seen_at = match &self.observed {
+            Some((seen_rv, at)) if *seen_rv == rv => *at,
+            _ => {
+                let at = Instant::now();
+                self.observed = Some((rv.clone(), at));
+                at
+            }
+        };
+        let by_observation = seen_at + duration;
+        let renewed_ago = spec
+            .renew_time
+            .as_ref()
+            .map(|t| Timestamp::now().duration_since(t.0))
+            .unwrap_or(SignedDuration::MAX);
+        let by_renew_time = Instant::now()
+            + duration
+                .checked_sub(Duration::try_from(renewed_ago).unwrap_or(Duration::MAX))
+                .unwrap_or(Duration::ZERO);
+        let expires = by_observation.min(by_renew_time);
+        let now = Instant::now();
+        if !holder.is_empty() && expires > now {
+            return Ok(Round {
+                leading: false,
+                holder_valid: true,
+                // Look again when it would expire, or at the retry period, whichever is sooner.
+                wake_in: retry.min(expires - now + Duration::from_millis(20)),
+            });
+        }
+        tracing::info!(previous = %holder, "lease expired; taking over");
+        lease.spec = Some(self.spec(now_micro(), spec.lease_transitions.unwrap_or(0) + 1));
+        let won = self.replace(&lease).await?;
+        Ok(Round {
+            leading: won,
+            holder_valid: won,
+            wake_in: retry,
+        })
+    }
+
+    /// Replace preconditioned on the resourceVersion read; `false` if someone else wrote first.
+    async fn replace(&self, lease: &Lease) -> Result<bool, kube::Error> {
+        match self
+            .api
+            .replace(&self.config.name, &Self::post_params(), lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// On a clean shutdown: give the lease up so another replica takes over at once.
+    async fn release(&self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(&self.config.identity) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.renew_time = Some(now_micro());
+        match self.replace(&lease).await {
+            Ok(_) => tracing::info!("released the lease"),
+            Err(e) => tracing::warn!(error = %e, "could not release the lease"),
+        }
+    }
+}
+
+/// A default identity: `$POD_NAME` or the host name, plus a random suffix so two processes on
+/// one host differ.
+pub fn default_identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "copyrator".into());
+    let mut bytes = [0u8; 4];
+    if getrandom(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        bytes = nanos.to_le_bytes();
+    }
+    format!("{base}-{:08x}", u32::from_le_bytes(bytes))
+}
+
+fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}

@@ -1,0 +1,83 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use copyrator::{
+    certs::{self, CertRequest},
+    cli::{Cli, Command, ManifestsCommand},
+    manifests::{self, WebhookOptions, WebhookTarget},
+    serve, telemetry,
+};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => {
+            if let Err(e) = telemetry::init(args.log_format, &args.log_level) {
+                eprintln!("copyrator: {e}");
+                return ExitCode::from(2);
+            }
+            match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(serve::run(*args)),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Command::Certs(args) => {
+            let req = CertRequest {
+                dns_names: args.dns,
+                ips: args.ip,
+                valid_days: args.days,
+            };
+            let req = if req.dns_names.is_empty() && req.ips.is_empty() {
+                CertRequest {
+                    valid_days: req.valid_days,
+                    ..CertRequest::default()
+                }
+            } else {
+                req
+            };
+            certs::write(&args.out, &req)
+                .map(|_| {
+                    println!(
+                        "wrote {}/{{{},{},{}}}",
+                        args.out.display(),
+                        certs::CA_CERT_FILE,
+                        certs::TLS_CERT_FILE,
+                        certs::TLS_KEY_FILE
+                    )
+                })
+                .map_err(Into::into)
+        }
+        Command::Manifests(ManifestsCommand::Crd) => manifests::crd_yaml()
+            .map(|y| print!("{y}"))
+            .map_err(Into::into),
+        Command::Manifests(ManifestsCommand::Webhooks(args)) => (|| {
+            let target = match (args.url, args.service) {
+                (Some(url), None) => WebhookTarget::Url(url),
+                (None, Some(svc)) => WebhookTarget::service(&svc).map_err(anyhow::Error::msg)?,
+                _ => anyhow::bail!("give exactly one of --url or --service"),
+            };
+            let ca_bundle = std::fs::read(&args.ca_bundle).map_err(|e| {
+                anyhow::anyhow!("reading --ca-bundle {}: {e}", args.ca_bundle.display())
+            })?;
+            let yaml = manifests::webhooks_yaml(&WebhookOptions {
+                name: args.name,
+                target,
+                ca_bundle,
+                exclude_namespaces: args.exclude_namespaces,
+                timeout_seconds: args.timeout_seconds,
+            })?;
+            print!("{yaml}");
+            Ok(())
+        })(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("copyrator: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Kubernetes manifests generated from the code, so they cannot drift from it: the CopyRule
+//! CRD and the ValidatingWebhookConfiguration for the admission endpoints (SPEC §6.1, §6.3).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    ByteString,
+    api::admissionregistration::v1::{
+        RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
+        WebhookClientConfig,
+    },
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta},
+};
+use kube::CustomResourceExt;
+
+use crate::{admission::Endpoint, copyrule::CopyRule, marks};
+
+/// Where the API server reaches the webhooks.
+#[derive(Clone, Debug)]
+pub enum WebhookTarget {
+    /// Base URL, e.g. `https://127.0.0.1:8443` (out-of-cluster runs).
+    Url(String),
+    /// In-cluster Service `namespace/name`, port 443.
+    Service { namespace: String, name: String },
+}
+
+impl WebhookTarget {
+    /// Parses `--service NS/NAME`.
+    pub fn service(s: &str) -> Result<Self, String> {
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Self::Service {
+                    namespace: ns.into(),
+                    name: name.into(),
+                })
+            }
+            _ => Err(format!("--service must be NAMESPACE/NAME, got {s:?}")),
+        }
+    }
+
+    fn client_config(&self, endpoint: Endpoint, ca_bundle: &[u8]) -> WebhookClientConfig {
+        let ca = Some(ByteString(ca_bundle.to_vec()));
+        match self {
+            WebhookTarget::Url(base) => WebhookClientConfig {
+                url: Some(format!("{}{}", base.trim_end_matches('/'), endpoint.path())),
+                ca_bundle: ca,
+                service: None,
+            },
+            WebhookTarget::Service { namespace, name } => WebhookClientConfig {
+                url: None,
+                ca_bundle: ca,
+                service: Some(ServiceReference {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    path: Some(endpoint.path().into()),
+                    port: Some(443),
+                }),
+            },
+        }
+    }
+
+    fn own_namespace(&self) -> Option<&str> {
+        match self {
+            WebhookTarget::Service { namespace, .. } => Some(namespace),
+            WebhookTarget::Url(_) => None,
+        }
+    }
+}
+
+/// Options of the generated webhook configuration.
+#[derive(Clone, Debug)]
+pub struct WebhookOptions {
+    pub name: String,
+    pub target: WebhookTarget,
+    /// PEM of the CA that signed the serving certificate.
+    pub ca_bundle: Vec<u8>,
+    pub exclude_namespaces: Vec<String>,
+    pub timeout_seconds: i32,
+}
+
+fn rule(
+    groups: &[&str],
+    version: &str,
+    resources: &[&str],
+    operations: &[&str],
+) -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        api_versions: Some(vec![version.into()]),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        operations: Some(operations.iter().map(|s| s.to_string()).collect()),
+        scope: None,
+    }
+}
+
+fn match_labels(key: &str, value: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_string(), value.to_string())])),
+        match_expressions: None,
+    }
+}
+
+/// The ValidatingWebhookConfiguration for every endpoint: `failurePolicy: Ignore` (copyrator
+/// never blocks the cluster), `sideEffects: NoneOnDryRun`, a short timeout, object selectors
+/// so the API server only calls for sources and copies, and excluded namespaces (by the
+/// `kubernetes.io/metadata.name` label of Kubernetes >= 1.21; on older servers the selector
+/// matches everything and the exclusion is a no-op).
+pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfiguration {
+    let mut excluded: Vec<String> = opts.exclude_namespaces.clone();
+    if let Some(own) = opts.target.own_namespace() {
+        excluded.push(own.to_string());
+    }
+    excluded.sort();
+    excluded.dedup();
+    let namespace_selector = (!excluded.is_empty()).then(|| LabelSelector {
+        match_labels: None,
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "NotIn".into(),
+            values: Some(excluded.clone()),
+        }]),
+    });
+    let webhook = |endpoint: Endpoint,
+                   rules: Vec<RuleWithOperations>,
+                   object_selector: Option<LabelSelector>| ValidatingWebhook {
+        name: format!("{}.copyrator.io", endpoint.name()),
+        admission_review_versions: vec!["v1".into()],
+        client_config: opts.target.client_config(endpoint, &opts.ca_bundle),
+        failure_policy: Some("Ignore".into()),
+        match_policy: Some("Equivalent".into()),
+        namespace_selector: namespace_selector.clone(),
+        object_selector,
+        rules: Some(rules),
+        side_effects: "NoneOnDryRun".into(),
+        timeout_seconds: Some(opts.timeout_seconds),
+        match_conditions: None,
+    };
+    ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(opts.name.clone()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/name".to_string(),
+                "copyrator".to_string(),
+            )])),
+            ..Default::default()
+        },
+        webhooks: Some(vec![
+            webhook(
+                Endpoint::Namespaces,
+                vec![rule(&[""], "v1", &["namespaces"], &["CREATE", "UPDATE"])],
+                None,
+            ),
+            webhook(
+                Endpoint::Sources,
+                vec![rule(
+                    &[""],
+                    "v1",
+                    &["secrets", "configmaps"],
+                    &["CREATE", "UPDATE", "DELETE"],
+                )],
+                Some(match_labels(marks::SOURCE_LABEL, "true")),
+            ),
+            webhook(
+                Endpoint::Copies,
+                vec![rule(
+                    &[""],
+                    "v1",
+                    &["secrets", "configmaps"],
+                    &["UPDATE", "DELETE"],
+                )],
+                Some(match_labels(
+                    marks::MANAGED_BY_LABEL,
+                    marks::MANAGED_BY_VALUE,
+                )),
+            ),
+            webhook(
+                Endpoint::Rules,
+                vec![rule(
+                    &["copyrator.io"],
+                    "v1alpha1",
+                    &["copyrules"],
+                    &["CREATE", "UPDATE", "DELETE"],
+                )],
+                None,
+            ),
+        ]),
+    }
+}
+
+/// YAML of the webhook configuration.
+pub fn webhooks_yaml(opts: &WebhookOptions) -> Result<String, serde_yaml::Error> {
+    let mut value = serde_yaml::to_value(webhook_configuration(opts))?;
+    if let serde_yaml::Value::Mapping(m) = &mut value {
+        // k8s-openapi leaves apiVersion/kind to the client; a manifest needs them first.
+        let mut ordered = serde_yaml::Mapping::new();
+        ordered.insert(
+            "apiVersion".into(),
+            "admissionregistration.k8s.io/v1".into(),
+        );
+        ordered.insert("kind".into(), "ValidatingWebhookConfiguration".into());
+        for (k, v) in std::mem::take(m) {
+            ordered.insert(k, v);
+        }
+        *m = ordered;
+    }
+    serde_yaml::to_string(&value)
+}
+
+/// YAML of the CopyRule CRD, as committed under `deploy/`.
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(&CopyRule::crd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(target: WebhookTarget) -> WebhookOptions {
+        WebhookOptions {
+            name: "copyrator".into(),
+            target,
+            ca_bundle: b"-----BEGIN CERTIFICATE-----\n".to_vec(),
+            exclude_namespaces: vec!["kube-system".into()],
+            timeout_seconds: 3,
+        }
+    }
+
+    #[test]
+    fn every_webhook_is_ignore_none_on_dry_run_and_short() {
+        let cfg =
+            webhook_configuration(&opts(WebhookTarget::Url("https://127.0.0.1:8443/".into())));
+        let hooks = cfg.webhooks.unwrap();
+        assert_eq!(hooks.len(), 4);
+        for h in &hooks {
+            assert_eq!(h.failure_policy.as_deref(), Some("Ignore"));
+            assert_eq!(h.side_effects, "NoneOnDryRun");
+            assert!(h.timeout_seconds.unwrap() <= 5);
+            assert_eq!(h.admission_review_versions, ["v1"]);
+            assert!(
+                h.client_config
+                    .url
+                    .as_ref()
+                    .unwrap()
+                    .starts_with("https://127.0.0.1:8443/admission/")
+            );
+        }
+        assert_eq!(
+            hooks[1].object_selector,
+            Some(match_labels("copyrator.io/source", "true"))
+        );
+        assert_eq!(
+            hooks[2].object_selector,
+            Some(match_labels("app.kubernetes.io/managed-by", "copyrator"))
+        );
+    }
+
+    #[test]
+    fn service_target_excludes_its_own_namespace() {
+        let cfg = webhook_configuration(&opts(
+            WebhookTarget::service("copyrator-system/copyrator").unwrap(),
+        ));
+        let hook = &cfg.webhooks.unwrap()[0];
+        let svc = hook.client_config.service.as_ref().unwrap();
+        assert_eq!(
+            (svc.namespace.as_str(), svc.name.as_str(), svc.port),
+            ("copyrator-system", "copyrator", Some(443))
+        );
+        let values = hook
+            .namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_expressions
+            .as_ref()
+            .unwrap()[0]
+            .values
+            .clone()
+            .unwrap();
+        assert_eq!(values, ["copyrator-system", "kube-system"]);
+    }
+
+    #[test]
+    fn service_flag_is_validated() {
+        assert!(WebhookTarget::service("ns/name").is_ok());
+        for bad in ["name", "/name", "ns/", "a/b/c"] {
+            assert!(WebhookTarget::service(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn yaml_starts_with_api_version_and_kind() {
+        let y = webhooks_yaml(&opts(WebhookTarget::Url("https://x".into()))).unwrap();
+        assert!(y.starts_with("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n"), "{y}");
+    }
+
+    #[test]
+    fn committed_crd_equals_the_generated_one() {
+        let committed = include_str!("../deploy/crds/copyrules.copyrator.io.yaml");
+        assert_eq!(
+            committed,
+            crd_yaml().unwrap(),
+            "deploy/crds/copyrules.copyrator.io.yaml is stale: run `cargo run -- manifests crd > deploy/crds/copyrules.copyrator.io.yaml`"
+        );
+    }
+
+    #[test]
+    fn crd_has_printer_columns_short_name_and_status() {
+        let crd = CopyRule::crd();
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["cpr".to_string()]));
+        let v = &crd.spec.versions[0];
+        assert!(v.subresources.as_ref().unwrap().status.is_some());
+        let cols: Vec<_> = v
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            cols,
+            ["Kind", "Source", "Targets", "Synced", "Ready", "Age"]
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! `copyrator serve`: wires the pieces together (SPEC §5) and runs them until told to stop.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+
+use crate::{
+    admission::{self, AdmissionState},
+    cli::ServeArgs,
+    cluster::Cluster,
+    events::Events,
+    leader::{self, ElectionConfig},
+    metrics::Metrics,
+    queue::WorkQueue,
+    ratelimit::RateLimiter,
+    reconcile,
+    server::{self, Readiness},
+    sync::{Context, SyncSettings},
+    tls::{CertFiles, ReloadingCert},
+    worker,
+};
+
+/// A running copyrator.
+pub struct Running {
+    pub webhook_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    pub context: Arc<Context>,
+    shutdown: watch::Sender<bool>,
+    /// Tasks that watch the shutdown signal and finish by themselves.
+    tasks: Vec<JoinHandle<()>>,
+    /// Tasks that run for the life of the process; aborted at shutdown.
+    background: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting work, lets the workers finish what is queued (bounded), releases the
+    /// Lease if held.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        self.context.queue.close();
+        let drain = async {
+            for w in self.workers {
+                let _ = w.await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(20), drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!("workers did not finish in time; stopping anyway");
+        }
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+        for t in self.background {
+            t.abort();
+        }
+    }
+}
+
+/// Builds a Kubernetes client from `--kubeconfig`, else the usual inference.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("finding a Kubernetes configuration")?,
+    };
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(60));
+    Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// Starts everything; returns once the listeners are bound.
+pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let metrics = Arc::new(Metrics::new());
+    let cert = ReloadingCert::load(CertFiles {
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+    })
+    .context("loading the webhook serving certificate (see `copyrator certs`)")?;
+
+    let queue = WorkQueue::new(args.queue_capacity);
+    let limiter = Arc::new(RateLimiter::new(args.api_qps, args.api_burst));
+    let cluster = Cluster::new(
+        client.clone(),
+        Arc::clone(&metrics),
+        limiter,
+        args.list_page_size,
+    );
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(leader::default_identity);
+    let events = Events::new(client.clone(), Some(identity.clone()), Arc::clone(&metrics));
+    let settings = SyncSettings {
+        excluded_namespaces: args
+            .exclude_namespaces
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        fanout_concurrency: args.fanout_concurrency,
+    };
+    let ctx = Arc::new(Context::new(
+        cluster,
+        events,
+        Arc::clone(&metrics),
+        Arc::clone(&queue),
+        settings,
+    ));
+
+    let webhook_listener = TcpListener::bind(args.webhook_addr)
+        .await
+        .with_context(|| format!("binding the webhook address {}", args.webhook_addr))?;
+    let http_listener = TcpListener::bind(args.http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP address {}", args.http_addr))?;
+    let webhook_addr = webhook_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let mut background = Vec::new();
+
+    background.push(tokio::spawn(
+        Arc::clone(&cert).watch(args.tls_reload_interval, Arc::clone(&metrics)),
+    ));
+    let admission = admission::router(
+        AdmissionState {
+            queue: Arc::clone(&queue),
+            metrics: Arc::clone(&metrics),
+        },
+        args.max_body_bytes,
+    );
+    tasks.push(tokio::spawn(server::serve_tls(
+        webhook_listener,
+        cert.server_config(),
+        admission,
+        shutdown_rx.clone(),
+    )));
+
+    let readiness = Arc::new(Readiness {
+        cert: Arc::clone(&cert),
+        synced: Default::default(),
+    });
+    let http = server::http_router(Arc::clone(&metrics), Arc::clone(&readiness));
+    let mut http_shutdown = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let serve = axum::serve(http_listener, http).with_graceful_shutdown(async move {
+            let _ = http_shutdown.changed().await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    }));
+
+    let workers = worker::spawn(Arc::clone(&ctx), args.workers);
+
+    let (leading_tx, leading_rx) = watch::channel(false);
+    let (observed_tx, observed_rx) = watch::channel(false);
+    if args.leader_election {
+        let config = ElectionConfig {
+            namespace: args.lease_namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: identity.clone(),
+            lease_duration: args.lease_duration,
+        };
+        tasks.push(tokio::spawn(leader::run(
+            client.clone(),
+            config,
+            leading_tx,
+            observed_tx,
+            Arc::clone(&metrics),
+            shutdown_rx.clone(),
+        )));
+    } else {
+        leading_tx.send_replace(true);
+        metrics.leader.set(1);
+        // Keep the senders alive for the life of the process.
+        background.push(tokio::spawn(async move {
+            let _keep = (leading_tx, observed_tx);
+            std::future::pending::<()>().await
+        }));
+    }
+    tasks.push(tokio::spawn(reconcile::run(
+        Arc::clone(&ctx),
+        args.resync_interval,
+        leading_rx.clone(),
+        shutdown_rx.clone(),
+    )));
+    background.push(tokio::spawn(track_readiness(
+        Arc::clone(&ctx),
+        readiness,
+        leading_rx,
+        observed_rx,
+    )));
+
+    tracing::info!(%webhook_addr, %http_addr, identity, "copyrator serving");
+    Ok(Running {
+        webhook_addr,
+        http_addr,
+        metrics,
+        context: ctx,
+        shutdown: shutdown_tx,
+        tasks,
+        background,
+        workers,
+    })
+}
+
+/// Ready once this replica finished a resync, or it follows a leader that runs them.
+async fn track_readiness(
+    ctx: Arc<Context>,
+    readiness: Arc<Readiness>,
+    mut leading: watch::Receiver<bool>,
+    mut observed: watch::Receiver<bool>,
+) {
+    let mut resyncs = ctx.resyncs.subscribe();
+    loop {
+        let synced = *resyncs.borrow_and_update() > 0
+            || (*observed.borrow_and_update() && !*leading.borrow_and_update());
+        if synced {
+            readiness.synced.store(true, Ordering::Relaxed);
+            tracing::info!("ready");
+            return;
+        }
+        tokio::select! {
+            r = resyncs.changed() => if r.is_err() { return },
+            r = leading.changed() => if r.is_err() { return },
+            r = observed.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// Runs until SIGTERM or SIGINT, then shuts down cleanly.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let running = start(&args).await?;
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The webhook server's certificate, re-read when its files change: including the
+//! Kubernetes Secret-volume rotation, where `tls.crt` and `tls.key` are symlinks through a
+//! `..data` symlink that is swapped atomically. A new pair that does not load (bad PEM, key
+//! not matching the certificate, half-written files) keeps the previous one in service and is
+//! tried again on the next poll.
+
+use std::{
+    fmt, fs,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use rustls::{
+    ServerConfig,
+    crypto::CryptoProvider,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use sha2::{Digest, Sha256};
+
+use crate::metrics::{Metrics, OutcomeLabels};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: no PEM certificate found")]
+    NoCertificate { path: PathBuf },
+    #[error("{path}: no usable PEM private key found")]
+    NoKey { path: PathBuf },
+    #[error("certificate and key do not form a usable pair: {0}")]
+    Pair(rustls::Error),
+}
+
+/// Where the serving certificate lives.
+#[derive(Clone, Debug)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The current certificate, swapped in place on reload; also a rustls cert resolver.
+pub struct ReloadingCert {
+    files: CertFiles,
+    current: RwLock<Arc<CertifiedKey>>,
+    /// Fingerprint of the file contents currently loaded (or last rejected).
+    fingerprint: RwLock<[u8; 32]>,
+    /// False while the files on disk do not form a usable pair.
+    usable: AtomicBool,
+    provider: Arc<CryptoProvider>,
+}
+
+impl fmt::Debug for ReloadingCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadingCert")
+            .field("files", &self.files)
+            .finish()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn fingerprint(cert: &[u8], key: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(cert);
+    h.update([0u8]);
+    h.update(key);
+    h.finalize().into()
+}
+
+/// Parses a certificate chain and key into a checked pair.
+fn parse(
+    files: &CertFiles,
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .filter_map(Result::ok)
+        .collect();
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: files.cert.clone(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| TlsError::NoKey {
+        path: files.key.clone(),
+    })?;
+    CertifiedKey::from_der(chain, key, provider).map_err(TlsError::Pair)
+}
+
+impl ReloadingCert {
+    /// Loads the pair; fails if it is not usable (there is nothing to fall back to yet).
+    pub fn load(files: CertFiles) -> Result<Arc<Self>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cert_pem = read(&files.cert)?;
+        let key_pem = read(&files.key)?;
+        let key = parse(&files, &cert_pem, &key_pem, &provider)?;
+        Ok(Arc::new(Self {
+            current: RwLock::new(Arc::new(key)),
+            fingerprint: RwLock::new(fingerprint(&cert_pem, &key_pem)),
+            usable: AtomicBool::new(true),
+            files,
+            provider,
+        }))
+    }
+
+    /// Whether the files on disk currently hold a usable pair.
+    pub fn is_usable(&self) -> bool {
+        self.usable.load(Ordering::Relaxed)
+    }
+
+    /// Re-reads the files; swaps in a changed, usable pair.
+    /// `Ok(true)`: a new pair is in service; `Ok(false)`: nothing changed.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let result = (|| {
+            let cert_pem = read(&self.files.cert)?;
+            let key_pem = read(&self.files.key)?;
+            let fp = fingerprint(&cert_pem, &key_pem);
+            if *self.fingerprint.read().unwrap_or_else(|e| e.into_inner()) == fp {
+                return Ok(None);
+            }
+            let parsed = parse(&self.files, &cert_pem, &key_pem, &self.provider);
+            Ok(Some((fp, parsed)))
+        })();
+        match result {
+            Ok(None) => Ok(false),
+            Ok(Some((fp, Ok(key)))) => {
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
+                *self.fingerprint.write().unwrap_or_else(|e| e.into_inner()) = fp;
+                self.usable.store(true, Ordering::Relaxed);
+                Ok(true)
+            }
+            Ok(Some((_, Err(e)))) | Err(e) => {
+                self.usable.store(false, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Polls the files every `interval` for the life of the process.
+    pub async fn watch(self: Arc<Self>, interval: Duration, metrics: Arc<Metrics>) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tick.tick().await;
+            match self.reload() {
+                Ok(true) => {
+                    failing = false;
+                    metrics
+                        .tls_reloads
+                        .get_or_create(&OutcomeLabels { outcome: "success" })
+                        .inc();
+                    tracing::info!(cert = %self.files.cert.display(), "serving certificate reloaded");
+                }
+                Ok(false) => failing = false,
+                Err(e) => {
+                    if !failing {
+                        // Count and log each bad rotation once, not every poll.
+                        metrics
+                            .tls_reloads
+                            .get_or_create(&OutcomeLabels { outcome: "failure" })
+                            .inc();
+                        tracing::error!(error = %e, "new serving certificate not usable; keeping the previous one");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    }
+
+    /// A rustls server configuration that always serves the current pair (HTTP/1.1 and h2).
+    pub fn server_config(self: &Arc<Self>) -> Arc<ServerConfig> {
+        let mut config = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()
+            .expect("the ring provider supports the default protocol versions")
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Arc::new(config)
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(
+            &self.current.read().unwrap_or_else(|e| e.into_inner()),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::{CertRequest, generate};
+    use std::os::unix::fs::symlink;
+
+    /// Lays out a directory like a Kubernetes Secret volume: `tls.crt -> ..data/tls.crt`,
+    /// `..data -> ..<version>`.
+    fn secret_volume(dir: &Path, version: &str, cert: &str, key: &str) {
+        let v = dir.join(format!("..{version}"));
+        fs::create_dir_all(&v).unwrap();
+        fs::write(v.join("tls.crt"), cert).unwrap();
+        fs::write(v.join("tls.key"), key).unwrap();
+        let tmp = dir.join("..data_tmp");
+        let _ = fs::remove_file(&tmp);
+        symlink(format!("..{version}"), &tmp).unwrap();
+        fs::rename(&tmp, dir.join("..data")).unwrap();
+        for f in ["tls.crt", "tls.key"] {
+            if fs::symlink_metadata(dir.join(f)).is_err() {
+                symlink(format!("..data/{f}"), dir.join(f)).unwrap();
+            }
+        }
+    }
+
+    fn files(dir: &Path) -> CertFiles {
+        CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        }
+    }
+
+    fn serial(c: &ReloadingCert) -> Vec<u8> {
+        c.current.read().unwrap().cert[0].to_vec()
+    }
+
+    #[test]
+    fn reloads_on_secret_volume_symlink_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = generate(&CertRequest::default()).unwrap();
+        secret_volume(dir.path(), "v1", &a.cert_pem, &a.key_pem);
+        let cert = ReloadingCert::load(files(dir.path())).unwrap();
+        let first = serial(&cert);
+        assert!(!cert.reload().unwrap(), "unchanged files are not reloaded");
+
+        let b = generate(&CertRequest::default()).unwrap();
+        secret_volume(dir.path(), "v2", &b.cert_pem, &b.key_pem);
+        assert!(cert.reload().unwrap());
+        assert_ne!(serial(&cert), first);
+        assert!(cert.is_usable());
+    }
+
+    #[test]
+    fn bad_new_pair_keeps_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = generate(&CertRequest::default()).unwrap();
+        secret_volume(dir.path(), "v1", &a.cert_pem, &a.key_pem);
+        let cert = ReloadingCert::load(files(dir.path())).unwrap();
+        let first = serial(&cert);
+
+        // Certificate of one pair with the key of another.
+        let b = generate(&CertRequest::default()).unwrap();
+        secret_volume(dir.path(), "v2", &b.cert_pem, &a.key_pem);
+        assert!(matches!(cert.reload(), Err(TlsError::Pair(_))));
+        assert_eq!(serial(&cert), first);
+        assert!(!cert.is_usable());
+
+        // Garbage.
+        secret_volume(dir.path(), "v3", "not a cert", "not a key");
+        assert!(cert.reload().is_err());
+        assert_eq!(serial(&cert), first);
+
+        // A good rotation recovers.
+        secret_volume(dir.path(), "v4", &b.cert_pem, &b.key_pem);
+        assert!(cert.reload().unwrap());
+        assert!(cert.is_usable());
+        assert_ne!(serial(&cert), first);
+    }
+
+    #[test]
+    fn missing_files_fail_the_initial_load() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            ReloadingCert::load(files(dir.path())),
+            Err(TlsError::Read { .. })
+        ));
+    }
+}
