@@ -1,0 +1,593 @@
+//! End-to-end test harness: a real kube-apiserver + etcd (started once per test process, or
+//! the cluster in `COPYRATOR_KUBECONFIG`), per-test namespaces with unique names, and
+//! copyrator itself running in-process with its webhooks registered in the API server over TLS.
+#![allow(dead_code)]
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use copyrator::{
+    certs::{self, CertRequest},
+    cli::{Cli, Command as CliCommand},
+    manifests::{self, WebhookOptions, WebhookTarget},
+    serve::{self, Running},
+};
+use k8s_openapi::{
+    api::{
+        admissionregistration::v1::ValidatingWebhookConfiguration,
+        core::v1::{ConfigMap, Namespace, Secret},
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+pub const WEBHOOK_CONFIG_NAME: &str = "copyrator-e2e";
+
+/// The kubeconfig of the cluster under test, starting a local control plane if needed.
+pub fn kubeconfig() -> PathBuf {
+    static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();
+    KUBECONFIG
+        .get_or_init(|| {
+            if let Ok(path) = std::env::var("COPYRATOR_KUBECONFIG")
+                && !path.is_empty()
+            {
+                return PathBuf::from(path);
+            }
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let dir =
+                std::env::temp_dir().join(format!("copyrator-test-cp.{}", std::process::id()));
+            let out = Command::new(root.join("scripts/control-plane.sh"))
+                .args(["up", "--dir"])
+                .arg(&dir)
+                .args(["--owner-pid", &std::process::id().to_string()])
+                .output()
+                .expect("running scripts/control-plane.sh (run scripts/bootstrap.sh first)");
+            assert!(
+                out.status.success(),
+                "control plane failed to start:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        })
+        .clone()
+}
+
+pub async fn client() -> Client {
+    let client = serve::kube_client(Some(&kubeconfig()))
+        .await
+        .expect("kube client");
+    install_crd(&client).await;
+    client
+}
+
+/// Installs the CopyRule CRD (server-side apply, idempotent) and waits until it is served.
+async fn install_crd(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = copyrator::copyrule::CopyRule::crd();
+    let name = crd.name_any();
+    crds.patch(
+        &name,
+        &PatchParams::apply("copyrator-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("installing the CopyRule CRD");
+    let rules: Api<copyrator::copyrule::CopyRule> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(30),
+        "the CopyRule CRD being served",
+        || {
+            let rules = rules.clone();
+            async move {
+                rules
+                    .list(&ListParams::default().limit(1))
+                    .await
+                    .ok()
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How long tests wait for copyrator to converge. A correctness bound, not a performance claim.
+pub const CONVERGE: Duration = Duration::from_secs(20);
+
+/// Asserts that `check` keeps holding for `period` (for "nothing happens" assertions).
+pub async fn stays<F, Fut>(period: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < period {
+        assert!(check().await, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{:x}{:x}",
+        nanos % 0xfffff,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One test's corner of the cluster: unique names, and everything it created, for cleanup.
+pub struct TestEnv {
+    pub client: Client,
+    pub id: String,
+    namespaces: Mutex<Vec<String>>,
+    copy_rules: Mutex<Vec<String>>,
+}
+
+impl TestEnv {
+    pub async fn new() -> Self {
+        Self {
+            client: client().await,
+            id: unique_suffix(),
+            namespaces: Mutex::new(Vec::new()),
+            copy_rules: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `base-<id>`: a name no other test uses.
+    pub fn name(&self, base: &str) -> String {
+        format!("{base}-{}", self.id)
+    }
+
+    /// Creates namespace `base-<id>` with `labels`; returns its name.
+    pub async fn namespace(&self, base: &str, labels: &[(&str, &str)]) -> String {
+        let name = self.name(base);
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        self.namespaces.lock().unwrap().push(name.clone());
+        name
+    }
+
+    /// Remembers a namespace created some other way, for cleanup.
+    pub fn track_namespace(&self, name: &str) {
+        self.namespaces.lock().unwrap().push(name.to_string());
+    }
+
+    pub fn track_copy_rule(&self, name: &str) {
+        self.copy_rules.lock().unwrap().push(name.to_string());
+    }
+
+    pub async fn label_namespace(&self, name: &str, labels: serde_json::Value) {
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": labels}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    pub fn secrets(&self, ns: &str) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    pub fn config_maps(&self, ns: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// Deletes what the test made: sources and CopyRules first (so nothing is left for later
+    /// tests to copy), then its namespaces.
+    pub async fn cleanup(self) {
+        let rules: Api<copyrator::copyrule::CopyRule> = Api::all(self.client.clone());
+        let copy_rules = self.copy_rules.lock().unwrap().clone();
+        for r in copy_rules {
+            let _ = rules.delete(&r, &DeleteParams::default()).await;
+        }
+        let namespaces = self.namespaces.lock().unwrap().clone();
+        for ns in &namespaces {
+            let lp = ListParams::default();
+            for s in self
+                .secrets(ns)
+                .list(&lp)
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let _ = self
+                    .secrets(ns)
+                    .delete(&s.name_any(), &DeleteParams::default())
+                    .await;
+            }
+            for c in self
+                .config_maps(ns)
+                .list(&lp)
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let _ = self
+                    .config_maps(ns)
+                    .delete(&c.name_any(), &DeleteParams::default())
+                    .await;
+            }
+        }
+        let api = Api::<Namespace>::all(self.client.clone());
+        for ns in namespaces {
+            let _ = api.delete(&ns, &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// A Secret source with the shell-operator style inline rule.
+pub fn secret(
+    name: &str,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    data: &[(&str, &str)],
+) -> Secret {
+    Secret {
+        metadata: meta(name, labels, annotations),
+        string_data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+pub fn config_map(
+    name: &str,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    data: &[(&str, &str)],
+) -> ConfigMap {
+    ConfigMap {
+        metadata: meta(name, labels, annotations),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn meta(name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> ObjectMeta {
+    let map = |pairs: &[(&str, &str)]| -> Option<BTreeMap<String, String>> {
+        (!pairs.is_empty()).then(|| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+    };
+    ObjectMeta {
+        name: Some(name.into()),
+        labels: map(labels),
+        annotations: map(annotations),
+        ..Default::default()
+    }
+}
+
+/// Decoded value of one key of a Secret.
+pub fn secret_value(s: &Secret, key: &str) -> Option<String> {
+    s.data
+        .as_ref()?
+        .get(key)
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Writes a CA and a serving certificate for 127.0.0.1 into a new temporary directory.
+pub fn test_certs() -> (tempfile::TempDir, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let generated = certs::write(
+        dir.path(),
+        &CertRequest {
+            dns_names: vec!["localhost".into()],
+            ips: vec!["127.0.0.1".parse().unwrap()],
+            valid_days: 2,
+        },
+    )
+    .unwrap();
+    (dir, generated.ca_cert_pem.into_bytes())
+}
+
+/// Registers (or replaces) the e2e webhook configuration pointing at `base_url`.
+pub async fn register_webhooks(client: &Client, base_url: &str, ca: &[u8]) {
+    let mut cfg = manifests::webhook_configuration(&WebhookOptions {
+        name: WEBHOOK_CONFIG_NAME.into(),
+        target: WebhookTarget::Url(base_url.into()),
+        ca_bundle: ca.to_vec(),
+        exclude_namespaces: vec!["kube-system".into()],
+        timeout_seconds: 5,
+    });
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    if let Some(existing) = api.get_opt(WEBHOOK_CONFIG_NAME).await.unwrap() {
+        cfg.metadata.resource_version = existing.resource_version();
+        api.replace(WEBHOOK_CONFIG_NAME, &PostParams::default(), &cfg)
+            .await
+            .unwrap();
+    } else {
+        api.create(&PostParams::default(), &cfg).await.unwrap();
+    }
+}
+
+pub async fn unregister_webhooks(client: &Client) {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let _ = api
+        .delete(WEBHOOK_CONFIG_NAME, &DeleteParams::default())
+        .await;
+}
+
+/// copyrator running in this test process.
+pub struct Copyrator {
+    pub running: Option<Running>,
+    pub certs: tempfile::TempDir,
+    pub ca: Vec<u8>,
+    client: Client,
+}
+
+/// Options for [`Copyrator::start`].
+pub struct Options {
+    pub resync_interval: &'static str,
+    pub webhooks: bool,
+    pub extra: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            resync_interval: "1h",
+            webhooks: true,
+            extra: Vec::new(),
+        }
+    }
+}
+
+impl Copyrator {
+    /// Starts copyrator against the test cluster and, unless disabled, registers its webhooks
+    /// and waits until the API server calls them.
+    pub async fn start(opts: Options) -> Self {
+        let (certs, ca) = test_certs();
+        Self::start_with_certs(opts, certs, ca).await
+    }
+
+    pub async fn start_with_certs(opts: Options, certs: tempfile::TempDir, ca: Vec<u8>) -> Self {
+        // Logs of the in-process copyrator, when asked for with RUST_LOG.
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+        let client = client().await;
+        let args = serve_args(&opts, certs.path());
+        let running = serve::start(&args).await.expect("copyrator starts");
+        let base = format!("https://127.0.0.1:{}", running.webhook_addr.port());
+        if opts.webhooks {
+            register_webhooks(&client, &base, &ca).await;
+            wait_for_webhooks(&client, &running).await;
+        }
+        Self {
+            running: Some(running),
+            certs,
+            ca,
+            client,
+        }
+    }
+
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().expect("running")
+    }
+
+    /// Prometheus text from `/metrics`.
+    pub async fn metrics(&self) -> String {
+        http_get(self.running().http_addr, "/metrics").await.1
+    }
+
+    /// Value of one sample (`name{labels}`), 0 if absent.
+    pub async fn metric(&self, sample: &str) -> f64 {
+        metric_value(&self.metrics().await, sample)
+    }
+
+    /// Stops copyrator and removes its webhook configuration.
+    pub async fn stop(mut self) {
+        unregister_webhooks(&self.client).await;
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+
+    /// Stops copyrator but leaves the webhook configuration (webhook down: calls fail and are
+    /// ignored, as with a crashed deployment).
+    pub async fn kill(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+}
+
+pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs> {
+    let mut argv: Vec<String> = vec![
+        "copyrator".into(),
+        "serve".into(),
+        "--kubeconfig".into(),
+        kubeconfig().display().to_string(),
+        "--webhook-addr".into(),
+        "127.0.0.1:0".into(),
+        "--http-addr".into(),
+        "127.0.0.1:0".into(),
+        "--tls-cert".into(),
+        certs.join("tls.crt").display().to_string(),
+        "--tls-key".into(),
+        certs.join("tls.key").display().to_string(),
+        "--resync-interval".into(),
+        opts.resync_interval.into(),
+        "--leader-election".into(),
+        "false".into(),
+    ];
+    argv.extend(opts.extra.iter().cloned());
+    match Cli::try_parse_from(argv)
+        .expect("valid serve arguments")
+        .command
+    {
+        CliCommand::Serve(args) => args,
+        _ => unreachable!(),
+    }
+}
+
+/// The API server picks webhook configurations up asynchronously: dry-run namespace creates
+/// until copyrator sees one.
+async fn wait_for_webhooks(client: &Client, running: &Running) {
+    let api = Api::<Namespace>::all(client.clone());
+    let sample = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"dry_run\"}";
+    let before = metric_value(&running.metrics.encode(), sample);
+    eventually(
+        Duration::from_secs(30),
+        "the API server calling copyrator's webhooks",
+        || {
+            let api = api.clone();
+            async move {
+                let ns = Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(format!("webhook-probe-{}", unique_suffix())),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let _ = api
+                    .create(
+                        &PostParams {
+                            dry_run: true,
+                            field_manager: None,
+                        },
+                        &ns,
+                    )
+                    .await;
+                (metric_value(&running.metrics.encode(), sample) > before).then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// Parses one sample value out of Prometheus text.
+pub fn metric_value(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(sample)
+                .and_then(|rest| rest.trim().split(' ').next()?.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Minimal HTTP/1.1 GET against the plain port; returns (status, body).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = match text.split_once("\r\n\r\n") {
+        Some((head, body))
+            if head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked") =>
+        {
+            dechunk(body)
+        }
+        Some((_, body)) => body.to_string(),
+        None => String::new(),
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Name of an object, for messages.
+pub fn name_of<K: Resource>(o: &K) -> String {
+    o.meta().name.clone().unwrap_or_default()
+}
