@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The copyrator demo: a throwaway local control plane, copyrator serving its webhooks over TLS,
+# and a source Secret copied into labelled namespaces while you watch. Everything is torn down
+# at the end (or on Ctrl-C). First run: installs packages and builds kube-apiserver (~5 min).
+#
+#   scripts/demo.sh            run the demo
+#   DEMO_PAUSE=0 scripts/demo.sh   no pauses between steps (CI)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+PAUSE=${DEMO_PAUSE:-1.5}
+
+bold() { printf '\n\033[1;34m== %s\033[0m\n' "$*"; }
+run() { printf '\033[2m$ %s\033[0m\n' "$*"; "$@"; }
+pause() { sleep "$PAUSE"; }
+
+"$ROOT/scripts/bootstrap.sh"
+bold "Building copyrator (release)"
+cargo build --release --quiet
+BIN="$ROOT/target/release/copyrator"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/copyrator-demo.XXXXXX")
+COPYRATOR_PID=""
+cleanup() {
+  [ -n "$COPYRATOR_PID" ] && kill "$COPYRATOR_PID" 2>/dev/null && wait "$COPYRATOR_PID" 2>/dev/null
+  "$ROOT/scripts/control-plane.sh" down --dir "$WORK/cp" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+bold "Starting a local kube-apiserver + etcd"
+export KUBECONFIG
+KUBECONFIG=$("$ROOT/scripts/control-plane.sh" up --dir "$WORK/cp")
+unset COPYRATOR_KUBECONFIG
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+WEBHOOK_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+
+bold "Serving certificate for https://127.0.0.1:$WEBHOOK_PORT (copyrator certs)"
+run "$BIN" certs --out "$WORK/certs" --ip 127.0.0.1 --dns localhost
+
+bold "Starting copyrator"
+"$BIN" serve --kubeconfig "$KUBECONFIG" \
+  --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
+  --tls-cert "$WORK/certs/tls.crt" --tls-key "$WORK/certs/tls.key" \
+  --leader-election=false --resync-interval 1m >"$WORK/copyrator.log" 2>&1 &
+COPYRATOR_PID=$!
+for _ in $(seq 100); do
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null 2>&1 && break
+  kill -0 "$COPYRATOR_PID" 2>/dev/null || { cat "$WORK/copyrator.log"; exit 1; }
+  sleep 0.1
+done
+echo "copyrator is ready (logs: $WORK/copyrator.log)"
+
+bold "Registering the CopyRule CRD and the webhooks with the API server"
+"$BIN" manifests crd | kubectl apply -f -
+"$BIN" manifests webhooks --url "https://127.0.0.1:$WEBHOOK_PORT" --ca-bundle "$WORK/certs/ca.crt" | kubectl apply -f -
+sleep 1
+pause
+
+bold "Two namespaces opt in with the label secret=yes, one does not"
+run kubectl create namespace team-a
+run kubectl create namespace team-b
+run kubectl create namespace team-c
+run kubectl label namespace team-a team-b secret=yes
+pause
+
+bold "A source Secret in 'default' opts in and selects secret=yes namespaces"
+kubectl apply -f - <<'EOF'
+apiVersion: v1
+kind: Secret
+metadata:
+  name: registry-cred
+  namespace: default
+  labels:
+    copyrator.io/source: "true"
+  annotations:
+    copyrator.io/namespace-selector: "secret=yes"
+stringData:
+  password: hunter2
+EOF
+sleep 0.5
+run kubectl get secrets -A -l app.kubernetes.io/managed-by=copyrator \
+  -o custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,SOURCE:.metadata.annotations.copyrator\\.io/source
+pause
+
+bold "A namespace created later gets its copy within milliseconds"
+start=$(date +%s%N)
+run kubectl create namespace team-d
+run kubectl label namespace team-d secret=yes
+until kubectl get secret registry-cred -n team-d >/dev/null 2>&1; do sleep 0.02; done
+echo "copy present in team-d $(( ($(date +%s%N) - start) / 1000000 )) ms after kubectl create (including two kubectl runs)"
+pause
+
+bold "The source changes: every copy follows"
+run kubectl patch secret registry-cred -n default --type merge -p '{"stringData":{"password":"correct-horse"}}'
+sleep 0.5
+for ns in team-a team-b team-d; do
+  printf '%s: %s\n' "$ns" "$(kubectl get secret registry-cred -n "$ns" -o jsonpath='{.data.password}' | base64 -d)"
+done
+pause
+
+bold "Someone deletes a copy by hand: it comes back"
+run kubectl delete secret registry-cred -n team-a
+sleep 0.5
+run kubectl get secret registry-cred -n team-a
+pause
+
+bold "team-b opts out: its copy is removed"
+run kubectl label namespace team-b secret-
+sleep 0.5
+run kubectl get secrets -A -l app.kubernetes.io/managed-by=copyrator
+pause
+
+bold "A same-name Secret copyrator does not own is never touched (team-c)"
+run kubectl create secret generic registry-cred -n team-c --from-literal=password=mine
+run kubectl label namespace team-c secret=yes
+sleep 0.5
+printf 'team-c keeps its own value: %s\n' "$(kubectl get secret registry-cred -n team-c -o jsonpath='{.data.password}' | base64 -d)"
+run kubectl get events.events.k8s.io -n default --field-selector reason=CopyConflict -o custom-columns=REASON:.reason,NOTE:.note
+pause
+
+bold "A CopyRule keeps a ConfigMap in sync with one destination namespace"
+run kubectl create namespace platform
+run kubectl create configmap shared-config -n platform --from-literal=log-level=info
+kubectl apply -f - <<'EOF'
+apiVersion: copyrator.io/v1alpha1
+kind: CopyRule
+metadata:
+  name: shared-config
+spec:
+  kind: ConfigMap
+  sourceNamespace: platform
+  sourceName: shared-config
+  namespaces: [team-a]
+EOF
+sleep 1
+run kubectl get configmap shared-config -n team-a -o jsonpath='{.data}'; echo
+run kubectl get copyrules
+pause
+
+bold "What copyrator counted"
+curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^copyrator_(copy_writes|admission_requests|jobs)_total' | head -20
+echo
+echo "Done. Everything is torn down now."
