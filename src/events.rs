@@ -1,14 +1,20 @@
-//! Kubernetes Events on sources and CopyRules (events.k8s.io/v1 through kube-runtime's
-//! Recorder), deduplicated so that a resync repeating the same finding does not write the same
-//! Event again. Event notes name objects and reasons only, never data.
+//! Kubernetes Events on sources and CopyRules, deduplicated so that a resync repeating the
+//! same finding does not write the same Event again. Event messages name objects and reasons
+//! only, never data.
+//!
+//! Written through the core/v1 Events API in its classic form (no eventTime): older API
+//! servers (1.20) reject events.k8s.io/v1 Events about cluster-scoped objects such as
+//! CopyRules unless they live in kube-system; classic Events about them live in `default`.
+//! Both APIs show the same Events (`kubectl describe`, `kubectl get events`).
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{
-    Client,
-    runtime::events::{Event, EventType, Recorder, Reporter},
+use k8s_openapi::{
+    api::core::v1::{Event, EventSource, ObjectReference},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    jiff::Timestamp,
 };
+use kube::{Api, Client, api::PostParams};
 use moka::sync::Cache;
 
 use crate::{
@@ -78,19 +84,17 @@ pub mod reason {
 
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    client: Client,
+    instance: String,
     seen: Cache<(Regarding, &'static str, String), ()>,
     metrics: Arc<Metrics>,
 }
 
 impl Events {
-    pub fn new(client: Client, instance: Option<String>, metrics: Arc<Metrics>) -> Self {
-        let reporter = Reporter {
-            controller: "copyrator".into(),
-            instance,
-        };
+    pub fn new(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            instance,
             seen: Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(DEDUP_WINDOW)
@@ -100,19 +104,17 @@ impl Events {
     }
 
     pub async fn warning(&self, regarding: &Regarding, reason: &'static str, note: String) {
-        self.publish(regarding, EventType::Warning, reason, note)
-            .await
+        self.publish(regarding, "Warning", reason, note).await
     }
 
     pub async fn normal(&self, regarding: &Regarding, reason: &'static str, note: String) {
-        self.publish(regarding, EventType::Normal, reason, note)
-            .await
+        self.publish(regarding, "Normal", reason, note).await
     }
 
     async fn publish(
         &self,
         regarding: &Regarding,
-        type_: EventType,
+        type_: &'static str,
         reason: &'static str,
         note: String,
     ) {
@@ -121,16 +123,43 @@ impl Events {
             return;
         }
         self.seen.insert(key, ());
+        let reference = regarding.reference();
+        // Events about cluster-scoped objects live in `default`.
+        let namespace = reference
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let now = Timestamp::now();
         let event = Event {
-            type_,
-            reason: reason.into(),
-            // The API caps notes at 1 kB.
-            note: Some(truncate(note, 1000)),
-            action: "Sync".into(),
-            secondary: None,
+            metadata: ObjectMeta {
+                name: Some(format!(
+                    "{}.{:x}",
+                    reference.name.as_deref().unwrap_or("copyrator"),
+                    now.as_nanosecond()
+                )),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            involved_object: reference,
+            reason: Some(reason.into()),
+            // The API caps messages at 1 kB.
+            message: Some(truncate(note, 1000)),
+            type_: Some(type_.into()),
+            action: Some("Sync".into()),
+            count: Some(1),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            reporting_component: Some("copyrator".into()),
+            reporting_instance: Some(self.instance.clone()),
+            source: Some(EventSource {
+                component: Some("copyrator".into()),
+                host: None,
+            }),
+            ..Default::default()
         };
         self.metrics.api_call("create", "events");
-        if let Err(e) = self.recorder.publish(&event, &regarding.reference()).await {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
             // Events are best effort; a failure must not fail the job.
             tracing::warn!(error = %e, reason, "could not publish event");
         }

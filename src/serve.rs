@@ -110,7 +110,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         .identity
         .clone()
         .unwrap_or_else(leader::default_identity);
-    let events = Events::new(client.clone(), Some(identity.clone()), Arc::clone(&metrics));
+    let events = Events::new(client.clone(), identity.clone(), Arc::clone(&metrics));
     let settings = SyncSettings {
         excluded_namespaces: args
             .exclude_namespaces
