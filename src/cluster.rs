@@ -249,21 +249,29 @@ impl Cluster {
         self.call("get", "copyrules", api.get_opt(name)).await
     }
 
-    /// Writes a CopyRule's status subresource (merge patch of the whole status).
-    pub async fn patch_rule_status(&self, name: &str, status: &CopyRuleStatus) -> ApiResult<()> {
+    /// Writes a CopyRule's status subresource, preconditioned on the resourceVersion the status
+    /// was computed from: a status computed from an older view never overwrites a newer one.
+    pub async fn patch_rule_status(
+        &self,
+        name: &str,
+        resource_version: &str,
+        status: &CopyRuleStatus,
+    ) -> ApiResult<Written> {
         let api: Api<CopyRule> = Api::all(self.client.clone());
-        let patch = json!({ "status": status });
+        let patch =
+            json!({ "metadata": { "resourceVersion": resource_version }, "status": status });
         let pp = PatchParams {
             field_manager: Some(marks::FIELD_MANAGER.into()),
             ..Default::default()
         };
-        self.call(
-            "patch",
-            "copyrules/status",
-            api.patch_status(name, &pp, &Patch::Merge(&patch)),
-        )
-        .await
-        .map(drop)
+        let res = self
+            .call(
+                "patch",
+                "copyrules/status",
+                api.patch_status(name, &pp, &Patch::Merge(&patch)),
+            )
+            .await;
+        written(res)
     }
 
     /// Adds `copyrator.io/source: "true"` to a source a CopyRule references, so its changes

@@ -13,7 +13,7 @@ use moka::sync::Cache;
 
 use crate::{
     apply::{Applied, apply},
-    cluster::{ApiError, Cluster, PERSIST_WAIT},
+    cluster::{ApiError, Cluster, PERSIST_WAIT, Written},
     content,
     events::{Events, Regarding, reason},
     marks,
@@ -47,6 +47,8 @@ pub struct Context {
     pub source_hashes: Cache<(ObjectKey, String), String>,
     /// Counts completed full resyncs (readiness waits for the first).
     pub resyncs: tokio::sync::watch::Sender<u64>,
+    /// The CopyRule status this replica last wrote, by rule name (with the rule's uid).
+    pub written_status: Cache<String, (String, crate::copyrule::CopyRuleStatus)>,
 }
 
 impl Context {
@@ -65,6 +67,7 @@ impl Context {
             settings,
             source_hashes: Cache::builder().max_capacity(100_000).build(),
             resyncs: tokio::sync::watch::Sender::new(0),
+            written_status: Cache::builder().max_capacity(10_000).build(),
         }
     }
 }
@@ -671,12 +674,30 @@ async fn write_rule_status(
             None => return,
         },
     };
-    let status = report::rule_status(cr, parsed, world, tally, Timestamp::now());
+    // The status this replica last wrote is newer than a listed copy of the rule read before
+    // that write (a resync racing a rule job): compare against it, not against the stale one.
+    let uid = cr.metadata.uid.clone().unwrap_or_default();
+    let mut latest = cr.clone();
+    if let Some((cached_uid, cached)) = ctx.written_status.get(name)
+        && cached_uid == uid
+    {
+        latest.status = Some(cached);
+    }
+    let status = report::rule_status(&latest, parsed, world, tally, Timestamp::now());
     let wrote = tally.is_some_and(|t| t.writes() > 0);
     let regarding = Regarding::copy_rule(cr);
+    let not_ready_reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "False")
+        .map(|c| (c.reason.clone(), c.message.clone()));
     if let Err(e) = parsed {
         ctx.events
             .warning(&regarding, reason::INVALID, e.to_string())
+            .await;
+    } else if let Some((_, message)) = not_ready_reason.filter(|(r, _)| r == "SourceNotFound") {
+        ctx.events
+            .warning(&regarding, reason::SOURCE_NOT_FOUND, message)
             .await;
     } else if let Some(t) = tally.filter(|t| t.writes() > 0) {
         ctx.events
@@ -693,10 +714,28 @@ async fn write_rule_status(
             )
             .await;
     }
-    if (wrote || report::status_changed(cr.status.as_ref(), &status))
-        && let Err(e) = ctx.cluster.patch_rule_status(name, &status).await
+    if !(wrote || report::status_changed(latest.status.as_ref(), &status)) {
+        return;
+    }
+    tracing::debug!(rule = name, wrote, old = ?latest.status, new = ?status, "writing CopyRule status");
+    let resource_version = cr.metadata.resource_version.clone().unwrap_or_default();
+    match ctx
+        .cluster
+        .patch_rule_status(name, &resource_version, &status)
+        .await
     {
-        tracing::warn!(rule = name, error = %e, "could not update CopyRule status");
+        Ok(Written::Done) => ctx.written_status.insert(name.to_string(), (uid, status)),
+        Ok(_) => {
+            // The rule changed since it was read (another sync wrote its status): this view
+            // may be older; sync the rule again from a fresh read.
+            tracing::debug!(rule = name, "CopyRule changed since read; re-syncing it");
+            crate::worker::enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                Job::new(JobKey::Rule(name.to_string()), Trigger::FollowUp),
+            );
+        }
+        Err(e) => tracing::warn!(rule = name, error = %e, "could not update CopyRule status"),
     }
 }
 

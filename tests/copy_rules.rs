@@ -1,0 +1,867 @@
+//! CopyRule resources end to end: SPEC §8 scenarios 2 and 3, deletion policies, selectors,
+//! conflicts between rules, adoption, validation at admission, and the status users read.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use copyrator::{
+    copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec, CopyRuleStatus, DeletionPolicy},
+    marks,
+    model::Kind,
+};
+use k8s_openapi::{
+    api::{core::v1::ConfigMap, events::v1::Event},
+    apimachinery::pkg::apis::meta::v1::LabelSelector,
+};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+fn rules(env: &TestEnv) -> Api<CopyRule> {
+    Api::all(env.client.clone())
+}
+
+fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
+    CopyRuleSpec {
+        kind,
+        source_namespace: source_ns.into(),
+        source_name: None,
+        source_selector: None,
+        namespace_selector: None,
+        namespaces: vec![],
+        exclude_namespaces: vec![],
+        target_name: None,
+        deletion_policy: DeletionPolicy::Delete,
+        conflict_policy: ConflictPolicy::Skip,
+    }
+}
+
+fn match_labels(k: &str, v: &str) -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: Some([(k.to_string(), v.to_string())].into()),
+        match_expressions: None,
+    })
+}
+
+async fn create_rule(env: &TestEnv, name: &str, spec: CopyRuleSpec) -> String {
+    let name = env.name(name);
+    rules(env)
+        .create(&PostParams::default(), &CopyRule::new(&name, spec))
+        .await
+        .unwrap_or_else(|e| panic!("creating CopyRule {name}: {e}"));
+    env.track_copy_rule(&name);
+    name
+}
+
+async fn cm_data(env: &TestEnv, ns: &str, name: &str, key: &str) -> Option<String> {
+    env.config_maps(ns)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|c| c.data?.get(key).cloned())
+}
+
+async fn wait_cm(env: &TestEnv, ns: &str, name: &str, key: &str, want: &str) -> ConfigMap {
+    eventually(
+        CONVERGE,
+        &format!("ConfigMap {ns}/{name} with {key}={want}"),
+        || async {
+            env.config_maps(ns)
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .filter(|c| {
+                    c.data.as_ref().and_then(|d| d.get(key)).map(String::as_str) == Some(want)
+                })
+        },
+    )
+    .await
+}
+
+async fn wait_cm_gone(env: &TestEnv, ns: &str, name: &str) {
+    eventually(
+        CONVERGE,
+        &format!("ConfigMap {ns}/{name} deleted"),
+        || async { matches!(env.config_maps(ns).get_opt(name).await, Ok(None)).then_some(()) },
+    )
+    .await
+}
+
+/// Waits until the rule's status satisfies `check`.
+async fn wait_status(
+    env: &TestEnv,
+    name: &str,
+    what: &str,
+    check: impl Fn(&CopyRuleStatus) -> bool,
+) -> CopyRuleStatus {
+    eventually(CONVERGE, &format!("CopyRule {name}: {what}"), || async {
+        rules(env).get(name).await.ok()?.status.filter(|s| check(s))
+    })
+    .await
+}
+
+fn ready(s: &CopyRuleStatus) -> Option<(&str, &str, &str)> {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+async fn rule_events(env: &TestEnv, rule: &str, reason: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(env.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("CopyRule") && r.name.as_deref() == Some(rule)
+            }) && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+/// SPEC §8.2: a Copyrator-style rule copies every matching ConfigMap and follows changes.
+#[tokio::test]
+async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options {
+        resync_interval: "2s",
+        ..Default::default()
+    })
+    .await;
+    let src = env.namespace("cr-src", &[]).await;
+    let t1 = env.namespace("cr-t1", &[("copies", &env.id)]).await;
+    let t2 = env.namespace("cr-t2", &[("copies", &env.id)]).await;
+    let other = env.namespace("cr-other", &[]).await;
+    for (name, selected) in [("alpha", true), ("beta", true), ("gamma", false)] {
+        let labels: &[(&str, &str)] = if selected {
+            &[("copyrator", "true")]
+        } else {
+            &[]
+        };
+        env.config_maps(&src)
+            .create(
+                &PostParams::default(),
+                &config_map(name, labels, &[], &[("v", name)]),
+            )
+            .await
+            .unwrap();
+    }
+    let name = create_rule(
+        &env,
+        "selector",
+        CopyRuleSpec {
+            source_selector: match_labels("copyrator", "true"),
+            namespace_selector: match_labels("copies", &env.id),
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    for ns in [&t1, &t2] {
+        wait_cm(&env, ns, "alpha", "v", "alpha").await;
+        wait_cm(&env, ns, "beta", "v", "beta").await;
+        assert!(
+            cm_data(&env, ns, "gamma", "v").await.is_none(),
+            "gamma is not selected"
+        );
+    }
+    assert!(cm_data(&env, &other, "alpha", "v").await.is_none());
+    // copyrator labelled the selected sources so their changes reach the webhook.
+    let alpha = env.config_maps(&src).get("alpha").await.unwrap();
+    assert_eq!(
+        alpha
+            .metadata
+            .labels
+            .unwrap()
+            .get(marks::SOURCE_LABEL)
+            .map(String::as_str),
+        Some("true")
+    );
+
+    env.config_maps(&src)
+        .patch(
+            "beta",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"v": "beta-2"}})),
+        )
+        .await
+        .unwrap();
+    for ns in [&t1, &t2] {
+        wait_cm(&env, ns, "beta", "v", "beta-2").await;
+    }
+    // A new matching ConfigMap (not labelled as a source) is picked up by the resync.
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("delta", &[("copyrator", "true")], &[], &[("v", "delta")]),
+        )
+        .await
+        .unwrap();
+    wait_cm(&env, &t2, "delta", "v", "delta").await;
+
+    let status = wait_status(&env, &name, "6 copies in sync", |s| s.synced_copies == 6).await;
+    assert_eq!(status.target_namespaces, 2);
+    assert_eq!(
+        ready(&status),
+        Some(("True", "Synced", "6/6 copies in sync"))
+    );
+    assert_eq!(
+        status.source.as_deref(),
+        Some(format!("{src}/{{copyrator=true}}").as_str())
+    );
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+/// SPEC §8.3: a ConfigMapSync-style rule keeps one ConfigMap in sync in one namespace.
+#[tokio::test]
+async fn named_rule_keeps_one_config_map_in_sync_in_one_namespace() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("sync-src", &[]).await;
+    let dest = env.namespace("sync-dest", &[]).await;
+    let bystander = env.namespace("sync-bystander", &[]).await;
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("app-config", &[], &[], &[("mode", "blue")]),
+        )
+        .await
+        .unwrap();
+    let name = create_rule(
+        &env,
+        "sync",
+        CopyRuleSpec {
+            source_name: Some("app-config".into()),
+            namespaces: vec![dest.clone()],
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    let copy = wait_cm(&env, &dest, "app-config", "mode", "blue").await;
+    let annotations = copy.metadata.annotations.unwrap();
+    assert_eq!(
+        annotations.get(marks::RULE_ANNOTATION),
+        Some(&format!("copyrule/{name}"))
+    );
+    for change in ["green", "red"] {
+        env.config_maps(&src)
+            .patch(
+                "app-config",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"mode": change}})),
+            )
+            .await
+            .unwrap();
+        wait_cm(&env, &dest, "app-config", "mode", change).await;
+    }
+    assert!(
+        cm_data(&env, &bystander, "app-config", "mode")
+            .await
+            .is_none()
+    );
+    let status = wait_status(&env, &name, "Ready", |s| {
+        ready(s).is_some_and(|r| r.0 == "True")
+    })
+    .await;
+    assert_eq!((status.target_namespaces, status.synced_copies), (1, 1));
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn deleting_a_rule_deletes_or_retains_its_copies_per_policy() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("del-src", &[]).await;
+    let dest = env.namespace("del-dest", &[]).await;
+    for name in ["gone", "kept"] {
+        env.config_maps(&src)
+            .create(
+                &PostParams::default(),
+                &config_map(name, &[], &[], &[("v", name)]),
+            )
+            .await
+            .unwrap();
+    }
+    let delete_rule = create_rule(
+        &env,
+        "deleter",
+        CopyRuleSpec {
+            source_name: Some("gone".into()),
+            namespaces: vec![dest.clone()],
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    let retain_rule = create_rule(
+        &env,
+        "retainer",
+        CopyRuleSpec {
+            source_name: Some("kept".into()),
+            namespaces: vec![dest.clone()],
+            deletion_policy: DeletionPolicy::Retain,
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    wait_cm(&env, &dest, "gone", "v", "gone").await;
+    wait_cm(&env, &dest, "kept", "v", "kept").await;
+
+    rules(&env)
+        .delete(&delete_rule, &DeleteParams::default())
+        .await
+        .unwrap();
+    rules(&env)
+        .delete(&retain_rule, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_cm_gone(&env, &dest, "gone").await;
+    stays(
+        Duration::from_millis(800),
+        "a Retain rule's copy stays",
+        || async { cm_data(&env, &dest, "kept", "v").await.as_deref() == Some("kept") },
+    )
+    .await;
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn namespace_leaving_the_selector_loses_its_copy_and_excluded_namespaces_get_none() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("sel-src", &[]).await;
+    let stay = env.namespace("sel-stay", &[("tier", &env.id)]).await;
+    let leave = env.namespace("sel-leave", &[("tier", &env.id)]).await;
+    let excluded = env.namespace("sel-excluded", &[("tier", &env.id)]).await;
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret("token", &[], &[], &[("t", "x")]),
+        )
+        .await
+        .unwrap();
+    let name = create_rule(
+        &env,
+        "tier",
+        CopyRuleSpec {
+            source_name: Some("token".into()),
+            target_name: Some("pull-secret".into()),
+            namespace_selector: match_labels("tier", &env.id),
+            exclude_namespaces: vec![excluded.clone()],
+            ..spec(Kind::Secret, &src)
+        },
+    )
+    .await;
+    for ns in [&stay, &leave] {
+        eventually(CONVERGE, "renamed copy", || async {
+            env.secrets(ns).get_opt("pull-secret").await.ok().flatten()
+        })
+        .await;
+    }
+    assert!(
+        env.secrets(&excluded)
+            .get_opt("pull-secret")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        env.secrets(&stay).get_opt("token").await.unwrap().is_none(),
+        "copies carry the targetName"
+    );
+
+    env.label_namespace(&leave, json!({"tier": null})).await;
+    eventually(
+        CONVERGE,
+        "copy removed from the namespace that left",
+        || async {
+            matches!(env.secrets(&leave).get_opt("pull-secret").await, Ok(None)).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        env.secrets(&stay)
+            .get_opt("pull-secret")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let status = wait_status(&env, &name, "1 target", |s| {
+        s.target_namespaces == 1 && s.synced_copies == 1
+    })
+    .await;
+    assert_eq!(ready(&status).map(|r| r.0), Some("True"));
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn two_rules_for_one_target_do_not_fight_and_the_second_reports_a_conflict() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("fight-src", &[]).await;
+    let dest = env.namespace("fight-dest", &[]).await;
+    for (name, v) in [("one", "1"), ("two", "2")] {
+        env.config_maps(&src)
+            .create(
+                &PostParams::default(),
+                &config_map(name, &[], &[], &[("v", v)]),
+            )
+            .await
+            .unwrap();
+    }
+    let first = create_rule(
+        &env,
+        "first",
+        CopyRuleSpec {
+            source_name: Some("one".into()),
+            target_name: Some("shared".into()),
+            namespaces: vec![dest.clone()],
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    wait_cm(&env, &dest, "shared", "v", "1").await;
+    let second = create_rule(
+        &env,
+        "second",
+        CopyRuleSpec {
+            source_name: Some("two".into()),
+            target_name: Some("shared".into()),
+            namespaces: vec![dest.clone()],
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    let status = wait_status(&env, &second, "a conflict", |s| !s.conflicts.is_empty()).await;
+    assert_eq!(status.conflicts[0].namespace, dest);
+    assert_eq!(status.conflicts[0].name, "shared");
+    assert!(
+        status.conflicts[0].reason.contains(&first),
+        "{:?}",
+        status.conflicts[0]
+    );
+    assert_eq!(
+        ready(&status).map(|r| (r.0, r.1)),
+        Some(("False", "Conflicts"))
+    );
+
+    // No ping-pong: the copy keeps the first rule's content and is not rewritten.
+    let rv = env
+        .config_maps(&dest)
+        .get("shared")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    stays(
+        Duration::from_millis(800),
+        "the first rule keeps the target",
+        || async {
+            let c = env.config_maps(&dest).get("shared").await.unwrap();
+            c.metadata.resource_version == rv
+                && c.data.unwrap().get("v").map(String::as_str) == Some("1")
+        },
+    )
+    .await;
+    let first_status = wait_status(&env, &first, "Ready", |s| {
+        ready(s).is_some_and(|r| r.0 == "True")
+    })
+    .await;
+    assert!(first_status.conflicts.is_empty());
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn overwrite_policy_adopts_an_unmanaged_object_and_says_so() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("adopt-src", &[]).await;
+    let dest = env.namespace("adopt-dest", &[]).await;
+    env.config_maps(&dest)
+        .create(
+            &PostParams::default(),
+            &config_map("settings", &[], &[], &[("v", "hand made")]),
+        )
+        .await
+        .unwrap();
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("settings", &[], &[], &[("v", "managed")]),
+        )
+        .await
+        .unwrap();
+    let name = create_rule(
+        &env,
+        "adopter",
+        CopyRuleSpec {
+            source_name: Some("settings".into()),
+            namespaces: vec![dest.clone()],
+            conflict_policy: ConflictPolicy::Overwrite,
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    let adopted = wait_cm(&env, &dest, "settings", "v", "managed").await;
+    assert_eq!(
+        adopted
+            .metadata
+            .labels
+            .unwrap()
+            .get(marks::MANAGED_BY_LABEL)
+            .map(String::as_str),
+        Some("copyrator")
+    );
+    eventually(CONVERGE, "a CopyAdopted event on the rule", || async {
+        (!rule_events(&env, &name, "CopyAdopted").await.is_empty()).then_some(())
+    })
+    .await;
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn skip_policy_reports_the_unmanaged_object_in_status_and_events_once() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options {
+        resync_interval: "1s",
+        ..Default::default()
+    })
+    .await;
+    let src = env.namespace("skip-src", &[]).await;
+    let dest = env.namespace("skip-dest", &[]).await;
+    let ok = env.namespace("skip-ok", &[]).await;
+    env.secrets(&dest)
+        .create(
+            &PostParams::default(),
+            &secret("pull-secret", &[], &[], &[("mine", "yes")]),
+        )
+        .await
+        .unwrap();
+    let before = env.secrets(&dest).get("pull-secret").await.unwrap();
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret("registry", &[], &[], &[("auth", "token")]),
+        )
+        .await
+        .unwrap();
+    let name = create_rule(
+        &env,
+        "skipper",
+        CopyRuleSpec {
+            source_name: Some("registry".into()),
+            target_name: Some("pull-secret".into()),
+            namespaces: vec![dest.clone(), ok.clone()],
+            ..spec(Kind::Secret, &src)
+        },
+    )
+    .await;
+    let status = wait_status(&env, &name, "a conflict", |s| {
+        !s.conflicts.is_empty() && s.synced_copies == 1
+    })
+    .await;
+    assert_eq!(status.target_namespaces, 2);
+    assert_eq!(
+        status.conflicts[0].reason,
+        "an object not managed by copyrator exists"
+    );
+    assert_eq!(
+        ready(&status),
+        Some(("False", "Conflicts", "1/2 copies in sync, 1 in conflict"))
+    );
+    assert!(status.last_sync_time.is_some());
+    assert!(status.observed_generation.is_some());
+
+    // Several resyncs later: still untouched, one event, and no status rewrites.
+    let status_writes =
+        "copyrator_api_requests_total{verb=\"patch\",resource=\"copyrules/status\"}";
+    let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
+    let writes_before = copyrator.metric(status_writes).await;
+    let resyncs_before = copyrator.metric(resyncs).await;
+    eventually(Duration::from_secs(15), "three more resyncs", || async {
+        (copyrator.metric(resyncs).await >= resyncs_before + 3.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        copyrator.metric(status_writes).await,
+        writes_before,
+        "unchanged status is not rewritten"
+    );
+    let events = rule_events(&env, &name, "CopyConflict").await;
+    assert_eq!(
+        events.len(),
+        1,
+        "one deduplicated conflict event: {events:?}"
+    );
+    assert!(
+        events[0].series.is_none(),
+        "not re-published on every resync"
+    );
+    let after = env.secrets(&dest).get("pull-secret").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.data, before.data);
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn invalid_rules_are_denied_at_admission_naming_the_field() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let cases: Vec<(CopyRuleSpec, &str)> = vec![
+        (
+            CopyRuleSpec {
+                source_name: Some("a".into()),
+                source_selector: match_labels("x", "y"),
+                namespaces: vec!["dest".into()],
+                ..spec(Kind::ConfigMap, "platform")
+            },
+            "spec.sourceName",
+        ),
+        (
+            CopyRuleSpec {
+                namespaces: vec!["dest".into()],
+                ..spec(Kind::ConfigMap, "platform")
+            },
+            "spec.sourceName",
+        ),
+        (
+            CopyRuleSpec {
+                source_selector: match_labels("x", "y"),
+                target_name: Some("renamed".into()),
+                namespaces: vec!["dest".into()],
+                ..spec(Kind::ConfigMap, "platform")
+            },
+            "spec.targetName",
+        ),
+        (
+            CopyRuleSpec {
+                source_name: Some("a".into()),
+                namespace_selector: Some(LabelSelector {
+                    match_labels: None,
+                    match_expressions: Some(vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                            key: "env".into(),
+                            operator: "Matches".into(),
+                            values: Some(vec!["prod".into()]),
+                        },
+                    ]),
+                }),
+                ..spec(Kind::ConfigMap, "platform")
+            },
+            "spec.namespaceSelector",
+        ),
+        (
+            CopyRuleSpec {
+                source_name: Some("a".into()),
+                namespaces: vec!["platform".into()],
+                ..spec(Kind::ConfigMap, "platform")
+            },
+            "spec.namespaces",
+        ),
+    ];
+    for (i, (spec, field)) in cases.into_iter().enumerate() {
+        let name = env.name(&format!("invalid-{i}"));
+        let err = rules(&env)
+            .create(&PostParams::default(), &CopyRule::new(&name, spec))
+            .await
+            .expect_err("denied");
+        let msg = err.to_string();
+        assert!(msg.contains(field), "case {i}: {msg} should name {field}");
+        assert!(rules(&env).get_opt(&name).await.unwrap().is_none());
+    }
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn invalid_rule_that_got_in_while_the_webhook_was_down_is_not_ready() {
+    let env = TestEnv::new().await;
+    // No webhooks: the API server stores whatever passes the schema.
+    let copyrator = Copyrator::start(Options {
+        webhooks: false,
+        resync_interval: "1s",
+        ..Default::default()
+    })
+    .await;
+    let name = create_rule(
+        &env,
+        "sneaked-in",
+        CopyRuleSpec {
+            source_name: Some("a".into()),
+            source_selector: match_labels("x", "y"),
+            namespaces: vec!["dest".into()],
+            ..spec(Kind::ConfigMap, "platform")
+        },
+    )
+    .await;
+    let status = wait_status(&env, &name, "Ready=False", |s| ready(s).is_some()).await;
+    let (state, reason, message) = ready(&status).unwrap();
+    assert_eq!((state, reason), ("False", "Invalid"));
+    assert!(message.contains("spec.sourceName"), "{message}");
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn kubectl_get_copyrules_shows_the_columns_with_real_values() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("cols-src", &[]).await;
+    let d1 = env.namespace("cols-d1", &[]).await;
+    let d2 = env.namespace("cols-d2", &[]).await;
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret("cred", &[], &[], &[("k", "v")]),
+        )
+        .await
+        .unwrap();
+    let name = create_rule(
+        &env,
+        "cols",
+        CopyRuleSpec {
+            source_name: Some("cred".into()),
+            namespaces: vec![d1, d2],
+            ..spec(Kind::Secret, &src)
+        },
+    )
+    .await;
+    wait_status(&env, &name, "2 synced", |s| s.synced_copies == 2).await;
+
+    // What `kubectl get copyrules` prints comes from the API server's Table output.
+    let req = axum::http::Request::get(format!("/apis/copyrator.io/v1alpha1/copyrules/{name}"))
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let table: serde_json::Value = env.client.request(req).await.unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "Name", "Kind", "Source", "Targets", "Synced", "Ready", "Age"
+        ]
+    );
+    let cells = &table["rows"][0]["cells"];
+    assert_eq!(cells[0], json!(name));
+    assert_eq!(cells[1], json!("Secret"));
+    assert_eq!(cells[2], json!(format!("{src}/cred")));
+    assert_eq!(cells[3], json!(2));
+    assert_eq!(cells[4], json!(2));
+    assert_eq!(cells[5], json!("True"));
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn rule_for_a_missing_source_is_not_ready_until_the_source_appears() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("missing-src", &[]).await;
+    let dest = env.namespace("missing-dest", &[]).await;
+    let name = create_rule(
+        &env,
+        "waiting",
+        CopyRuleSpec {
+            source_name: Some("later".into()),
+            namespaces: vec![dest.clone()],
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    let status = wait_status(&env, &name, "SourceNotFound", |s| {
+        ready(s).is_some_and(|r| r.1 == "SourceNotFound")
+    })
+    .await;
+    assert_eq!(ready(&status).unwrap().0, "False");
+    eventually(CONVERGE, "a SourceNotFound event on the rule", || async {
+        (!rule_events(&env, &name, "SourceNotFound").await.is_empty()).then_some(())
+    })
+    .await;
+
+    // Created with the opt-in label, the source reaches the webhook at once.
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map(
+                "later",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[],
+                &[("v", "here")],
+            ),
+        )
+        .await
+        .unwrap();
+    wait_cm(&env, &dest, "later", "v", "here").await;
+    wait_status(&env, &name, "Ready", |s| {
+        ready(s).is_some_and(|r| r.0 == "True")
+    })
+    .await;
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn changing_a_rule_moves_its_copies() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("move-src", &[]).await;
+    let before = env.namespace("move-before", &[]).await;
+    let after = env.namespace("move-after", &[]).await;
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("cfg", &[], &[], &[("v", "1")]),
+        )
+        .await
+        .unwrap();
+    let name = create_rule(
+        &env,
+        "mover",
+        CopyRuleSpec {
+            source_name: Some("cfg".into()),
+            namespaces: vec![before.clone()],
+            ..spec(Kind::ConfigMap, &src)
+        },
+    )
+    .await;
+    wait_cm(&env, &before, "cfg", "v", "1").await;
+    rules(&env)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"namespaces": [after]}})),
+        )
+        .await
+        .unwrap();
+    wait_cm(&env, &after, "cfg", "v", "1").await;
+    wait_cm_gone(&env, &before, "cfg").await;
+    let status = wait_status(&env, &name, "generation 2 observed", |s| {
+        s.observed_generation == Some(2)
+    })
+    .await;
+    assert_eq!((status.target_namespaces, status.synced_copies), (1, 1));
+    copyrator.stop().await;
+    env.cleanup().await;
+}
