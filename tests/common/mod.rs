@@ -591,3 +591,154 @@ fn dechunk(mut s: &str) -> String {
 pub fn name_of<K: Resource>(o: &K) -> String {
     o.meta().name.clone().unwrap_or_default()
 }
+
+/// copyrator as a separate process (for logs, signals and other identities).
+pub struct Process {
+    pub child: std::process::Child,
+    pub webhook_port: u16,
+    pub http_port: u16,
+    pub log: PathBuf,
+    pub certs: PathBuf,
+    pub ca: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+impl Process {
+    /// Spawns `copyrator serve` with its own certificates and log file. `extra` is appended
+    /// to the arguments (it may override `--kubeconfig`).
+    pub fn spawn(extra: &[&str]) -> Self {
+        let (dir, ca) = test_certs();
+        Self::spawn_with(dir, ca, extra)
+    }
+
+    pub fn spawn_with(dir: tempfile::TempDir, ca: Vec<u8>, extra: &[&str]) -> Self {
+        let webhook_port = free_port();
+        let http_port = free_port();
+        let log = dir.path().join("copyrator.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_copyrator"))
+            .arg("serve")
+            // The default cluster; an explicit --kubeconfig in `extra` wins.
+            .env("COPYRATOR_KUBECONFIG", kubeconfig())
+            .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+            .arg("--tls-cert")
+            .arg(dir.path().join("tls.crt"))
+            .arg("--tls-key")
+            .arg(dir.path().join("tls.key"))
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("spawning copyrator");
+        Self {
+            child,
+            webhook_port,
+            http_port,
+            log,
+            certs: dir.path().to_path_buf(),
+            ca,
+            _dir: dir,
+        }
+    }
+
+    pub fn http_addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.http_port).into()
+    }
+
+    pub async fn metrics(&self) -> String {
+        http_get(self.http_addr(), "/metrics").await.1
+    }
+
+    pub async fn metric(&self, sample: &str) -> f64 {
+        metric_value(&self.metrics().await, sample)
+    }
+
+    /// Waits until `/healthz` answers.
+    pub async fn wait_up(&mut self) {
+        let addr = self.http_addr();
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("copyrator exited with {status}:\n{}", self.logs());
+            }
+            if tokio::net::TcpStream::connect(addr).await.is_ok()
+                && http_get(addr, "/healthz").await.0 == 200
+            {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "copyrator did not come up:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Registers this process's webhooks and waits until the API server calls them.
+    pub async fn register_webhooks(&self, client: &Client) {
+        register_webhooks(
+            client,
+            &format!("https://127.0.0.1:{}", self.webhook_port),
+            &self.ca,
+        )
+        .await;
+        let api = Api::<Namespace>::all(client.clone());
+        let sample = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"dry_run\"}";
+        let before = self.metric(sample).await;
+        eventually(
+            Duration::from_secs(30),
+            "the API server calling the process's webhooks",
+            || {
+                let api = api.clone();
+                async move {
+                    let ns = Namespace {
+                        metadata: ObjectMeta {
+                            name: Some(format!("webhook-probe-{}", unique_suffix())),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    };
+                    let _ = api
+                        .create(
+                            &PostParams {
+                                dry_run: true,
+                                field_manager: None,
+                            },
+                            &ns,
+                        )
+                        .await;
+                    (self.metric(sample).await > before).then_some(())
+                }
+            },
+        )
+        .await;
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: no clean shutdown, no Lease release.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

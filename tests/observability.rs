@@ -1,0 +1,392 @@
+//! What operators see: metrics that move by exactly what happened, readiness that means
+//! something, and logs, Events and metrics that never contain a Secret's data.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine;
+use common::*;
+use copyrator::marks;
+use k8s_openapi::api::core::v1::Event;
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+#[tokio::test]
+async fn metrics_move_by_exactly_what_happened() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    eventually(CONVERGE, "the startup resync", || async {
+        (copyrator
+            .metric("copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}")
+            .await
+            >= 1.0)
+            .then_some(())
+    })
+    .await;
+    let src = env.namespace("metrics-src", &[]).await;
+    let sel = format!("metrics={}", env.id);
+    let taken = env.namespace("metrics-taken", &[]).await;
+    env.secrets(&taken)
+        .create(
+            &PostParams::default(),
+            &secret("cred", &[], &[], &[("x", "y")]),
+        )
+        .await
+        .unwrap();
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    let before = copyrator.metrics().await;
+    let delta =
+        |after: &str, sample: &str| metric_value(after, sample) - metric_value(&before, sample);
+
+    const N: usize = 4;
+    let mut targets = Vec::new();
+    for i in 0..N {
+        targets.push(
+            env.namespace(&format!("metrics-{i}"), &[("metrics", &env.id)])
+                .await,
+        );
+    }
+    for ns in &targets {
+        eventually(CONVERGE, "copy", || async {
+            env.secrets(ns).get_opt("cred").await.ok().flatten()
+        })
+        .await;
+    }
+    env.label_namespace(&taken, json!({"metrics": env.id}))
+        .await;
+    eventually(CONVERGE, "the conflict counted", || async {
+        (copyrator
+            .metric("copyrator_conflicts_total{reason=\"unmanaged\"}")
+            .await
+            >= 1.0)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Counted once per sync that had to skip the target: the namespace job.
+    assert_eq!(
+        delta(
+            &copyrator.metrics().await,
+            "copyrator_conflicts_total{reason=\"unmanaged\"}"
+        ),
+        1.0
+    );
+    // One update of the source: N copy updates. One opt-out: one delete.
+    env.secrets(&src)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"v": "2"}})),
+        )
+        .await
+        .unwrap();
+    env.label_namespace(&targets[0], json!({"metrics": null}))
+        .await;
+    eventually(CONVERGE, "update and delete", || async {
+        let m = copyrator.metrics().await;
+        (delta(&m, "copyrator_copy_writes_total{verb=\"update\"}") >= (N - 1) as f64
+            && delta(&m, "copyrator_copy_writes_total{verb=\"delete\"}") >= 1.0)
+            .then_some(())
+    })
+    .await;
+    // Let anything still in flight land before reading the final numbers.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = copyrator.metrics().await;
+
+    assert_eq!(
+        delta(&after, "copyrator_copy_writes_total{verb=\"create\"}"),
+        N as f64,
+        "one create per namespace"
+    );
+    let updates = delta(&after, "copyrator_copy_writes_total{verb=\"update\"}");
+    assert!(
+        updates == (N - 1) as f64 || updates == N as f64,
+        "one update per copy: {updates}"
+    );
+    assert_eq!(
+        delta(&after, "copyrator_copy_writes_total{verb=\"delete\"}"),
+        1.0
+    );
+    // ... and once more by the source update's fan-out, which skipped it again.
+    assert_eq!(
+        delta(&after, "copyrator_conflicts_total{reason=\"unmanaged\"}"),
+        2.0
+    );
+    assert_eq!(
+        delta(
+            &after,
+            "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"}"
+        ),
+        N as f64
+    );
+    assert!(
+        delta(
+            &after,
+            "copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}"
+        ) >= N as f64
+    );
+    assert!(
+        metric_value(
+            &after,
+            "copyrator_admission_duration_seconds_count{endpoint=\"namespaces\"}"
+        ) >= N as f64
+    );
+    assert!(metric_value(&after, "copyrator_copy_lag_seconds_count") >= (2 * N) as f64);
+    assert!(
+        metric_value(
+            &after,
+            "copyrator_job_duration_seconds_count{kind=\"namespace\"}"
+        ) >= N as f64
+    );
+    assert!(
+        metric_value(
+            &after,
+            "copyrator_api_requests_total{verb=\"create\",resource=\"secrets\"}"
+        ) >= N as f64
+    );
+    assert_eq!(metric_value(&after, "copyrator_leader"), 1.0);
+    assert_eq!(metric_value(&after, "copyrator_queue_depth"), 0.0);
+    assert!(after.contains("# TYPE copyrator_resync_duration_seconds histogram"));
+    assert!(after.ends_with("# EOF\n"));
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
+/// With the most verbose logging, a Secret's data never shows up in logs, Events or metrics.
+#[tokio::test]
+async fn secret_data_never_appears_in_logs_events_or_metrics() {
+    let env = TestEnv::new().await;
+    let canary = format!("CANARY-{}-do-not-leak", env.id);
+    let canary2 = format!("CANARY2-{}-do-not-leak", env.id);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    let mut process = Process::spawn(&[
+        "--log-level",
+        "trace",
+        "--log-format",
+        "json",
+        "--leader-election=false",
+        "--resync-interval",
+        "1s",
+    ]);
+    process.wait_up().await;
+    process.register_webhooks(&env.client).await;
+
+    let src = env.namespace("canary-src", &[]).await;
+    let sel = format!("canary={}", env.id);
+    let dest = env.namespace("canary-dest", &[("canary", &env.id)]).await;
+    let conflict = env.namespace("canary-conflict", &[]).await;
+    env.secrets(&conflict)
+        .create(
+            &PostParams::default(),
+            &secret("leaky", &[], &[], &[("password", &canary2)]),
+        )
+        .await
+        .unwrap();
+    // Created, copied...
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "leaky",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+                &[("password", &canary)],
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(CONVERGE, "the canary copied", || async {
+        let s = env.secrets(&dest).get_opt("leaky").await.ok()??;
+        (secret_value(&s, "password").as_deref() == Some(canary.as_str())).then_some(())
+    })
+    .await;
+    // ... updated, conflicted, hand-edited, deleted.
+    env.secrets(&src)
+        .patch(
+            "leaky",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": canary2}})),
+        )
+        .await
+        .unwrap();
+    env.label_namespace(&conflict, json!({"canary": env.id}))
+        .await;
+    eventually(CONVERGE, "the update copied", || async {
+        let s = env.secrets(&dest).get_opt("leaky").await.ok()??;
+        (secret_value(&s, "password").as_deref() == Some(canary2.as_str())).then_some(())
+    })
+    .await;
+    env.secrets(&dest)
+        .patch(
+            "leaky",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": canary}})),
+        )
+        .await
+        .unwrap();
+    eventually(CONVERGE, "the hand edit reverted", || async {
+        let s = env.secrets(&dest).get_opt("leaky").await.ok()??;
+        (secret_value(&s, "password").as_deref() == Some(canary2.as_str())).then_some(())
+    })
+    .await;
+    env.secrets(&src)
+        .delete("leaky", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(CONVERGE, "the copy deleted", || async {
+        matches!(env.secrets(&dest).get_opt("leaky").await, Ok(None)).then_some(())
+    })
+    .await;
+    // A couple of resyncs at trace level too.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let logs = process.logs();
+    let metrics = process.metrics().await;
+    let events = Api::<Event>::all(env.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let events = serde_json::to_string(&events.items).unwrap();
+    assert!(
+        logs.len() > 10_000,
+        "trace logging is on ({} bytes)",
+        logs.len()
+    );
+    assert!(
+        logs.contains("admission") && logs.contains("leaky"),
+        "the logs do talk about the Secret"
+    );
+    assert!(events.contains("leaky"), "Events about the Secret exist");
+    for needle in [canary.clone(), canary2.clone(), b64(&canary), b64(&canary2)] {
+        assert!(!logs.contains(&needle), "secret data {needle} in the logs");
+        assert!(
+            !metrics.contains(&needle),
+            "secret data {needle} in the metrics"
+        );
+        assert!(
+            !events.contains(&needle),
+            "secret data {needle} in an Event"
+        );
+    }
+    process.terminate();
+    unregister_webhooks(&env.client).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn readyz_follows_the_first_resync_and_the_certificate() {
+    // A copyrator that cannot reach any API server never finishes a resync: alive, not ready.
+    let cut_off = tempfile::tempdir().unwrap();
+    let kc = cut_off.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster: {{server: 'https://127.0.0.1:{}', insecure-skip-tls-verify: true}}\nusers:\n- name: x\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: x, user: x}}\ncurrent-context: x\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let mut lonely = Process::spawn(&[
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+        "--leader-election=false",
+    ]);
+    lonely.wait_up().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = http_get(lonely.http_addr(), "/readyz").await;
+    assert_eq!((status, body.as_str()), (503, "first resync not finished"));
+    assert_eq!(http_get(lonely.http_addr(), "/healthz").await.0, 200);
+    lonely.kill();
+
+    // Against the real API server: ready after the first resync...
+    let mut process =
+        Process::spawn(&["--leader-election=false", "--tls-reload-interval", "200ms"]);
+    process.wait_up().await;
+    eventually(CONVERGE, "ready", || async {
+        (http_get(process.http_addr(), "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    assert!(
+        process
+            .metric("copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}")
+            .await
+            >= 1.0
+    );
+    let served_before = served_certificate(process.webhook_port);
+
+    // ... unready while the certificate files are unusable, still serving the old pair ...
+    std::fs::write(process.certs.join("tls.crt"), "garbage").unwrap();
+    eventually(CONVERGE, "unready on a broken certificate", || async {
+        (http_get(process.http_addr(), "/readyz").await
+            == (503, "serving certificate not usable".to_string()))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        served_certificate(process.webhook_port),
+        served_before,
+        "the old pair stays in service"
+    );
+    assert!(
+        process
+            .metric("copyrator_tls_reloads_total{outcome=\"failure\"}")
+            .await
+            >= 1.0
+    );
+
+    // ... and ready again after a good rotation, serving the new certificate.
+    let (fresh, _) = test_certs();
+    for f in ["tls.key", "tls.crt"] {
+        std::fs::copy(fresh.path().join(f), process.certs.join(f)).unwrap();
+    }
+    eventually(CONVERGE, "ready after rotation", || async {
+        (http_get(process.http_addr(), "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    let served_after = served_certificate(process.webhook_port);
+    assert_ne!(served_after, served_before);
+    assert_eq!(served_after, fingerprint(&fresh.path().join("tls.crt")));
+    assert!(
+        process
+            .metric("copyrator_tls_reloads_total{outcome=\"success\"}")
+            .await
+            >= 1.0
+    );
+    process.terminate();
+}
+
+/// SHA-256 fingerprint of the certificate a TLS server presents (via openssl).
+fn served_certificate(port: u16) -> String {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"
+        ))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn fingerprint(pem: &std::path::Path) -> String {
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(pem)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
