@@ -30,7 +30,7 @@ pub struct ElectionConfig {
 impl ElectionConfig {
     /// How often the leader renews and followers look.
     fn retry_period(&self) -> Duration {
-        (self.lease_duration / 5).max(Duration::from_millis(200))
+        (self.lease_duration / 5).clamp(Duration::from_millis(200), Duration::from_secs(2))
     }
 
     /// A leader that could not renew for this long steps down (before anyone may take over).

@@ -1,0 +1,196 @@
+//! Two replicas against one API server: one Lease holder runs the reconciler, both serve
+//! webhooks and run workers, a killed leader is replaced, and they never fight over a copy.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use copyrator::marks;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const LEASE: Duration = Duration::from_secs(4);
+
+fn replica_args<'a>(lease_ns: &'a str, lease_name: &'a str, lease: &'a str) -> Vec<&'a str> {
+    vec![
+        "--leader-election=true",
+        "--lease-namespace",
+        lease_ns,
+        "--lease-name",
+        lease_name,
+        "--lease-duration",
+        lease,
+        "--resync-interval",
+        "1s",
+    ]
+}
+
+async fn writes(p: &Process) -> f64 {
+    let m = p.metrics().await;
+    ["create", "update", "delete"]
+        .iter()
+        .map(|v| metric_value(&m, &format!("copyrator_copy_writes_total{{verb=\"{v}\"}}")))
+        .sum()
+}
+
+const RESYNCS: &str = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
+
+#[tokio::test]
+async fn one_leader_runs_the_reconciler_and_a_killed_leader_is_replaced() {
+    let env = TestEnv::new().await;
+    let lease_ns = env.namespace("lease", &[]).await;
+    let lease_name = env.name("copyrator");
+    let args = replica_args(&lease_ns, &lease_name, "4s");
+
+    let mut a = Process::spawn(&args);
+    a.wait_up().await;
+    eventually(CONVERGE, "the first replica leading", || async {
+        (a.metric("copyrator_leader").await == 1.0).then_some(())
+    })
+    .await;
+    let mut b = Process::spawn(&args);
+    b.wait_up().await;
+    // The follower is ready (it sees a leader) but does not lead.
+    eventually(CONVERGE, "the follower ready", || async {
+        (http_get(b.http_addr(), "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    b.register_webhooks(&env.client).await;
+
+    let src = env.namespace("ha-src", &[]).await;
+    let sel = format!("ha={}", env.id);
+    let mut targets = Vec::new();
+    for i in 0..3 {
+        targets.push(env.namespace(&format!("ha-{i}"), &[("ha", &env.id)]).await);
+    }
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    for ns in &targets {
+        eventually(CONVERGE, "copies", || async {
+            env.secrets(ns).get_opt("cred").await.ok().flatten()
+        })
+        .await;
+    }
+
+    // Steady state: only the leader resyncs, and nobody writes.
+    let (wa, wb, ra) = (writes(&a).await, writes(&b).await, a.metric(RESYNCS).await);
+    eventually(CONVERGE, "three more leader resyncs", || async {
+        (a.metric(RESYNCS).await >= ra + 3.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        b.metric(RESYNCS).await,
+        0.0,
+        "the follower never runs the reconciler"
+    );
+    assert_eq!(b.metric("copyrator_leader").await, 0.0);
+    assert_eq!(
+        writes(&a).await + writes(&b).await,
+        wa + wb,
+        "no writes in steady state"
+    );
+
+    // One change, handled by the follower's webhook job and the leader's resyncs at once:
+    // each copy is written exactly once, no ping-pong.
+    env.secrets(&src)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"v": "2"}})),
+        )
+        .await
+        .unwrap();
+    for ns in &targets {
+        eventually(CONVERGE, "updated copies", || async {
+            let s = env.secrets(ns).get("cred").await.ok()?;
+            (secret_value(&s, "v").as_deref() == Some("2")).then_some(())
+        })
+        .await;
+    }
+    let ra = a.metric(RESYNCS).await;
+    eventually(CONVERGE, "two more leader resyncs", || async {
+        (a.metric(RESYNCS).await >= ra + 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        writes(&a).await + writes(&b).await,
+        wa + wb + targets.len() as f64,
+        "one write per copy across both replicas"
+    );
+
+    // Kill the leader: the follower takes over within the lease duration.
+    a.kill();
+    let killed = Instant::now();
+    eventually(LEASE * 3, "the follower leading", || async {
+        (b.metric("copyrator_leader").await == 1.0).then_some(())
+    })
+    .await;
+    let takeover = killed.elapsed();
+    eprintln!("takeover {takeover:?} after SIGKILL (lease {LEASE:?})");
+    assert!(
+        takeover <= LEASE + Duration::from_secs(1),
+        "takeover took {takeover:?}"
+    );
+
+    // Copies keep converging: the new leader resyncs, its webhooks keep working.
+    eventually(CONVERGE, "the new leader resyncing", || async {
+        (b.metric(RESYNCS).await >= 1.0).then_some(())
+    })
+    .await;
+    let late = env.namespace("ha-late", &[("ha", &env.id)]).await;
+    eventually(CONVERGE, "a copy after failover", || async {
+        env.secrets(&late).get_opt("cred").await.ok().flatten()
+    })
+    .await;
+
+    assert!(b.terminate().success(), "clean exit on SIGTERM");
+    unregister_webhooks(&env.client).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_leader_that_stops_cleanly_hands_over_at_once() {
+    let env = TestEnv::new().await;
+    let lease_ns = env.namespace("lease2", &[]).await;
+    let lease_name = env.name("copyrator");
+    let args = replica_args(&lease_ns, &lease_name, "30s");
+    let mut a = Process::spawn(&args);
+    a.wait_up().await;
+    eventually(CONVERGE, "the first replica leading", || async {
+        (a.metric("copyrator_leader").await == 1.0).then_some(())
+    })
+    .await;
+    let mut b = Process::spawn(&args);
+    b.wait_up().await;
+    eventually(CONVERGE, "the follower ready", || async {
+        (http_get(b.http_addr(), "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+
+    // SIGTERM releases the Lease: the follower does not wait out the 30 s lease.
+    let stopped = Instant::now();
+    assert!(a.terminate().success());
+    eventually(Duration::from_secs(20), "the follower leading", || async {
+        (b.metric("copyrator_leader").await == 1.0).then_some(())
+    })
+    .await;
+    let handover = stopped.elapsed();
+    eprintln!("handover {handover:?} after SIGTERM (lease 30s)");
+    assert!(
+        handover < Duration::from_secs(10),
+        "handover took {handover:?}"
+    );
+    b.terminate();
+    env.cleanup().await;
+}
