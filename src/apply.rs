@@ -80,6 +80,7 @@ async fn apply_one(
             .map(|w| count(metrics, "delete", w, since)),
         _ => return Applied::NoWrite,
     };
+    tracing::debug!(action = %describe(action), result = ?result.as_ref().map_err(|e| e.code()), "applied");
     match result {
         Ok(Written::Done) => Applied::Done,
         Ok(Written::Stale) => Applied::Stale,
@@ -131,4 +132,17 @@ fn count(metrics: &Metrics, verb: &'static str, w: Written, since: Instant) -> W
             .observe(crate::queue::elapsed_since(since).as_secs_f64());
     }
     w
+}
+
+/// `verb kind ns/name` of an action, for logs (never its content).
+fn describe(action: &Action) -> String {
+    match action {
+        Action::Create { copy, .. } => format!("create {}", copy.key),
+        Action::Update { copy, adopt, .. } => {
+            format!("{} {}", if *adopt { "adopt" } else { "update" }, copy.key)
+        }
+        Action::Recreate { copy, .. } => format!("recreate {}", copy.key),
+        Action::Delete { target, .. } => format!("delete {target}"),
+        _ => String::new(),
+    }
 }

@@ -159,29 +159,36 @@ impl Cluster {
             .await
     }
 
-    /// Metadata of every object of `kind` matching the selectors, all pages.
-    pub async fn list_meta(
+    /// Metadata of every object of `kind` matching the selectors, all pages, each item
+    /// turned into what the caller keeps by `keep` as its page arrives (so a large list never
+    /// sits in memory as full metadata).
+    pub async fn list_meta<U>(
         &self,
         kind: Kind,
         namespace: Option<&str>,
         label_selector: &str,
-        field_selector: Option<&str>,
-    ) -> ApiResult<Vec<PartialObjectMeta<Object>>> {
+        keep: impl FnMut(PartialObjectMeta<Object>) -> Option<U>,
+    ) -> ApiResult<Vec<U>> {
         let api = self.objects(kind, namespace);
-        self.paginate(kind.plural(), label_selector, field_selector, |lp| {
-            let api = api.clone();
-            async move { api.list_metadata(&lp).await }
-        })
+        self.paginate(
+            kind.plural(),
+            label_selector,
+            |lp| {
+                let api = api.clone();
+                async move { api.list_metadata(&lp).await }
+            },
+            keep,
+        )
         .await
     }
 
-    async fn paginate<T, F, Fut>(
+    async fn paginate<T, U, F, Fut>(
         &self,
         resource: &'static str,
         label_selector: &str,
-        field_selector: Option<&str>,
         list: F,
-    ) -> ApiResult<Vec<T>>
+        mut keep: impl FnMut(T) -> Option<U>,
+    ) -> ApiResult<Vec<U>>
     where
         T: Clone,
         F: Fn(ListParams) -> Fut,
@@ -192,12 +199,9 @@ impl Cluster {
         if !label_selector.is_empty() {
             lp = lp.labels(label_selector);
         }
-        if let Some(fs) = field_selector {
-            lp = lp.fields(fs);
-        }
         loop {
             let page = self.call("list", resource, list(lp.clone())).await?;
-            out.extend(page.items);
+            out.extend(page.items.into_iter().filter_map(&mut keep));
             match page.metadata.continue_ {
                 Some(token) if !token.is_empty() => lp.continue_token = Some(token),
                 _ => return Ok(out),
@@ -217,23 +221,31 @@ impl Cluster {
     /// Namespaces matching a label selector (`""`: all), metadata only, all pages.
     pub async fn list_namespaces(&self, label_selector: &str) -> ApiResult<Vec<NamespaceInfo>> {
         let api: Api<Namespace> = Api::all(self.client.clone());
-        let metas = self
-            .paginate("namespaces", label_selector, None, |lp| {
+        self.paginate(
+            "namespaces",
+            label_selector,
+            |lp| {
                 let api = api.clone();
                 async move { api.list_metadata(&lp).await }
-            })
-            .await?;
-        Ok(metas.iter().filter_map(namespace_info).collect())
+            },
+            |m| namespace_info(&m),
+        )
+        .await
     }
 
     /// Every CopyRule; none when the CRD is not installed (inline rules still work).
     pub async fn list_copy_rules(&self) -> ApiResult<Vec<CopyRule>> {
         let api: Api<CopyRule> = Api::all(self.client.clone());
         let listed = self
-            .paginate("copyrules", "", None, |lp| {
-                let api = api.clone();
-                async move { api.list(&lp).await }
-            })
+            .paginate(
+                "copyrules",
+                "",
+                |lp| {
+                    let api = api.clone();
+                    async move { api.list(&lp).await }
+                },
+                Some,
+            )
             .await;
         match listed {
             Err(e) if e.is_not_found() => {

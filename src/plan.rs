@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
     content::{DesiredCopy, Marks},
-    copyrule::{ConflictPolicy, DeletionPolicy},
+    copyrule::{ConflictPolicy, CopyRule, DeletionPolicy},
     marks,
     model::{NamespaceInfo, ObjectKey, Payload, SourceInfo},
     rules::{Rule, RuleId, RuleSet},
@@ -15,8 +15,10 @@ use crate::{
 /// What a job knows about the cluster, restricted to what the job loaded.
 #[derive(Clone, Debug, Default)]
 pub struct World {
+    /// Derived from `sources` and `copy_rules` (see [`World::rebuild_rules`]).
     pub rules: RuleSet,
     pub sources: BTreeMap<ObjectKey, SourceInfo>,
+    pub copy_rules: Vec<CopyRule>,
     pub namespaces: BTreeMap<String, NamespaceInfo>,
     /// Global exclusions (`--exclude-namespaces`).
     pub excluded_namespaces: BTreeSet<String>,
@@ -51,6 +53,28 @@ pub struct ClaimRef {
 }
 
 impl World {
+    /// Recomputes the rules from the sources' inline configuration and the CopyRules.
+    pub fn rebuild_rules(&mut self) {
+        self.rules = RuleSet::build(self.sources.values(), &self.copy_rules);
+    }
+
+    /// Records what was just read about a source (or that it is gone).
+    pub fn set_source(&mut self, key: &ObjectKey, info: Option<SourceInfo>) {
+        match info {
+            Some(s) => self.sources.insert(key.clone(), s),
+            None => self.sources.remove(key),
+        };
+        self.rebuild_rules();
+    }
+
+    /// Records sources just read.
+    pub fn add_sources(&mut self, infos: impl IntoIterator<Item = SourceInfo>) {
+        for s in infos {
+            self.sources.insert(s.key.clone(), s);
+        }
+        self.rebuild_rules();
+    }
+
     /// Whether a namespace may receive copies at all (SPEC §2.3).
     fn accepts(&self, ns: &NamespaceInfo) -> bool {
         !ns.terminating && !self.excluded_namespaces.contains(&ns.name)

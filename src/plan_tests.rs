@@ -76,7 +76,8 @@ impl Fixture {
     }
 
     fn rebuild_rules(&mut self, copy_rules: &[CopyRule]) {
-        self.world.rules = RuleSet::build(self.world.sources.values(), copy_rules);
+        self.world.copy_rules = copy_rules.to_vec();
+        self.world.rebuild_rules();
     }
 
     fn ns(mut self, name: &str, labels: &[(&str, &str)]) -> Self {

@@ -23,7 +23,7 @@ use crate::{
     queue::{Awaited, Job, JobKey, Trigger, WorkQueue},
     report,
     rules::{Rule, RuleId, SourceMatch},
-    world::{self, Found, Loaded},
+    world::{self, Found},
 };
 
 /// Settings the sync logic needs.
@@ -145,12 +145,12 @@ fn namespace_persisted(awaited: &Awaited, ns: &Option<crate::model::NamespaceInf
 async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), SyncError> {
     let cluster = &ctx.cluster;
     let source = await_persisted(&job.awaited, || cluster.get(key), object_persisted).await?;
-    let mut loaded = world::load_rules(cluster, &[key.kind]).await?;
-    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    let mut world =
+        world::load_rules(cluster, &[key.kind], &ctx.settings.excluded_namespaces).await?;
     let info = source
         .as_ref()
         .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata));
-    world::set_source(&mut world, &mut loaded, key, info.clone());
+    world.set_source(key, info.clone());
     let mut contents = Contents::default();
     let mut found = Found::default();
 
@@ -176,7 +176,7 @@ async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), Sy
             );
         }
     }
-    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found).await?;
     let outcomes = converge(
         ctx,
         job,
@@ -203,16 +203,19 @@ async fn sync_namespace(ctx: &Context, job: &Job, name: &str) -> Result<(), Sync
         return Ok(());
     };
     let mut found = Found::default();
-    let (mut loaded, secrets, config_maps) = tokio::try_join!(
-        world::load_rules(cluster, &Kind::ALL),
-        cluster.list_meta(Kind::Secret, Some(name), marks::MANAGED_SELECTOR, None),
-        cluster.list_meta(Kind::ConfigMap, Some(name), marks::MANAGED_SELECTOR, None),
+    let (mut world, secrets, config_maps) = tokio::try_join!(
+        world::load_rules(cluster, &Kind::ALL, &ctx.settings.excluded_namespaces),
+        cluster.list_meta(Kind::Secret, Some(name), marks::MANAGED_SELECTOR, |m| {
+            world::listed(Kind::Secret, m)
+        }),
+        cluster.list_meta(Kind::ConfigMap, Some(name), marks::MANAGED_SELECTOR, |m| {
+            world::listed(Kind::ConfigMap, m)
+        }),
     )?;
-    found.add_listed(Kind::Secret, secrets);
-    found.add_listed(Kind::ConfigMap, config_maps);
-    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    found.add_listed(secrets);
+    found.add_listed(config_maps);
     world.namespaces.insert(ns.name.clone(), ns);
-    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found).await?;
     let outcomes = converge(
         ctx,
         job,
@@ -229,21 +232,20 @@ async fn sync_namespace(ctx: &Context, job: &Job, name: &str) -> Result<(), Sync
 async fn sync_copy(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), SyncError> {
     let cluster = &ctx.cluster;
     let kinds = [key.kind];
-    let (copy, ns, mut loaded) = tokio::try_join!(
+    let (copy, ns, mut world) = tokio::try_join!(
         await_persisted(&job.awaited, || cluster.get(key), object_persisted),
         cluster.get_namespace(&key.namespace),
-        world::load_rules(cluster, &kinds),
+        world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces),
     )?;
     let Some(ns) = ns else {
         return Ok(());
     };
-    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
     world.namespaces.insert(ns.name.clone(), ns);
     let mut found = Found::default();
     found
         .existing
         .insert(key.clone(), world::classify(key.kind, copy.as_ref()));
-    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found).await?;
     let outcomes = converge(
         ctx,
         job,
@@ -279,19 +281,19 @@ async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError
         Some(r) => vec![r.spec.kind],
         None => Kind::ALL.to_vec(),
     };
-    let mut loaded = world::load_rules(cluster, &kinds).await?;
+    let mut world = world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces).await?;
     // The rule as just read, not as listed a moment earlier.
-    loaded
+    world
         .copy_rules
         .retain(|r| r.metadata.name.as_deref() != Some(name));
-    loaded.copy_rules.extend(copy_rule.clone());
-    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    world.copy_rules.extend(copy_rule.clone());
+    world.rebuild_rules();
     let id = RuleId::CopyRule(name.to_string());
     let rule = world.rules.copy_rule(name).cloned();
     let mut found = Found::default();
 
     if let Some(rule) = &rule {
-        adopt_rule_sources(ctx, &mut world, &mut loaded, rule).await?;
+        adopt_rule_sources(ctx, &mut world, rule).await?;
         world::load_target_namespaces(cluster, &mut world, [rule]).await?;
         let uids: BTreeSet<String> = world
             .sources
@@ -312,7 +314,7 @@ async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError
             found.suspect.extend(all.suspect);
         }
     }
-    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found).await?;
     let outcomes = converge(
         ctx,
         job,
@@ -332,16 +334,19 @@ async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError
 async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
     let started = Instant::now();
     let cluster = &ctx.cluster;
-    let (mut loaded, namespaces, secrets, config_maps) = tokio::try_join!(
-        world::load_rules(cluster, &Kind::ALL),
+    let (mut world, namespaces, secrets, config_maps) = tokio::try_join!(
+        world::load_rules(cluster, &Kind::ALL, &ctx.settings.excluded_namespaces),
         cluster.list_namespaces(""),
-        cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, None),
-        cluster.list_meta(Kind::ConfigMap, None, marks::MANAGED_SELECTOR, None),
+        cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, |m| {
+            world::listed(Kind::Secret, m)
+        }),
+        cluster.list_meta(Kind::ConfigMap, None, marks::MANAGED_SELECTOR, |m| {
+            world::listed(Kind::ConfigMap, m)
+        }),
     )?;
     let mut found = Found::default();
-    found.add_listed(Kind::Secret, secrets);
-    found.add_listed(Kind::ConfigMap, config_maps);
-    let mut world = loaded.world(&ctx.settings.excluded_namespaces);
+    found.add_listed(secrets);
+    found.add_listed(config_maps);
     world.namespaces = namespaces
         .into_iter()
         .map(|n| (n.name.clone(), n))
@@ -357,7 +362,11 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
         .map(|r| (r.kind, r.source_namespace.clone()))
         .collect();
     for (kind, ns) in groups {
-        let metas = cluster.list_meta(kind, Some(&ns), "", None).await?;
+        let infos = cluster
+            .list_meta(kind, Some(&ns), "", |m| {
+                SourceInfo::from_meta(kind, &m.metadata)
+            })
+            .await?;
         let rules: Vec<Rule> = world
             .rules
             .rules
@@ -367,20 +376,16 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
             })
             .cloned()
             .collect();
-        for meta in metas {
-            if let Some(info) = SourceInfo::from_meta(kind, &meta.metadata)
-                && rules.iter().any(|r| r.applies_to(&info))
-                && !loaded.sources.contains_key(&info.key)
-            {
+        let mut unlabelled = Vec::new();
+        for info in infos {
+            if rules.iter().any(|r| r.applies_to(&info)) && !world.sources.contains_key(&info.key) {
                 label_source(ctx, &info).await;
-                loaded.sources.insert(info.key.clone(), info);
+                unlabelled.push(info);
             }
         }
+        world.add_sources(unlabelled);
     }
-    let namespaces = std::mem::take(&mut world.namespaces);
-    world = loaded.world(&ctx.settings.excluded_namespaces);
-    world.namespaces = namespaces;
-    finish_loading(ctx, &mut world, &mut loaded, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found).await?;
 
     let outcomes = converge(
         ctx,
@@ -403,7 +408,7 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
             .get_or_create(&ReasonLabels { reason: drift })
             .inc();
     }
-    for cr in &loaded.copy_rules {
+    for cr in &world.copy_rules {
         write_rule_status(ctx, &world, cr, &outcomes).await;
     }
     for (key, err) in &world.rules.invalid_sources {
@@ -434,11 +439,10 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
 async fn finish_loading(
     ctx: &Context,
     world: &mut World,
-    loaded: &mut Loaded,
     found: &mut Found,
 ) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
-    world::ensure_sources(cluster, world, loaded, found.sources()).await?;
+    world::ensure_sources(cluster, world, found.sources()).await?;
     world::ensure_namespaces(cluster, world, found.namespaces()).await?;
     world::read_suspects(cluster, found).await
 }
@@ -511,6 +515,7 @@ async fn converge(
         })
         .collect();
     report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
+    recheck_inputs(ctx, world, &outcomes).await?;
     if let Some(first) = failed.first() {
         let transient = failed.iter().all(|e| e.is_transient() || e.code() == 409);
         let err = SyncError::Writes {
@@ -523,6 +528,73 @@ async fn converge(
         tracing::warn!(error = %err, "giving up on writes until the next resync");
     }
     Ok(outcomes)
+}
+
+/// After writing, checks that the namespaces and sources the writes were planned from have
+/// not changed meanwhile. A job plans from a snapshot; a namespace relabelled (or a source
+/// updated) after the snapshot was read may already have had its own job run, before this
+/// job's write landed. Anything that changed gets a follow-up job, which runs after this write
+/// and reads fresh state, so the last word is always based on the latest state. Costs nothing
+/// when nothing was written.
+async fn recheck_inputs(
+    ctx: &Context,
+    world: &World,
+    outcomes: &[(Action, Applied)],
+) -> Result<(), ApiError> {
+    let mut namespaces = BTreeSet::new();
+    let mut sources = BTreeSet::new();
+    for (action, applied) in outcomes {
+        if !matches!(applied, Applied::Done) {
+            continue;
+        }
+        match action {
+            Action::Create { copy, by }
+            | Action::Update { copy, by, .. }
+            | Action::Recreate { copy, by, .. } => {
+                namespaces.insert(copy.key.namespace.clone());
+                sources.insert(by.source.clone());
+            }
+            Action::Delete { target, .. } => {
+                namespaces.insert(target.namespace.clone());
+            }
+            _ => {}
+        }
+    }
+    if namespaces.is_empty() {
+        return Ok(());
+    }
+    let mut fresh = World::default();
+    world::ensure_namespaces(&ctx.cluster, &mut fresh, namespaces.clone()).await?;
+    for ns in namespaces {
+        let before = world.namespaces.get(&ns).map(|n| &n.resource_version);
+        let now = fresh.namespaces.get(&ns).map(|n| &n.resource_version);
+        if before.is_some() && before != now {
+            tracing::debug!(namespace = %ns, "namespace changed while this job ran; re-syncing it");
+            crate::worker::enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                Job::new(JobKey::Namespace(ns), Trigger::FollowUp),
+            );
+        }
+    }
+    let metas =
+        futures::future::try_join_all(sources.iter().map(|k| ctx.cluster.get_meta(k))).await?;
+    for (key, meta) in sources.into_iter().zip(metas) {
+        let before = world.sources.get(&key).map(|s| s.resource_version.as_str());
+        tracing::trace!(source = %key, ?before, now = ?meta.as_ref().and_then(|m| m.metadata.resource_version.as_deref()), "recheck");
+        let now = meta
+            .as_ref()
+            .and_then(|m| m.metadata.resource_version.as_deref());
+        if before != now {
+            tracing::debug!(source = %key, "source changed while this job ran; re-syncing it");
+            crate::worker::enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                Job::new(JobKey::Source(key), Trigger::FollowUp),
+            );
+        }
+    }
+    Ok(())
 }
 
 fn action_target(a: &Action) -> Option<ObjectKey> {
@@ -544,20 +616,14 @@ async fn read_sources(
 ) -> Result<(), ApiError> {
     let reads = futures::future::try_join_all(keys.iter().map(|k| ctx.cluster.get(k))).await?;
     for (key, obj) in keys.iter().zip(reads) {
-        match obj
+        let info = obj
             .as_ref()
-            .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata).map(|i| (o, i)))
-        {
-            Some((obj, info)) => {
-                remember_payload(ctx, contents, &info, obj);
-                world.sources.insert(key.clone(), info);
-            }
-            None => {
-                if let Some(s) = world.sources.get_mut(key) {
-                    s.deleting = true;
-                }
-            }
+            .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata));
+        if let (Some(obj), Some(info)) = (&obj, &info) {
+            remember_payload(ctx, contents, info, obj);
         }
+        // Its inline configuration may have changed since it was listed (or it is gone).
+        world.set_source(key, info);
     }
     Ok(())
 }
@@ -575,12 +641,7 @@ fn remember_payload(ctx: &Context, contents: &mut Contents, info: &SourceInfo, o
 
 /// Sources a rule selects that lack the opt-in label get it, so that their changes reach the
 /// sources webhook; they join the world either way.
-async fn adopt_rule_sources(
-    ctx: &Context,
-    world: &mut World,
-    loaded: &mut Loaded,
-    rule: &Rule,
-) -> Result<(), ApiError> {
+async fn adopt_rule_sources(ctx: &Context, world: &mut World, rule: &Rule) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
     let infos: Vec<SourceInfo> = match &rule.sources {
         SourceMatch::Name(name) => {
@@ -592,28 +653,25 @@ async fn adopt_rule_sources(
                 .into_iter()
                 .collect()
         }
-        SourceMatch::Selector(sel) => cluster
-            .list_meta(
-                rule.kind,
-                Some(&rule.source_namespace),
-                &sel.to_string(),
-                None,
-            )
-            .await?
-            .iter()
-            .filter_map(|m| SourceInfo::from_meta(rule.kind, &m.metadata))
-            .collect(),
+        SourceMatch::Selector(sel) => {
+            cluster
+                .list_meta(
+                    rule.kind,
+                    Some(&rule.source_namespace),
+                    &sel.to_string(),
+                    |m| SourceInfo::from_meta(rule.kind, &m.metadata),
+                )
+                .await?
+        }
     };
-    for info in infos {
+    for info in &infos {
         if info.labels.get(marks::SOURCE_LABEL).map(String::as_str) != Some("true")
             && !info.deleting
         {
-            label_source(ctx, &info).await;
+            label_source(ctx, info).await;
         }
-        loaded.sources.insert(info.key.clone(), info);
     }
-    world.sources = loaded.sources.clone();
-    world.rules = crate::rules::RuleSet::build(loaded.sources.values(), &loaded.copy_rules);
+    world.add_sources(infos);
     Ok(())
 }
 

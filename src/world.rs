@@ -9,12 +9,10 @@ use kube::core::PartialObjectMeta;
 
 use crate::{
     cluster::{ApiResult, Cluster},
-    content,
-    copyrule::CopyRule,
-    marks,
+    content, marks,
     model::{Kind, NamespaceInfo, Object, ObjectKey, SourceInfo, edited_by_others},
     plan::{Contents, Existing, ManagedCopy, World},
-    rules::{Rule, RuleSet},
+    rules::Rule,
 };
 
 /// Concurrent single-object reads a job issues at once.
@@ -32,41 +30,50 @@ pub struct Found {
     pub suspect: BTreeSet<ObjectKey>,
 }
 
+/// One copy as found by a metadata-only LIST of managed copies.
+#[derive(Debug)]
+pub struct Listed {
+    key: ObjectKey,
+    existing: Existing,
+    /// Another field manager owns its content: read it in full before trusting its hash.
+    suspect: bool,
+}
+
+/// What a metadata-only LIST item of a managed copy tells (see [`Cluster::list_meta`]).
+pub fn listed(kind: Kind, meta: PartialObjectMeta<Object>) -> Option<Listed> {
+    let m = meta.metadata;
+    let key = ObjectKey::new(kind, m.namespace?, m.name?);
+    let labels = m.labels.unwrap_or_default();
+    let resource_version = m.resource_version.unwrap_or_default();
+    if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE) {
+        // Carries copyrator's labels but not the ownership mark: not ours.
+        return Some(Listed {
+            key,
+            existing: Existing::Unmanaged { resource_version },
+            suspect: false,
+        });
+    }
+    Some(Listed {
+        suspect: edited_by_others(m.managed_fields.as_ref(), marks::FIELD_MANAGER),
+        key,
+        existing: Existing::Managed(ManagedCopy {
+            resource_version,
+            labels,
+            annotations: m.annotations.unwrap_or_default(),
+            actual_hash: None,
+            deleting: m.deletion_timestamp.is_some(),
+        }),
+    })
+}
+
 impl Found {
-    /// Adds metadata-only results of a LIST of managed copies.
-    pub fn add_listed(&mut self, kind: Kind, metas: Vec<PartialObjectMeta<Object>>) {
-        for meta in metas {
-            let m = &meta.metadata;
-            let (Some(ns), Some(name)) = (m.namespace.clone(), m.name.clone()) else {
-                continue;
-            };
-            let key = ObjectKey::new(kind, ns, name);
-            let labels = m.labels.clone().unwrap_or_default();
-            if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str)
-                != Some(marks::MANAGED_BY_VALUE)
-            {
-                // Carries copyrator's labels but not the ownership mark: not ours.
-                self.existing.insert(
-                    key,
-                    Existing::Unmanaged {
-                        resource_version: m.resource_version.clone().unwrap_or_default(),
-                    },
-                );
-                continue;
+    /// Adds what a LIST of managed copies found.
+    pub fn add_listed(&mut self, items: Vec<Listed>) {
+        for item in items {
+            if item.suspect {
+                self.suspect.insert(item.key.clone());
             }
-            if edited_by_others(m.managed_fields.as_ref(), marks::FIELD_MANAGER) {
-                self.suspect.insert(key.clone());
-            }
-            self.existing.insert(
-                key,
-                Existing::Managed(ManagedCopy {
-                    resource_version: m.resource_version.clone().unwrap_or_default(),
-                    labels,
-                    annotations: m.annotations.clone().unwrap_or_default(),
-                    actual_hash: None,
-                    deleting: m.deletion_timestamp.is_some(),
-                }),
-            );
+            self.existing.insert(item.key, item.existing);
         }
     }
 
@@ -114,52 +121,32 @@ pub fn classify(kind: Kind, obj: Option<&Object>) -> Existing {
     })
 }
 
-/// Rules and the sources they apply to, as listed.
-pub struct Loaded {
-    pub sources: BTreeMap<ObjectKey, SourceInfo>,
-    pub copy_rules: Vec<CopyRule>,
-}
-
-impl Loaded {
-    /// A World holding these rules and sources (namespaces are added by the job).
-    pub fn world(&self, excluded: &BTreeSet<String>) -> World {
-        World {
-            rules: RuleSet::build(self.sources.values(), &self.copy_rules),
-            sources: self.sources.clone(),
-            namespaces: BTreeMap::new(),
-            excluded_namespaces: excluded.clone(),
-        }
-    }
-}
-
-/// Lists every opted-in source of `kinds` (metadata only) and every CopyRule.
-pub async fn load_rules(cluster: &Cluster, kinds: &[Kind]) -> ApiResult<Loaded> {
+/// A world holding every opted-in source of `kinds` (metadata only) and every CopyRule;
+/// namespaces and copies are added by the job.
+pub async fn load_rules(
+    cluster: &Cluster,
+    kinds: &[Kind],
+    excluded: &BTreeSet<String>,
+) -> ApiResult<World> {
     let lists = kinds
         .iter()
-        .map(|kind| async move {
-            let metas = cluster
-                .list_meta(*kind, None, marks::SOURCE_SELECTOR, None)
-                .await?;
-            Ok::<_, crate::cluster::ApiError>(
-                metas
-                    .iter()
-                    .filter_map(|m| SourceInfo::from_meta(*kind, &m.metadata))
-                    .collect::<Vec<_>>(),
-            )
+        .map(|kind| {
+            cluster.list_meta(*kind, None, marks::SOURCE_SELECTOR, |m| {
+                SourceInfo::from_meta(*kind, &m.metadata)
+            })
         })
         .collect::<Vec<_>>();
     let (sources, copy_rules) = tokio::try_join!(
         futures::future::try_join_all(lists),
         cluster.list_copy_rules()
     )?;
-    Ok(Loaded {
-        sources: sources
-            .into_iter()
-            .flatten()
-            .map(|s| (s.key.clone(), s))
-            .collect(),
+    let mut world = World {
         copy_rules,
-    })
+        excluded_namespaces: excluded.clone(),
+        ..Default::default()
+    };
+    world.add_sources(sources.into_iter().flatten());
+    Ok(world)
 }
 
 /// Adds the namespaces `rules` target: one server-side selected LIST per selector, GETs for
@@ -230,7 +217,6 @@ async fn get_namespaces(
 pub async fn ensure_sources(
     cluster: &Cluster,
     world: &mut World,
-    loaded: &mut Loaded,
     keys: BTreeSet<ObjectKey>,
 ) -> ApiResult<()> {
     let missing: Vec<ObjectKey> = keys
@@ -250,34 +236,8 @@ pub async fn ensure_sources(
         .buffer_unordered(READ_CONCURRENCY)
         .try_collect()
         .await?;
-    for s in found.into_iter().flatten() {
-        loaded.sources.insert(s.key.clone(), s);
-    }
-    refresh_rules(world, loaded);
+    world.add_sources(found.into_iter().flatten());
     Ok(())
-}
-
-/// Replaces one source's info (after reading it fresh) or removes it (gone).
-pub fn set_source(
-    world: &mut World,
-    loaded: &mut Loaded,
-    key: &ObjectKey,
-    info: Option<SourceInfo>,
-) {
-    match info {
-        Some(s) => {
-            loaded.sources.insert(key.clone(), s);
-        }
-        None => {
-            loaded.sources.remove(key);
-        }
-    }
-    refresh_rules(world, loaded);
-}
-
-fn refresh_rules(world: &mut World, loaded: &Loaded) {
-    world.sources = loaded.sources.clone();
-    world.rules = RuleSet::build(loaded.sources.values(), &loaded.copy_rules);
 }
 
 /// Reads suspect copies in full so the planner compares what they actually hold.
@@ -318,8 +278,11 @@ pub async fn copies_of_sources(
             marks::MANAGED_SELECTOR,
             marks::SOURCE_UID_LABEL
         );
-        let metas = cluster.list_meta(kind, None, &selector, None).await?;
-        found.add_listed(kind, metas);
+        found.add_listed(
+            cluster
+                .list_meta(kind, None, &selector, |m| listed(kind, m))
+                .await?,
+        );
     }
     Ok(())
 }
@@ -331,10 +294,13 @@ pub async fn all_copies(
     namespace: Option<&str>,
     found: &mut Found,
 ) -> ApiResult<()> {
-    let metas = cluster
-        .list_meta(kind, namespace, marks::MANAGED_SELECTOR, None)
-        .await?;
-    found.add_listed(kind, metas);
+    found.add_listed(
+        cluster
+            .list_meta(kind, namespace, marks::MANAGED_SELECTOR, |m| {
+                listed(kind, m)
+            })
+            .await?,
+    );
     Ok(())
 }
 
