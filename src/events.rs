@@ -161,6 +161,10 @@ impl Events {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         if let Err(e) = api.create(&PostParams::default(), &event).await {
             // Events are best effort; a failure must not fail the job.
+            self.metrics.api_error(match &e {
+                kube::Error::Api(status) => status.code,
+                _ => 0,
+            });
             tracing::warn!(error = %e, reason, "could not publish event");
         }
     }

@@ -75,6 +75,10 @@ pub async fn run(
                 wake_in
             }
             Err(e) => {
+                metrics.api_error(match &e {
+                    kube::Error::Api(status) => status.code,
+                    _ => 0,
+                });
                 tracing::warn!(error = %e, "leader election round failed");
                 if was_leading
                     && elector

@@ -83,6 +83,7 @@ pub struct Metrics {
     pub resync_drift: Family<ReasonLabels, Counter>,
     pub api_requests: Family<ApiLabels, Counter>,
     pub api_errors: Family<CodeLabels, Counter>,
+    pub api_response_bytes: Counter,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
     pub leader: Gauge,
 }
@@ -182,6 +183,12 @@ impl Metrics {
             "Kubernetes API errors, by HTTP status code (0: no response)",
             api_errors.clone(),
         );
+        let api_response_bytes = Counter::default();
+        registry.register(
+            "api_response_bytes",
+            "Bytes of Kubernetes API responses read (bodies)",
+            api_response_bytes.clone(),
+        );
         let tls_reloads = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "tls_reloads",
@@ -210,6 +217,7 @@ impl Metrics {
             resync_drift,
             api_requests,
             api_errors,
+            api_response_bytes,
             tls_reloads,
             leader,
         }

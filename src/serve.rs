@@ -71,6 +71,10 @@ impl Running {
 
 /// Builds a Kubernetes client from `--kubeconfig`, else the usual inference.
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    Client::try_from(kube_config(kubeconfig).await?).context("building the Kubernetes client")
+}
+
+async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
@@ -85,13 +89,39 @@ pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
     };
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(60));
-    Client::try_from(config).context("building the Kubernetes client")
+    Ok(config)
+}
+
+/// The service's client: counts the bytes of every API response it reads.
+async fn counting_client(
+    kubeconfig: Option<&std::path::Path>,
+    metrics: &Metrics,
+) -> anyhow::Result<Client> {
+    use axum::http::Response;
+    use http_body_util::BodyExt;
+    use kube::client::{ClientBuilder, DynBody};
+
+    let counter = metrics.api_response_bytes.clone();
+    let count = tower::util::MapResponseLayer::new(move |response: Response<Box<DynBody>>| {
+        let counter = counter.clone();
+        response.map(move |body| {
+            body.map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    counter.inc_by(data.len() as u64);
+                }
+                frame
+            })
+        })
+    });
+    let builder = ClientBuilder::try_from(kube_config(kubeconfig).await?)
+        .context("building the Kubernetes client")?;
+    Ok(builder.with_layer(&count).build())
 }
 
 /// Starts everything; returns once the listeners are bound.
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
     let metrics = Arc::new(Metrics::new());
+    let client = counting_client(args.kubeconfig.as_deref(), &metrics).await?;
     let cert = ReloadingCert::load(CertFiles {
         cert: args.tls_cert.clone(),
         key: args.tls_key.clone(),
