@@ -48,6 +48,9 @@ stop() {
   for f in watcher apiserver etcd; do
     if [ -f "$d/$f.pid" ]; then
       local pid; pid=$(cat "$d/$f.pid")
+      # The watcher runs `down` as its last command, which bash execs in place: never kill
+      # ourselves before etcd and the API server are stopped.
+      [ "$pid" = "$$" ] && continue
       kill "$pid" 2>/dev/null || true
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true

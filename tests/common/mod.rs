@@ -229,43 +229,66 @@ impl TestEnv {
     /// Deletes what the test made: sources and CopyRules first (so nothing is left for later
     /// tests to copy), then its namespaces.
     pub async fn cleanup(self) {
-        let rules: Api<copyrator::copyrule::CopyRule> = Api::all(self.client.clone());
-        let copy_rules = self.copy_rules.lock().unwrap().clone();
-        for r in copy_rules {
-            let _ = rules.delete(&r, &DeleteParams::default()).await;
+        let copy_rules = std::mem::take(&mut *self.copy_rules.lock().unwrap());
+        let namespaces = std::mem::take(&mut *self.namespaces.lock().unwrap());
+        delete_all(&self.client, copy_rules, namespaces).await;
+    }
+}
+
+/// A test that panicked never reaches `cleanup()`: clean up anyway, on a runtime of our own
+/// (the test's is unwinding), so later tests sharing the cluster do not see its sources.
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let copy_rules =
+            std::mem::take(&mut *self.copy_rules.lock().unwrap_or_else(|e| e.into_inner()));
+        let namespaces =
+            std::mem::take(&mut *self.namespaces.lock().unwrap_or_else(|e| e.into_inner()));
+        if copy_rules.is_empty() && namespaces.is_empty() {
+            return;
         }
-        let namespaces = self.namespaces.lock().unwrap().clone();
-        for ns in &namespaces {
-            let lp = ListParams::default();
-            for s in self
-                .secrets(ns)
-                .list(&lp)
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default()
-            {
-                let _ = self
-                    .secrets(ns)
-                    .delete(&s.name_any(), &DeleteParams::default())
-                    .await;
-            }
-            for c in self
-                .config_maps(ns)
-                .list(&lp)
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default()
-            {
-                let _ = self
-                    .config_maps(ns)
-                    .delete(&c.name_any(), &DeleteParams::default())
-                    .await;
-            }
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let client = serve::kube_client(Some(&kubeconfig())).await.ok()?;
+                delete_all(&client, copy_rules, namespaces).await;
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
+async fn delete_all(client: &Client, copy_rules: Vec<String>, namespaces: Vec<String>) {
+    let rules: Api<copyrator::copyrule::CopyRule> = Api::all(client.clone());
+    for r in copy_rules {
+        let _ = rules.delete(&r, &DeleteParams::default()).await;
+    }
+    let lp = ListParams::default();
+    for ns in &namespaces {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+        for s in secrets.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            let _ = secrets
+                .delete(&s.name_any(), &DeleteParams::default())
+                .await;
         }
-        let api = Api::<Namespace>::all(self.client.clone());
-        for ns in namespaces {
-            let _ = api.delete(&ns, &DeleteParams::default()).await;
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        for c in config_maps
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let _ = config_maps
+                .delete(&c.name_any(), &DeleteParams::default())
+                .await;
         }
+    }
+    let api = Api::<Namespace>::all(client.clone());
+    for ns in namespaces {
+        let _ = api.delete(&ns, &DeleteParams::default()).await;
     }
 }
 
