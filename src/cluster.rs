@@ -90,6 +90,37 @@ pub enum Written {
     NamespaceTerminating,
 }
 
+/// Where a LIST is served from.
+///
+/// A label-selected LIST served from etcd reads every object of the resource and filters
+/// afterwards: with 50,000 Secrets in the cluster, listing a source's ten copies would read
+/// all 50,000, in every job. The API server's watch cache filters in memory instead, at the
+/// price of lagging etcd by milliseconds. Jobs read their trigger object consistently (GET)
+/// and everything label-selected from the cache; what a lagging cache can hide is covered by
+/// create-if-absent, preconditioned writes, the post-write re-check and a second look after
+/// namespace changes (see `sync.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    /// From etcd, paginated: complete lists without a selector (nothing is read in vain),
+    /// and re-checks that must see the latest state.
+    Consistent,
+    /// From the watch cache (`resourceVersion=0`), in one response: label-selected lists.
+    Cached,
+}
+
+impl Freshness {
+    fn list_params(self, page_size: u32) -> ListParams {
+        match self {
+            Freshness::Consistent => ListParams::default().limit(page_size),
+            // The watch cache does not paginate (a limit would send the request to etcd).
+            Freshness::Cached => ListParams {
+                resource_version: Some("0".into()),
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// See the module documentation.
 #[derive(Clone)]
 pub struct Cluster {
@@ -167,12 +198,14 @@ impl Cluster {
         kind: Kind,
         namespace: Option<&str>,
         label_selector: &str,
+        fresh: Freshness,
         keep: impl FnMut(PartialObjectMeta<Object>) -> Option<U>,
     ) -> ApiResult<Vec<U>> {
         let api = self.objects(kind, namespace);
         self.paginate(
             kind.plural(),
             label_selector,
+            fresh,
             |lp| {
                 let api = api.clone();
                 async move { api.list_metadata(&lp).await }
@@ -186,6 +219,7 @@ impl Cluster {
         &self,
         resource: &'static str,
         label_selector: &str,
+        fresh: Freshness,
         list: F,
         mut keep: impl FnMut(T) -> Option<U>,
     ) -> ApiResult<Vec<U>>
@@ -195,7 +229,7 @@ impl Cluster {
         Fut: Future<Output = Result<ObjectList<T>, kube::Error>>,
     {
         let mut out = Vec::new();
-        let mut lp = ListParams::default().limit(self.page_size);
+        let mut lp = fresh.list_params(self.page_size);
         if !label_selector.is_empty() {
             lp = lp.labels(label_selector);
         }
@@ -219,11 +253,16 @@ impl Cluster {
     }
 
     /// Namespaces matching a label selector (`""`: all), metadata only, all pages.
-    pub async fn list_namespaces(&self, label_selector: &str) -> ApiResult<Vec<NamespaceInfo>> {
+    pub async fn list_namespaces(
+        &self,
+        label_selector: &str,
+        fresh: Freshness,
+    ) -> ApiResult<Vec<NamespaceInfo>> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         self.paginate(
             "namespaces",
             label_selector,
+            fresh,
             |lp| {
                 let api = api.clone();
                 async move { api.list_metadata(&lp).await }
@@ -234,12 +273,13 @@ impl Cluster {
     }
 
     /// Every CopyRule; none when the CRD is not installed (inline rules still work).
-    pub async fn list_copy_rules(&self) -> ApiResult<Vec<CopyRule>> {
+    pub async fn list_copy_rules(&self, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
         let api: Api<CopyRule> = Api::all(self.client.clone());
         let listed = self
             .paginate(
                 "copyrules",
                 "",
+                fresh,
                 |lp| {
                     let api = api.clone();
                     async move { api.list(&lp).await }

@@ -79,6 +79,9 @@ pub enum Trigger {
     Reconciler,
     /// Follow-up work queued by another job (e.g. a rule's status after its copies changed).
     FollowUp,
+    /// The same job once more, a moment after an admission-triggered run, with the API
+    /// server's watch cache caught up (see `sync::after`).
+    SecondLook,
 }
 
 impl Trigger {
@@ -87,6 +90,7 @@ impl Trigger {
             Trigger::Admission => "admission",
             Trigger::Reconciler => "reconciler",
             Trigger::FollowUp => "follow-up",
+            Trigger::SecondLook => "second-look",
         }
     }
 }

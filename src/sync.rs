@@ -13,7 +13,7 @@ use moka::sync::Cache;
 
 use crate::{
     apply::{Applied, apply},
-    cluster::{ApiError, Cluster, PERSIST_WAIT, Written},
+    cluster::{ApiError, Cluster, Freshness, PERSIST_WAIT, Written},
     content,
     events::{Events, Regarding, reason},
     marks,
@@ -144,39 +144,53 @@ fn namespace_persisted(awaited: &Awaited, ns: &Option<crate::model::NamespaceInf
 /// A source job: every copy of one source (SPEC §4.2).
 async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), SyncError> {
     let cluster = &ctx.cluster;
+    let t0 = Instant::now();
     let source = await_persisted(&job.awaited, || cluster.get(key), object_persisted).await?;
-    let mut world =
-        world::load_rules(cluster, &[key.kind], &ctx.settings.excluded_namespaces).await?;
+    let t_persisted = t0.elapsed();
     let info = source
         .as_ref()
         .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata));
+    // Label-selected lists come from the API server's watch cache (see Freshness).
+    let fresh = Freshness::Cached;
+    // The rules and the source's existing copies are independent reads: do them at once.
+    let copies = async {
+        let mut found = Found::default();
+        match &info {
+            Some(info) => {
+                let uids = BTreeSet::from([info.uid.clone()]);
+                world::copies_of_sources(cluster, key.kind, &uids, fresh, &mut found).await?;
+            }
+            None => {
+                // Gone: its copies can only be found by their annotation.
+                world::all_copies(cluster, key.kind, None, fresh, &mut found).await?;
+                found.retain(|k, e| {
+                    matches!(e, Existing::Managed(m) if m.source(k.kind).as_ref() == Some(key))
+                });
+            }
+        }
+        Ok::<_, ApiError>(found)
+    };
+    let kinds = [key.kind];
+    let (mut world, mut found) = tokio::try_join!(
+        world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces, fresh),
+        copies
+    )?;
     world.set_source(key, info.clone());
     let mut contents = Contents::default();
-    let mut found = Found::default();
-
-    match (&source, &info) {
-        (Some(obj), Some(info)) => {
-            remember_payload(ctx, &mut contents, info, obj);
-            warn_about_source(ctx, &world, info).await;
-            let rules: Vec<Rule> = world.rules.for_source(info).cloned().collect();
-            world::load_target_namespaces(cluster, &mut world, &rules).await?;
-            world::copies_of_sources(
-                cluster,
-                key.kind,
-                &BTreeSet::from([info.uid.clone()]),
-                &mut found,
-            )
-            .await?;
-        }
-        _ => {
-            // Gone: its copies can only be found by their annotation.
-            world::all_copies(cluster, key.kind, None, &mut found).await?;
-            found.retain(
-                |k, e| matches!(e, Existing::Managed(m) if m.source(k.kind).as_ref() == Some(key)),
-            );
-        }
+    if let (Some(obj), Some(info)) = (&source, &info) {
+        remember_payload(ctx, &mut contents, info, obj);
+        warn_about_source(ctx, &world, info).await;
+        let rules: Vec<Rule> = world.rules.for_source(info).cloned().collect();
+        world::load_target_namespaces(cluster, &mut world, &rules, fresh).await?;
     }
-    finish_loading(ctx, &mut world, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found, fresh).await?;
+    tracing::debug!(
+        waited_ms = t_persisted.as_millis() as u64,
+        read_ms = (t0.elapsed() - t_persisted).as_millis() as u64,
+        namespaces = world.namespaces.len(),
+        copies = found.existing.len(),
+        "source job state read"
+    );
     let outcomes = converge(
         ctx,
         job,
@@ -203,19 +217,33 @@ async fn sync_namespace(ctx: &Context, job: &Job, name: &str) -> Result<(), Sync
         return Ok(());
     };
     let mut found = Found::default();
+    let fresh = Freshness::Cached;
     let (mut world, secrets, config_maps) = tokio::try_join!(
-        world::load_rules(cluster, &Kind::ALL, &ctx.settings.excluded_namespaces),
-        cluster.list_meta(Kind::Secret, Some(name), marks::MANAGED_SELECTOR, |m| {
-            world::listed(Kind::Secret, m)
-        }),
-        cluster.list_meta(Kind::ConfigMap, Some(name), marks::MANAGED_SELECTOR, |m| {
-            world::listed(Kind::ConfigMap, m)
-        }),
+        world::load_rules(
+            cluster,
+            &Kind::ALL,
+            &ctx.settings.excluded_namespaces,
+            fresh
+        ),
+        cluster.list_meta(
+            Kind::Secret,
+            Some(name),
+            marks::MANAGED_SELECTOR,
+            fresh,
+            |m| { world::listed(Kind::Secret, m) }
+        ),
+        cluster.list_meta(
+            Kind::ConfigMap,
+            Some(name),
+            marks::MANAGED_SELECTOR,
+            fresh,
+            |m| { world::listed(Kind::ConfigMap, m) }
+        ),
     )?;
     found.add_listed(secrets);
     found.add_listed(config_maps);
     world.namespaces.insert(ns.name.clone(), ns);
-    finish_loading(ctx, &mut world, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found, fresh).await?;
     let outcomes = converge(
         ctx,
         job,
@@ -231,21 +259,27 @@ async fn sync_namespace(ctx: &Context, job: &Job, name: &str) -> Result<(), Sync
 /// A copy job: one copy someone else changed or deleted (SPEC §4.4).
 async fn sync_copy(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), SyncError> {
     let cluster = &ctx.cluster;
-    let kinds = [key.kind];
-    let (copy, ns, mut world) = tokio::try_join!(
+    let (copy, ns) = tokio::try_join!(
         await_persisted(&job.awaited, || cluster.get(key), object_persisted),
         cluster.get_namespace(&key.namespace),
-        world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces),
     )?;
     let Some(ns) = ns else {
         return Ok(());
     };
+    let fresh = Freshness::Cached;
+    let mut world = world::load_rules(
+        cluster,
+        &[key.kind],
+        &ctx.settings.excluded_namespaces,
+        fresh,
+    )
+    .await?;
     world.namespaces.insert(ns.name.clone(), ns);
     let mut found = Found::default();
     found
         .existing
         .insert(key.clone(), world::classify(key.kind, copy.as_ref()));
-    finish_loading(ctx, &mut world, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found, fresh).await?;
     let outcomes = converge(
         ctx,
         job,
@@ -281,7 +315,9 @@ async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError
         Some(r) => vec![r.spec.kind],
         None => Kind::ALL.to_vec(),
     };
-    let mut world = world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces).await?;
+    let fresh = Freshness::Cached;
+    let mut world =
+        world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces, fresh).await?;
     // The rule as just read, not as listed a moment earlier.
     world
         .copy_rules
@@ -293,28 +329,28 @@ async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError
     let mut found = Found::default();
 
     if let Some(rule) = &rule {
-        adopt_rule_sources(ctx, &mut world, rule).await?;
-        world::load_target_namespaces(cluster, &mut world, [rule]).await?;
+        adopt_rule_sources(ctx, &mut world, rule, fresh).await?;
+        world::load_target_namespaces(cluster, &mut world, [rule], fresh).await?;
         let uids: BTreeSet<String> = world
             .sources
             .values()
             .filter(|s| rule.applies_to(s))
             .map(|s| s.uid.clone())
             .collect();
-        world::copies_of_sources(cluster, rule.kind, &uids, &mut found).await?;
+        world::copies_of_sources(cluster, rule.kind, &uids, fresh, &mut found).await?;
     }
     if rule.is_none() || job.full_scan {
         // Deleted, invalid or changed: its copies of sources it no longer selects are only
         // found by their rule annotation.
         for kind in &kinds {
             let mut all = Found::default();
-            world::all_copies(cluster, *kind, None, &mut all).await?;
+            world::all_copies(cluster, *kind, None, fresh, &mut all).await?;
             all.retain(|_, e| matches!(e, Existing::Managed(m) if m.annotations.get(marks::RULE_ANNOTATION) == Some(&id.mark())));
             found.existing.extend(all.existing);
             found.suspect.extend(all.suspect);
         }
     }
-    finish_loading(ctx, &mut world, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found, fresh).await?;
     let outcomes = converge(
         ctx,
         job,
@@ -334,15 +370,27 @@ async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError
 async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
     let started = Instant::now();
     let cluster = &ctx.cluster;
+    // Label-selected lists from the watch cache (no etcd scan of every Secret); the complete
+    // namespace list from etcd, page by page.
+    let cached = Freshness::Cached;
     let (mut world, namespaces, secrets, config_maps) = tokio::try_join!(
-        world::load_rules(cluster, &Kind::ALL, &ctx.settings.excluded_namespaces),
-        cluster.list_namespaces(""),
-        cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, |m| {
+        world::load_rules(
+            cluster,
+            &Kind::ALL,
+            &ctx.settings.excluded_namespaces,
+            cached
+        ),
+        cluster.list_namespaces("", Freshness::Consistent),
+        cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, cached, |m| {
             world::listed(Kind::Secret, m)
         }),
-        cluster.list_meta(Kind::ConfigMap, None, marks::MANAGED_SELECTOR, |m| {
-            world::listed(Kind::ConfigMap, m)
-        }),
+        cluster.list_meta(
+            Kind::ConfigMap,
+            None,
+            marks::MANAGED_SELECTOR,
+            cached,
+            |m| { world::listed(Kind::ConfigMap, m) }
+        ),
     )?;
     let mut found = Found::default();
     found.add_listed(secrets);
@@ -363,7 +411,7 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
         .collect();
     for (kind, ns) in groups {
         let infos = cluster
-            .list_meta(kind, Some(&ns), "", |m| {
+            .list_meta(kind, Some(&ns), "", cached, |m| {
                 SourceInfo::from_meta(kind, &m.metadata)
             })
             .await?;
@@ -385,7 +433,7 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
         }
         world.add_sources(unlabelled);
     }
-    finish_loading(ctx, &mut world, &mut found).await?;
+    finish_loading(ctx, &mut world, &mut found, cached).await?;
 
     let outcomes = converge(
         ctx,
@@ -440,10 +488,11 @@ async fn finish_loading(
     ctx: &Context,
     world: &mut World,
     found: &mut Found,
+    fresh: Freshness,
 ) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
     world::ensure_sources(cluster, world, found.sources()).await?;
-    world::ensure_namespaces(cluster, world, found.namespaces()).await?;
+    world::ensure_namespaces(cluster, world, found.namespaces(), fresh).await?;
     world::read_suspects(cluster, found).await
 }
 
@@ -563,8 +612,15 @@ async fn recheck_inputs(
     if namespaces.is_empty() {
         return Ok(());
     }
+    // Fresh means fresh here: GETs, or one paginated LIST from etcd.
     let mut fresh = World::default();
-    world::ensure_namespaces(&ctx.cluster, &mut fresh, namespaces.clone()).await?;
+    world::ensure_namespaces(
+        &ctx.cluster,
+        &mut fresh,
+        namespaces.clone(),
+        Freshness::Consistent,
+    )
+    .await?;
     for ns in namespaces {
         let before = world.namespaces.get(&ns).map(|n| &n.resource_version);
         let now = fresh.namespaces.get(&ns).map(|n| &n.resource_version);
@@ -641,7 +697,12 @@ fn remember_payload(ctx: &Context, contents: &mut Contents, info: &SourceInfo, o
 
 /// Sources a rule selects that lack the opt-in label get it, so that their changes reach the
 /// sources webhook; they join the world either way.
-async fn adopt_rule_sources(ctx: &Context, world: &mut World, rule: &Rule) -> Result<(), ApiError> {
+async fn adopt_rule_sources(
+    ctx: &Context,
+    world: &mut World,
+    rule: &Rule,
+    fresh: Freshness,
+) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
     let infos: Vec<SourceInfo> = match &rule.sources {
         SourceMatch::Name(name) => {
@@ -659,6 +720,7 @@ async fn adopt_rule_sources(ctx: &Context, world: &mut World, rule: &Rule) -> Re
                     rule.kind,
                     Some(&rule.source_namespace),
                     &sel.to_string(),
+                    fresh,
                     |m| SourceInfo::from_meta(rule.kind, &m.metadata),
                 )
                 .await?
@@ -797,8 +859,21 @@ async fn write_rule_status(
     }
 }
 
-/// Follow-up: CopyRules whose copies this job touched get their status refreshed.
+/// How long after an admission-triggered namespace job its second look runs.
+const SECOND_LOOK: Duration = Duration::from_secs(1);
+
+/// Follow-ups: CopyRules whose copies this job touched get their status refreshed; a
+/// namespace job triggered by an admission runs once more a moment later. Its rules came from
+/// the watch cache, which lags etcd by milliseconds: a source or CopyRule created in the same
+/// instant as the namespace may be missing from both this job's view and (namespace list) the
+/// source's job's view. The second look reads a cache that has caught up.
 fn after(ctx: &Context, job: &Job, outcomes: &[(Action, Applied)]) -> Result<(), SyncError> {
+    if let (JobKey::Namespace(name), Trigger::Admission) = (&job.key, job.trigger) {
+        ctx.queue.push_after(
+            Job::new(JobKey::Namespace(name.clone()), Trigger::SecondLook),
+            SECOND_LOOK,
+        );
+    }
     if matches!(job.key, JobKey::Rule(_) | JobKey::Resync) {
         return Ok(());
     }

@@ -8,7 +8,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use kube::core::PartialObjectMeta;
 
 use crate::{
-    cluster::{ApiResult, Cluster},
+    cluster::{ApiResult, Cluster, Freshness},
     content, marks,
     model::{Kind, NamespaceInfo, Object, ObjectKey, SourceInfo, edited_by_others},
     plan::{Contents, Existing, ManagedCopy, World},
@@ -127,18 +127,19 @@ pub async fn load_rules(
     cluster: &Cluster,
     kinds: &[Kind],
     excluded: &BTreeSet<String>,
+    fresh: Freshness,
 ) -> ApiResult<World> {
     let lists = kinds
         .iter()
         .map(|kind| {
-            cluster.list_meta(*kind, None, marks::SOURCE_SELECTOR, |m| {
+            cluster.list_meta(*kind, None, marks::SOURCE_SELECTOR, fresh, |m| {
                 SourceInfo::from_meta(*kind, &m.metadata)
             })
         })
         .collect::<Vec<_>>();
     let (sources, copy_rules) = tokio::try_join!(
         futures::future::try_join_all(lists),
-        cluster.list_copy_rules()
+        cluster.list_copy_rules(fresh)
     )?;
     let mut world = World {
         copy_rules,
@@ -155,6 +156,7 @@ pub async fn load_target_namespaces<'a>(
     cluster: &Cluster,
     world: &mut World,
     rules: impl IntoIterator<Item = &'a Rule>,
+    fresh: Freshness,
 ) -> ApiResult<()> {
     let mut selectors = BTreeSet::new();
     let mut names = BTreeSet::new();
@@ -169,7 +171,8 @@ pub async fn load_target_namespaces<'a>(
         selectors = BTreeSet::from([String::new()]);
     }
     let listed =
-        futures::future::try_join_all(selectors.iter().map(|s| cluster.list_namespaces(s))).await?;
+        futures::future::try_join_all(selectors.iter().map(|s| cluster.list_namespaces(s, fresh)))
+            .await?;
     for ns in listed.into_iter().flatten() {
         world.namespaces.insert(ns.name.clone(), ns);
     }
@@ -182,13 +185,14 @@ pub async fn ensure_namespaces(
     cluster: &Cluster,
     world: &mut World,
     names: BTreeSet<String>,
+    fresh: Freshness,
 ) -> ApiResult<()> {
     let missing: BTreeSet<String> = names
         .into_iter()
         .filter(|n| !world.namespaces.contains_key(n))
         .collect();
     if missing.len() > NAMESPACE_GETS_MAX {
-        for ns in cluster.list_namespaces("").await? {
+        for ns in cluster.list_namespaces("", fresh).await? {
             world.namespaces.insert(ns.name.clone(), ns);
         }
         return Ok(());
@@ -264,6 +268,7 @@ pub async fn copies_of_sources(
     cluster: &Cluster,
     kind: Kind,
     uids: &BTreeSet<String>,
+    fresh: Freshness,
     found: &mut Found,
 ) -> ApiResult<()> {
     let uids: Vec<&String> = uids.iter().filter(|u| !u.is_empty()).collect();
@@ -280,7 +285,7 @@ pub async fn copies_of_sources(
         );
         found.add_listed(
             cluster
-                .list_meta(kind, None, &selector, |m| listed(kind, m))
+                .list_meta(kind, None, &selector, fresh, |m| listed(kind, m))
                 .await?,
         );
     }
@@ -292,11 +297,12 @@ pub async fn all_copies(
     cluster: &Cluster,
     kind: Kind,
     namespace: Option<&str>,
+    fresh: Freshness,
     found: &mut Found,
 ) -> ApiResult<()> {
     found.add_listed(
         cluster
-            .list_meta(kind, namespace, marks::MANAGED_SELECTOR, |m| {
+            .list_meta(kind, namespace, marks::MANAGED_SELECTOR, fresh, |m| {
                 listed(kind, m)
             })
             .await?,
