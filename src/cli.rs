@@ -78,11 +78,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_FANOUT_CONCURRENCY", default_value_t = 32)]
     pub fanout_concurrency: usize,
 
-    /// Sustained Kubernetes API requests per second (client-side limit; 0 = unlimited).
+    /// Sustained Kubernetes API writes per second (client-side limit on create, update, patch
+    /// and delete; 0 = unlimited). Reads are bounded by the number of workers instead.
     #[arg(long, env = "COPYRATOR_API_QPS", default_value_t = 500.0)]
     pub api_qps: f64,
 
-    /// Requests allowed in a burst above --api-qps.
+    /// Writes allowed in a burst above --api-qps.
     #[arg(long, env = "COPYRATOR_API_BURST", default_value_t = 1000)]
     pub api_burst: u32,
 

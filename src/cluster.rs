@@ -2,13 +2,12 @@
 //! the cluster and the preconditioned writes that apply its plan. Every call goes through the
 //! client-side rate limiter and is counted in the metrics.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    Api, Client,
+    Api, Client, Resource,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
-    core::{ObjectList, PartialObjectMeta},
 };
 use serde_json::json;
 
@@ -16,7 +15,7 @@ use crate::{
     copyrule::{CopyRule, CopyRuleStatus},
     marks,
     metrics::Metrics,
-    model::{Kind, NamespaceInfo, Object, ObjectKey},
+    model::{Kind, Meta, MetaItem, MetaList, NamespaceInfo, Object, ObjectKey},
     ratelimit::RateLimiter,
 };
 
@@ -156,7 +155,11 @@ impl Cluster {
         resource: &'static str,
         fut: impl Future<Output = Result<T, kube::Error>>,
     ) -> ApiResult<T> {
-        self.limiter.acquire().await;
+        // Writes are what load etcd and the API server; reads are mostly served from the watch
+        // cache and bounded by the number of workers.
+        if matches!(verb, "create" | "update" | "patch" | "delete") {
+            self.limiter.acquire().await;
+        }
         self.metrics.api_call(verb, resource);
         fut.await.map_err(|source| {
             let err = ApiError {
@@ -176,66 +179,98 @@ impl Cluster {
         }
     }
 
+    /// Sends a request and parses the JSON answer. Unlike `kube::Client::request`, a parse
+    /// failure never logs the response body: it may be a Secret.
+    async fn fetch<T: serde::de::DeserializeOwned>(
+        &self,
+        req: axum::http::Request<Vec<u8>>,
+    ) -> Result<T, kube::Error> {
+        let text = self.client.request_text(req).await?;
+        serde_json::from_str(&text).map_err(kube::Error::SerdeError)
+    }
+
+    /// `fetch`, with 404 as `None`.
+    async fn fetch_opt<T: serde::de::DeserializeOwned>(
+        &self,
+        req: Result<axum::http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<Option<T>, kube::Error> {
+        match self.fetch(req.map_err(kube::Error::BuildRequest)?).await {
+            Ok(v) => Ok(Some(v)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn objects_request(kind: Kind, namespace: Option<&str>) -> kube::core::Request {
+        kube::core::Request::new(Object::url_path(&kind, namespace))
+    }
+
     /// Reads a Secret or ConfigMap in full; `None` when it does not exist.
     pub async fn get(&self, key: &ObjectKey) -> ApiResult<Option<Object>> {
-        let api = self.objects(key.kind, Some(&key.namespace));
-        self.call("get", key.kind.plural(), api.get_opt(&key.name))
+        let req = Self::objects_request(key.kind, Some(&key.namespace))
+            .get(&key.name, &Default::default());
+        self.call("get", key.kind.plural(), self.fetch_opt(req))
             .await
     }
 
     /// Reads only the metadata of a Secret or ConfigMap.
-    pub async fn get_meta(&self, key: &ObjectKey) -> ApiResult<Option<PartialObjectMeta<Object>>> {
-        let api = self.objects(key.kind, Some(&key.namespace));
-        self.call("get", key.kind.plural(), api.get_metadata_opt(&key.name))
-            .await
+    pub async fn get_meta(&self, key: &ObjectKey) -> ApiResult<Option<Meta>> {
+        let req = Self::objects_request(key.kind, Some(&key.namespace))
+            .get_metadata(&key.name, &Default::default());
+        let item: Option<MetaItem> = self
+            .call("get", key.kind.plural(), self.fetch_opt(req))
+            .await?;
+        Ok(item.map(|i| i.metadata))
     }
 
-    /// Metadata of every object of `kind` matching the selectors, all pages, each item
-    /// turned into what the caller keeps by `keep` as its page arrives (so a large list never
-    /// sits in memory as full metadata).
+    /// Metadata of every object of `kind` matching the selector, each item turned into what
+    /// the caller keeps by `keep` as its page arrives.
     pub async fn list_meta<U>(
         &self,
         kind: Kind,
         namespace: Option<&str>,
         label_selector: &str,
         fresh: Freshness,
-        keep: impl FnMut(PartialObjectMeta<Object>) -> Option<U>,
+        keep: impl FnMut(Meta) -> Option<U>,
     ) -> ApiResult<Vec<U>> {
-        let api = self.objects(kind, namespace);
-        self.paginate(
+        self.list_pages(
             kind.plural(),
+            Object::url_path(&kind, namespace),
             label_selector,
             fresh,
-            |lp| {
-                let api = api.clone();
-                async move { api.list_metadata(&lp).await }
-            },
             keep,
         )
         .await
     }
 
-    async fn paginate<T, U, F, Fut>(
+    async fn list_pages<U>(
         &self,
         resource: &'static str,
+        url_path: String,
         label_selector: &str,
         fresh: Freshness,
-        list: F,
-        mut keep: impl FnMut(T) -> Option<U>,
-    ) -> ApiResult<Vec<U>>
-    where
-        T: Clone,
-        F: Fn(ListParams) -> Fut,
-        Fut: Future<Output = Result<ObjectList<T>, kube::Error>>,
-    {
+        mut keep: impl FnMut(Meta) -> Option<U>,
+    ) -> ApiResult<Vec<U>> {
+        let request = kube::core::Request::new(url_path);
         let mut out = Vec::new();
         let mut lp = fresh.list_params(self.page_size);
         if !label_selector.is_empty() {
             lp = lp.labels(label_selector);
         }
         loop {
-            let page = self.call("list", resource, list(lp.clone())).await?;
-            out.extend(page.items.into_iter().filter_map(&mut keep));
+            let req = request
+                .list_metadata(&lp)
+                .map_err(kube::Error::BuildRequest);
+            let page: MetaList = self
+                .call("list", resource, async { self.fetch(req?).await })
+                .await?;
+            out.extend(
+                page.items
+                    .into_iter()
+                    .flatten()
+                    .map(|i| i.metadata)
+                    .filter_map(&mut keep),
+            );
             match page.metadata.continue_ {
                 Some(token) if !token.is_empty() => lp.continue_token = Some(token),
                 _ => return Ok(out),
@@ -245,28 +280,23 @@ impl Cluster {
 
     /// One namespace's labels and state; `None` when it does not exist.
     pub async fn get_namespace(&self, name: &str) -> ApiResult<Option<NamespaceInfo>> {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let meta = self
-            .call("get", "namespaces", api.get_metadata_opt(name))
-            .await?;
-        Ok(meta.and_then(|m| namespace_info(&m)))
+        let req = kube::core::Request::new(Namespace::url_path(&(), None))
+            .get_metadata(name, &Default::default());
+        let item: Option<MetaItem> = self.call("get", "namespaces", self.fetch_opt(req)).await?;
+        Ok(item.and_then(|i| namespace_info(&i.metadata)))
     }
 
-    /// Namespaces matching a label selector (`""`: all), metadata only, all pages.
+    /// Namespaces matching a label selector (`""`: all), metadata only.
     pub async fn list_namespaces(
         &self,
         label_selector: &str,
         fresh: Freshness,
     ) -> ApiResult<Vec<NamespaceInfo>> {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        self.paginate(
+        self.list_pages(
             "namespaces",
+            Namespace::url_path(&(), None),
             label_selector,
             fresh,
-            |lp| {
-                let api = api.clone();
-                async move { api.list_metadata(&lp).await }
-            },
             |m| namespace_info(&m),
         )
         .await
@@ -275,24 +305,23 @@ impl Cluster {
     /// Every CopyRule; none when the CRD is not installed (inline rules still work).
     pub async fn list_copy_rules(&self, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
         let api: Api<CopyRule> = Api::all(self.client.clone());
-        let listed = self
-            .paginate(
-                "copyrules",
-                "",
-                fresh,
-                |lp| {
-                    let api = api.clone();
-                    async move { api.list(&lp).await }
-                },
-                Some,
-            )
-            .await;
-        match listed {
-            Err(e) if e.is_not_found() => {
-                tracing::debug!("CopyRule CRD not installed; only inline rules apply");
-                Ok(Vec::new())
+        let mut lp = fresh.list_params(self.page_size);
+        let mut out = Vec::new();
+        loop {
+            match self.call("list", "copyrules", api.list(&lp)).await {
+                Err(e) if e.is_not_found() => {
+                    tracing::debug!("CopyRule CRD not installed; only inline rules apply");
+                    return Ok(Vec::new());
+                }
+                Err(e) => return Err(e),
+                Ok(page) => {
+                    out.extend(page.items);
+                    match page.metadata.continue_ {
+                        Some(token) if !token.is_empty() => lp.continue_token = Some(token),
+                        _ => return Ok(out),
+                    }
+                }
             }
-            other => other,
         }
     }
 
@@ -410,18 +439,13 @@ fn written<T>(res: ApiResult<T>) -> ApiResult<Written> {
     }
 }
 
-fn namespace_info(meta: &PartialObjectMeta<Namespace>) -> Option<NamespaceInfo> {
+fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
     Some(NamespaceInfo {
-        name: meta.metadata.name.clone()?,
-        resource_version: meta.metadata.resource_version.clone().unwrap_or_default(),
-        labels: meta.metadata.labels.clone().unwrap_or_default(),
-        terminating: meta.metadata.deletion_timestamp.is_some(),
+        name: meta.name.clone()?,
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        terminating: meta.deletion_timestamp.is_some(),
     })
-}
-
-/// Labels of a metadata-only object, or an empty map.
-pub fn labels_of<K>(meta: &PartialObjectMeta<K>) -> BTreeMap<String, String> {
-    meta.metadata.labels.clone().unwrap_or_default()
 }
 
 /// How long jobs wait for admitted state to be persisted before acting on what they read.

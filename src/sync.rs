@@ -149,7 +149,7 @@ async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), Sy
     let t_persisted = t0.elapsed();
     let info = source
         .as_ref()
-        .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata));
+        .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
     // Label-selected lists come from the API server's watch cache (see Freshness).
     let fresh = Freshness::Cached;
     // The rules and the source's existing copies are independent reads: do them at once.
@@ -412,7 +412,7 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
     for (kind, ns) in groups {
         let infos = cluster
             .list_meta(kind, Some(&ns), "", cached, |m| {
-                SourceInfo::from_meta(kind, &m.metadata)
+                SourceInfo::from_meta(kind, &m)
             })
             .await?;
         let rules: Vec<Rule> = world
@@ -522,6 +522,8 @@ async fn converge(
             read_sources(ctx, world, &mut contents, needed).await?;
             actions = plan(world, scope, &existing, &contents);
         }
+        let writes = actions.iter().filter(|a| a.is_write()).count();
+        let applying = Instant::now();
         let applied = apply(
             &ctx.cluster,
             &ctx.metrics,
@@ -530,6 +532,14 @@ async fn converge(
             job.since,
         )
         .await;
+        if writes > 0 {
+            tracing::debug!(
+                writes,
+                took_ms = applying.elapsed().as_millis() as u64,
+                round,
+                "applied"
+            );
+        }
         let mut stale = Vec::new();
         for (action, result) in applied {
             match result {
@@ -637,10 +647,7 @@ async fn recheck_inputs(
         futures::future::try_join_all(sources.iter().map(|k| ctx.cluster.get_meta(k))).await?;
     for (key, meta) in sources.into_iter().zip(metas) {
         let before = world.sources.get(&key).map(|s| s.resource_version.as_str());
-        tracing::trace!(source = %key, ?before, now = ?meta.as_ref().and_then(|m| m.metadata.resource_version.as_deref()), "recheck");
-        let now = meta
-            .as_ref()
-            .and_then(|m| m.metadata.resource_version.as_deref());
+        let now = meta.as_ref().and_then(|m| m.resource_version.as_deref());
         if before != now {
             tracing::debug!(source = %key, "source changed while this job ran; re-syncing it");
             crate::worker::enqueue(
@@ -674,7 +681,7 @@ async fn read_sources(
     for (key, obj) in keys.iter().zip(reads) {
         let info = obj
             .as_ref()
-            .and_then(|o| SourceInfo::from_meta(key.kind, &o.metadata));
+            .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
         if let (Some(obj), Some(info)) = (&obj, &info) {
             remember_payload(ctx, contents, info, obj);
         }
@@ -710,7 +717,7 @@ async fn adopt_rule_sources(
             cluster
                 .get_meta(&key)
                 .await?
-                .and_then(|m| SourceInfo::from_meta(rule.kind, &m.metadata))
+                .and_then(|m| SourceInfo::from_meta(rule.kind, &m))
                 .into_iter()
                 .collect()
         }
@@ -721,7 +728,7 @@ async fn adopt_rule_sources(
                     Some(&rule.source_namespace),
                     &sel.to_string(),
                     fresh,
-                    |m| SourceInfo::from_meta(rule.kind, &m.metadata),
+                    |m| SourceInfo::from_meta(rule.kind, &m),
                 )
                 .await?
         }

@@ -5,12 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, TryStreamExt, stream};
-use kube::core::PartialObjectMeta;
 
 use crate::{
     cluster::{ApiResult, Cluster, Freshness},
     content, marks,
-    model::{Kind, NamespaceInfo, Object, ObjectKey, SourceInfo, edited_by_others},
+    model::{Kind, Meta, NamespaceInfo, Object, ObjectKey, SourceInfo},
     plan::{Contents, Existing, ManagedCopy, World},
     rules::Rule,
 };
@@ -40,8 +39,7 @@ pub struct Listed {
 }
 
 /// What a metadata-only LIST item of a managed copy tells (see [`Cluster::list_meta`]).
-pub fn listed(kind: Kind, meta: PartialObjectMeta<Object>) -> Option<Listed> {
-    let m = meta.metadata;
+pub fn listed(kind: Kind, m: Meta) -> Option<Listed> {
     let key = ObjectKey::new(kind, m.namespace?, m.name?);
     let labels = m.labels.unwrap_or_default();
     let resource_version = m.resource_version.unwrap_or_default();
@@ -54,7 +52,7 @@ pub fn listed(kind: Kind, meta: PartialObjectMeta<Object>) -> Option<Listed> {
         });
     }
     Some(Listed {
-        suspect: edited_by_others(m.managed_fields.as_ref(), marks::FIELD_MANAGER),
+        suspect: m.edited_by_others,
         key,
         existing: Existing::Managed(ManagedCopy {
             resource_version,
@@ -133,7 +131,7 @@ pub async fn load_rules(
         .iter()
         .map(|kind| {
             cluster.list_meta(*kind, None, marks::SOURCE_SELECTOR, fresh, |m| {
-                SourceInfo::from_meta(*kind, &m.metadata)
+                SourceInfo::from_meta(*kind, &m)
             })
         })
         .collect::<Vec<_>>();
@@ -233,9 +231,7 @@ pub async fn ensure_sources(
     let found: Vec<Option<SourceInfo>> = stream::iter(missing)
         .map(|k| async move {
             let meta = cluster.get_meta(&k).await?;
-            Ok::<_, crate::cluster::ApiError>(
-                meta.and_then(|m| SourceInfo::from_meta(k.kind, &m.metadata)),
-            )
+            Ok::<_, crate::cluster::ApiError>(meta.and_then(|m| SourceInfo::from_meta(k.kind, &m)))
         })
         .buffer_unordered(READ_CONCURRENCY)
         .try_collect()

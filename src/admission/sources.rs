@@ -29,7 +29,7 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
             // On CREATE with generateName the name is not in the request's name field.
             meta.namespace = Some(key.namespace.clone());
             meta.name = meta.name.or_else(|| Some(key.name.clone()));
-            if let Some(info) = SourceInfo::from_meta(kind, &meta)
+            if let Some(info) = SourceInfo::from_meta(kind, &(&meta).into())
                 && let Err(e) = Rule::inline(&info)
             {
                 return Verdict {
