@@ -26,7 +26,7 @@ pub enum Applied {
 }
 
 /// Applies `actions` with at most `concurrency` writes in flight; returns each action with
-/// its result, in the original order.
+/// its result (in completion order: a slow write never holds back the window).
 pub async fn apply(
     cluster: &Cluster,
     metrics: &Metrics,
@@ -39,7 +39,7 @@ pub async fn apply(
             let applied = apply_one(cluster, metrics, &action, since).await;
             (action, applied)
         })
-        .buffered(concurrency.max(1))
+        .buffer_unordered(concurrency.max(1))
         .collect()
         .await
 }
