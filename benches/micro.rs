@@ -1,0 +1,154 @@
+//! In-process microbenchmarks (criterion): the admission handler and the planner.
+//! `cargo bench --bench micro`
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use axum::{body::Body, http::Request};
+use copyrator::{
+    admission::{AdmissionState, router},
+    content::{DesiredCopy, source_hash},
+    marks,
+    metrics::Metrics,
+    model::{Kind, NamespaceInfo, ObjectKey, Payload, SourceInfo},
+    plan::{Contents, Existing, ManagedCopy, Scope, World, plan},
+    queue::WorkQueue,
+    rules::Rule,
+};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::json;
+use tower::ServiceExt;
+
+fn secret_review() -> Vec<u8> {
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "registry", "namespace": "platform", "resourceVersion": "12345",
+                     "labels": {"copyrator.io/source": "true"},
+                     "annotations": {"copyrator.io/namespace-selector": "registry=enabled,env in (prod,staging)"}},
+        "type": "Opaque",
+        "data": {"config.json": "x".repeat(1400)}
+    });
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "0df28fbd-5f5f-11e8-bc74-36e6bb280816",
+            "kind": {"group": "", "version": "v1", "kind": "Secret"},
+            "resource": {"group": "", "version": "v1", "resource": "secrets"},
+            "name": "registry", "namespace": "platform", "operation": "UPDATE",
+            "userInfo": {"username": "admin"},
+            "object": secret, "oldObject": secret, "dryRun": false
+        }
+    }))
+    .unwrap()
+}
+
+fn admission(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let state = AdmissionState {
+        queue: WorkQueue::new(10_000),
+        metrics: Arc::new(Metrics::new()),
+    };
+    let app = router(state, 6 << 20);
+    let body = bytes::Bytes::from(secret_review());
+    let mut g = c.benchmark_group("admission");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("secret_update_review", |b| {
+        b.to_async(&rt).iter(|| {
+            let app = app.clone();
+            let body = body.clone();
+            async move {
+                let resp = app
+                    .oneshot(
+                        Request::post("/admission/sources")
+                            .header("content-type", "application/json")
+                            .body(Body::from(body))
+                            .unwrap(),
+                    )
+                    .await
+                    .unwrap();
+                assert!(resp.status().is_success());
+                http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap()
+            }
+        })
+    });
+    g.finish();
+}
+
+/// A cluster of `n` namespaces, one inline rule selecting all of them, every copy in sync.
+fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
+    let source = SourceInfo {
+        key: ObjectKey::new(Kind::Secret, "platform", "registry"),
+        uid: "uid".into(),
+        resource_version: "1".into(),
+        labels: BTreeMap::from([(marks::SOURCE_LABEL.to_string(), "true".to_string())]),
+        annotations: BTreeMap::from([(
+            marks::NAMESPACE_SELECTOR_ANNOTATION.to_string(),
+            "registry=enabled".to_string(),
+        )]),
+        created: 0,
+        deleting: false,
+    };
+    let payload = Payload {
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            "config.json".to_string(),
+            "x".repeat(1400),
+        )])),
+        ..Default::default()
+    };
+    let mut world = World::default();
+    world.add_sources([source.clone()]);
+    let rule = Rule::inline(&source).unwrap().unwrap();
+    let mut existing = BTreeMap::new();
+    for i in 0..n {
+        let name = format!("team-{i}");
+        world.namespaces.insert(
+            name.clone(),
+            NamespaceInfo {
+                name: name.clone(),
+                resource_version: "1".into(),
+                labels: BTreeMap::from([("registry".to_string(), "enabled".to_string())]),
+                terminating: false,
+            },
+        );
+        let copy = DesiredCopy::build(&rule, &source, &payload, &name);
+        existing.insert(
+            copy.key,
+            Existing::Managed(ManagedCopy {
+                resource_version: "7".into(),
+                labels: copy.object.metadata.labels.unwrap(),
+                annotations: copy.object.metadata.annotations.unwrap(),
+                actual_hash: None,
+                deleting: false,
+            }),
+        );
+    }
+    let mut contents = Contents::default();
+    contents
+        .known_hashes
+        .insert(source.key.clone(), source_hash(&source, &payload));
+    (world, existing, contents)
+}
+
+fn planner(c: &mut Criterion) {
+    let mut g = c.benchmark_group("plan");
+    for n in [500usize, 5_000] {
+        let (world, existing, contents) = steady_world(n);
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_function(format!("steady_state_{n}_namespaces"), |b| {
+            b.iter(|| {
+                let actions = plan(&world, &Scope::All, &existing, &contents);
+                assert_eq!(actions.len(), n);
+                actions
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, admission, planner);
+criterion_main!(benches);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Benchmarks (SPEC §7), in one command: a fresh local control plane, copyrator's release build
+# against it with the raw API-server limit measured in the same run, then the in-process
+# microbenchmarks. Results are printed and written to bench-results/.
+#
+#   scripts/bench.sh            full run (~5 min after the first build)
+#   scripts/bench.sh --quick    small sizes, for a smoke run
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+"$ROOT/scripts/bootstrap.sh"
+mkdir -p bench-results
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+out="bench-results/cluster-$stamp.md"
+{
+  echo "# copyrator benchmark $stamp"
+  echo
+  echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)"
+  echo "- cpu: $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | sed 's/^ *//')"
+  echo "- kube-apiserver 1.20.2 + etcd $(etcd --version | awk '/etcd Version/ {print $3}') on loopback; copyrator $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "- command: scripts/bench.sh $*"
+  echo
+} >"$out.head"
+cargo bench --bench cluster --no-run --quiet
+# A fresh control plane for this run only (COPYRATOR_KUBECONFIG is ignored on purpose: the
+# memory phase loads 50,000 Secrets into the cluster).
+unset COPYRATOR_KUBECONFIG
+"$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "$@" --out "$out.body"
+cat "$out.head" "$out.body" >"$out" && rm -f "$out.head" "$out.body"
+echo "cluster results: $out"
+cargo bench --bench micro -- --noplot 2>&1 | grep -E '^[a-z_]+/|time:|thrpt:' | tee "bench-results/micro-$stamp.txt"
