@@ -5,8 +5,10 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /app
 
-# Dependencies first: this layer is rebuilt only when Cargo.toml or Cargo.lock change.
+# Dependencies first: this layer is rebuilt only when Cargo.toml, Cargo.lock or the benchmark
+# sources change (Cargo.toml names the benchmarks, so cargo needs their files to exist).
 COPY Cargo.toml Cargo.lock ./
+COPY benches ./benches
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \

@@ -716,22 +716,7 @@ fn dockerfile_passes_hadolint_and_ships_the_release_binary() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Instructions, with continuation lines joined and comments dropped.
-    let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
-    let joined = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("\\\n", " ");
-    let instructions: Vec<(String, String)> = joined
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let (op, rest) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
-            (op.to_uppercase(), rest.trim().to_string())
-        })
-        .collect();
+    let instructions = dockerfile_instructions();
     let stages: Vec<usize> = instructions
         .iter()
         .enumerate()
@@ -815,8 +800,112 @@ fn dockerfile_passes_hadolint_and_ships_the_release_binary() {
     for must in ["target/", ".venv/", "certs/*"] {
         assert!(ignored.contains(&must), ".dockerignore lacks {must}");
     }
-    for needed in ["src", "src/", "Cargo.toml", "Cargo.lock"] {
+    for needed in ["src", "src/", "benches", "benches/", "Cargo.toml", "Cargo.lock"] {
         assert!(!ignored.contains(&needed), ".dockerignore drops {needed}");
+    }
+}
+
+/// The Dockerfile's instructions, continuation lines joined and comments dropped, as
+/// (INSTRUCTION, arguments).
+fn dockerfile_instructions() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("\\\n", " ")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (op, rest) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
+            (op.to_uppercase(), rest.trim().to_string())
+        })
+        .collect()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        }
+    } else {
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    }
+}
+
+/// No Docker engine runs here, so the Dockerfile's build stage is replayed as Docker would run
+/// it: an empty WORKDIR, only what its COPY instructions take from the build context, its RUN
+/// commands in order. It must end with the release binary the runtime stage copies. (Cargo's
+/// target directory is kept under the repository's `target/`, as Docker keeps its layer cache,
+/// so registry crates are built once; copyrator itself is rebuilt from the copied sources.)
+#[test]
+fn dockerfile_build_stage_builds_the_binary_from_its_own_context() {
+    let instructions = dockerfile_instructions();
+    let runtime_from = instructions
+        .iter()
+        .rposition(|(op, _)| op == "FROM")
+        .unwrap();
+    let build = &instructions[..runtime_from];
+    let ignored: Vec<String> = std::fs::read_to_string(root().join(".dockerignore"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().trim_end_matches('/').to_string())
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+
+    let context = tempfile::tempdir().unwrap();
+    let workdir = context.path().join("app");
+    std::fs::create_dir_all(&workdir).unwrap();
+    let cache = root().join("target/dockerfile-build");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::os::unix::fs::symlink(&cache, workdir.join("target")).unwrap();
+    let started = std::time::SystemTime::now();
+    for (op, args) in build {
+        match op.as_str() {
+            "FROM" | "WORKDIR" => {}
+            "COPY" => {
+                let parts: Vec<&str> = args.split_whitespace().collect();
+                let (dest, sources) = parts.split_last().unwrap();
+                for src in sources {
+                    assert!(
+                        !ignored.iter().any(|i| i == src),
+                        ".dockerignore drops {src}, which the build stage copies"
+                    );
+                    let target = if dest.ends_with('/') || *dest == "." || sources.len() > 1 {
+                        workdir.join(dest).join(Path::new(src).file_name().unwrap())
+                    } else {
+                        workdir.join(dest)
+                    };
+                    copy_tree(&root().join(src), &target);
+                }
+            }
+            "RUN" => {
+                let out = Command::new("sh")
+                    .args(["-c", args])
+                    .current_dir(&workdir)
+                    .env_remove("CARGO_TARGET_DIR")
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "RUN {args}\n{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            other => panic!("build stage: unexpected {other} {args}"),
+        }
+    }
+    let binary = workdir.join("target/release/copyrator");
+    let modified = std::fs::metadata(&binary).unwrap().modified().unwrap();
+    assert!(modified >= started, "{} was not rebuilt", binary.display());
+    let out = Command::new(&binary).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for command in ["serve", "certs", "manifests"] {
+        assert!(help.contains(command), "{command} missing from:\n{help}");
     }
 }
 
