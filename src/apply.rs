@@ -34,14 +34,17 @@ pub async fn apply(
     concurrency: usize,
     since: Instant,
 ) -> Vec<(Action, Applied)> {
-    stream::iter(actions)
+    let mut out = Vec::with_capacity(actions.len());
+    let mut results = stream::iter(actions)
         .map(|action| async move {
             let applied = apply_one(cluster, metrics, &action, since).await;
             (action, applied)
         })
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await
+        .buffer_unordered(concurrency.max(1));
+    while let Some(result) = results.next().await {
+        out.push(result);
+    }
+    out
 }
 
 async fn apply_one(

@@ -179,18 +179,27 @@ impl Cluster {
         }
     }
 
-    /// Sends a request and parses the JSON answer. Unlike `kube::Client::request`, a parse
-    /// failure never logs the response body: it may be a Secret.
-    async fn fetch<T: serde::de::DeserializeOwned>(
+    /// Sends a request and parses the JSON answer as it arrives, on a blocking thread: a
+    /// label-selected list from the watch cache comes in one response (thousands of copies,
+    /// megabytes), and only what is parsed from it is ever held, never the response text.
+    /// Unlike `kube::Client::request`, a parse failure never logs the body: it may be a Secret.
+    async fn fetch<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
         req: axum::http::Request<Vec<u8>>,
     ) -> Result<T, kube::Error> {
-        let text = self.client.request_text(req).await?;
-        serde_json::from_str(&text).map_err(kube::Error::SerdeError)
+        use tokio_util::compat::FuturesAsyncReadCompatExt;
+        let body = self.client.request_stream(req).await?;
+        let reader = tokio_util::io::SyncIoBridge::new(Box::pin(body.compat()));
+        tokio::task::spawn_blocking(move || {
+            serde_json::from_reader(std::io::BufReader::with_capacity(64 * 1024, reader))
+        })
+        .await
+        .map_err(|e| kube::Error::Service(Box::new(e)))?
+        .map_err(kube::Error::SerdeError)
     }
 
     /// `fetch`, with 404 as `None`.
-    async fn fetch_opt<T: serde::de::DeserializeOwned>(
+    async fn fetch_opt<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
         req: Result<axum::http::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Result<Option<T>, kube::Error> {

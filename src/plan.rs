@@ -199,23 +199,26 @@ impl std::fmt::Display for ConflictReason {
 
 /// One step for the applier, or an outcome to report.
 #[derive(Clone, Debug, PartialEq)]
+///
+/// The desired copy is boxed: a full resync plans one action per copy, nearly all `InSync`,
+/// and they should not each take the size of an object.
 pub enum Action {
     /// Create if absent.
     Create {
-        copy: DesiredCopy,
+        copy: Box<DesiredCopy>,
         by: ClaimRef,
     },
     /// Replace, preconditioned on `resource_version`. `adopt`: the object was not managed
     /// (conflictPolicy Overwrite).
     Update {
-        copy: DesiredCopy,
+        copy: Box<DesiredCopy>,
         resource_version: String,
         adopt: bool,
         by: ClaimRef,
     },
     /// Immutable content changed: delete (preconditioned) and create again.
     Recreate {
-        copy: DesiredCopy,
+        copy: Box<DesiredCopy>,
         resource_version: String,
         adopt: bool,
         by: ClaimRef,
@@ -389,7 +392,12 @@ fn plan_winner(
         source: claim.source.key.clone(),
     };
     let build = |payload: &Payload| {
-        DesiredCopy::build(claim.rule, claim.source, payload, &target.namespace)
+        Box::new(DesiredCopy::build(
+            claim.rule,
+            claim.source,
+            payload,
+            &target.namespace,
+        ))
     };
 
     match existing {

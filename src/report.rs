@@ -357,7 +357,7 @@ mod tests {
             rule: parsed.id.clone(),
             source: src.key.clone(),
         };
-        let copy = DesiredCopy::build(&parsed, src, &Payload::default(), "a");
+        let copy = Box::new(DesiredCopy::build(&parsed, src, &Payload::default(), "a"));
         vec![
             (
                 Action::Create {

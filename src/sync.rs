@@ -540,12 +540,21 @@ async fn converge(
                 "applied"
             );
         }
+        // One vector of outcomes, not two: a full resync has one per copy in the cluster.
+        let mut applied = applied;
         let mut stale = Vec::new();
-        for (action, result) in applied {
-            match result {
-                Applied::Stale => stale.push(action),
-                other => outcomes.push((action, other)),
+        let mut i = 0;
+        while i < applied.len() {
+            if matches!(applied[i].1, Applied::Stale) {
+                stale.push(applied.swap_remove(i).0);
+            } else {
+                i += 1;
             }
+        }
+        if outcomes.is_empty() {
+            outcomes = applied;
+        } else {
+            outcomes.append(&mut applied);
         }
         if stale.is_empty() {
             break;
