@@ -246,7 +246,9 @@ async fn create_namespace(api: &Api<Namespace>, name: &str, labels: &[(&str, &st
     Instant::now()
 }
 
-const FANOUT_ROUNDS: usize = 3;
+const FANOUT_ROUNDS: usize = 5;
+/// Rounds of the diagnostic run without the copies webhook.
+const DIAGNOSTIC_ROUNDS: usize = 3;
 
 /// Total API calls in a /metrics text.
 fn api_calls(metrics: &str) -> f64 {
@@ -264,7 +266,8 @@ async fn raw_fanout(
     client: &kube::Client,
     namespaces: &[String],
     label: &str,
-) -> (Duration, Duration) {
+    cpu: Option<&CpuMeter>,
+) -> (Duration, Duration, [Duration; 4]) {
     let n = namespaces.len();
     let (seen, watch) =
         watch_secrets(Api::all(client.clone()), format!("{label}=yes"), |_| true).await;
@@ -300,6 +303,7 @@ async fn raw_fanout(
             .is_some_and(|v| v.0.ends_with(b"-updated"))
     })
     .await;
+    let cpu_before = cpu.map(CpuMeter::sample);
     let start = Instant::now();
     stream::iter(created)
         .map(|mut s| {
@@ -326,8 +330,12 @@ async fn raw_fanout(
         .max()
         .unwrap()
         .saturating_duration_since(start);
+    let cpu_used = match (cpu, cpu_before) {
+        (Some(m), Some(b)) => cpu_delta(b, m.sample()),
+        _ => Default::default(),
+    };
     watch.abort();
-    (create, update)
+    (create, update, cpu_used)
 }
 
 /// A source selecting the `n` namespaces labelled `fan_key`: created, then updated; each
@@ -339,7 +347,8 @@ async fn copyrator_fanout(
     name: &str,
     fan_key: &str,
     n: usize,
-) -> (Duration, Duration) {
+    cpu: Option<&CpuMeter>,
+) -> (Duration, Duration, [Duration; 4]) {
     // Copies carry their source's labels: watch for them before the source exists.
     let label = format!("bench-{name}-{}", env.id);
     let selector = format!("{label}=yes,{}", marks::MANAGED_SELECTOR);
@@ -377,19 +386,7 @@ async fn copyrator_fanout(
             .is_some_and(|v| v.0.ends_with(b"-updated"))
     })
     .await;
-    if std::env::var_os("BENCH_NO_COPIES_WEBHOOK").is_some() {
-        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration as V;
-        let api: Api<V> = Api::all(client.clone());
-        let mut cfg = api.get(common::WEBHOOK_CONFIG_NAME).await.unwrap();
-        cfg.webhooks
-            .as_mut()
-            .unwrap()
-            .retain(|w| !w.name.starts_with("copies"));
-        api.replace(common::WEBHOOK_CONFIG_NAME, &PostParams::default(), &cfg)
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-    }
+    let cpu_before = cpu.map(CpuMeter::sample);
     env.secrets(src)
         .patch(
             name,
@@ -412,8 +409,151 @@ async fn copyrator_fanout(
         .max()
         .unwrap()
         .saturating_duration_since(start);
+    let cpu_used = match (cpu, cpu_before) {
+        (Some(m), Some(b)) => cpu_delta(b, m.sample()),
+        _ => Default::default(),
+    };
     watch.abort();
-    (create, update)
+    (create, update, cpu_used)
+}
+
+#[derive(Default)]
+struct Rounds {
+    raw_creates: Vec<Duration>,
+    raw_updates: Vec<Duration>,
+    cr_creates: Vec<Duration>,
+    cr_updates: Vec<Duration>,
+    /// CPU per process (CPU_PARTS) summed over the rounds' update phases.
+    raw_update_cpu: [Duration; 4],
+    cr_update_cpu: [Duration; 4],
+}
+
+/// `rounds` alternating raw and copyrator fan-outs to `names`; the API calls of copyrator's
+/// first round go to `breakdown`.
+#[allow(clippy::too_many_arguments)]
+async fn fanout_rounds(
+    env: &TestEnv,
+    client: &kube::Client,
+    p: &Process,
+    src: &str,
+    names: &[String],
+    fan_key: &str,
+    tag: &str,
+    rounds: usize,
+    mut breakdown: Option<&mut String>,
+) -> Rounds {
+    let mut r = Rounds::default();
+    for round in 0..rounds {
+        let cpu = CpuMeter::new(p.child.id());
+        let (c, u, used) = raw_fanout(
+            client,
+            names,
+            &format!("bench-raw{tag}{round}-{}", env.id),
+            cpu.as_ref(),
+        )
+        .await;
+        r.raw_creates.push(c);
+        r.raw_updates.push(u);
+        r.raw_update_cpu = std::array::from_fn(|i| r.raw_update_cpu[i] + used[i]);
+        let before = p.metrics().await;
+        let (c, u, used) = copyrator_fanout(
+            env,
+            client,
+            src,
+            &format!("{tag}{round}"),
+            fan_key,
+            names.len(),
+            cpu.as_ref(),
+        )
+        .await;
+        r.cr_creates.push(c);
+        r.cr_updates.push(u);
+        r.cr_update_cpu = std::array::from_fn(|i| r.cr_update_cpu[i] + used[i]);
+        if let Some(out) = breakdown.take() {
+            *out = call_breakdown(&before, &p.metrics().await);
+        }
+    }
+    r
+}
+
+/// "raw: ... ; copyrator: ..." CPU per update round, by process.
+fn cpu_note(r: &Rounds) -> String {
+    let per_round = |cpu: &[Duration; 4], rounds: usize| {
+        let total: Duration = cpu.iter().sum();
+        let parts: Vec<String> = CPU_PARTS
+            .iter()
+            .zip(cpu)
+            .map(|(name, d)| format!("{name} {}", ms(*d / rounds as u32)))
+            .collect();
+        format!("{} (total {})", parts.join(", "), ms(total / rounds as u32))
+    };
+    format!(
+        "raw: {}; copyrator: {}",
+        per_round(&r.raw_update_cpu, r.raw_updates.len().max(1)),
+        per_round(&r.cr_update_cpu, r.cr_updates.len().max(1))
+    )
+}
+
+fn fanout_row(report: &mut Report, figure: &str, cr: &[Duration], raw: &[Duration], target: &str) {
+    let median = |v: &[Duration]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let list = |v: &[Duration]| {
+        v.iter()
+            .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let (c, r) = (median(cr), median(raw));
+    report.row(
+        figure,
+        format!("{} [{} ms]", ms(c), list(cr)),
+        format!("{} [{} ms]", ms(r), list(raw)),
+        format!("{:.2}", c.as_secs_f64() / r.as_secs_f64()),
+        target,
+    );
+}
+
+/// CPU time of the processes that share the machine during a fan-out: the API server, etcd,
+/// copyrator and this benchmark (the raw writer, and the watch that times both).
+#[derive(Clone)]
+struct CpuMeter {
+    pids: [u32; 4],
+}
+
+const CPU_PARTS: [&str; 4] = ["kube-apiserver", "etcd", "copyrator", "benchmark client"];
+
+impl CpuMeter {
+    /// The control plane's pids from the pid files beside its kubeconfig (scripts/control-plane.sh).
+    fn new(copyrator: u32) -> Option<Self> {
+        let kubeconfig = std::env::var("COPYRATOR_KUBECONFIG").ok()?;
+        let dir = std::path::Path::new(&kubeconfig).parent()?;
+        let pid = |f: &str| -> Option<u32> {
+            std::fs::read_to_string(dir.join(f))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(Self {
+            pids: [
+                pid("apiserver.pid")?,
+                pid("etcd.pid")?,
+                copyrator,
+                std::process::id(),
+            ],
+        })
+    }
+
+    fn sample(&self) -> [Duration; 4] {
+        self.pids.map(cpu_time)
+    }
+}
+
+fn cpu_delta(before: [Duration; 4], after: [Duration; 4]) -> [Duration; 4] {
+    std::array::from_fn(|i| after[i].saturating_sub(before[i]))
 }
 
 /// Process CPU time (user + system) of `pid`, from /proc.
@@ -695,49 +835,102 @@ async fn run(sz: Sizes, skip_memory: bool) -> Report {
 
     // Raw and copyrator runs alternate, each timed until a watch saw every object: the
     // machine's noise hits both alike; medians are reported.
-    let (mut raw_creates, mut raw_updates, mut cr_creates, mut cr_updates) =
-        (vec![], vec![], vec![], vec![]);
     let mut breakdown = String::new();
-    for round in 0..FANOUT_ROUNDS {
-        let (c, u) = raw_fanout(&client, &names, &format!("bench-raw{round}-{}", env.id)).await;
-        raw_creates.push(c);
-        raw_updates.push(u);
-        let before = p.metrics().await;
-        let (c, u) =
-            copyrator_fanout(&env, &client, &src, &format!("fan{round}"), &fan_key, n).await;
-        cr_creates.push(c);
-        cr_updates.push(u);
-        if round == 0 {
-            breakdown = call_breakdown(&before, &p.metrics().await);
-        }
-    }
-    let median = |mut v: Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    let list = |v: &[Duration]| {
-        v.iter()
-            .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
-            .collect::<Vec<_>>()
-            .join("/")
-    };
-    let ratio = |a: Duration, b: Duration| format!("{:.2}", a.as_secs_f64() / b.as_secs_f64());
+    let rounds = fanout_rounds(
+        &env,
+        &client,
+        &p,
+        &src,
+        &names,
+        &fan_key,
+        "fan",
+        FANOUT_ROUNDS,
+        Some(&mut breakdown),
+    )
+    .await;
     for (what, cr, raw, target) in [
-        ("created", &cr_creates, &raw_creates, ""),
-        ("updated", &cr_updates, &raw_updates, "≤ 1.25 × raw"),
+        ("created", &rounds.cr_creates, &rounds.raw_creates, ""),
+        (
+            "updated",
+            &rounds.cr_updates,
+            &rounds.raw_updates,
+            "≤ 1.25 × raw",
+        ),
     ] {
-        let (c, r) = (median(cr.clone()), median(raw.clone()));
-        report.row(
+        fanout_row(
+            &mut report,
             &format!("fan-out: source {what}, {n} copies (median of {FANOUT_ROUNDS})"),
-            format!("{} [{} ms]", ms(c), list(cr)),
-            format!("{} [{} ms]", ms(r), list(raw)),
-            ratio(c, r),
+            cr,
+            raw,
             target,
         );
     }
     report.note(format!(
+        "fan-out CPU per update round (2 cores = 2 s of CPU per wall second), by process: {}",
+        cpu_note(&rounds)
+    ));
+    report.note(format!(
         "fan-out: raw = a plain kube-rs client writing the same {n} objects (one Secret per namespace, {CONCURRENCY} in flight), copyrator = from the source's create/update response; both until a watch saw every object. copyrator's API calls for one create + update round: {breakdown}; its updates also pass the copies webhook (UPDATE) in the API server, the raw writes do not"
     ));
+
+    // What the copies webhook costs the update fan-out: the same rounds with it unregistered
+    // (the API server then skips one admission call per copy update), then registered again.
+    {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration as V;
+        let api: Api<V> = Api::all(client.clone());
+        let saved = api.get(common::WEBHOOK_CONFIG_NAME).await.unwrap();
+        let mut without = saved.clone();
+        without
+            .webhooks
+            .as_mut()
+            .unwrap()
+            .retain(|w| !w.name.starts_with("copies"));
+        assert!(without.webhooks.as_ref().unwrap().len() < saved.webhooks.as_ref().unwrap().len());
+        api.replace(
+            common::WEBHOOK_CONFIG_NAME,
+            &PostParams::default(),
+            &without,
+        )
+        .await
+        .unwrap();
+        // The API server picks up webhook configurations from its informer.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let diag = fanout_rounds(
+            &env,
+            &client,
+            &p,
+            &src,
+            &names,
+            &fan_key,
+            "diag",
+            DIAGNOSTIC_ROUNDS,
+            None,
+        )
+        .await;
+        fanout_row(
+            &mut report,
+            &format!(
+                "diagnostic: source updated, {n} copies, copies webhook unregistered (median of {DIAGNOSTIC_ROUNDS})"
+            ),
+            &diag.cr_updates,
+            &diag.raw_updates,
+            "",
+        );
+        report.note(format!(
+            "diagnostic CPU per update round, copies webhook unregistered: {}",
+            cpu_note(&diag)
+        ));
+        let mut restore = api.get(common::WEBHOOK_CONFIG_NAME).await.unwrap();
+        restore.webhooks = saved.webhooks;
+        api.replace(
+            common::WEBHOOK_CONFIG_NAME,
+            &PostParams::default(),
+            &restore,
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 
     if let Ok(keep) = std::env::var("COPYRATOR_BENCH_KEEP_LOG") {
         std::fs::copy(&p.log, keep).unwrap();
@@ -801,8 +994,22 @@ async fn run(sz: Sizes, skip_memory: bool) -> Report {
     .try_collect::<Vec<_>>()
     .await
     .unwrap();
+    let managed = Api::<Secret>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().labels(marks::MANAGED_SELECTOR))
+        .await
+        .unwrap()
+        .items
+        .len();
+    let sources = Api::<Secret>::all(client.clone())
+        .list_metadata(
+            &kube::api::ListParams::default().labels(&format!("{}=true", marks::SOURCE_LABEL)),
+        )
+        .await
+        .unwrap()
+        .items
+        .len();
     report.note(format!(
-        "memory: loaded {extra_ns} namespaces (total {total_ns}) and {} unrelated Secrets in {:.0} s, copyrator stopped meanwhile; RSS read from /proc/<pid>/status (VmRSS, peak VmHWM)",
+        "memory: loaded {extra_ns} namespaces (total {total_ns}) and {} unrelated Secrets in {:.0} s, copyrator stopped meanwhile; the cluster also holds the earlier phases' {sources} sources and {managed} copies; RSS read from /proc/<pid>/status (VmRSS, peak VmHWM)",
         sz.memory_secrets,
         load_started.elapsed().as_secs_f64()
     ));
