@@ -800,7 +800,14 @@ fn dockerfile_passes_hadolint_and_ships_the_release_binary() {
     for must in ["target/", ".venv/", "certs/*"] {
         assert!(ignored.contains(&must), ".dockerignore lacks {must}");
     }
-    for needed in ["src", "src/", "benches", "benches/", "Cargo.toml", "Cargo.lock"] {
+    for needed in [
+        "src",
+        "src/",
+        "benches",
+        "benches/",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         assert!(!ignored.contains(&needed), ".dockerignore drops {needed}");
     }
 }
