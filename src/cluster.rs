@@ -179,19 +179,33 @@ impl Cluster {
         }
     }
 
-    /// Sends a request and parses the JSON answer as it arrives, on a blocking thread: a
-    /// label-selected list from the watch cache comes in one response (thousands of copies,
-    /// megabytes), and only what is parsed from it is ever held, never the response text.
+    /// Sends a request and parses the JSON answer on a blocking thread. A label-selected list
+    /// from the watch cache comes in one response (thousands of copies, megabytes): it is
+    /// received as the chunks the connection delivers (never copied into one text) and each
+    /// chunk is freed as soon as the parser has passed it.
     /// Unlike `kube::Client::request`, a parse failure never logs the body: it may be a Secret.
     async fn fetch<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
         req: axum::http::Request<Vec<u8>>,
     ) -> Result<T, kube::Error> {
-        use tokio_util::compat::FuturesAsyncReadCompatExt;
+        use futures::AsyncBufReadExt;
         let body = self.client.request_stream(req).await?;
-        let reader = tokio_util::io::SyncIoBridge::new(Box::pin(body.compat()));
+        let mut body = std::pin::pin!(body);
+        let mut chunks = std::collections::VecDeque::new();
+        loop {
+            let chunk = body
+                .fill_buf()
+                .await
+                .map_err(|e| kube::Error::SerdeError(serde_json::Error::io(e)))?;
+            if chunk.is_empty() {
+                break;
+            }
+            let n = chunk.len();
+            chunks.push_back(bytes::Bytes::copy_from_slice(chunk));
+            body.consume_unpin(n);
+        }
         tokio::task::spawn_blocking(move || {
-            serde_json::from_reader(std::io::BufReader::with_capacity(64 * 1024, reader))
+            serde_json::from_reader(std::io::BufReader::new(ChunkReader(chunks)))
         })
         .await
         .map_err(|e| kube::Error::Service(Box::new(e)))?
@@ -459,3 +473,21 @@ fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
 
 /// How long jobs wait for admitted state to be persisted before acting on what they read.
 pub const PERSIST_WAIT: Duration = Duration::from_secs(5);
+
+/// Reads a response body from its chunks, dropping each once read.
+struct ChunkReader(std::collections::VecDeque<bytes::Bytes>);
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use bytes::Buf;
+        while let Some(front) = self.0.front_mut() {
+            if front.has_remaining() {
+                let n = front.remaining().min(buf.len());
+                front.copy_to_slice(&mut buf[..n]);
+                return Ok(n);
+            }
+            self.0.pop_front();
+        }
+        Ok(0)
+    }
+}
