@@ -108,6 +108,10 @@ pub struct Job {
     /// For rule jobs: also look for the rule's copies of sources it no longer selects
     /// (after the rule itself changed). Merged by OR.
     pub full_scan: bool,
+    /// Do not start before this instant (merged by max). A resync standing in for dropped
+    /// admission jobs waits until their changes had time to be persisted: run at once, it
+    /// could list the cluster before them and miss them (SPEC §4.6, §4.8).
+    pub not_before: Option<Instant>,
 }
 
 impl Job {
@@ -119,6 +123,7 @@ impl Job {
             since: Instant::now(),
             attempt: 0,
             full_scan: false,
+            not_before: None,
         }
     }
 
@@ -141,6 +146,7 @@ impl Job {
         self.since = self.since.min(newer.since);
         self.attempt = self.attempt.min(newer.attempt);
         self.full_scan |= newer.full_scan;
+        self.not_before = self.not_before.max(newer.not_before);
         if newer.trigger == Trigger::Admission {
             self.trigger = Trigger::Admission;
         }
@@ -234,8 +240,11 @@ impl WorkQueue {
     }
 
     fn drop_for_resync(st: &mut State, capacity: usize) -> Pushed {
-        // The resync always fits (it bypasses the capacity check) and covers the dropped job.
-        Self::push_locked(st, Job::new(JobKey::Resync, Trigger::Reconciler), capacity);
+        // The resync always fits (it bypasses the capacity check) and covers the dropped job,
+        // once the dropped job's admitted change can have been persisted.
+        let mut resync = Job::new(JobKey::Resync, Trigger::Reconciler);
+        resync.not_before = Some(Instant::now() + DROPPED_SETTLE);
+        Self::push_locked(st, resync, capacity);
         Pushed::Dropped
     }
 
@@ -309,6 +318,9 @@ impl WorkQueue {
     }
 }
 
+/// How long after a dropped admission job its resync starts at the earliest.
+pub const DROPPED_SETTLE: Duration = Duration::from_secs(1);
+
 /// Exponential backoff for retries: 50 ms doubling to 10 s.
 pub fn retry_delay(attempt: u32) -> Duration {
     let ms = 50u64.saturating_mul(1u64 << attempt.min(8));
@@ -372,14 +384,31 @@ mod tests {
         q.push(source("a"));
         q.push(source("b"));
         assert_eq!(q.push(source("c")), Pushed::Dropped);
+        let last_drop = Instant::now();
         assert_eq!(q.push(source("d")), Pushed::Dropped);
-        let keys: Vec<JobKey> = vec![
-            q.pop().await.unwrap().key,
-            q.pop().await.unwrap().key,
-            q.pop().await.unwrap().key,
+        let jobs: Vec<Job> = vec![
+            q.pop().await.unwrap(),
+            q.pop().await.unwrap(),
+            q.pop().await.unwrap(),
         ];
-        assert_eq!(keys[2], JobKey::Resync);
+        assert_eq!(jobs[2].key, JobKey::Resync);
         assert_eq!(q.depth(), 0, "one resync covers every dropped job");
+        // It waits until the last dropped change can have been persisted.
+        assert!(jobs[2].not_before.unwrap() >= last_drop + DROPPED_SETTLE);
+        assert_eq!(jobs[0].not_before, None, "other jobs start at once");
+
+        // A drop while that resync runs queues another one after it, again with the wait.
+        q.push(source("e"));
+        q.push(source("f"));
+        let dropped_during = Instant::now();
+        assert_eq!(q.push(source("g")), Pushed::Dropped);
+        q.done(&JobKey::Resync);
+        let mut next = Vec::new();
+        for _ in 0..3 {
+            next.push(q.pop().await.unwrap());
+        }
+        let resync = next.iter().find(|j| j.key == JobKey::Resync).unwrap();
+        assert!(resync.not_before.unwrap() >= dropped_during + DROPPED_SETTLE);
     }
 
     #[tokio::test]

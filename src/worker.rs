@@ -27,6 +27,9 @@ pub fn spawn(ctx: Arc<Context>, count: usize) -> Vec<tokio::task::JoinHandle<()>
 async fn work(ctx: Arc<Context>, worker: usize) {
     while let Some(job) = ctx.queue.pop().await {
         ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
+        if let Some(at) = job.not_before {
+            tokio::time::sleep_until(at.into()).await;
+        }
         let span = tracing::info_span!(
             "job",
             worker,
