@@ -226,6 +226,27 @@ async fn wait_count(seen: &Mutex<HashMap<String, Instant>>, n: usize, timeout: D
     false
 }
 
+/// Waits until `seen` holds `n` objects; how long after `start` the last one was seen.
+async fn all_seen(
+    seen: &Mutex<HashMap<String, Instant>>,
+    n: usize,
+    timeout: Duration,
+    start: Instant,
+    what: &str,
+) -> Duration {
+    assert!(wait_count(seen, n, timeout).await, "{what} complete");
+    let last = *seen.lock().unwrap().values().max().unwrap();
+    last.saturating_duration_since(start)
+}
+
+/// CPU used by the meter's processes since `before` was sampled.
+fn cpu_since(cpu: Option<&CpuMeter>, before: Option<[Duration; 4]>) -> [Duration; 4] {
+    match (cpu, before) {
+        (Some(m), Some(b)) => cpu_delta(b, m.sample()),
+        _ => Default::default(),
+    }
+}
+
 async fn create_namespace(api: &Api<Namespace>, name: &str, labels: &[(&str, &str)]) -> Instant {
     let ns = Namespace {
         metadata: ObjectMeta {
@@ -287,14 +308,7 @@ async fn raw_fanout(
         .try_collect()
         .await
         .unwrap();
-    assert!(wait_count(&seen, n, Duration::from_secs(60)).await);
-    let create = seen
-        .lock()
-        .unwrap()
-        .values()
-        .max()
-        .unwrap()
-        .saturating_duration_since(start);
+    let create = all_seen(&seen, n, Duration::from_secs(60), start, "raw creates").await;
     watch.abort();
     let (seen, watch) = watch_secrets(Api::all(client.clone()), format!("{label}=yes"), |s| {
         s.data
@@ -322,18 +336,8 @@ async fn raw_fanout(
         .try_collect::<Vec<_>>()
         .await
         .unwrap();
-    assert!(wait_count(&seen, n, Duration::from_secs(60)).await);
-    let update = seen
-        .lock()
-        .unwrap()
-        .values()
-        .max()
-        .unwrap()
-        .saturating_duration_since(start);
-    let cpu_used = match (cpu, cpu_before) {
-        (Some(m), Some(b)) => cpu_delta(b, m.sample()),
-        _ => Default::default(),
-    };
+    let update = all_seen(&seen, n, Duration::from_secs(60), start, "raw updates").await;
+    let cpu_used = cpu_since(cpu, cpu_before);
     watch.abort();
     (create, update, cpu_used)
 }
@@ -367,17 +371,7 @@ async fn copyrator_fanout(
         .await
         .unwrap();
     let start = Instant::now();
-    assert!(
-        wait_count(&seen, n, Duration::from_secs(120)).await,
-        "initial fan-out complete"
-    );
-    let create = seen
-        .lock()
-        .unwrap()
-        .values()
-        .max()
-        .unwrap()
-        .saturating_duration_since(start);
+    let create = all_seen(&seen, n, Duration::from_secs(120), start, "initial fan-out").await;
     watch.abort();
     let (seen, watch) = watch_secrets(Api::all(client.clone()), selector, |s| {
         s.data
@@ -398,21 +392,8 @@ async fn copyrator_fanout(
         .await
         .unwrap();
     let start = Instant::now();
-    assert!(
-        wait_count(&seen, n, Duration::from_secs(120)).await,
-        "update fan-out complete"
-    );
-    let update = seen
-        .lock()
-        .unwrap()
-        .values()
-        .max()
-        .unwrap()
-        .saturating_duration_since(start);
-    let cpu_used = match (cpu, cpu_before) {
-        (Some(m), Some(b)) => cpu_delta(b, m.sample()),
-        _ => Default::default(),
-    };
+    let update = all_seen(&seen, n, Duration::from_secs(120), start, "update fan-out").await;
+    let cpu_used = cpu_since(cpu, cpu_before);
     watch.abort();
     (create, update, cpu_used)
 }

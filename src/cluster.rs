@@ -179,10 +179,10 @@ impl Cluster {
         }
     }
 
-    /// Sends a request and parses the JSON answer on a blocking thread. A label-selected list
-    /// from the watch cache comes in one response (thousands of copies, megabytes): it is
-    /// received as the chunks the connection delivers (never copied into one text) and each
-    /// chunk is freed as soon as the parser has passed it.
+    /// Sends a request and parses the JSON answer, large ones on a blocking thread. A
+    /// label-selected list from the watch cache comes in one response (thousands of copies,
+    /// megabytes): it is received as the chunks the connection delivers (never copied into one
+    /// text) and each chunk is freed as soon as the parser has passed it.
     /// Unlike `kube::Client::request`, a parse failure never logs the body: it may be a Secret.
     async fn fetch<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
@@ -192,6 +192,7 @@ impl Cluster {
         let body = self.client.request_stream(req).await?;
         let mut body = std::pin::pin!(body);
         let mut chunks = std::collections::VecDeque::new();
+        let mut total = 0;
         loop {
             let chunk = body
                 .fill_buf()
@@ -201,15 +202,19 @@ impl Cluster {
                 break;
             }
             let n = chunk.len();
+            total += n;
             chunks.push_back(bytes::Bytes::copy_from_slice(chunk));
             body.consume_unpin(n);
         }
-        tokio::task::spawn_blocking(move || {
-            serde_json::from_reader(std::io::BufReader::new(ChunkReader(chunks)))
-        })
-        .await
-        .map_err(|e| kube::Error::Service(Box::new(e)))?
-        .map_err(kube::Error::SerdeError)
+        let parse = move || serde_json::from_reader(std::io::BufReader::new(ChunkReader(chunks)));
+        // Most answers (GETs, small lists) are parsed faster than a blocking thread is woken.
+        if total <= INLINE_PARSE_BYTES {
+            return parse().map_err(kube::Error::SerdeError);
+        }
+        tokio::task::spawn_blocking(parse)
+            .await
+            .map_err(|e| kube::Error::Service(Box::new(e)))?
+            .map_err(kube::Error::SerdeError)
     }
 
     /// `fetch`, with 404 as `None`.
@@ -473,6 +478,9 @@ fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
 
 /// How long jobs wait for admitted state to be persisted before acting on what they read.
 pub const PERSIST_WAIT: Duration = Duration::from_secs(5);
+
+/// Response bodies up to this size are parsed on the calling task.
+const INLINE_PARSE_BYTES: usize = 64 * 1024;
 
 /// Reads a response body from its chunks, dropping each once read.
 struct ChunkReader(std::collections::VecDeque<bytes::Bytes>);

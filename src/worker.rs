@@ -27,8 +27,15 @@ pub fn spawn(ctx: Arc<Context>, count: usize) -> Vec<tokio::task::JoinHandle<()>
 async fn work(ctx: Arc<Context>, worker: usize) {
     while let Some(job) = ctx.queue.pop().await {
         ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
-        if let Some(at) = job.not_before {
-            tokio::time::sleep_until(at.into()).await;
+        // Not yet due (a resync for dropped jobs): back into the queue when it is, without
+        // holding this worker meanwhile.
+        if let Some(wait) = job
+            .not_before
+            .and_then(|at| at.checked_duration_since(Instant::now()))
+        {
+            ctx.queue.done(&job.key);
+            ctx.queue.push_after(job, wait);
+            continue;
         }
         let span = tracing::info_span!(
             "job",

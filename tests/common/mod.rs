@@ -449,7 +449,12 @@ impl Copyrator {
         let base = format!("https://127.0.0.1:{}", running.webhook_addr.port());
         if opts.webhooks {
             register_webhooks(&client, &base, &ca).await;
-            wait_for_webhooks(&client, &running).await;
+            wait_for_webhooks(
+                &client,
+                "the API server calling copyrator's webhooks",
+                || std::future::ready(metric_value(&running.metrics.encode(), DRY_RUN_PROBES)),
+            )
+            .await;
         }
         Self {
             running: Some(running),
@@ -519,38 +524,37 @@ pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs
     }
 }
 
+/// Dry-run namespace creates seen by copyrator's namespaces webhook.
+const DRY_RUN_PROBES: &str = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"dry_run\"}";
+
 /// The API server picks webhook configurations up asynchronously: dry-run namespace creates
-/// until copyrator sees one.
-async fn wait_for_webhooks(client: &Client, running: &Running) {
+/// until copyrator counts one more (`probes` reads that count from copyrator's metrics).
+async fn wait_for_webhooks<F, Fut>(client: &Client, what: &str, probes: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = f64>,
+{
     let api = Api::<Namespace>::all(client.clone());
-    let sample = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"dry_run\"}";
-    let before = metric_value(&running.metrics.encode(), sample);
-    eventually(
-        Duration::from_secs(30),
-        "the API server calling copyrator's webhooks",
-        || {
-            let api = api.clone();
-            async move {
-                let ns = Namespace {
-                    metadata: ObjectMeta {
-                        name: Some(format!("webhook-probe-{}", unique_suffix())),
-                        ..Default::default()
-                    },
+    let before = probes().await;
+    eventually(Duration::from_secs(30), what, || {
+        let api = api.clone();
+        let probes = &probes;
+        async move {
+            let ns = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(format!("webhook-probe-{}", unique_suffix())),
                     ..Default::default()
-                };
-                let _ = api
-                    .create(
-                        &PostParams {
-                            dry_run: true,
-                            field_manager: None,
-                        },
-                        &ns,
-                    )
-                    .await;
-                (metric_value(&running.metrics.encode(), sample) > before).then_some(())
-            }
-        },
-    )
+                },
+                ..Default::default()
+            };
+            let dry_run = PostParams {
+                dry_run: true,
+                field_manager: None,
+            };
+            let _ = api.create(&dry_run, &ns).await;
+            (probes().await > before).then_some(())
+        }
+    })
     .await;
 }
 
@@ -708,34 +712,10 @@ impl Process {
             &self.ca,
         )
         .await;
-        let api = Api::<Namespace>::all(client.clone());
-        let sample = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"dry_run\"}";
-        let before = self.metric(sample).await;
-        eventually(
-            Duration::from_secs(30),
+        wait_for_webhooks(
+            client,
             "the API server calling the process's webhooks",
-            || {
-                let api = api.clone();
-                async move {
-                    let ns = Namespace {
-                        metadata: ObjectMeta {
-                            name: Some(format!("webhook-probe-{}", unique_suffix())),
-                            ..Default::default()
-                        },
-                        ..Default::default()
-                    };
-                    let _ = api
-                        .create(
-                            &PostParams {
-                                dry_run: true,
-                                field_manager: None,
-                            },
-                            &ns,
-                        )
-                        .await;
-                    (self.metric(sample).await > before).then_some(())
-                }
-            },
+            || self.metric(DRY_RUN_PROBES),
         )
         .await;
     }
