@@ -10,9 +10,10 @@ use copyrator::{
     marks,
     metrics::Metrics,
     model::{Kind, NamespaceInfo, ObjectKey, Payload, SourceInfo},
-    plan::{Contents, Existing, ManagedCopy, Scope, World, plan},
+    plan::{Contents, Existing, ManagedCopy, Policy, Scope, World, plan},
     queue::WorkQueue,
     rules::Rule,
+    tenancy::TrustPolicy,
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
@@ -49,6 +50,11 @@ fn admission(c: &mut Criterion) {
     let state = AdmissionState {
         queue: WorkQueue::new(10_000),
         metrics: Arc::new(Metrics::new()),
+        policy: Arc::new(Policy {
+            trust: TrustPolicy::trust_all(),
+            ..Default::default()
+        }),
+        advisor: None,
     };
     let app = router(state, 6 << 20);
     let body = bytes::Bytes::from(secret_review());
@@ -101,6 +107,7 @@ fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
         ..Default::default()
     };
     let mut world = World::default();
+    world.policy.trust = TrustPolicy::trust_all();
     world.add_sources([source.clone()]);
     let rule = Rule::inline(&source).unwrap().unwrap();
     let mut existing = BTreeMap::new();
@@ -112,6 +119,7 @@ fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
                 name: name.clone(),
                 resource_version: "1".into(),
                 labels: BTreeMap::from([("registry".to_string(), "enabled".to_string())]),
+                accept_from: None,
                 terminating: false,
             },
         );

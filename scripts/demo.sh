@@ -40,8 +40,8 @@ HTTP_PORT=$(free_port)
 bold "Serving certificate for https://127.0.0.1:$WEBHOOK_PORT (copyrator certs)"
 run "$BIN" certs --out "$WORK/certs" --ip 127.0.0.1 --dns localhost
 
-bold "Starting copyrator"
-"$BIN" serve --kubeconfig "$KUBECONFIG" \
+bold "Starting copyrator (sources in 'default' and 'platform' are trusted; others need consent)"
+"$BIN" serve --kubeconfig "$KUBECONFIG" --trusted-namespaces default,platform \
   --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
   --tls-cert "$WORK/certs/tls.crt" --tls-key "$WORK/certs/tls.key" \
   --leader-election=false --resync-interval 1m >"$WORK/copyrator.log" 2>&1 &
@@ -119,6 +119,30 @@ run kubectl label namespace team-c secret=yes
 sleep 0.5
 printf 'team-c keeps its own value: %s\n' "$(kubectl get secret registry-cred -n team-c -o jsonpath='{.data.password}' | base64 -d)"
 run kubectl get events.events.k8s.io -n default --field-selector reason=CopyConflict -o custom-columns=REASON:.reason,NOTE:.note
+pause
+
+bold "A tenant's source in team-c asks for team-a, which has not consented: refused"
+kubectl apply -f - <<'EOF'
+apiVersion: v1
+kind: Secret
+metadata:
+  name: team-c-notes
+  namespace: team-c
+  labels:
+    copyrator.io/source: "true"
+  annotations:
+    copyrator.io/namespaces: "team-a"
+stringData:
+  note: from team-c
+EOF
+sleep 0.5
+run kubectl get secret team-c-notes -n team-a || true
+pause
+
+bold "team-a accepts copies from team-c: the copy lands"
+run kubectl annotate namespace team-a copyrator.io/accept-from=team-c
+sleep 0.5
+run kubectl get secret team-c-notes -n team-a
 pause
 
 bold "A CopyRule keeps a ConfigMap in sync with one destination namespace"

@@ -4,6 +4,8 @@ use std::{net::IpAddr, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::tenancy::NamespacePatterns;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "copyrator",
@@ -104,6 +106,19 @@ pub struct ServeArgs {
     )]
     pub exclude_namespaces: Vec<String>,
 
+    /// Namespaces whose sources' inline rules (annotations) are trusted to copy into any
+    /// namespace: comma-separated names or patterns with `*` (`*` trusts every namespace, as a
+    /// single-team cluster would). A source anywhere else copies only into namespaces whose
+    /// `copyrator.io/accept-from` annotation lists its namespace. CopyRules are always
+    /// trusted. Default: none.
+    #[arg(
+        long,
+        env = "COPYRATOR_TRUSTED_NAMESPACES",
+        default_value = "",
+        value_parser = parse_namespace_patterns
+    )]
+    pub trusted_namespaces: NamespacePatterns,
+
     /// Elect one replica (Lease) to run the reconciler. Off: this process always runs it.
     #[arg(long, env = "COPYRATOR_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
@@ -189,6 +204,10 @@ pub struct WebhooksArgs {
     pub timeout_seconds: i32,
 }
 
+fn parse_namespace_patterns(s: &str) -> Result<NamespacePatterns, String> {
+    NamespacePatterns::parse(s)
+}
+
 /// Parses `500ms`, `2s`, `5m`, `1h` (or plain seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -248,6 +267,26 @@ mod tests {
         assert_eq!(args.exclude_namespaces, ["kube-system", "kube-node-lease"]);
         assert_eq!(args.max_body_bytes, 6 * 1024 * 1024);
         assert!(args.leader_election);
+        assert!(
+            args.trusted_namespaces.is_empty(),
+            "no namespace is trusted unless told"
+        );
+    }
+
+    #[test]
+    fn trusted_namespaces_are_validated() {
+        let parse = |v: &str| {
+            Cli::try_parse_from(["copyrator", "serve", "--trusted-namespaces", v]).map(|c| {
+                let Command::Serve(args) = c.command else {
+                    panic!()
+                };
+                args.trusted_namespaces
+            })
+        };
+        let p = parse("platform,infra-*").unwrap();
+        assert!(p.matches("platform") && p.matches("infra-x") && !p.matches("tenant"));
+        assert!(parse("*").unwrap().matches("anything"));
+        assert!(parse("Not Valid").is_err());
     }
 
     #[test]

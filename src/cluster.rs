@@ -472,6 +472,11 @@ fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
         name: meta.name.clone()?,
         resource_version: meta.resource_version.clone().unwrap_or_default(),
         labels: meta.labels.clone().unwrap_or_default(),
+        accept_from: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(marks::ACCEPT_FROM_ANNOTATION))
+            .cloned(),
         terminating: meta.deletion_timestamp.is_some(),
     })
 }

@@ -80,6 +80,7 @@ pub mod reason {
     pub const FAILED: &str = "CopyFailed";
     pub const SYNCED: &str = "Synced";
     pub const SOURCE_NOT_FOUND: &str = "SourceNotFound";
+    pub const REFUSED: &str = "CopyRefused";
 }
 
 #[derive(Clone)]

@@ -33,6 +33,7 @@ pub mod serve;
 pub mod server;
 pub mod sync;
 pub mod telemetry;
+pub mod tenancy;
 pub mod tls;
 pub mod worker;
 pub mod world;

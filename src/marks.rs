@@ -7,6 +7,10 @@ pub const NAMESPACE_SELECTOR_ANNOTATION: &str = "copyrator.io/namespace-selector
 /// Inline rule: comma-separated explicit namespace names, OR'ed with the selector.
 pub const NAMESPACES_ANNOTATION: &str = "copyrator.io/namespaces";
 
+/// Namespace annotation: comma-separated names or `*` patterns of the namespaces whose
+/// untrusted sources may copy into this namespace (SPEC §9.2).
+pub const ACCEPT_FROM_ANNOTATION: &str = "copyrator.io/accept-from";
+
 /// Every copy carries `app.kubernetes.io/managed-by: copyrator`; objects without it are never
 /// modified or deleted.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

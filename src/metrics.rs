@@ -78,6 +78,7 @@ pub struct Metrics {
     pub job_duration: Family<KindLabels, Histogram>,
     pub copy_writes: Family<VerbLabels, Counter>,
     pub conflicts: Family<ReasonLabels, Counter>,
+    pub refused_targets: Counter,
     pub copy_lag: Histogram,
     pub resync_duration: Histogram,
     pub resync_drift: Family<ReasonLabels, Counter>,
@@ -153,6 +154,12 @@ impl Metrics {
             "Targets not written because of a conflict, by reason",
             conflicts.clone(),
         );
+        let refused_targets = Counter::default();
+        registry.register(
+            "refused_targets",
+            "Targets an untrusted source asked for whose namespace did not consent (never written)",
+            refused_targets.clone(),
+        );
         let copy_lag = Histogram::new(exponential_buckets(0.001, 2.0, 17));
         registry.register(
             "copy_lag_seconds",
@@ -212,6 +219,7 @@ impl Metrics {
             job_duration,
             copy_writes,
             conflicts,
+            refused_targets,
             copy_lag,
             resync_duration,
             resync_drift,

@@ -85,6 +85,9 @@ pub struct NamespaceInfo {
     pub name: String,
     pub resource_version: String,
     pub labels: BTreeMap<String, String>,
+    /// Its `copyrator.io/accept-from` annotation: which untrusted namespaces' sources it
+    /// accepts copies from (SPEC §9.2).
+    pub accept_from: Option<String>,
     /// Being deleted: no new content may be created in it.
     pub terminating: bool,
 }

@@ -10,6 +10,7 @@ use crate::{
     marks,
     model::{NamespaceInfo, ObjectKey, Payload, SourceInfo},
     rules::{Rule, RuleId, RuleSet},
+    tenancy::{Tier, TrustPolicy},
 };
 
 /// What a job knows about the cluster, restricted to what the job loaded.
@@ -20,8 +21,27 @@ pub struct World {
     pub sources: BTreeMap<ObjectKey, SourceInfo>,
     pub copy_rules: Vec<CopyRule>,
     pub namespaces: BTreeMap<String, NamespaceInfo>,
+    /// The cluster-wide settings every plan obeys.
+    pub policy: Policy,
+}
+
+/// Cluster-wide settings every plan obeys.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
     /// Global exclusions (`--exclude-namespaces`).
     pub excluded_namespaces: BTreeSet<String>,
+    /// Which namespaces' inline rules are trusted (`--trusted-namespaces`, SPEC §9).
+    pub trust: TrustPolicy,
+}
+
+/// Every target some rule wants, with the claims on it in precedence order.
+#[derive(Debug, Default)]
+pub struct Claims<'w> {
+    /// Targets whose namespace accepts the claim.
+    pub wanted: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
+    /// Targets an untrusted inline rule wants but whose namespace did not consent (SPEC §9.2):
+    /// never written, only reported.
+    pub refused: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
 }
 
 /// One rule wanting one source copied to one target.
@@ -39,9 +59,12 @@ impl Claim<'_> {
         }
     }
 
+    /// Whether `copy` is this claim's: same rule, same source, same source object (uid). A
+    /// copy of a deleted and recreated source is taken over like any other copy (SPEC §9.3).
     fn owns(&self, copy: &ManagedCopy) -> bool {
         copy.annotation(marks::RULE_ANNOTATION) == Some(&self.rule.id.mark())
             && copy.annotation(marks::SOURCE_ANNOTATION) == Some(&self.source.key.namespaced_name())
+            && copy.labels.get(marks::SOURCE_UID_LABEL) == Some(&self.source.uid)
     }
 }
 
@@ -55,7 +78,7 @@ pub struct ClaimRef {
 impl World {
     /// Recomputes the rules from the sources' inline configuration and the CopyRules.
     pub fn rebuild_rules(&mut self) {
-        self.rules = RuleSet::build(self.sources.values(), &self.copy_rules);
+        self.rules = RuleSet::build(self.sources.values(), &self.copy_rules, &self.policy.trust);
     }
 
     /// Records what was just read about a source (or that it is gone).
@@ -77,12 +100,13 @@ impl World {
 
     /// Whether a namespace may receive copies at all (SPEC §2.3).
     fn accepts(&self, ns: &NamespaceInfo) -> bool {
-        !ns.terminating && !self.excluded_namespaces.contains(&ns.name)
+        !ns.terminating && !self.policy.excluded_namespaces.contains(&ns.name)
     }
 
-    /// Every target some rule wants, with the claims on it in priority order.
-    pub fn claims(&self) -> BTreeMap<ObjectKey, Vec<Claim<'_>>> {
-        let mut out: BTreeMap<ObjectKey, Vec<Claim<'_>>> = BTreeMap::new();
+    /// Every target some rule wants, with the claims on it in precedence order (the rules
+    /// are sorted by tier, age and id), split by whether the namespace consents.
+    pub fn claims(&self) -> Claims<'_> {
+        let mut out = Claims::default();
         for rule in &self.rules.rules {
             let sources: Vec<&SourceInfo> = self
                 .sources
@@ -96,10 +120,15 @@ impl World {
                 if !self.accepts(ns) || !rule.targets_namespace(ns) {
                     continue;
                 }
+                let into = if rule.consented_by(ns) {
+                    &mut out.wanted
+                } else {
+                    &mut out.refused
+                };
                 for source in &sources {
                     let target =
                         ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
-                    out.entry(target).or_default().push(Claim { rule, source });
+                    into.entry(target).or_default().push(Claim { rule, source });
                 }
             }
         }
@@ -128,6 +157,16 @@ impl ManagedCopy {
     pub fn source(&self, kind: crate::model::Kind) -> Option<ObjectKey> {
         let (ns, name) = self.annotation(marks::SOURCE_ANNOTATION)?.split_once('/')?;
         Some(ObjectKey::new(kind, ns, name))
+    }
+
+    /// The tier of the rule recorded on the copy, judged by today's trust policy; the lowest
+    /// when the marks do not say.
+    pub fn recorded_tier(&self, kind: crate::model::Kind, trust: &TrustPolicy) -> Tier {
+        match self.recorded_rule(kind) {
+            Some(RuleId::CopyRule(_)) => Tier::CopyRule,
+            Some(RuleId::Inline(source)) => trust.inline_tier(&source.namespace),
+            None => Tier::ConsentedInline,
+        }
     }
 
     /// The rule recorded on the copy.
@@ -174,8 +213,12 @@ pub struct Contents {
 pub enum ConflictReason {
     /// An object copyrator does not manage holds the name (SPEC §4.5).
     Unmanaged,
-    /// Another rule's copy holds the name; the older claim wins.
+    /// Another claim gets the name: one of a higher tier, or the older one of the same tier
+    /// (SPEC §9.3).
     OwnedBy(ClaimRef),
+    /// A copy of a higher tier that no rule wants any more (retained) holds the name; only a
+    /// rule of that tier or above may take it over (SPEC §9.3).
+    HeldByHigherTier(Option<RuleId>),
     /// Service-account token Secrets are never copied (SPEC §3).
     ServiceAccountToken,
 }
@@ -190,6 +233,13 @@ impl std::fmt::Display for ConflictReason {
                 c.source.namespaced_name(),
                 c.rule
             ),
+            ConflictReason::HeldByHigherTier(rule) => match rule {
+                Some(rule) => write!(
+                    f,
+                    "a retained copy made by {rule}, of higher precedence, holds the name"
+                ),
+                None => f.write_str("a retained copy of higher precedence holds the name"),
+            },
             ConflictReason::ServiceAccountToken => {
                 f.write_str("service-account token Secrets are never copied")
             }
@@ -243,6 +293,12 @@ pub enum Action {
         target: ObjectKey,
         by: ClaimRef,
         reason: ConflictReason,
+    },
+    /// An untrusted inline rule wants this target but its namespace did not consent
+    /// (SPEC §9.2): never written.
+    Refused {
+        target: ObjectKey,
+        by: ClaimRef,
     },
     /// The payload of this source must be read before the target can be planned.
     NeedSource {
@@ -300,7 +356,8 @@ impl Scope {
     }
 }
 
-/// Plans every target in `scope`: targets some rule claims and targets where a copy exists.
+/// Plans every target in `scope`: targets some rule claims (or was refused) and targets
+/// where a copy exists.
 pub fn plan(
     world: &World,
     scope: &Scope,
@@ -309,14 +366,20 @@ pub fn plan(
 ) -> Vec<Action> {
     let claims = world.claims();
     let none = Existing::None;
-    let mut targets: BTreeSet<&ObjectKey> = claims.keys().collect();
+    let mut targets: BTreeSet<&ObjectKey> = claims.wanted.keys().collect();
+    targets.extend(claims.refused.keys());
     targets.extend(existing.keys());
     let mut actions = Vec::new();
     for target in targets {
-        let target_claims = claims.get(target).map(Vec::as_slice).unwrap_or(&[]);
+        let wanted = claims.wanted.get(target).map(Vec::as_slice).unwrap_or(&[]);
+        let refused = claims.refused.get(target).map(Vec::as_slice).unwrap_or(&[]);
         let found = existing.get(target).unwrap_or(&none);
-        if scope.covers(target, target_claims, found) {
-            actions.extend(plan_target(world, target, target_claims, found, contents));
+        if scope.covers(target, wanted, found) || scope.covers(target, refused, &none) {
+            actions.extend(plan_target(world, target, wanted, found, contents));
+            actions.extend(refused.iter().map(|c| Action::Refused {
+                target: target.clone(),
+                by: c.to_ref(),
+            }));
         }
     }
     actions
@@ -347,8 +410,19 @@ pub fn plan_target(
         }];
     }
 
-    let Some(winner) = winner(claims, existing) else {
-        return plan_orphan(world, target, existing);
+    let winner = match winner(&world.policy.trust, target, claims, existing) {
+        None => return plan_orphan(world, target, existing),
+        Some(Ok(winner)) => winner,
+        Some(Err(held)) => {
+            return claims
+                .iter()
+                .map(|c| Action::Conflict {
+                    target: target.clone(),
+                    by: c.to_ref(),
+                    reason: held.clone(),
+                })
+                .collect();
+        }
     };
     let mut actions: Vec<Action> = claims
         .iter()
@@ -363,14 +437,30 @@ pub fn plan_target(
     actions
 }
 
-/// The claim that gets the target: the one whose copy is already there, else the oldest rule.
-fn winner<'w>(claims: &[Claim<'w>], existing: &Existing) -> Option<Claim<'w>> {
-    if let Existing::Managed(m) = existing
-        && let Some(owner) = claims.iter().find(|c| c.owns(m))
-    {
-        return Some(*owner);
+/// The claim that gets the target (SPEC §9.3): among the claims of the highest tier, the one
+/// whose copy is already there, else the oldest. A copy made by a lower tier is taken over; a
+/// copy recorded with a higher tier than any claim (retained, its rule gone) is not: `Err`.
+/// `None` when nothing claims the target.
+fn winner<'w>(
+    trust: &TrustPolicy,
+    target: &ObjectKey,
+    claims: &[Claim<'w>],
+    existing: &Existing,
+) -> Option<Result<Claim<'w>, ConflictReason>> {
+    let first = claims.first()?;
+    let top = first.rule.tier;
+    if let Existing::Managed(m) = existing {
+        let mut contenders = claims.iter().take_while(|c| c.rule.tier == top);
+        if let Some(owner) = contenders.find(|c| c.owns(m)) {
+            return Some(Ok(*owner));
+        }
+        if m.recorded_tier(target.kind, trust) < top {
+            return Some(Err(ConflictReason::HeldByHigherTier(
+                m.recorded_rule(target.kind),
+            )));
+        }
     }
-    claims.first().copied()
+    Some(Ok(*first))
 }
 
 fn plan_winner(

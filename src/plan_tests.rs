@@ -5,6 +5,7 @@ use crate::{
     content::{DesiredCopy, source_hash},
     copyrule::{CopyRule, CopyRuleSpec},
     model::{Kind, SERVICE_ACCOUNT_TOKEN_TYPE},
+    tenancy::{NamespacePatterns, TrustPolicy},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 
@@ -42,6 +43,7 @@ fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceInfo {
         name: name.into(),
         resource_version: String::new(),
         labels: map(labels),
+        accept_from: None,
         terminating: false,
     }
 }
@@ -56,7 +58,15 @@ impl Fixture {
     fn new() -> Self {
         let src = inline_source();
         let mut f = Fixture {
-            world: World::default(),
+            // These tables are about copy semantics, on a single-team cluster; trust and
+            // consent have their own tables below.
+            world: World {
+                policy: Policy {
+                    trust: TrustPolicy::trust_all(),
+                    ..Default::default()
+                },
+                ..World::default()
+            },
             existing: BTreeMap::new(),
             contents: Contents::default(),
         };
@@ -166,9 +176,11 @@ fn summary(actions: &[Action]) -> Vec<String> {
                 match reason {
                     ConflictReason::Unmanaged => "unmanaged".to_string(),
                     ConflictReason::OwnedBy(c) => format!("owned by {}", c.rule.mark()),
+                    ConflictReason::HeldByHigherTier(_) => "held".to_string(),
                     ConflictReason::ServiceAccountToken => "sa-token".to_string(),
                 }
             ),
+            Action::Refused { target, .. } => format!("refused {}", target.namespace),
             Action::NeedSource { source } => format!("need {}", source.namespaced_name()),
             Action::Skip { target, reason } => format!("skip {} ({reason})", target.namespace),
         })
@@ -283,7 +295,10 @@ fn lifecycle_rules_of_the_inline_copier() {
                 let mut f = Fixture::new()
                     .ns("kube-system", &[("secret", "yes")])
                     .with_inline_copy("kube-system", &v1);
-                f.world.excluded_namespaces.insert("kube-system".into());
+                f.world
+                    .policy
+                    .excluded_namespaces
+                    .insert("kube-system".into());
                 f
             },
             Scope::All,
@@ -669,4 +684,324 @@ fn configmap_copies_data_and_binary_data() {
     );
     assert_eq!(copy.object.kind, "ConfigMap");
     assert_eq!(copy.object.payload, p);
+}
+
+/// Trust, consent and precedence (SPEC §9): a platform namespace is trusted, tenants are not.
+mod tenancy {
+    use super::*;
+
+    const TENANT: &str = "tenant-a";
+    const PLATFORM: &str = "platform";
+
+    /// A labelled Secret `cacerts` in `ns` with inline annotations, created at `created`.
+    fn inline(ns: &str, created: i64, annotations: &[(&str, &str)]) -> SourceInfo {
+        SourceInfo {
+            key: ObjectKey::new(Kind::Secret, ns, "cacerts"),
+            uid: format!("uid-{ns}"),
+            resource_version: "1".into(),
+            labels: map(&[(marks::SOURCE_LABEL, "true")]),
+            annotations: map(annotations),
+            created,
+            deleting: false,
+        }
+    }
+
+    struct Cluster {
+        world: World,
+        existing: BTreeMap<ObjectKey, Existing>,
+        contents: Contents,
+    }
+
+    impl Cluster {
+        fn new(trusted: &str) -> Self {
+            let mut world = World::default();
+            world.policy.trust = TrustPolicy {
+                trusted_namespaces: NamespacePatterns::parse(trusted).unwrap(),
+            };
+            for name in [TENANT, PLATFORM] {
+                world.namespaces.insert(name.into(), ns(name, &[]));
+            }
+            Self {
+                world,
+                existing: BTreeMap::new(),
+                contents: Contents::default(),
+            }
+        }
+
+        fn namespace(mut self, name: &str, labels: &[(&str, &str)], accept: Option<&str>) -> Self {
+            let mut n = ns(name, labels);
+            n.accept_from = accept.map(Into::into);
+            self.world.namespaces.insert(name.into(), n);
+            self
+        }
+
+        fn source(mut self, src: SourceInfo) -> Self {
+            let p = payload(&src.key.namespace);
+            self.contents.payloads.insert(src.key.clone(), p);
+            self.world.sources.insert(src.key.clone(), src);
+            self.world.rebuild_rules();
+            self
+        }
+
+        fn copy_rules(mut self, rules: &[CopyRule]) -> Self {
+            self.world.copy_rules = rules.to_vec();
+            self.world.rebuild_rules();
+            self
+        }
+
+        /// The copy `rule` (by mark) would have written of the source in `source_ns` into `ns`.
+        fn with_copy_by(mut self, mark: &str, source_ns: &str, ns: &str) -> Self {
+            let key = ObjectKey::new(Kind::Secret, source_ns, "cacerts");
+            let src = self.world.sources[&key].clone();
+            let rule = self
+                .world
+                .rules
+                .rules
+                .iter()
+                .find(|r| r.id.mark() == mark && r.applies_to(&src))
+                .unwrap_or_else(|| panic!("rule {mark} for {key}"))
+                .clone();
+            let copy = DesiredCopy::build(&rule, &src, &payload(source_ns), ns);
+            let meta = copy.object.metadata;
+            self.existing.insert(
+                copy.key,
+                Existing::Managed(ManagedCopy {
+                    resource_version: "7".into(),
+                    labels: meta.labels.unwrap(),
+                    annotations: meta.annotations.unwrap(),
+                    actual_hash: None,
+                    deleting: false,
+                }),
+            );
+            self
+        }
+
+        /// A copy in istio-system made by CopyRule `r` (Retain) of the platform's unlabelled
+        /// source, and then the rule deleted.
+        fn with_retained_copy(self) -> Self {
+            self.source(SourceInfo {
+                labels: BTreeMap::new(),
+                ..inline(PLATFORM, 1, &[])
+            })
+            .copy_rules(&[retained_rule("r")])
+            .with_copy_by("copyrule/r", PLATFORM, "istio-system")
+            .copy_rules(&[])
+        }
+
+        /// Actions with the source that wins, for cases where it matters.
+        fn plan(&self) -> Vec<String> {
+            plan(&self.world, &Scope::All, &self.existing, &self.contents)
+                .iter()
+                .map(|a| {
+                    let by = |c: &ClaimRef| format!("{} {}", c.source.namespace, c.rule.mark());
+                    match a {
+                        Action::Create { copy, by: c } => {
+                            format!("create {} by {}", copy.key.namespace, by(c))
+                        }
+                        Action::Update { copy, by: c, .. } => {
+                            format!("update {} by {}", copy.key.namespace, by(c))
+                        }
+                        Action::InSync { target, by: c } => {
+                            format!("in-sync {} by {}", target.namespace, by(c))
+                        }
+                        Action::Conflict {
+                            target,
+                            by: c,
+                            reason,
+                        } => format!(
+                            "conflict {} for {} ({})",
+                            target.namespace,
+                            by(c),
+                            match reason {
+                                ConflictReason::OwnedBy(w) => format!("{} wins", by(w)),
+                                ConflictReason::HeldByHigherTier(_) => "held".into(),
+                                other => other.to_string(),
+                            }
+                        ),
+                        Action::Refused { target, by: c } => {
+                            format!("refused {} for {}", target.namespace, by(c))
+                        }
+                        other => summary(std::slice::from_ref(other)).join(""),
+                    }
+                })
+                .collect()
+        }
+    }
+
+    fn retained_rule(name: &str) -> CopyRule {
+        let mut spec = rule_spec(Kind::Secret, "cacerts");
+        spec.source_namespace = PLATFORM.into();
+        spec.namespace_selector = None;
+        spec.namespaces = vec!["istio-system".into()];
+        spec.deletion_policy = DeletionPolicy::Retain;
+        copy_rule(name, 1, spec)
+    }
+
+    #[test]
+    fn no_write_without_consent() {
+        let push = [(marks::NAMESPACES_ANNOTATION, "istio-system")];
+        let match_all = [(marks::NAMESPACE_SELECTOR_ANNOTATION, "!no-such-label")];
+        type Case = (&'static str, Cluster, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
+            (
+                "explicit push into a namespace that did not consent is refused",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], None)
+                    .source(inline(TENANT, 1, &push)),
+                vec!["refused istio-system for tenant-a inline"],
+            ),
+            (
+                "a match-all selector is refused everywhere but where consent was given",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], None)
+                    .namespace("team-b", &[], Some("tenant-a"))
+                    .source(inline(TENANT, 1, &match_all)),
+                vec![
+                    "refused istio-system for tenant-a inline",
+                    "refused platform for tenant-a inline",
+                    "create team-b by tenant-a inline",
+                ],
+            ),
+            (
+                "consent by pattern",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], Some("team-*, tenant-*"))
+                    .source(inline(TENANT, 1, &push)),
+                vec!["create istio-system by tenant-a inline"],
+            ),
+            (
+                "consent for someone else is no consent",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], Some("tenant-b,team-*"))
+                    .source(inline(TENANT, 1, &push)),
+                vec!["refused istio-system for tenant-a inline"],
+            ),
+            (
+                "consent withdrawn: the tenant's copy goes",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], Some(TENANT))
+                    .source(inline(TENANT, 1, &push))
+                    .with_copy_by("inline", TENANT, "istio-system")
+                    .namespace("istio-system", &[], None),
+                vec![
+                    "delete istio-system@7",
+                    "refused istio-system for tenant-a inline",
+                ],
+            ),
+            (
+                "a trusted namespace needs no consent",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], None)
+                    .source(inline(PLATFORM, 1, &push)),
+                vec!["create istio-system by platform inline"],
+            ),
+            (
+                "trusting every namespace restores the single-team behaviour",
+                Cluster::new("*")
+                    .namespace("istio-system", &[], None)
+                    .source(inline(TENANT, 1, &push)),
+                vec!["create istio-system by tenant-a inline"],
+            ),
+            (
+                "a CopyRule needs no consent",
+                Cluster::new("")
+                    .namespace("istio-system", &[], None)
+                    .source(SourceInfo {
+                        labels: BTreeMap::new(),
+                        ..inline(PLATFORM, 1, &[])
+                    })
+                    .copy_rules(&[retained_rule("r")]),
+                vec!["create istio-system by platform copyrule/r"],
+            ),
+        ];
+        for (name, c, want) in cases {
+            assert_eq!(c.plan(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn higher_tiers_take_names_over_and_lower_ones_cannot() {
+        let push = [(marks::NAMESPACES_ANNOTATION, "istio-system")];
+        type Case = (&'static str, Cluster, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
+            (
+                "a name pre-empted by a consented tenant goes to the later platform source",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], Some(TENANT))
+                    .source(inline(TENANT, 1, &push))
+                    .with_copy_by("inline", TENANT, "istio-system")
+                    .source(inline(PLATFORM, 9, &push)),
+                vec![
+                    "conflict istio-system for tenant-a inline (platform inline wins)",
+                    "update istio-system by platform inline",
+                ],
+            ),
+            (
+                "once taken over, the platform keeps it",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], Some(TENANT))
+                    .source(inline(TENANT, 1, &push))
+                    .source(inline(PLATFORM, 9, &push))
+                    .with_copy_by("inline", PLATFORM, "istio-system"),
+                vec![
+                    "conflict istio-system for tenant-a inline (platform inline wins)",
+                    "in-sync istio-system by platform inline",
+                ],
+            ),
+            (
+                "a CopyRule takes a trusted inline copy over",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], None)
+                    .source(inline(PLATFORM, 1, &push))
+                    .with_copy_by("inline", PLATFORM, "istio-system")
+                    .copy_rules(&[retained_rule("r")]),
+                vec![
+                    "conflict istio-system for platform inline (platform copyrule/r wins)",
+                    "update istio-system by platform copyrule/r",
+                ],
+            ),
+            (
+                "a copy retained from a CopyRule is not taken by a consented tenant",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], Some(TENANT))
+                    .with_retained_copy()
+                    .source(inline(TENANT, 5, &push)),
+                vec!["conflict istio-system for tenant-a inline (held)"],
+            ),
+            (
+                "nor by a trusted inline rule",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], None)
+                    .with_retained_copy()
+                    .source(inline(PLATFORM, 5, &push)),
+                vec!["conflict istio-system for platform inline (held)"],
+            ),
+            (
+                "without consent a retained copy is not even looked at",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], None)
+                    .with_retained_copy()
+                    .source(inline(TENANT, 5, &push)),
+                vec![
+                    "retain istio-system",
+                    "refused istio-system for tenant-a inline",
+                ],
+            ),
+            (
+                "two consented tenants: the older one gets the name",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], Some("tenant-*"))
+                    .namespace("tenant-b", &[], None)
+                    .source(inline("tenant-b", 2, &push))
+                    .source(inline(TENANT, 3, &push)),
+                vec![
+                    "conflict istio-system for tenant-a inline (tenant-b inline wins)",
+                    "create istio-system by tenant-b inline",
+                ],
+            ),
+        ];
+        for (name, c, want) in cases {
+            assert_eq!(c.plan(), want, "{name}");
+        }
+    }
 }

@@ -12,7 +12,9 @@ use crate::{
     apply::Applied,
     copyrule::{CopyConflict, CopyRule, CopyRuleStatus},
     events::{Events, Regarding, reason},
+    marks,
     metrics::{Metrics, ReasonLabels},
+    model::ObjectKey,
     plan::{Action, ClaimRef, ConflictReason, World},
     rules::{Rule, RuleError, RuleId, SourceMatch},
 };
@@ -97,14 +99,33 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
 }
 
 /// Events and metrics for one job's outcomes.
+///
+/// Events about the source of an untrusted namespace (SPEC §9.5) never name objects in other
+/// namespaces: the tenant who reads them may not be allowed to see those. They say how many
+/// targets were refused or not written, and why, in one Event per reason.
 pub async fn publish(
     events: &Events,
     metrics: &Metrics,
     world: &World,
     outcomes: &[(Action, Applied)],
 ) {
+    // (source of an untrusted inline rule, event reason, summary) -> count
+    let mut anonymous: BTreeMap<(ObjectKey, &'static str, String), usize> = BTreeMap::new();
     for (action, applied) in outcomes {
         match (action, applied) {
+            (Action::Refused { by, .. }, _) => {
+                metrics.refused_targets.inc();
+                if let RuleId::Inline(source) = &by.rule {
+                    let why = format!(
+                        "its namespace does not accept copies from {0} (it needs {1}: {0} on the target namespace)",
+                        source.namespace,
+                        marks::ACCEPT_FROM_ANNOTATION
+                    );
+                    *anonymous
+                        .entry((source.clone(), reason::REFUSED, why))
+                        .or_default() += 1;
+                }
+            }
             (
                 Action::Conflict {
                     target,
@@ -116,6 +137,7 @@ pub async fn publish(
                 let label = match why {
                     ConflictReason::Unmanaged => "unmanaged",
                     ConflictReason::OwnedBy(_) => "other_rule",
+                    ConflictReason::HeldByHigherTier(_) => "higher_precedence",
                     ConflictReason::ServiceAccountToken => "service_account_token",
                 };
                 metrics
@@ -126,6 +148,26 @@ pub async fn publish(
                     ConflictReason::ServiceAccountToken => reason::SA_TOKEN,
                     _ => reason::CONFLICT,
                 };
+                if let Some(source) = untrusted_source(world, by) {
+                    let summary = match why {
+                        ConflictReason::ServiceAccountToken => {
+                            "it is a service-account token Secret, never copied"
+                        }
+                        ConflictReason::Unmanaged => {
+                            "an object not managed by copyrator holds the name"
+                        }
+                        ConflictReason::OwnedBy(_) => {
+                            "the copy of a rule of higher precedence gets the name"
+                        }
+                        ConflictReason::HeldByHigherTier(_) => {
+                            "a retained copy of higher precedence holds the name"
+                        }
+                    };
+                    *anonymous
+                        .entry((source.clone(), event_reason, summary.to_string()))
+                        .or_default() += 1;
+                    continue;
+                }
                 let note = match why {
                     ConflictReason::ServiceAccountToken => {
                         format!(
@@ -170,6 +212,16 @@ pub async fn publish(
                 | Action::Recreate { copy, by, .. },
                 Applied::Failed(e),
             ) => {
+                if let Some(source) = untrusted_source(world, by) {
+                    *anonymous
+                        .entry((
+                            source.clone(),
+                            reason::FAILED,
+                            format!("writing failed with HTTP {} (retrying)", e.code()),
+                        ))
+                        .or_default() += 1;
+                    continue;
+                }
                 if let Some(regarding) = regarding(world, by) {
                     events
                         .warning(
@@ -182,6 +234,26 @@ pub async fn publish(
             }
             _ => {}
         }
+    }
+    for ((source, event_reason, why), count) in anonymous {
+        let Some(info) = world.sources.get(&source) else {
+            continue;
+        };
+        let regarding = Regarding::source(source.kind, &source, &info.uid);
+        let note = match count {
+            1 => format!("1 target namespace gets no copy: {why}"),
+            n => format!("{n} target namespaces get no copy: {why}"),
+        };
+        events.warning(&regarding, event_reason, note).await;
+    }
+}
+
+/// The source of a claim whose Events must not name other namespaces' objects: the inline
+/// rule of an untrusted namespace (SPEC §9.5).
+fn untrusted_source<'a>(world: &World, by: &'a ClaimRef) -> Option<&'a ObjectKey> {
+    match &by.rule {
+        RuleId::Inline(source) if !world.policy.trust.is_trusted(&source.namespace) => Some(source),
+        _ => None,
     }
 }
 

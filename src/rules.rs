@@ -9,6 +9,7 @@ use crate::{
     marks,
     model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
     selector::{self, Selector},
+    tenancy::{self, Tier, TrustPolicy},
 };
 
 /// Which rule a copy belongs to; rendered into the `copyrator.io/rule` annotation.
@@ -67,8 +68,11 @@ pub struct Rule {
     pub target_name: Option<String>,
     pub deletion_policy: DeletionPolicy,
     pub conflict_policy: ConflictPolicy,
-    /// Creation time (seconds): when two rules want the same target, the older one wins.
+    /// Creation time (seconds): when two rules of one tier want the same target, the older
+    /// one wins.
     pub created: i64,
+    /// Precedence and trust (SPEC §9): CopyRule, trusted inline or consented inline.
+    pub tier: Tier,
 }
 
 impl Rule {
@@ -103,6 +107,12 @@ impl Rule {
                     .is_some_and(|s| s.matches(&ns.labels)))
     }
 
+    /// Whether `ns` consents to this rule's copies: always for trusted rules; for the inline
+    /// rule of an untrusted namespace only if `ns` accepts copies from that namespace.
+    pub fn consented_by(&self, ns: &NamespaceInfo) -> bool {
+        self.tier != Tier::ConsentedInline || tenancy::accepts_from(ns, &self.source_namespace)
+    }
+
     /// Whether the rule can target anything at all.
     pub fn has_targets(&self) -> bool {
         self.namespace_selector.is_some() || !self.namespaces.is_empty()
@@ -123,6 +133,7 @@ impl Rule {
 
     /// The inline rule of a source (SPEC §2.1). `Ok(None)` when the source does not carry the
     /// opt-in label. A labelled source without annotations yields a rule without targets.
+    /// Its tier is the lowest until the trust policy says otherwise ([`RuleSet::build`]).
     pub fn inline(source: &SourceInfo) -> Result<Option<Rule>, RuleError> {
         if source.labels.get(marks::SOURCE_LABEL).map(String::as_str) != Some("true") {
             return Ok(None);
@@ -172,6 +183,7 @@ impl Rule {
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
             created: source.created,
+            tier: Tier::ConsentedInline,
         }))
     }
 
@@ -266,6 +278,7 @@ impl Rule {
                 .as_ref()
                 .map(|t| t.0.as_second())
                 .unwrap_or_default(),
+            tier: Tier::CopyRule,
         })
     }
 }
@@ -303,8 +316,8 @@ impl RuleError {
     }
 }
 
-/// Every rule in force, in priority order (older first, then by id), plus the sources whose
-/// inline configuration is invalid.
+/// Every rule in force, in precedence order (tier, then older first, then by id), plus the
+/// sources whose inline configuration is invalid.
 #[derive(Clone, Debug, Default)]
 pub struct RuleSet {
     pub rules: Vec<Rule>,
@@ -313,10 +326,12 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    /// Builds the rule set from the labelled sources' metadata and the CopyRules.
+    /// Builds the rule set from the labelled sources' metadata and the CopyRules; `trust`
+    /// decides the tier of each inline rule.
     pub fn build<'a>(
         labelled_sources: impl IntoIterator<Item = &'a SourceInfo>,
         copy_rules: impl IntoIterator<Item = &'a CopyRule>,
+        trust: &TrustPolicy,
     ) -> Self {
         let mut set = RuleSet::default();
         for source in labelled_sources {
@@ -324,7 +339,10 @@ impl RuleSet {
                 continue;
             }
             match Rule::inline(source) {
-                Ok(Some(rule)) if rule.has_targets() => set.rules.push(rule),
+                Ok(Some(mut rule)) if rule.has_targets() => {
+                    rule.tier = trust.inline_tier(&rule.source_namespace);
+                    set.rules.push(rule)
+                }
                 Ok(_) => {}
                 Err(e) => {
                     set.invalid_sources.insert(source.key.clone(), e);
@@ -344,7 +362,7 @@ impl RuleSet {
             }
         }
         set.rules
-            .sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+            .sort_by(|a, b| (a.tier, a.created, &a.id).cmp(&(b.tier, b.created, &b.id)));
         set
     }
 
@@ -397,6 +415,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            accept_from: None,
             terminating: false,
         }
     }
@@ -645,7 +664,11 @@ mod tests {
             &[(marks::SOURCE_LABEL, "true")],
             &[(marks::NAMESPACES_ANNOTATION, "-x")],
         );
-        let set = RuleSet::build([&bad_source], [&newer, &older, &invalid]);
+        let set = RuleSet::build(
+            [&bad_source],
+            [&newer, &older, &invalid],
+            &TrustPolicy::default(),
+        );
         let ids: Vec<_> = set.rules.iter().map(|r| r.id.mark()).collect();
         assert_eq!(ids, ["copyrule/older", "copyrule/newer"]);
         assert!(set.invalid_copy_rules.contains_key("invalid"));

@@ -14,17 +14,19 @@ use kube::{
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
-    admission::{self, AdmissionState},
+    admission::{self, AdmissionState, advice::Advisor},
     cli::ServeArgs,
     cluster::Cluster,
     events::Events,
     leader::{self, ElectionConfig},
     metrics::Metrics,
+    plan::Policy,
     queue::WorkQueue,
     ratelimit::RateLimiter,
     reconcile,
     server::{self, Readiness},
     sync::{Context, SyncSettings},
+    tenancy::TrustPolicy,
     tls::{CertFiles, ReloadingCert},
     worker,
 };
@@ -141,13 +143,19 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         .clone()
         .unwrap_or_else(leader::default_identity);
     let events = Events::new(client.clone(), identity.clone(), Arc::clone(&metrics));
-    let settings = SyncSettings {
+    let policy = Policy {
         excluded_namespaces: args
             .exclude_namespaces
             .iter()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect(),
+        trust: TrustPolicy {
+            trusted_namespaces: args.trusted_namespaces.clone(),
+        },
+    };
+    let settings = SyncSettings {
+        policy: policy.clone(),
         fanout_concurrency: args.fanout_concurrency,
     };
     let ctx = Arc::new(Context::new(
@@ -178,6 +186,8 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         AdmissionState {
             queue: Arc::clone(&queue),
             metrics: Arc::clone(&metrics),
+            policy: Arc::new(policy.clone()),
+            advisor: Some(Advisor::new(ctx.cluster.clone(), policy)),
         },
         args.max_body_bytes,
     );

@@ -19,7 +19,7 @@ use crate::{
     marks,
     metrics::{Metrics, ReasonLabels},
     model::{Kind, Object, ObjectKey, SourceInfo},
-    plan::{Action, Contents, Existing, Scope, World, plan},
+    plan::{Action, Contents, Existing, Policy, Scope, World, plan},
     queue::{Awaited, Job, JobKey, Trigger, WorkQueue},
     report,
     rules::{Rule, RuleId, SourceMatch},
@@ -29,8 +29,8 @@ use crate::{
 /// Settings the sync logic needs.
 #[derive(Clone, Debug)]
 pub struct SyncSettings {
-    /// Never copy into these (`--exclude-namespaces`).
-    pub excluded_namespaces: BTreeSet<String>,
+    /// Exclusions and trust (`--exclude-namespaces`, `--trusted-namespaces`).
+    pub policy: Policy,
     /// Concurrent writes per job (`--fanout-concurrency`).
     pub fanout_concurrency: usize,
 }
@@ -172,7 +172,7 @@ async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), Sy
     };
     let kinds = [key.kind];
     let (mut world, mut found) = tokio::try_join!(
-        world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces, fresh),
+        world::load_rules(cluster, &kinds, &ctx.settings.policy, fresh),
         copies
     )?;
     world.set_source(key, info.clone());
@@ -219,12 +219,7 @@ async fn sync_namespace(ctx: &Context, job: &Job, name: &str) -> Result<(), Sync
     let mut found = Found::default();
     let fresh = Freshness::Cached;
     let (mut world, secrets, config_maps) = tokio::try_join!(
-        world::load_rules(
-            cluster,
-            &Kind::ALL,
-            &ctx.settings.excluded_namespaces,
-            fresh
-        ),
+        world::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, fresh),
         cluster.list_meta(
             Kind::Secret,
             Some(name),
@@ -267,13 +262,7 @@ async fn sync_copy(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<(), Sync
         return Ok(());
     };
     let fresh = Freshness::Cached;
-    let mut world = world::load_rules(
-        cluster,
-        &[key.kind],
-        &ctx.settings.excluded_namespaces,
-        fresh,
-    )
-    .await?;
+    let mut world = world::load_rules(cluster, &[key.kind], &ctx.settings.policy, fresh).await?;
     world.namespaces.insert(ns.name.clone(), ns);
     let mut found = Found::default();
     found
@@ -316,8 +305,7 @@ async fn sync_rule(ctx: &Context, job: &Job, name: &str) -> Result<(), SyncError
         None => Kind::ALL.to_vec(),
     };
     let fresh = Freshness::Cached;
-    let mut world =
-        world::load_rules(cluster, &kinds, &ctx.settings.excluded_namespaces, fresh).await?;
+    let mut world = world::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;
     // The rule as just read, not as listed a moment earlier.
     world
         .copy_rules
@@ -374,12 +362,7 @@ async fn resync(ctx: &Context, job: &Job) -> Result<(), SyncError> {
     // namespace list from etcd, page by page.
     let cached = Freshness::Cached;
     let (mut world, namespaces, secrets, config_maps) = tokio::try_join!(
-        world::load_rules(
-            cluster,
-            &Kind::ALL,
-            &ctx.settings.excluded_namespaces,
-            cached
-        ),
+        world::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, cached),
         cluster.list_namespaces("", Freshness::Consistent),
         cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, cached, |m| {
             world::listed(Kind::Secret, m)
@@ -924,6 +907,7 @@ mod tests {
             name: "n".into(),
             resource_version: rv.into(),
             labels: Default::default(),
+            accept_from: None,
             terminating: false,
         })
     }

@@ -10,7 +10,7 @@ use crate::{
     cluster::{ApiResult, Cluster, Freshness},
     content, marks,
     model::{Kind, Meta, NamespaceInfo, Object, ObjectKey, SourceInfo},
-    plan::{Contents, Existing, ManagedCopy, World},
+    plan::{Contents, Existing, ManagedCopy, Policy, World},
     rules::Rule,
 };
 
@@ -124,7 +124,7 @@ pub fn classify(kind: Kind, obj: Option<&Object>) -> Existing {
 pub async fn load_rules(
     cluster: &Cluster,
     kinds: &[Kind],
-    excluded: &BTreeSet<String>,
+    policy: &Policy,
     fresh: Freshness,
 ) -> ApiResult<World> {
     let lists = kinds
@@ -141,7 +141,7 @@ pub async fn load_rules(
     )?;
     let mut world = World {
         copy_rules,
-        excluded_namespaces: excluded.clone(),
+        policy: policy.clone(),
         ..Default::default()
     };
     world.add_sources(sources.into_iter().flatten());

@@ -33,8 +33,8 @@ use kube::{
 use serde_json::{Value, json};
 use support::{
     ChildGuard, CopyRuleGuard, Installed, Release, assert_contains, b64, binary_webhooks,
-    chart_dir, find, find_all, helm, helm_ok, kinds, openssl, render, root, secret_data,
-    service_account_token, temp_file, write_token_kubeconfig,
+    chart_dir, find, find_all, find_named, helm, helm_ok, kinds, openssl, render, root,
+    secret_data, service_account_token, temp_file, write_token_kubeconfig,
 };
 
 /// An RBAC rule as a comparable (apiGroups, resources, resourceNames, verbs) tuple.
@@ -539,6 +539,8 @@ fn values_become_serve_flags_that_copyrator_accepts() {
             "leaseDuration=20s",
             "--set",
             "fanoutConcurrency=16",
+            "--set",
+            "trustedNamespaces={platform,team-*}",
         ],
     );
     let deployment = find(&docs, "Deployment");
@@ -555,6 +557,7 @@ fn values_become_serve_flags_that_copyrator_accepts() {
         "--api-burst=100",
         "--lease-duration=20s",
         "--fanout-concurrency=16",
+        "--trusted-namespaces=platform,team-*",
     ] {
         assert!(
             args.iter().any(|a| a == expected),
@@ -565,10 +568,90 @@ fn values_become_serve_flags_that_copyrator_accepts() {
     assert_serve_accepts(&args);
 }
 
+/// SPEC §9.1: the chart trusts its own namespace unless told otherwise, and ships roles for
+/// people who manage or read CopyRules.
+#[test]
+fn chart_trusts_its_namespace_and_ships_copyrule_roles_for_people() {
+    let docs = render("demo", "platform-system", &[]);
+    let args: Vec<String> = serde_json::from_value(
+        find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )
+    .unwrap();
+    assert!(
+        args.iter()
+            .any(|a| a == "--trusted-namespaces=platform-system"),
+        "{args:?}"
+    );
+    let all = render(
+        "demo",
+        "platform-system",
+        &["--set", "trustedNamespaces={*}"],
+    );
+    let args = all
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].to_string())
+        .unwrap();
+    assert!(args.contains("--trusted-namespaces=*"), "{args}");
+
+    let admin = find_named(&docs, "ClusterRole", "demo-copyrator-admin");
+    assert_eq!(
+        rule_set(&rules_of(admin)),
+        RuleSet::from([
+            rule(
+                &["copyrator.io"],
+                &["copyrules"],
+                &[],
+                &[
+                    "get",
+                    "list",
+                    "watch",
+                    "create",
+                    "update",
+                    "patch",
+                    "delete",
+                    "deletecollection"
+                ]
+            ),
+            rule(&["copyrator.io"], &["copyrules/status"], &[], &["get"]),
+        ])
+    );
+    let labels = admin["metadata"]["labels"].as_object().unwrap();
+    assert!(
+        !labels
+            .keys()
+            .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to")),
+        "creating CopyRules must never come with the built-in admin or edit roles"
+    );
+    let view = find_named(&docs, "ClusterRole", "demo-copyrator-view");
+    for role in ["view", "edit", "admin"] {
+        assert_eq!(
+            view["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")],
+            "true"
+        );
+    }
+    assert_eq!(
+        rule_set(&rules_of(view)),
+        RuleSet::from([rule(
+            &["copyrator.io"],
+            &["copyrules", "copyrules/status"],
+            &[],
+            &["get", "list", "watch"]
+        )])
+    );
+    let without = render(
+        "demo",
+        "platform-system",
+        &["--set", "rbac.userRoles=false"],
+    );
+    assert_eq!(find_all(&without, "ClusterRole").len(), 1);
+}
+
 #[test]
 fn rbac_grants_exactly_what_copyrator_uses() {
     let docs = render("demo", "platform-system", &[]);
-    let cluster_rules = rule_set(&rules_of(find(&docs, "ClusterRole")));
+    let cluster_role = find_named(&docs, "ClusterRole", "demo-copyrator");
+    let cluster_rules = rule_set(&rules_of(cluster_role));
     assert_eq!(cluster_rules, expected_cluster_rules());
     assert_least_privilege(&cluster_rules);
 
@@ -582,10 +665,7 @@ fn rbac_grants_exactly_what_copyrator_uses() {
     let crb = find(&docs, "ClusterRoleBinding");
     assert_eq!(crb["subjects"], subject);
     assert_eq!(crb["roleRef"]["kind"], "ClusterRole");
-    assert_eq!(
-        crb["roleRef"]["name"],
-        find(&docs, "ClusterRole")["metadata"]["name"]
-    );
+    assert_eq!(crb["roleRef"]["name"], cluster_role["metadata"]["name"]);
     let rb = find(&docs, "RoleBinding");
     assert_eq!(rb["subjects"], subject);
     assert_eq!(rb["roleRef"]["kind"], "Role");
@@ -1147,7 +1227,14 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
     let _rule_guard = CopyRuleGuard(rule_name.clone());
 
     let token = service_account_token(&env.client, &ns, &fullname).await;
-    let mut copyrator = CopyratorAs::start(&token, installed.tls.as_ref().unwrap(), &ns, &fullname);
+    // The source namespace is trusted, as the chart's trustedNamespaces value would say.
+    let mut copyrator = CopyratorAs::start(
+        &token,
+        installed.tls.as_ref().unwrap(),
+        &ns,
+        &fullname,
+        &source_ns,
+    );
     copyrator.wait_ready().await;
 
     // The API server dials `<service>.<namespace>.svc` and checks the certificate against the
@@ -1243,7 +1330,13 @@ struct CopyratorAs {
 }
 
 impl CopyratorAs {
-    fn start(token: &str, tls: &Secret, lease_namespace: &str, lease_name: &str) -> Self {
+    fn start(
+        token: &str,
+        tls: &Secret,
+        lease_namespace: &str,
+        lease_name: &str,
+        trusted_namespaces: &str,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let file = |name: &str| dir.path().join(name);
         for key in ["tls.crt", "tls.key"] {
@@ -1267,6 +1360,7 @@ impl CopyratorAs {
             .arg(format!("--lease-namespace={lease_namespace}"))
             .arg(format!("--lease-name={lease_name}"))
             .arg("--resync-interval=1s")
+            .arg(format!("--trusted-namespaces={trusted_namespaces}"))
             .arg("--log-format=json")
             .env("POD_NAME", format!("{lease_name}-test-pod"))
             .env_remove("RUST_LOG")

@@ -3,6 +3,7 @@
 //! for the queue. Handlers never wait for the work: they answer in microseconds, and dryRun
 //! requests cause no work (SPEC §4.7).
 
+pub mod advice;
 mod copies;
 mod namespaces;
 mod rules;
@@ -25,7 +26,7 @@ use kube::core::{
 use serde_json::json;
 use tracing::Instrument;
 
-use crate::{metrics::Metrics, queue::Job, queue::WorkQueue};
+use crate::{metrics::Metrics, plan::Policy, queue::Job, queue::WorkQueue, rules::Rule};
 
 /// Default request body limit: a 1 MiB Secret UPDATE review carries old and new objects,
 /// base64-encoded, ~2.7 MB.
@@ -75,6 +76,10 @@ pub struct Verdict {
     pub deny: Option<String>,
     /// Work to queue (ignored for dryRun requests).
     pub job: Option<Job>,
+    /// Shown to the user by kubectl, whatever the verdict.
+    pub warnings: Vec<String>,
+    /// An inline rule to look at more closely for warnings ([`advice`]).
+    pub advise: Option<Box<Rule>>,
 }
 
 impl Verdict {
@@ -84,8 +89,15 @@ impl Verdict {
 
     fn job(job: Job) -> Self {
         Self {
-            deny: None,
             job: Some(job),
+            ..Self::default()
+        }
+    }
+
+    fn deny(message: String) -> Self {
+        Self {
+            deny: Some(message),
+            ..Self::default()
         }
     }
 }
@@ -95,6 +107,10 @@ impl Verdict {
 pub struct AdmissionState {
     pub queue: Arc<WorkQueue>,
     pub metrics: Arc<Metrics>,
+    /// Exclusions and trust, as the workers apply them.
+    pub policy: Arc<Policy>,
+    /// Looks up what warnings about a source need; `None`: general warnings only.
+    pub advisor: Option<Arc<advice::Advisor>>,
 }
 
 /// The router for all admission endpoints.
@@ -182,13 +198,26 @@ async fn handle(
         dry_run = request.dry_run,
     );
     async {
-        let verdict = match endpoint {
+        let mut verdict = match endpoint {
             Endpoint::Namespaces => namespaces::review(&request),
-            Endpoint::Sources => sources::review(&request),
+            Endpoint::Sources => sources::review(&request, &state.policy),
             Endpoint::Copies => copies::review(&request),
             Endpoint::Rules => rules::review(&request),
         };
+        if let Some(rule) = verdict.advise.take() {
+            match &state.advisor {
+                Some(advisor) => verdict.warnings.extend(advisor.warnings(&rule).await),
+                None => verdict.warnings.extend(advice::advise(
+                    &rule,
+                    &state.policy,
+                    &Default::default(),
+                )),
+            }
+        }
         let mut response = AdmissionResponse::from(&request);
+        if !verdict.warnings.is_empty() {
+            response.warnings = Some(std::mem::take(&mut verdict.warnings));
+        }
         let outcome = if let Some(message) = verdict.deny {
             tracing::info!(%message, "denied");
             response = response.deny(message);

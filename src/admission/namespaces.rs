@@ -1,4 +1,5 @@
-//! `/admission/namespaces`: Namespace CREATE and UPDATE. Never denies.
+//! `/admission/namespaces`: Namespace CREATE and UPDATE. Never denies; warns about entries of
+//! the `copyrator.io/accept-from` annotation that are not namespace names or patterns.
 
 use kube::core::{
     DynamicObject,
@@ -6,7 +7,11 @@ use kube::core::{
 };
 
 use super::{Verdict, util};
-use crate::queue::{Awaited, Job, JobKey, Trigger};
+use crate::{
+    marks,
+    queue::{Awaited, Job, JobKey, Trigger},
+    tenancy::NamespacePatterns,
+};
 
 pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
     let name = req.name.clone();
@@ -14,24 +19,47 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
         return Verdict::allow();
     }
     let job = Job::new(JobKey::Namespace(name), Trigger::Admission);
-    match req.operation {
+    let (old, new) = (req.old_object.as_ref(), req.object.as_ref());
+    let mut verdict = match req.operation {
         // The namespace is not persisted yet: the job waits until it exists (SPEC §4.6).
         Operation::Create => Verdict::job(job.awaiting(Awaited::Exists)),
-        // Only label changes (and the start of deletion) change which copies belong here.
+        // Only labels and consent (and the start of deletion) change which copies belong here.
         Operation::Update => {
-            let (old, new) = (req.old_object.as_ref(), req.object.as_ref());
-            let labels_changed = util::labels(old) != util::labels(new);
+            let changed =
+                util::labels(old) != util::labels(new) || accept_from(old) != accept_from(new);
             let deleting = |o: Option<&DynamicObject>| {
                 o.is_some_and(|o| o.metadata.deletion_timestamp.is_some())
             };
-            if !labels_changed || deleting(new) {
-                return Verdict::allow();
-            }
-            match util::resource_version(old) {
-                Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
-                None => Verdict::job(job),
+            if !changed || deleting(new) {
+                Verdict::allow()
+            } else {
+                match util::resource_version(old) {
+                    Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
+                    None => Verdict::job(job),
+                }
             }
         }
-        _ => Verdict::allow(),
+        _ => return Verdict::allow(),
+    };
+    if let Some(list) = accept_from(new)
+        && accept_from(old) != Some(list)
+    {
+        let (_, invalid) = NamespacePatterns::parse_lenient(list);
+        verdict.warnings.extend(invalid.iter().map(|entry| {
+            format!(
+                "{}: {entry:?} is not a namespace name or a pattern with '*'; it is ignored",
+                marks::ACCEPT_FROM_ANNOTATION
+            )
+        }));
     }
+    verdict
+}
+
+fn accept_from(obj: Option<&DynamicObject>) -> Option<&String> {
+    obj.and_then(|o| {
+        o.metadata
+            .annotations
+            .as_ref()?
+            .get(marks::ACCEPT_FROM_ANNOTATION)
+    })
 }

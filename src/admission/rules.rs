@@ -25,17 +25,11 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
             let rule: CopyRule = match serde_json::to_value(obj).and_then(serde_json::from_value) {
                 Ok(r) => r,
                 Err(e) => {
-                    return Verdict {
-                        deny: Some(format!("copyrator: not a valid CopyRule: {e}")),
-                        job: None,
-                    };
+                    return Verdict::deny(format!("copyrator: not a valid CopyRule: {e}"));
                 }
             };
             if let Err(e) = Rule::from_copy_rule(&rule) {
-                return Verdict {
-                    deny: Some(format!("copyrator: invalid CopyRule: {e}")),
-                    job: None,
-                };
+                return Verdict::deny(format!("copyrator: invalid CopyRule: {e}"));
             }
             let name = rule
                 .metadata

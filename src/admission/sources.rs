@@ -8,12 +8,14 @@ use kube::core::{
 
 use super::{Verdict, util};
 use crate::{
+    marks,
     model::{Kind, ObjectKey, SourceInfo},
+    plan::Policy,
     queue::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
 };
 
-pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
+pub fn review(req: &AdmissionRequest<DynamicObject>, policy: &Policy) -> Verdict {
     let (Some(kind), Some(namespace)) = (Kind::from_kind(&req.kind.kind), req.namespace.clone())
     else {
         return Verdict::allow();
@@ -29,26 +31,48 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
             // On CREATE with generateName the name is not in the request's name field.
             meta.namespace = Some(key.namespace.clone());
             meta.name = meta.name.or_else(|| Some(key.name.clone()));
-            if let Some(info) = SourceInfo::from_meta(kind, &(&meta).into())
-                && let Err(e) = Rule::inline(&info)
+            let rule = match SourceInfo::from_meta(kind, &(&meta).into()).map(|i| Rule::inline(&i))
             {
-                return Verdict {
-                    deny: Some(format!("copyrator: invalid annotation {e}")),
-                    job: None,
-                };
-            }
-            if req.operation == Operation::Create {
-                return Verdict::job(job.awaiting(Awaited::Exists));
-            }
-            if !util::relevant_change(req.old_object.as_ref(), req.object.as_ref()) {
-                return Verdict::allow();
-            }
-            match util::resource_version(req.old_object.as_ref()) {
-                Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
-                None => Verdict::job(job),
-            }
+                Some(Err(e)) => return Verdict::deny(format!("copyrator: invalid annotation {e}")),
+                Some(Ok(rule)) => rule,
+                None => None,
+            };
+            // Warnings about targets that will get no copy, when the rule is new or changed.
+            let advise = rule
+                .filter(|r| r.has_targets())
+                .filter(|_| {
+                    req.operation == Operation::Create
+                        || rule_config(req.old_object.as_ref()) != rule_config(req.object.as_ref())
+                })
+                .map(|mut r| {
+                    r.tier = policy.trust.inline_tier(&r.source_namespace);
+                    Box::new(r)
+                });
+            let mut verdict = if req.operation == Operation::Create {
+                Verdict::job(job.awaiting(Awaited::Exists))
+            } else if !util::relevant_change(req.old_object.as_ref(), req.object.as_ref()) {
+                Verdict::allow()
+            } else {
+                match util::resource_version(req.old_object.as_ref()) {
+                    Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
+                    None => Verdict::job(job),
+                }
+            };
+            verdict.advise = advise;
+            verdict
         }
         Operation::Delete => Verdict::job(job.awaiting(Awaited::Gone)),
         Operation::Connect => Verdict::allow(),
     }
+}
+
+/// The parts of an object that make up its inline rule.
+fn rule_config(obj: Option<&DynamicObject>) -> [Option<&String>; 3] {
+    let label = obj.and_then(|o| o.metadata.labels.as_ref()?.get(marks::SOURCE_LABEL));
+    let annotation = |key: &str| obj.and_then(|o| o.metadata.annotations.as_ref()?.get(key));
+    [
+        label,
+        annotation(marks::NAMESPACE_SELECTOR_ANNOTATION),
+        annotation(marks::NAMESPACES_ANNOTATION),
+    ]
 }

@@ -11,6 +11,13 @@ fn state() -> AdmissionState {
     AdmissionState {
         queue: WorkQueue::new(100),
         metrics: Arc::new(Metrics::new()),
+        policy: Arc::new(Policy {
+            excluded_namespaces: ["kube-system".to_string()].into(),
+            trust: crate::tenancy::TrustPolicy {
+                trusted_namespaces: crate::tenancy::NamespacePatterns::parse("default").unwrap(),
+            },
+        }),
+        advisor: None,
     }
 }
 
@@ -213,6 +220,66 @@ async fn namespace_update_without_label_change_queues_nothing() {
     .await;
     let job = st.queue.pop().await.unwrap();
     assert_eq!(job.awaited, Awaited::ChangedFrom("5".into()));
+}
+
+#[tokio::test]
+async fn consent_change_queues_the_namespace_and_bad_entries_are_warned_about() {
+    let st = state();
+    let old = json!({"metadata": {"name": "istio", "resourceVersion": "5"}});
+    let new = json!({"metadata": {"name": "istio", "resourceVersion": "5",
+        "annotations": {"copyrator.io/accept-from": "tenant-a, Bad Entry"}}});
+    let (_, body) = post_review(
+        &st,
+        "/admission/namespaces",
+        review("Namespace", "UPDATE", new, Some(old)),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true, "never denied");
+    assert_eq!(
+        body["response"]["warnings"],
+        json!([
+            "copyrator.io/accept-from: \"Bad Entry\" is not a namespace name or a pattern with '*'; it is ignored"
+        ])
+    );
+    let job = st.queue.pop().await.unwrap();
+    assert_eq!(job.key, JobKey::Namespace("istio".into()));
+}
+
+#[tokio::test]
+async fn untrusted_source_is_warned_that_its_targets_must_consent() {
+    let st = state();
+    let mut obj = secret(json!({"copyrator.io/namespace-selector": "!no-such-label"}));
+    obj["metadata"]["namespace"] = json!("tenant-a");
+    let (_, body) = post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "CREATE", obj, None),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true, "admission is a hint");
+    let warnings = body["response"]["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .starts_with("tenant-a is not a namespace copyrator trusts"),
+        "{warnings:?}"
+    );
+
+    // A trusted source (`default`) hears nothing.
+    let (_, body) = post_review(
+        &st,
+        "/admission/sources",
+        review(
+            "Secret",
+            "CREATE",
+            secret(json!({"copyrator.io/namespace-selector": "!no-such-label"})),
+            None,
+        ),
+    )
+    .await;
+    assert!(body["response"].get("warnings").is_none(), "{body}");
 }
 
 #[tokio::test]

@@ -22,7 +22,8 @@ use copyrator::{
 use k8s_openapi::{
     api::{
         admissionregistration::v1::ValidatingWebhookConfiguration,
-        core::v1::{ConfigMap, Namespace, Secret},
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::{ConfigMap, Namespace, Secret, ServiceAccount},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -31,6 +32,8 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
+
+pub mod tenant;
 
 pub const WEBHOOK_CONFIG_NAME: &str = "copyrator-e2e";
 
@@ -514,6 +517,14 @@ pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs
         "--leader-election".into(),
         "false".into(),
     ];
+    // Tests of copy semantics run as on a single-team cluster; tenancy tests say otherwise.
+    if !opts
+        .extra
+        .iter()
+        .any(|a| a.starts_with("--trusted-namespaces"))
+    {
+        argv.push("--trusted-namespaces=*".into());
+    }
     argv.extend(opts.extra.iter().cloned());
     match Cli::try_parse_from(argv)
         .expect("valid serve arguments")
@@ -647,6 +658,8 @@ impl Process {
             .arg("serve")
             // The default cluster; an explicit --kubeconfig in `extra` wins.
             .env("COPYRATOR_KUBECONFIG", kubeconfig())
+            // A single-team cluster unless `extra` says --trusted-namespaces.
+            .env("COPYRATOR_TRUSTED_NAMESPACES", "*")
             .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
             .arg("--tls-cert")
@@ -744,4 +757,62 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A kubeconfig for the test cluster authenticating with `token` instead of the admin's.
+pub fn write_token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let admin = kube::config::Kubeconfig::read_from(admin).expect("the admin kubeconfig");
+    let context = admin
+        .contexts
+        .iter()
+        .find(|c| Some(&c.name) == admin.current_context.as_ref())
+        .and_then(|c| c.context.as_ref())
+        .expect("a current context");
+    let cluster = admin
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .expect("its cluster");
+    let mut cluster_json = json!({"server": cluster.server});
+    if let Some(ca) = &cluster.certificate_authority {
+        cluster_json["certificate-authority"] = json!(ca);
+    }
+    if let Some(ca) = &cluster.certificate_authority_data {
+        cluster_json["certificate-authority-data"] = json!(ca);
+    }
+    if cluster.insecure_skip_tls_verify == Some(true) {
+        cluster_json["insecure-skip-tls-verify"] = json!(true);
+    }
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": cluster_json}],
+        "users": [{"name": "copyrator", "user": {"token": token}}],
+        "contexts": [{"name": "copyrator", "context": {"cluster": "test", "user": "copyrator"}}],
+        "current-context": "copyrator",
+    });
+    std::fs::write(out, serde_yaml::to_string(&config).unwrap()).unwrap();
+}
+
+/// A token of a ServiceAccount (TokenRequest API), valid for an hour.
+pub async fn service_account_token(client: &Client, namespace: &str, name: &str) -> String {
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(
+            name,
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences: None,
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{name}: {e}"))
+        .status
+        .and_then(|s| s.token)
+        .expect("a token in the TokenRequest status")
 }

@@ -14,19 +14,19 @@ use base64::Engine;
 use k8s_openapi::api::{
     admissionregistration::v1::ValidatingWebhookConfiguration,
     apps::v1::Deployment,
-    authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::{Secret, Service, ServiceAccount},
     rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, DynamicObject, PostParams},
+    api::{DeleteParams, DynamicObject},
     discovery,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::common;
+pub use crate::common::{service_account_token, write_token_kubeconfig};
 
 // ---------------------------------------------------------------------------------------------
 // Tools
@@ -94,6 +94,14 @@ pub fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     let all = find_all(docs, kind);
     assert_eq!(all.len(), 1, "exactly one {kind} in the rendered chart");
     all[0]
+}
+
+/// The one object of `kind` named `name`.
+pub fn find_named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    find_all(docs, kind)
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the rendered chart"))
 }
 
 pub fn find_all<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -375,64 +383,6 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A kubeconfig for the test cluster authenticating with `token` instead of the admin's.
-pub fn write_token_kubeconfig(admin: &Path, token: &str, out: &Path) {
-    let admin = kube::config::Kubeconfig::read_from(admin).expect("the admin kubeconfig");
-    let context = admin
-        .contexts
-        .iter()
-        .find(|c| Some(&c.name) == admin.current_context.as_ref())
-        .and_then(|c| c.context.as_ref())
-        .expect("a current context");
-    let cluster = admin
-        .clusters
-        .iter()
-        .find(|c| c.name == context.cluster)
-        .and_then(|c| c.cluster.as_ref())
-        .expect("its cluster");
-    let mut cluster_json = json!({"server": cluster.server});
-    if let Some(ca) = &cluster.certificate_authority {
-        cluster_json["certificate-authority"] = json!(ca);
-    }
-    if let Some(ca) = &cluster.certificate_authority_data {
-        cluster_json["certificate-authority-data"] = json!(ca);
-    }
-    if cluster.insecure_skip_tls_verify == Some(true) {
-        cluster_json["insecure-skip-tls-verify"] = json!(true);
-    }
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "test", "cluster": cluster_json}],
-        "users": [{"name": "copyrator", "user": {"token": token}}],
-        "contexts": [{"name": "copyrator", "context": {"cluster": "test", "user": "copyrator"}}],
-        "current-context": "copyrator",
-    });
-    std::fs::write(out, serde_yaml::to_string(&config).unwrap()).unwrap();
-}
-
-/// A token of a ServiceAccount (TokenRequest API), valid for an hour.
-pub async fn service_account_token(client: &Client, namespace: &str, name: &str) -> String {
-    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-        .create_token_request(
-            name,
-            &PostParams::default(),
-            &TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    audiences: None,
-                    expiration_seconds: Some(3600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{name}: {e}"))
-        .status
-        .and_then(|s| s.token)
-        .expect("a token in the TokenRequest status")
 }
 
 /// Deletes a cluster-scoped CopyRule when dropped, also when the test panics (TestEnv's
