@@ -124,15 +124,19 @@ fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
             },
         );
         let copy = DesiredCopy::build(&rule, &source, &payload, &name);
+        let meta = copy.object().metadata;
         existing.insert(
             copy.key,
-            Existing::Managed(ManagedCopy {
-                resource_version: "7".into(),
-                labels: copy.object.metadata.labels.unwrap(),
-                annotations: copy.object.metadata.annotations.unwrap(),
-                actual_hash: None,
-                deleting: false,
-            }),
+            Existing::Managed(
+                ManagedCopy::from_marks(
+                    Kind::Secret,
+                    &meta.labels.unwrap(),
+                    &meta.annotations.unwrap(),
+                    "7".into(),
+                    false,
+                )
+                .unwrap(),
+            ),
         );
     }
     let mut contents = Contents::default();

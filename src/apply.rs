@@ -1,10 +1,14 @@
 //! Applying a plan: the only place copies are written. Every write is safe under races
 //! (SPEC §4.5): creates only succeed if the name is free, updates and deletes carry the
-//! resourceVersion they were planned from. Writes run with bounded concurrency.
+//! resourceVersion they were planned from. Writes run with bounded concurrency, and with a
+//! bound on the bytes in flight: each request body is built from the copy's shared template
+//! just before it is sent, so a fan-out's memory is the payload plus the writes in flight
+//! (SPEC §5), not the payload times the number of namespaces.
 
 use std::time::Instant;
 
 use futures::{StreamExt, stream};
+use tokio::sync::Semaphore;
 
 use crate::{
     cluster::{ApiError, Cluster, Written},
@@ -25,11 +29,22 @@ pub enum Applied {
     Failed(ApiError),
 }
 
-/// Applies `actions` with at most `concurrency` writes in flight; returns each action with
-/// its result (in completion order: a slow write never holds back the window).
+/// Bytes of writes in flight at once, across all jobs, in KiB: a write holds twice its body
+/// (the request, and the object the API server sends back until its metadata is read).
+pub const WRITE_BUDGET_KIB: u32 = 16 * 1024;
+
+/// The process-wide budget [`apply`] takes its write permits from.
+pub fn write_budget() -> Semaphore {
+    Semaphore::new(WRITE_BUDGET_KIB as usize)
+}
+
+/// Applies `actions` with at most `concurrency` writes in flight, and no more bytes in flight
+/// than `budget` allows; returns each action with its result (in completion order: a slow
+/// write never holds back the window).
 pub async fn apply(
     cluster: &Cluster,
     metrics: &Metrics,
+    budget: &Semaphore,
     actions: Vec<Action>,
     concurrency: usize,
     since: Instant,
@@ -37,6 +52,19 @@ pub async fn apply(
     let mut out = Vec::with_capacity(actions.len());
     let mut results = stream::iter(actions)
         .map(|action| async move {
+            let kib = match &action {
+                Action::Create { copy, .. }
+                | Action::Update { copy, .. }
+                | Action::Recreate { copy, .. } => {
+                    (2 * copy.approx_bytes() / 1024 + 1).min(WRITE_BUDGET_KIB as usize) as u32
+                }
+                _ => 0,
+            };
+            // A closed semaphore is never closed here; without a permit, write anyway.
+            let _permit = match kib {
+                0 => None,
+                n => budget.acquire_many(n).await.ok(),
+            };
             let applied = apply_one(cluster, metrics, &action, since).await;
             (action, applied)
         })
@@ -55,7 +83,7 @@ async fn apply_one(
 ) -> Applied {
     let result = match action {
         Action::Create { copy, .. } => cluster
-            .create(copy.key.kind, &copy.object)
+            .create_copy(copy)
             .await
             .map(|w| count(metrics, "create", w, since)),
         Action::Update {
@@ -63,8 +91,7 @@ async fn apply_one(
             resource_version,
             ..
         } => {
-            let obj = copy.with_resource_version(resource_version);
-            match cluster.replace(copy.key.kind, &obj).await {
+            match cluster.replace_copy(copy, resource_version).await {
                 // The existing copy is immutable (the source was mutable before): recreate.
                 Err(e) if e.is_immutable_rejection() => {
                     recreate(cluster, metrics, action, since).await
@@ -119,7 +146,7 @@ async fn recreate(
         other => return Ok(other),
     }
     cluster
-        .create(copy.key.kind, &copy.object)
+        .create_copy(copy)
         .await
         .map(|w| count(metrics, "create", w, since))
 }

@@ -2,7 +2,7 @@
 //! the cluster and the preconditioned writes that apply its plan. Every call goes through the
 //! client-side rate limiter and is counted in the metrics.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
@@ -12,6 +12,7 @@ use kube::{
 use serde_json::json;
 
 use crate::{
+    content::DesiredCopy,
     copyrule::{CopyRule, CopyRuleStatus},
     marks,
     metrics::Metrics,
@@ -233,8 +234,24 @@ impl Cluster {
         kube::core::Request::new(Object::url_path(&kind, namespace))
     }
 
+    /// Opens a watch; its events are parsed as `T`.
+    pub async fn watch_events<T: Clone + serde::de::DeserializeOwned>(
+        &self,
+        req: axum::http::Request<Vec<u8>>,
+    ) -> ApiResult<
+        impl futures::Stream<Item = Result<kube::core::WatchEvent<T>, kube::Error>> + use<T>,
+    > {
+        self.call("watch", "watch", self.client.request_events::<T>(req))
+            .await
+    }
+
     /// Reads a Secret or ConfigMap in full; `None` when it does not exist.
+    /// An invalid name (never from the API server) is never put into a URL: there is no such
+    /// object.
     pub async fn get(&self, key: &ObjectKey) -> ApiResult<Option<Object>> {
+        if !key.is_valid() {
+            return Ok(None);
+        }
         let req = Self::objects_request(key.kind, Some(&key.namespace))
             .get(&key.name, &Default::default());
         self.call("get", key.kind.plural(), self.fetch_opt(req))
@@ -243,6 +260,9 @@ impl Cluster {
 
     /// Reads only the metadata of a Secret or ConfigMap.
     pub async fn get_meta(&self, key: &ObjectKey) -> ApiResult<Option<Meta>> {
+        if !key.is_valid() {
+            return Ok(None);
+        }
         let req = Self::objects_request(key.kind, Some(&key.namespace))
             .get_metadata(&key.name, &Default::default());
         let item: Option<MetaItem> = self
@@ -308,6 +328,9 @@ impl Cluster {
 
     /// One namespace's labels and state; `None` when it does not exist.
     pub async fn get_namespace(&self, name: &str) -> ApiResult<Option<NamespaceInfo>> {
+        if !crate::selector::is_dns_label(name) {
+            return Ok(None);
+        }
         let req = kube::core::Request::new(Namespace::url_path(&(), None))
             .get_metadata(name, &Default::default());
         let item: Option<MetaItem> = self.call("get", "namespaces", self.fetch_opt(req)).await?;
@@ -405,32 +428,40 @@ impl Cluster {
         written(res)
     }
 
-    /// Creates a copy if the name is free.
-    pub async fn create(&self, kind: Kind, obj: &Object) -> ApiResult<Written> {
-        let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
-        let api = self.objects(kind, Some(ns));
-        let res = self
-            .call("create", kind.plural(), api.create(&post_params(), obj))
-            .await;
-        match res {
+    /// Creates a copy if the name is free. The body is serialized from the copy's shared
+    /// parts, and of the answer (the whole object again) only the metadata is kept.
+    pub async fn create_copy(&self, copy: &DesiredCopy) -> ApiResult<Written> {
+        let key = &copy.key;
+        let send = async {
+            let body = copy.body(None).map_err(kube::Error::SerdeError)?;
+            let req = Self::objects_request(key.kind, Some(&key.namespace))
+                .create(&post_params(), body)
+                .map_err(kube::Error::BuildRequest)?;
+            self.fetch::<MetaItem>(req).await
+        };
+        match self.call("create", key.kind.plural(), send).await {
             Err(e) if e.is_namespace_terminating() => Ok(Written::NamespaceTerminating),
             other => written(other),
         }
     }
 
-    /// Replaces a copy; `obj` carries the resourceVersion it was planned from.
-    pub async fn replace(&self, kind: Kind, obj: &Object) -> ApiResult<Written> {
-        let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
-        let name = obj.metadata.name.as_deref().unwrap_or_default();
-        let api = self.objects(kind, Some(ns));
-        let res = self
-            .call(
-                "update",
-                kind.plural(),
-                api.replace(name, &post_params(), obj),
-            )
-            .await;
-        written(res)
+    /// Replaces a copy, preconditioned on the resourceVersion it was planned from.
+    pub async fn replace_copy(
+        &self,
+        copy: &DesiredCopy,
+        resource_version: &str,
+    ) -> ApiResult<Written> {
+        let key = &copy.key;
+        let send = async {
+            let body = copy
+                .body(Some(resource_version))
+                .map_err(kube::Error::SerdeError)?;
+            let req = Self::objects_request(key.kind, Some(&key.namespace))
+                .replace(&key.name, &post_params(), body)
+                .map_err(kube::Error::BuildRequest)?;
+            self.fetch::<MetaItem>(req).await
+        };
+        written(self.call("update", key.kind.plural(), send).await)
     }
 
     /// Deletes a copy, preconditioned on the resourceVersion it was planned from.
@@ -480,9 +511,6 @@ fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
         terminating: meta.deletion_timestamp.is_some(),
     })
 }
-
-/// How long jobs wait for admitted state to be persisted before acting on what they read.
-pub const PERSIST_WAIT: Duration = Duration::from_secs(5);
 
 /// Response bodies up to this size are parsed on the calling task.
 const INLINE_PARSE_BYTES: usize = 64 * 1024;

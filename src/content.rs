@@ -1,7 +1,7 @@
 //! What a copy is (SPEC §3): the object built from a source, its marks, and the content hash
 //! that lets copyrator skip writes when a copy is already identical.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -11,6 +11,7 @@ use crate::{
     copyrule::DeletionPolicy,
     marks,
     model::{Kind, Object, ObjectKey, Payload, SourceInfo},
+    plan::ManagedCopy,
     rules::Rule,
 };
 
@@ -119,58 +120,152 @@ impl Marks {
         ]
     }
 
-    /// Whether an existing copy's labels and annotations carry exactly these marks.
-    pub fn present_in(
-        &self,
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
-    ) -> bool {
-        self.labels().iter().all(|(k, v)| labels.get(*k) == Some(v))
-            && self
-                .annotations()
-                .iter()
-                .all(|(k, v)| annotations.get(*k) == Some(v))
+    /// Whether an existing copy carries exactly these marks.
+    pub fn recorded_in(&self, copy: &ManagedCopy) -> bool {
+        copy.source == self.source
+            && copy.source_uid == self.source_uid
+            && copy.rule.mark() == self.rule
+            && copy.deletion_policy == Some(self.deletion_policy)
+            && copy.content_hash.as_ref() == Some(&self.content_hash)
     }
 }
 
-/// A copy as it should exist.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DesiredCopy {
-    pub key: ObjectKey,
+/// What every copy of one source made by one rule shares: name, metadata, marks and the
+/// source's payload, which exists once however many namespaces get a copy (a 1 MiB Secret
+/// fanned out to 500 namespaces is 1 MiB in memory, not 500).
+#[derive(Debug)]
+pub struct CopyTemplate {
+    pub kind: Kind,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub payload: Arc<Payload>,
     pub marks: Marks,
-    pub object: Object,
 }
 
-impl DesiredCopy {
-    /// Builds the copy of `source` (with `payload`) that `rule` wants in `namespace`.
-    pub fn build(rule: &Rule, source: &SourceInfo, payload: &Payload, namespace: &str) -> Self {
+impl CopyTemplate {
+    /// The copies of `source` (with `payload`) that `rule` makes.
+    pub fn new(rule: &Rule, source: &SourceInfo, payload: Arc<Payload>) -> Self {
         let kind = source.key.kind;
-        let key = ObjectKey::new(kind, namespace, rule.target_name(&source.key.name));
-        let marks = Marks::new(rule, source, source_hash(source, payload));
+        let marks = Marks::new(rule, source, source_hash(source, &payload));
         let mut labels = carried(&source.labels);
         labels.extend(marks.labels().map(|(k, v)| (k.to_string(), v)));
         let mut annotations = carried(&source.annotations);
         annotations.extend(marks.annotations().map(|(k, v)| (k.to_string(), v)));
-        let object = Object {
-            api_version: "v1".into(),
-            kind: kind.as_str().into(),
-            metadata: ObjectMeta {
-                name: Some(key.name.clone()),
-                namespace: Some(key.namespace.clone()),
-                labels: Some(labels),
-                annotations: Some(annotations),
-                ..Default::default()
-            },
-            payload: payload.clone().for_kind(kind),
-        };
-        Self { key, marks, object }
+        Self {
+            kind,
+            name: rule.target_name(&source.key.name).to_string(),
+            labels,
+            annotations,
+            payload,
+            marks,
+        }
+    }
+}
+
+/// A copy as it should exist: a template and a namespace.
+#[derive(Clone, Debug)]
+pub struct DesiredCopy {
+    pub key: ObjectKey,
+    pub template: Arc<CopyTemplate>,
+}
+
+impl PartialEq for DesiredCopy {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+            && (Arc::ptr_eq(&self.template, &other.template)
+                || self.template.marks == other.template.marks)
+    }
+}
+
+impl DesiredCopy {
+    /// The copy `template` describes, in `namespace`.
+    pub fn in_namespace(template: &Arc<CopyTemplate>, namespace: &str) -> Self {
+        Self {
+            key: ObjectKey::new(template.kind, namespace, &template.name),
+            template: Arc::clone(template),
+        }
     }
 
-    /// The object to send with a resourceVersion precondition (for replace).
-    pub fn with_resource_version(&self, resource_version: &str) -> Object {
-        let mut obj = self.object.clone();
-        obj.metadata.resource_version = Some(resource_version.to_string());
-        obj
+    /// Builds the copy of `source` (with `payload`) that `rule` wants in `namespace`.
+    pub fn build(rule: &Rule, source: &SourceInfo, payload: &Payload, namespace: &str) -> Self {
+        let template = Arc::new(CopyTemplate::new(
+            rule,
+            source,
+            Arc::new(payload.clone().for_kind(source.key.kind)),
+        ));
+        Self::in_namespace(&template, namespace)
+    }
+
+    pub fn marks(&self) -> &Marks {
+        &self.template.marks
+    }
+
+    /// The whole object (a copy of the payload: for tests and inspection, not for writes).
+    pub fn object(&self) -> Object {
+        Object {
+            api_version: "v1".into(),
+            kind: self.key.kind.as_str().into(),
+            metadata: ObjectMeta {
+                name: Some(self.key.name.clone()),
+                namespace: Some(self.key.namespace.clone()),
+                labels: Some(self.template.labels.clone()),
+                annotations: Some(self.template.annotations.clone()),
+                ..Default::default()
+            },
+            payload: (*self.template.payload).clone(),
+        }
+    }
+
+    /// The request body of a create (no resourceVersion) or a preconditioned replace,
+    /// serialized from the shared parts without copying the payload first.
+    pub fn body(&self, resource_version: Option<&str>) -> serde_json::Result<Vec<u8>> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta<'a> {
+            name: &'a str,
+            namespace: &'a str,
+            labels: &'a BTreeMap<String, String>,
+            annotations: &'a BTreeMap<String, String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            resource_version: Option<&'a str>,
+        }
+        #[derive(Serialize)]
+        struct Body<'a> {
+            #[serde(rename = "apiVersion")]
+            api_version: &'static str,
+            kind: &'static str,
+            metadata: Meta<'a>,
+            #[serde(flatten)]
+            payload: &'a Payload,
+        }
+        let mut out = Vec::with_capacity(self.approx_bytes());
+        serde_json::to_writer(
+            &mut out,
+            &Body {
+                api_version: "v1",
+                kind: self.key.kind.as_str(),
+                metadata: Meta {
+                    name: &self.key.name,
+                    namespace: &self.key.namespace,
+                    labels: &self.template.labels,
+                    annotations: &self.template.annotations,
+                    resource_version,
+                },
+                payload: &self.template.payload,
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// About how many bytes a request to write this copy takes (payload plus metadata).
+    pub fn approx_bytes(&self) -> usize {
+        let map = |m: &BTreeMap<String, String>| -> usize {
+            m.iter().map(|(k, v)| k.len() + v.len() + 6).sum()
+        };
+        256 + self.template.payload.approx_bytes()
+            + map(&self.template.labels)
+            + map(&self.template.annotations)
     }
 }
 
@@ -222,8 +317,9 @@ mod tests {
         let src = source();
         let rule = Rule::inline(&src).unwrap().unwrap();
         let copy = DesiredCopy::build(&rule, &src, &payload("c2VjcmV0"), "team-a");
-        let labels = copy.object.metadata.labels.as_ref().unwrap();
-        let annotations = copy.object.metadata.annotations.as_ref().unwrap();
+        let object = copy.object();
+        let labels = object.metadata.labels.as_ref().unwrap();
+        let annotations = object.metadata.annotations.as_ref().unwrap();
         assert_eq!(copy.key, ObjectKey::new(Kind::Secret, "team-a", "mysecret"));
         assert_eq!(labels.get("team").map(String::as_str), Some("platform"));
         assert_eq!(
@@ -268,10 +364,17 @@ mod tests {
             );
         }
         assert!(!annotations.contains_key(marks::NAMESPACE_SELECTOR_ANNOTATION));
-        assert_eq!(copy.object.payload, payload("c2VjcmV0"));
-        assert!(copy.object.metadata.owner_references.is_none());
-        assert!(copy.object.metadata.finalizers.is_none());
-        assert!(copy.marks.present_in(labels, annotations));
+        assert_eq!(object.payload, payload("c2VjcmV0"));
+        assert!(object.metadata.owner_references.is_none());
+        assert!(object.metadata.finalizers.is_none());
+        // What is sent is that object, and only a replace carries a resourceVersion.
+        let sent: serde_json::Value = serde_json::from_slice(&copy.body(None).unwrap()).unwrap();
+        assert_eq!(sent, serde_json::to_value(&object).unwrap());
+        let replace: Object = serde_json::from_slice(&copy.body(Some("7")).unwrap()).unwrap();
+        assert_eq!(replace.metadata.resource_version.as_deref(), Some("7"));
+        let parsed =
+            ManagedCopy::from_marks(Kind::Secret, labels, annotations, "1".into(), false).unwrap();
+        assert!(copy.marks().recorded_in(&parsed));
     }
 
     #[test]
@@ -280,8 +383,8 @@ mod tests {
         let rule = Rule::inline(&src).unwrap().unwrap();
         let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a");
         assert_eq!(
-            object_hash(Kind::Secret, &copy.object),
-            copy.marks.content_hash
+            object_hash(Kind::Secret, &copy.object()),
+            copy.marks().content_hash
         );
     }
 
@@ -317,15 +420,18 @@ mod tests {
         let src = source();
         let rule = Rule::inline(&src).unwrap().unwrap();
         let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a");
-        let mut edited = copy.object.clone();
+        let mut edited = copy.object();
         edited
             .payload
             .data
             .as_mut()
             .unwrap()
             .insert("extra".into(), "eA==".into());
-        assert_ne!(object_hash(Kind::Secret, &edited), copy.marks.content_hash);
-        let mut relabelled = copy.object.clone();
+        assert_ne!(
+            object_hash(Kind::Secret, &edited),
+            copy.marks().content_hash
+        );
+        let mut relabelled = copy.object();
         relabelled
             .metadata
             .labels
@@ -334,7 +440,7 @@ mod tests {
             .insert("hand".into(), "made".into());
         assert_ne!(
             object_hash(Kind::Secret, &relabelled),
-            copy.marks.content_hash
+            copy.marks().content_hash
         );
     }
 }

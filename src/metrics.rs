@@ -72,6 +72,7 @@ pub struct Metrics {
     pub admission_requests: Family<AdmissionLabels, Counter>,
     pub admission_duration: Family<EndpointLabels, Histogram>,
     pub queue_depth: Gauge,
+    pub queue_delayed: Gauge,
     pub queue_coalesced: Counter,
     pub queue_dropped: Counter,
     pub jobs: Family<JobLabels, Counter>,
@@ -79,6 +80,7 @@ pub struct Metrics {
     pub copy_writes: Family<VerbLabels, Counter>,
     pub conflicts: Family<ReasonLabels, Counter>,
     pub refused_targets: Counter,
+    pub malformed_marks: Counter,
     pub copy_lag: Histogram,
     pub resync_duration: Histogram,
     pub resync_drift: Family<ReasonLabels, Counter>,
@@ -114,6 +116,12 @@ impl Metrics {
             admission_duration.clone(),
         );
         let queue_depth = Gauge::default();
+        let queue_delayed = Gauge::default();
+        registry.register(
+            "queue_delayed",
+            "Of the queued jobs, those waiting for a due time: a retry's backoff, a change not persisted yet, a resync's earliest start",
+            queue_delayed.clone(),
+        );
         registry.register(
             "queue_depth",
             "Jobs waiting in the work queue",
@@ -159,6 +167,12 @@ impl Metrics {
             "refused_targets",
             "Targets an untrusted source asked for whose namespace did not consent (never written)",
             refused_targets.clone(),
+        );
+        let malformed_marks = Counter::default();
+        registry.register(
+            "malformed_marks",
+            "Objects labelled as managed by copyrator whose marks do not parse (left alone), each counted once",
+            malformed_marks.clone(),
         );
         let copy_lag = Histogram::new(exponential_buckets(0.001, 2.0, 17));
         registry.register(
@@ -213,6 +227,7 @@ impl Metrics {
             admission_requests,
             admission_duration,
             queue_depth,
+            queue_delayed,
             queue_coalesced,
             queue_dropped,
             jobs,
@@ -220,6 +235,7 @@ impl Metrics {
             copy_writes,
             conflicts,
             refused_targets,
+            malformed_marks,
             copy_lag,
             resync_duration,
             resync_drift,

@@ -67,6 +67,14 @@ impl ObjectKey {
         }
     }
 
+    /// Whether the namespace and name are valid Kubernetes names (a namespace is a DNS label,
+    /// a Secret or ConfigMap name a DNS subdomain). Keys from reviews that anyone may post
+    /// are checked before they become jobs, and never reach a URL otherwise.
+    pub fn is_valid(&self) -> bool {
+        crate::selector::is_dns_label(&self.namespace)
+            && crate::selector::is_dns_subdomain(&self.name)
+    }
+
     /// `<namespace>/<name>`, the form of the `copyrator.io/source` annotation.
     pub fn namespaced_name(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -181,7 +189,7 @@ pub struct MetaListMeta {
     pub continue_: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct MetaItem {
     #[serde(default)]
     pub metadata: Meta,
@@ -265,8 +273,9 @@ impl<'de> Deserialize<'de> for TopFields {
     }
 }
 
-/// The part of a Secret or ConfigMap that a copy carries.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The part of a Secret or ConfigMap that a copy carries. Its `Debug` shows keys and sizes,
+/// never values: it may be a Secret's data.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payload {
     /// Secret type (`Opaque`, `kubernetes.io/dockerconfigjson`, ...).
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
@@ -289,7 +298,38 @@ pub struct Payload {
 /// namespace; copying it would hand that identity to other namespaces.
 pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
 
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Sizes<'a>(&'a BTreeMap<String, String>);
+        impl fmt::Debug for Sizes<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map()
+                    .entries(
+                        self.0
+                            .iter()
+                            .map(|(k, v)| (k, format!("<{} bytes>", v.len()))),
+                    )
+                    .finish()
+            }
+        }
+        f.debug_struct("Payload")
+            .field("type", &self.type_)
+            .field("data", &self.data.as_ref().map(Sizes))
+            .field("binary_data", &self.binary_data.as_ref().map(Sizes))
+            .field("immutable", &self.immutable)
+            .finish()
+    }
+}
+
 impl Payload {
+    /// About how many bytes the payload takes as JSON.
+    pub fn approx_bytes(&self) -> usize {
+        let map = |m: &Option<BTreeMap<String, String>>| -> usize {
+            m.iter().flatten().map(|(k, v)| k.len() + v.len() + 6).sum()
+        };
+        map(&self.data) + map(&self.binary_data) + self.type_.as_ref().map_or(0, String::len)
+    }
+
     pub fn is_immutable(&self) -> bool {
         self.immutable == Some(true)
     }
@@ -366,6 +406,27 @@ mod tests {
         assert_eq!(obj.payload.type_.as_deref(), Some("Opaque"));
         assert!(obj.payload.is_immutable());
         assert_eq!(serde_json::to_value(&obj).unwrap(), raw);
+    }
+
+    #[test]
+    fn payload_debug_never_shows_values() {
+        let p = Payload {
+            type_: Some("Opaque".into()),
+            data: Some([("password".to_string(), "c2VjcmV0".to_string())].into()),
+            ..Default::default()
+        };
+        let shown = format!(
+            "{p:?} {:?}",
+            Object {
+                payload: p.clone(),
+                ..Default::default()
+            }
+        );
+        assert!(
+            shown.contains("password") && shown.contains("<8 bytes>"),
+            "{shown}"
+        );
+        assert!(!shown.contains("c2VjcmV0"), "{shown}");
     }
 
     #[test]

@@ -2,14 +2,18 @@
 //! existing copies) to what it must do (create, update, delete, skip, conflict). All of the
 //! product's copy and safety rules (SPEC §2.3, §3, §4) are decided here, without I/O.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
+};
 
 use crate::{
-    content::{DesiredCopy, Marks},
+    content::{CopyTemplate, DesiredCopy, Marks},
     copyrule::{ConflictPolicy, CopyRule, DeletionPolicy},
     marks,
     model::{NamespaceInfo, ObjectKey, Payload, SourceInfo},
     rules::{Rule, RuleId, RuleSet},
+    selector,
     tenancy::{Tier, TrustPolicy},
 };
 
@@ -44,6 +48,9 @@ pub struct Claims<'w> {
     pub refused: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
 }
 
+/// Copy templates made while planning, by rule and source.
+type Templates = HashMap<(RuleId, ObjectKey), Arc<CopyTemplate>>;
+
 /// One rule wanting one source copied to one target.
 #[derive(Clone, Copy, Debug)]
 pub struct Claim<'w> {
@@ -62,9 +69,9 @@ impl Claim<'_> {
     /// Whether `copy` is this claim's: same rule, same source, same source object (uid). A
     /// copy of a deleted and recreated source is taken over like any other copy (SPEC §9.3).
     fn owns(&self, copy: &ManagedCopy) -> bool {
-        copy.annotation(marks::RULE_ANNOTATION) == Some(&self.rule.id.mark())
-            && copy.annotation(marks::SOURCE_ANNOTATION) == Some(&self.source.key.namespaced_name())
-            && copy.labels.get(marks::SOURCE_UID_LABEL) == Some(&self.source.uid)
+        copy.rule == self.rule.id
+            && copy.source == self.source.key
+            && copy.source_uid == self.source.uid
     }
 }
 
@@ -136,53 +143,101 @@ impl World {
     }
 }
 
-/// A copy copyrator manages (it carries `managed-by: copyrator`), as last read.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+/// A copy copyrator manages, as last read: its marks (SPEC §3), parsed and validated, and
+/// nothing else of its metadata. The carried labels and annotations are covered by the
+/// content hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManagedCopy {
     pub resource_version: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    /// The source it was copied from (`copyrator.io/source`).
+    pub source: ObjectKey,
+    /// `copyrator.io/source-uid`; empty when missing.
+    pub source_uid: String,
+    /// The rule that made it (`copyrator.io/rule`).
+    pub rule: RuleId,
+    /// `copyrator.io/deletion-policy`, when present and valid.
+    pub deletion_policy: Option<DeletionPolicy>,
+    /// `copyrator.io/content-hash`.
+    pub content_hash: Option<String>,
     /// Hash of the content actually held, when the copy was read in full. Without it the
     /// `content-hash` annotation is trusted (metadata-only reads).
     pub actual_hash: Option<String>,
     pub deleting: bool,
 }
 
+/// Why an object labelled `managed-by: copyrator` is not treated as a copy: its marks do not
+/// parse (made or edited by hand, or forged). It is never written, never followed to a source.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MarksError {
+    #[error("annotation {} is missing", marks::SOURCE_ANNOTATION)]
+    MissingSource,
+    #[error("annotation {} is not <namespace>/<name>", marks::SOURCE_ANNOTATION)]
+    BadSource,
+    #[error("annotation {} is missing", marks::RULE_ANNOTATION)]
+    MissingRule,
+    #[error(
+        "annotation {} is neither \"inline\" nor copyrule/<name>",
+        marks::RULE_ANNOTATION
+    )]
+    BadRule,
+}
+
 impl ManagedCopy {
-    fn annotation(&self, key: &str) -> Option<&String> {
-        self.annotations.get(key)
+    /// Parses the marks of an object of `kind` that carries `managed-by: copyrator`.
+    pub fn from_marks(
+        kind: crate::model::Kind,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        resource_version: String,
+        deleting: bool,
+    ) -> Result<Self, MarksError> {
+        let source = annotations
+            .get(marks::SOURCE_ANNOTATION)
+            .ok_or(MarksError::MissingSource)?;
+        let source = match source.split_once('/') {
+            Some((ns, name)) if selector::is_dns_label(ns) && selector::is_dns_subdomain(name) => {
+                ObjectKey::new(kind, ns, name)
+            }
+            _ => return Err(MarksError::BadSource),
+        };
+        let rule = match annotations
+            .get(marks::RULE_ANNOTATION)
+            .ok_or(MarksError::MissingRule)?
+            .as_str()
+        {
+            "inline" => RuleId::Inline(source.clone()),
+            other => match other.strip_prefix("copyrule/") {
+                Some(name) if selector::is_dns_subdomain(name) => RuleId::CopyRule(name.into()),
+                _ => return Err(MarksError::BadRule),
+            },
+        };
+        Ok(Self {
+            resource_version,
+            source,
+            source_uid: labels
+                .get(marks::SOURCE_UID_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+            rule,
+            deletion_policy: annotations
+                .get(marks::DELETION_POLICY_ANNOTATION)
+                .and_then(|p| DeletionPolicy::parse(p)),
+            content_hash: annotations.get(marks::CONTENT_HASH_ANNOTATION).cloned(),
+            actual_hash: None,
+            deleting,
+        })
     }
 
-    /// The source this copy was made from, from its annotation.
-    pub fn source(&self, kind: crate::model::Kind) -> Option<ObjectKey> {
-        let (ns, name) = self.annotation(marks::SOURCE_ANNOTATION)?.split_once('/')?;
-        Some(ObjectKey::new(kind, ns, name))
-    }
-
-    /// The tier of the rule recorded on the copy, judged by today's trust policy; the lowest
-    /// when the marks do not say.
-    pub fn recorded_tier(&self, kind: crate::model::Kind, trust: &TrustPolicy) -> Tier {
-        match self.recorded_rule(kind) {
-            Some(RuleId::CopyRule(_)) => Tier::CopyRule,
-            Some(RuleId::Inline(source)) => trust.inline_tier(&source.namespace),
-            None => Tier::ConsentedInline,
-        }
-    }
-
-    /// The rule recorded on the copy.
-    pub fn recorded_rule(&self, kind: crate::model::Kind) -> Option<RuleId> {
-        match self.annotation(marks::RULE_ANNOTATION)?.as_str() {
-            "inline" => self.source(kind).map(RuleId::Inline),
-            other => other
-                .strip_prefix("copyrule/")
-                .map(|name| RuleId::CopyRule(name.to_string())),
+    /// The tier of the rule recorded on the copy, judged by today's trust policy.
+    pub fn recorded_tier(&self, trust: &TrustPolicy) -> Tier {
+        match &self.rule {
+            RuleId::CopyRule(_) => Tier::CopyRule,
+            RuleId::Inline(source) => trust.inline_tier(&source.namespace),
         }
     }
 
     fn held_hash(&self) -> Option<&String> {
-        self.actual_hash
-            .as_ref()
-            .or_else(|| self.annotation(marks::CONTENT_HASH_ANNOTATION))
+        self.actual_hash.as_ref().or(self.content_hash.as_ref())
     }
 }
 
@@ -199,10 +254,11 @@ pub enum Existing {
     },
 }
 
-/// Source payloads read by the job, and content hashes known for a source's current version.
+/// Source payloads read by the job (each shared by all its copies), and content hashes known
+/// for a source's current version.
 #[derive(Clone, Debug, Default)]
 pub struct Contents {
-    pub payloads: HashMap<ObjectKey, Payload>,
+    pub payloads: HashMap<ObjectKey, Arc<Payload>>,
     /// Hashes remembered for (source, resourceVersion): lets a steady-state pass decide "in
     /// sync" without reading the source's payload.
     pub known_hashes: HashMap<ObjectKey, String>,
@@ -345,12 +401,10 @@ impl Scope {
             Scope::Target(t) => t == target,
             Scope::Source(src) => {
                 claims.iter().any(|c| &c.source.key == src)
-                    || managed.is_some_and(|m| m.source(target.kind).as_ref() == Some(src))
+                    || managed.is_some_and(|m| &m.source == src)
             }
             Scope::Rule(id) => {
-                claims.iter().any(|c| &c.rule.id == id)
-                    || managed
-                        .is_some_and(|m| m.annotation(marks::RULE_ANNOTATION) == Some(&id.mark()))
+                claims.iter().any(|c| &c.rule.id == id) || managed.is_some_and(|m| &m.rule == id)
             }
         }
     }
@@ -366,6 +420,7 @@ pub fn plan(
 ) -> Vec<Action> {
     let claims = world.claims();
     let none = Existing::None;
+    let mut templates = Templates::new();
     let mut targets: BTreeSet<&ObjectKey> = claims.wanted.keys().collect();
     targets.extend(claims.refused.keys());
     targets.extend(existing.keys());
@@ -375,7 +430,14 @@ pub fn plan(
         let refused = claims.refused.get(target).map(Vec::as_slice).unwrap_or(&[]);
         let found = existing.get(target).unwrap_or(&none);
         if scope.covers(target, wanted, found) || scope.covers(target, refused, &none) {
-            actions.extend(plan_target(world, target, wanted, found, contents));
+            actions.extend(plan_target(
+                world,
+                target,
+                wanted,
+                found,
+                contents,
+                &mut templates,
+            ));
             actions.extend(refused.iter().map(|c| Action::Refused {
                 target: target.clone(),
                 by: c.to_ref(),
@@ -386,12 +448,13 @@ pub fn plan(
 }
 
 /// Plans one target given every claim on it and what exists there.
-pub fn plan_target(
+fn plan_target(
     world: &World,
     target: &ObjectKey,
     claims: &[Claim<'_>],
     existing: &Existing,
     contents: &Contents,
+    templates: &mut Templates,
 ) -> Vec<Action> {
     if let Some(ns) = world.namespaces.get(&target.namespace)
         && ns.terminating
@@ -410,7 +473,7 @@ pub fn plan_target(
         }];
     }
 
-    let winner = match winner(&world.policy.trust, target, claims, existing) {
+    let winner = match winner(&world.policy.trust, claims, existing) {
         None => return plan_orphan(world, target, existing),
         Some(Ok(winner)) => winner,
         Some(Err(held)) => {
@@ -433,7 +496,7 @@ pub fn plan_target(
             reason: ConflictReason::OwnedBy(winner.to_ref()),
         })
         .collect();
-    actions.push(plan_winner(target, winner, existing, contents));
+    actions.push(plan_winner(target, winner, existing, contents, templates));
     actions
 }
 
@@ -443,7 +506,6 @@ pub fn plan_target(
 /// `None` when nothing claims the target.
 fn winner<'w>(
     trust: &TrustPolicy,
-    target: &ObjectKey,
     claims: &[Claim<'w>],
     existing: &Existing,
 ) -> Option<Result<Claim<'w>, ConflictReason>> {
@@ -454,10 +516,8 @@ fn winner<'w>(
         if let Some(owner) = contenders.find(|c| c.owns(m)) {
             return Some(Ok(*owner));
         }
-        if m.recorded_tier(target.kind, trust) < top {
-            return Some(Err(ConflictReason::HeldByHigherTier(
-                m.recorded_rule(target.kind),
-            )));
+        if m.recorded_tier(trust) < top {
+            return Some(Err(ConflictReason::HeldByHigherTier(Some(m.rule.clone()))));
         }
     }
     Some(Ok(*first))
@@ -468,10 +528,11 @@ fn plan_winner(
     claim: Claim<'_>,
     existing: &Existing,
     contents: &Contents,
+    templates: &mut Templates,
 ) -> Action {
     let by = claim.to_ref();
     let payload = contents.payloads.get(&claim.source.key);
-    if payload.is_some_and(Payload::is_service_account_token) {
+    if payload.is_some_and(|p| p.is_service_account_token()) {
         return Action::Conflict {
             target: target.clone(),
             by,
@@ -481,28 +542,34 @@ fn plan_winner(
     let need_source = || Action::NeedSource {
         source: claim.source.key.clone(),
     };
-    let build = |payload: &Payload| {
-        Box::new(DesiredCopy::build(
-            claim.rule,
-            claim.source,
-            payload,
-            &target.namespace,
-        ))
+    // One template per (rule, source): every target shares its payload and content hash.
+    let template = payload.map(|p| {
+        Arc::clone(
+            templates
+                .entry((claim.rule.id.clone(), claim.source.key.clone()))
+                .or_insert_with(|| {
+                    Arc::new(CopyTemplate::new(claim.rule, claim.source, Arc::clone(p)))
+                }),
+        )
+    });
+    let build = |template: &Arc<CopyTemplate>| {
+        Box::new(DesiredCopy::in_namespace(template, &target.namespace))
     };
+    let payload = template.as_ref();
 
     match existing {
         Existing::None => match payload {
-            Some(p) => Action::Create { copy: build(p), by },
+            Some(t) => Action::Create { copy: build(t), by },
             None => need_source(),
         },
         Existing::Managed(m) => {
             let desired_hash = match payload {
-                Some(p) => Some(crate::content::source_hash(claim.source, p)),
+                Some(t) => Some(t.marks.content_hash.clone()),
                 None => contents.known_hashes.get(&claim.source.key).cloned(),
             };
             if let Some(hash) = desired_hash {
                 let marks = Marks::new(claim.rule, claim.source, hash.clone());
-                if m.held_hash() == Some(&hash) && marks.present_in(&m.labels, &m.annotations) {
+                if m.held_hash() == Some(&hash) && marks.recorded_in(m) {
                     return Action::InSync {
                         target: target.clone(),
                         by,
@@ -514,7 +581,7 @@ fn plan_winner(
             };
             let copy = build(p);
             let resource_version = m.resource_version.clone();
-            if p.is_immutable() {
+            if p.payload.is_immutable() {
                 Action::Recreate {
                     copy,
                     resource_version,
@@ -543,7 +610,7 @@ fn plan_winner(
             };
             let copy = build(p);
             let resource_version = resource_version.clone();
-            if p.is_immutable() {
+            if p.payload.is_immutable() {
                 Action::Recreate {
                     copy,
                     resource_version,
@@ -568,21 +635,11 @@ fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Ac
     let Existing::Managed(m) = existing else {
         return Vec::new();
     };
-    let live_rule = m.annotation(marks::RULE_ANNOTATION).and_then(|mark| {
-        world.rules.rules.iter().find(|r| {
-            &r.id.mark() == mark
-                && match &r.id {
-                    RuleId::Inline(src) => m.source(target.kind).as_ref() == Some(src),
-                    RuleId::CopyRule(_) => true,
-                }
-        })
-    });
-    let policy = live_rule.map(|r| r.deletion_policy).unwrap_or_else(|| {
-        m.annotation(marks::DELETION_POLICY_ANNOTATION)
-            .and_then(|p| DeletionPolicy::parse(p))
-            .unwrap_or_default()
-    });
-    let rule = m.recorded_rule(target.kind);
+    let live_rule = world.rules.rules.iter().find(|r| r.id == m.rule);
+    let policy = live_rule
+        .map(|r| r.deletion_policy)
+        .unwrap_or_else(|| m.deletion_policy.unwrap_or_default());
+    let rule = Some(m.rule.clone());
     match policy {
         DeletionPolicy::Delete => vec![Action::Delete {
             target: target.clone(),

@@ -80,7 +80,7 @@ impl Fixture {
 
     fn add_source(&mut self, src: SourceInfo, p: Option<Payload>) {
         if let Some(p) = p {
-            self.contents.payloads.insert(src.key.clone(), p);
+            self.contents.payloads.insert(src.key.clone(), Arc::new(p));
         }
         self.world.sources.insert(src.key.clone(), src);
     }
@@ -109,16 +109,19 @@ impl Fixture {
         rv: &str,
     ) -> (ObjectKey, Existing) {
         let copy = DesiredCopy::build(rule, src, p, namespace);
-        let meta = copy.object.metadata;
+        let meta = copy.object().metadata;
         (
             copy.key,
-            Existing::Managed(ManagedCopy {
-                resource_version: rv.into(),
-                labels: meta.labels.unwrap(),
-                annotations: meta.annotations.unwrap(),
-                actual_hash: None,
-                deleting: false,
-            }),
+            Existing::Managed(
+                ManagedCopy::from_marks(
+                    src.key.kind,
+                    &meta.labels.unwrap(),
+                    &meta.annotations.unwrap(),
+                    rv.into(),
+                    false,
+                )
+                .unwrap(),
+            ),
         )
     }
 
@@ -357,18 +360,46 @@ fn hand_edited_copy_is_restored() {
 }
 
 #[test]
-fn removed_mark_is_restored() {
-    let mut f = Fixture::new()
-        .ns("team-a", &[("secret", "yes")])
-        .with_inline_copy("team-a", &payload("v1"));
-    if let Some(Existing::Managed(m)) = f.existing.get_mut(&target("team-a")) {
-        m.annotations.remove(marks::SOURCE_ANNOTATION);
-        m.annotations
-            .insert(marks::RULE_ANNOTATION.into(), "inline".into());
+fn marks_that_do_not_parse_make_an_object_unmanaged() {
+    let good = map(&[
+        (marks::SOURCE_ANNOTATION, "default/mysecret"),
+        (marks::RULE_ANNOTATION, "inline"),
+    ]);
+    let labels = map(&[(marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE)]);
+    let parse = |annotations: &BTreeMap<String, String>| {
+        ManagedCopy::from_marks(Kind::Secret, &labels, annotations, "1".into(), false)
+    };
+    let copy = parse(&good).unwrap();
+    assert_eq!(
+        copy.source,
+        ObjectKey::new(Kind::Secret, "default", "mysecret")
+    );
+    assert_eq!(copy.rule, RuleId::Inline(copy.source.clone()));
+    // The forged marks of SPEC §4.5's hostile-input cases, and removed ones.
+    for source in [
+        "x/a b",
+        "x/",
+        "nonsense",
+        "a/b/c/d",
+        "../../x/y",
+        "/x",
+        "X/y",
+    ] {
+        let mut a = good.clone();
+        a.insert(marks::SOURCE_ANNOTATION.into(), source.into());
+        assert_eq!(parse(&a), Err(MarksError::BadSource), "{source}");
     }
-    // Without the source annotation the copy is not recognisably this claim's, but the only
-    // claim wins anyway and rewrites the marks.
-    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@7"]);
+    for rule in ["", "copyrule/", "copyrule/a b", "rule/x", "Inline"] {
+        let mut a = good.clone();
+        a.insert(marks::RULE_ANNOTATION.into(), rule.into());
+        assert_eq!(parse(&a), Err(MarksError::BadRule), "{rule}");
+    }
+    let mut a = good.clone();
+    a.remove(marks::SOURCE_ANNOTATION);
+    assert_eq!(parse(&a), Err(MarksError::MissingSource));
+    let mut a = good;
+    a.remove(marks::RULE_ANNOTATION);
+    assert_eq!(parse(&a), Err(MarksError::MissingRule));
 }
 
 #[test]
@@ -392,7 +423,7 @@ fn immutable_source_change_recreates_the_copy() {
     let mut p = payload("v2");
     p.immutable = Some(true);
     let key = f.source().key.clone();
-    f.contents.payloads.insert(key, p);
+    f.contents.payloads.insert(key, Arc::new(p));
     assert_eq!(summary(&f.plan(Scope::All)), ["recreate team-a@7"]);
 }
 
@@ -404,7 +435,7 @@ fn immutable_source_in_sync_is_not_touched() {
         .ns("team-a", &[("secret", "yes")])
         .with_inline_copy("team-a", &p);
     let key = f.source().key.clone();
-    f.contents.payloads.insert(key, p);
+    f.contents.payloads.insert(key, Arc::new(p));
     assert_eq!(summary(&f.plan(Scope::All)), ["in-sync team-a"]);
 }
 
@@ -449,7 +480,7 @@ fn service_account_token_secret_is_never_copied() {
     let key = f.source().key.clone();
     let mut p = payload("token");
     p.type_ = Some(SERVICE_ACCOUNT_TOKEN_TYPE.into());
-    f.contents.payloads.insert(key, p);
+    f.contents.payloads.insert(key, Arc::new(p));
     assert_eq!(
         summary(&f.plan(Scope::All)),
         ["conflict team-a inline (sa-token)"]
@@ -682,8 +713,9 @@ fn configmap_copies_data_and_binary_data() {
         copy.key,
         ObjectKey::new(Kind::ConfigMap, "team-a", "settings")
     );
-    assert_eq!(copy.object.kind, "ConfigMap");
-    assert_eq!(copy.object.payload, p);
+    let object = copy.object();
+    assert_eq!(object.kind, "ConfigMap");
+    assert_eq!(object.payload, p);
 }
 
 /// Trust, consent and precedence (SPEC §9): a platform namespace is trusted, tenants are not.
@@ -737,7 +769,7 @@ mod tenancy {
 
         fn source(mut self, src: SourceInfo) -> Self {
             let p = payload(&src.key.namespace);
-            self.contents.payloads.insert(src.key.clone(), p);
+            self.contents.payloads.insert(src.key.clone(), Arc::new(p));
             self.world.sources.insert(src.key.clone(), src);
             self.world.rebuild_rules();
             self
@@ -762,16 +794,19 @@ mod tenancy {
                 .unwrap_or_else(|| panic!("rule {mark} for {key}"))
                 .clone();
             let copy = DesiredCopy::build(&rule, &src, &payload(source_ns), ns);
-            let meta = copy.object.metadata;
+            let meta = copy.object().metadata;
             self.existing.insert(
                 copy.key,
-                Existing::Managed(ManagedCopy {
-                    resource_version: "7".into(),
-                    labels: meta.labels.unwrap(),
-                    annotations: meta.annotations.unwrap(),
-                    actual_hash: None,
-                    deleting: false,
-                }),
+                Existing::Managed(
+                    ManagedCopy::from_marks(
+                        Kind::Secret,
+                        &meta.labels.unwrap(),
+                        &meta.annotations.unwrap(),
+                        "7".into(),
+                        false,
+                    )
+                    .unwrap(),
+                ),
             );
             self
         }

@@ -4,11 +4,21 @@
 //! Jobs are keyed by what they sync; a job whose key is already queued merges into it (a burst
 //! of 100 updates to one source is one fan-out, or two when the burst straddles a running
 //! job). A key is never processed by two workers at once: a job arriving for a key being
-//! processed waits and runs once more afterwards. When the queue is full, the job is dropped
+//! processed waits and runs once more afterwards.
+//!
+//! Every job lives in here until it is done, also while it waits: for a retry's backoff, for an
+//! admitted change to be persisted, or for the earliest start of a resync (a due-time heap
+//! inside the queue, not timers outside it). Waiting jobs count toward the capacity and the
+//! depth, and are dropped when the queue closes. When the queue is full, a new job is dropped
 //! and a full resync is queued instead, which always fits: nothing is lost (SPEC §4.8).
+//!
+//! Ready jobs run in two classes: first attempts before retries and re-checks, so that work that
+//! keeps failing (or reviews of changes that never happen) cannot starve fresh work. A retry
+//! that has been ready for [`LOW_MAX_WAIT`] runs anyway.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap, HashSet, VecDeque},
     fmt,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -82,6 +92,8 @@ pub enum Trigger {
     /// The same job once more, a moment after an admission-triggered run, with the API
     /// server's watch cache caught up (see `sync::after`).
     SecondLook,
+    /// A watch event (a copy deleted or edited by someone else).
+    Watch,
 }
 
 impl Trigger {
@@ -91,6 +103,7 @@ impl Trigger {
             Trigger::Reconciler => "reconciler",
             Trigger::FollowUp => "follow-up",
             Trigger::SecondLook => "second-look",
+            Trigger::Watch => "watch",
         }
     }
 }
@@ -101,7 +114,8 @@ pub struct Job {
     pub key: JobKey,
     pub awaited: Awaited,
     pub trigger: Trigger,
-    /// When the oldest trigger merged into this job happened (for the copy-lag metric).
+    /// When the oldest trigger merged into this job happened (for the copy-lag metric and the
+    /// deadline of persistence waits).
     pub since: Instant,
     /// Retries so far (0 for a fresh trigger).
     pub attempt: u32,
@@ -112,6 +126,9 @@ pub struct Job {
     /// admission jobs waits until their changes had time to be persisted: run at once, it
     /// could list the cluster before them and miss them (SPEC §4.6, §4.8).
     pub not_before: Option<Instant>,
+    /// Backoff of a retry or of a re-check for persistence; a fresh trigger merged into the
+    /// job makes it due at once.
+    pub retry_at: Option<Instant>,
 }
 
 impl Job {
@@ -124,6 +141,7 @@ impl Job {
             attempt: 0,
             full_scan: false,
             not_before: None,
+            retry_at: None,
         }
     }
 
@@ -137,6 +155,19 @@ impl Job {
         self
     }
 
+    /// When the job may run.
+    fn due(&self) -> Option<Instant> {
+        match (self.not_before, self.retry_at) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// First attempts run before retries and re-checks.
+    fn is_retry(&self) -> bool {
+        self.retry_at.is_some() || self.attempt > 0
+    }
+
     /// Folds a newer trigger for the same key into this job.
     fn merge(&mut self, newer: Job) {
         // The newest admitted change is the one worth waiting for.
@@ -147,6 +178,10 @@ impl Job {
         self.attempt = self.attempt.min(newer.attempt);
         self.full_scan |= newer.full_scan;
         self.not_before = self.not_before.max(newer.not_before);
+        self.retry_at = match (self.retry_at, newer.retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            _ => None,
+        };
         if newer.trigger == Trigger::Admission {
             self.trigger = Trigger::Admission;
         }
@@ -159,20 +194,150 @@ pub enum Pushed {
     Queued,
     /// Merged into a job with the same key that was already waiting.
     Coalesced,
-    /// The queue was full: dropped, and a full resync queued in its place.
+    /// The queue was full (or closed): dropped, and a full resync queued in its place.
     Dropped,
+}
+
+/// What became of a job a worker ran (see [`WorkQueue::finish`]).
+#[derive(Debug)]
+pub enum Finished {
+    Done,
+    /// Run it again at `at` at the latest: a retry's backoff, or a re-check for a change that
+    /// is not persisted yet ([`WorkQueue::wake`] makes it due earlier).
+    Again {
+        job: Job,
+        at: Instant,
+    },
+}
+
+/// A ready retry runs before fresh work once it has waited this long.
+pub const LOW_MAX_WAIT: Duration = Duration::from_millis(250);
+
+#[derive(Debug)]
+struct Entry {
+    job: Job,
+    /// Set while the job sits in the heap; matches exactly one live heap entry.
+    delayed: Option<(Instant, u64)>,
 }
 
 #[derive(Default)]
 struct State {
-    ready: VecDeque<JobKey>,
-    /// Queued jobs, by key (each key appears in `ready` exactly once).
-    queued: HashMap<JobKey, Job>,
+    /// Ready first attempts, in arrival order.
+    fresh: VecDeque<JobKey>,
+    /// Ready retries and re-checks, with when they became ready.
+    retries: VecDeque<(Instant, JobKey)>,
+    /// Waiting jobs by due time; entries whose sequence no longer matches are stale.
+    delayed: BinaryHeap<Reverse<(Instant, u64, JobKey)>>,
+    /// Every queued job (ready or waiting), by key.
+    queued: HashMap<JobKey, Entry>,
     /// Keys a worker is processing.
     active: HashSet<JobKey>,
     /// Jobs that arrived for an active key; queued when it is done.
     parked: HashMap<JobKey, Job>,
+    /// Active keys woken while running: their next wait ends at once.
+    woken: HashSet<JobKey>,
+    /// Queued jobs waiting in the heap.
+    n_delayed: usize,
+    seq: u64,
     closed: bool,
+}
+
+impl State {
+    fn place(&mut self, job: Job, now: Instant) {
+        let key = job.key.clone();
+        match job.due().filter(|at| *at > now) {
+            Some(at) => {
+                self.seq += 1;
+                self.n_delayed += 1;
+                let seq = self.seq;
+                self.delayed.push(Reverse((at, seq, key.clone())));
+                self.queued.insert(
+                    key,
+                    Entry {
+                        job,
+                        delayed: Some((at, seq)),
+                    },
+                );
+            }
+            None => {
+                if job.is_retry() {
+                    self.retries.push_back((now, key.clone()));
+                } else {
+                    self.fresh.push_back(key.clone());
+                }
+                self.queued.insert(key, Entry { job, delayed: None });
+            }
+        }
+    }
+
+    /// Re-places a queued job whose due time may have changed.
+    fn replace(&mut self, key: &JobKey, now: Instant) {
+        let Some(entry) = self.queued.get(key) else {
+            return;
+        };
+        let Some((at, _)) = entry.delayed else {
+            return; // already ready
+        };
+        if entry.job.due().is_some_and(|due| due == at) {
+            return;
+        }
+        if let Some(entry) = self.queued.remove(key) {
+            self.n_delayed -= 1;
+            self.place(entry.job, now);
+        }
+    }
+
+    /// Moves due jobs from the heap to the ready queues; returns the next due time.
+    fn promote(&mut self, now: Instant) -> Option<Instant> {
+        while let Some(Reverse((at, seq, key))) = self.delayed.peek().cloned() {
+            let live = self
+                .queued
+                .get(&key)
+                .is_some_and(|e| e.delayed == Some((at, seq)));
+            if !live {
+                self.delayed.pop();
+                continue;
+            }
+            if at > now {
+                return Some(at);
+            }
+            self.delayed.pop();
+            if let Some(entry) = self.queued.get_mut(&key) {
+                self.n_delayed -= 1;
+                let retry = entry.job.is_retry();
+                entry.delayed = None;
+                entry.job.retry_at = None;
+                entry.job.not_before = None;
+                if retry {
+                    self.retries.push_back((now, key));
+                } else {
+                    self.fresh.push_back(key);
+                }
+            }
+        }
+        None
+    }
+
+    fn take_ready(&mut self, now: Instant) -> Option<JobKey> {
+        let retry_overdue = self
+            .retries
+            .front()
+            .is_some_and(|(since, _)| now.saturating_duration_since(*since) >= LOW_MAX_WAIT);
+        let key = if retry_overdue || self.fresh.is_empty() {
+            self.retries.pop_front().map(|(_, k)| k)
+        } else {
+            self.fresh.pop_front()
+        };
+        key.or_else(|| self.fresh.pop_front())
+    }
+
+    fn waiting(&self) -> usize {
+        self.queued.len() + self.parked.len()
+    }
+
+    fn delayed_count(&self) -> usize {
+        self.n_delayed
+    }
 }
 
 /// See the module documentation.
@@ -202,15 +367,15 @@ impl WorkQueue {
         if st.closed {
             return Pushed::Dropped;
         }
-        let result = Self::push_locked(&mut st, job, self.capacity);
+        let result = Self::push_locked(&mut st, job, self.capacity, Instant::now());
         drop(st);
-        if result == Pushed::Queued {
+        if result != Pushed::Dropped {
             self.notify.notify_one();
         }
         result
     }
 
-    fn push_locked(st: &mut State, job: Job, capacity: usize) -> Pushed {
+    fn push_locked(st: &mut State, job: Job, capacity: usize, now: Instant) -> Pushed {
         if st.active.contains(&job.key) {
             return match st.parked.get_mut(&job.key) {
                 Some(parked) => {
@@ -218,8 +383,8 @@ impl WorkQueue {
                     Pushed::Coalesced
                 }
                 None => {
-                    if job.key != JobKey::Resync && st.queued.len() + st.parked.len() >= capacity {
-                        return Self::drop_for_resync(st, capacity);
+                    if job.key != JobKey::Resync && st.waiting() >= capacity {
+                        return Self::drop_for_resync(st, capacity, now);
                     }
                     st.parked.insert(job.key.clone(), job);
                     // Counted as queued: it will run.
@@ -227,91 +392,143 @@ impl WorkQueue {
                 }
             };
         }
-        if let Some(queued) = st.queued.get_mut(&job.key) {
-            queued.merge(job);
+        if let Some(entry) = st.queued.get_mut(&job.key) {
+            let key = job.key.clone();
+            entry.job.merge(job);
+            st.replace(&key, now);
             return Pushed::Coalesced;
         }
-        if job.key != JobKey::Resync && st.queued.len() + st.parked.len() >= capacity {
-            return Self::drop_for_resync(st, capacity);
+        if job.key != JobKey::Resync && st.waiting() >= capacity {
+            return Self::drop_for_resync(st, capacity, now);
         }
-        st.ready.push_back(job.key.clone());
-        st.queued.insert(job.key.clone(), job);
+        st.place(job, now);
         Pushed::Queued
     }
 
-    fn drop_for_resync(st: &mut State, capacity: usize) -> Pushed {
+    fn drop_for_resync(st: &mut State, capacity: usize, now: Instant) -> Pushed {
         // The resync always fits (it bypasses the capacity check) and covers the dropped job,
         // once the dropped job's admitted change can have been persisted.
         let mut resync = Job::new(JobKey::Resync, Trigger::Reconciler);
-        resync.not_before = Some(Instant::now() + DROPPED_SETTLE);
-        Self::push_locked(st, resync, capacity);
+        resync.not_before = Some(now + DROPPED_SETTLE);
+        Self::push_locked(st, resync, capacity, now);
         Pushed::Dropped
     }
 
-    /// Waits for the next job; `None` once the queue is closed and drained.
+    /// Waits for the next ready job; `None` once the queue is closed and nothing is ready
+    /// (jobs still waiting are dropped then: a restarted copyrator's resync covers them).
     pub async fn pop(&self) -> Option<Job> {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
+            let next_due = {
                 let mut st = self.lock();
-                if let Some(key) = st.ready.pop_front() {
-                    let job = st.queued.remove(&key);
+                let now = Instant::now();
+                let next_due = st.promote(now);
+                if let Some(key) = st.take_ready(now) {
+                    let entry = st.queued.remove(&key);
                     st.active.insert(key);
-                    let more = !st.ready.is_empty();
+                    let more = !st.fresh.is_empty() || !st.retries.is_empty();
                     drop(st);
                     if more {
                         // Wake another worker for the rest.
                         self.notify.notify_one();
                     }
-                    if let Some(job) = job {
-                        return Some(job);
+                    if let Some(entry) = entry {
+                        return Some(entry.job);
                     }
                     continue;
                 }
                 if st.closed {
                     return None;
                 }
+                next_due
+            };
+            match next_due {
+                Some(at) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                    }
+                }
+                None => notified.await,
             }
-            notified.await;
         }
     }
 
-    /// Marks a popped job finished; a job parked for its key becomes ready.
-    pub fn done(&self, key: &JobKey) {
+    /// Marks a popped job finished, or queues it to run again (a retry, a re-check); a job
+    /// parked for its key merges in. A job woken while it ran ([`WorkQueue::wake`]) is due at
+    /// once.
+    pub fn finish(&self, key: &JobKey, next: Finished) -> Pushed {
         let mut st = self.lock();
+        let now = Instant::now();
         st.active.remove(key);
-        if let Some(job) = st.parked.remove(key) {
-            st.ready.push_back(job.key.clone());
-            st.queued.insert(job.key.clone(), job);
+        let woken = st.woken.remove(key);
+        let mut job = match next {
+            Finished::Done => st.parked.remove(key),
+            Finished::Again { mut job, at } => {
+                job.retry_at = Some(if woken { now } else { at });
+                if let Some(parked) = st.parked.remove(key) {
+                    job.merge(parked);
+                }
+                Some(job)
+            }
+        };
+        let result = match job.take() {
+            Some(job) if st.closed => {
+                drop(job);
+                Pushed::Dropped
+            }
+            Some(job) => Self::push_locked(&mut st, job, self.capacity, now),
+            None => return Pushed::Queued,
+        };
+        drop(st);
+        self.notify.notify_one();
+        result
+    }
+
+    /// Marks a popped job finished (see [`WorkQueue::finish`]).
+    pub fn done(&self, key: &JobKey) {
+        self.finish(key, Finished::Done);
+    }
+
+    /// Ends the wait of a queued job at once (what it waited for happened); a job running now
+    /// runs again at once if it asks to wait.
+    pub fn wake(&self, key: &JobKey) {
+        let mut st = self.lock();
+        if st.active.contains(key) {
+            st.woken.insert(key.clone());
+            return;
+        }
+        let now = Instant::now();
+        if let Some(entry) = st.queued.get_mut(key)
+            && entry.delayed.is_some()
+            && entry.job.retry_at.is_some()
+        {
+            entry.job.retry_at = Some(now);
+            st.replace(key, now);
             drop(st);
             self.notify.notify_one();
         }
     }
 
-    /// Queues `job` again after `delay` (retry with backoff).
-    pub fn push_after(self: &Arc<Self>, job: Job, delay: Duration) {
-        let queue = Arc::clone(self);
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.push(job);
-        });
+    /// Jobs queued, waiting or parked behind a running job of the same key.
+    pub fn depth(&self) -> usize {
+        self.lock().waiting()
     }
 
-    /// Jobs waiting (queued or parked behind a running job of the same key).
-    pub fn depth(&self) -> usize {
-        let st = self.lock();
-        st.queued.len() + st.parked.len()
+    /// Of those, the ones waiting for a due time.
+    pub fn delayed(&self) -> usize {
+        self.lock().delayed_count()
     }
 
     /// Jobs waiting or running.
     pub fn pending(&self) -> usize {
         let st = self.lock();
-        st.queued.len() + st.parked.len() + st.active.len()
+        st.waiting() + st.active.len()
     }
 
-    /// Stops accepting jobs; workers drain what is queued and then see `None`.
+    /// Stops accepting jobs; workers drain what is ready and then see `None`.
     pub fn close(&self) {
         self.lock().closed = true;
         self.notify.notify_waiters();
@@ -344,6 +561,13 @@ mod tests {
         )
     }
 
+    async fn pop_now(q: &WorkQueue) -> Option<Job> {
+        tokio::time::timeout(Duration::from_millis(20), q.pop())
+            .await
+            .ok()
+            .flatten()
+    }
+
     #[tokio::test]
     async fn burst_for_one_key_coalesces_into_one_job() {
         let q = WorkQueue::new(10);
@@ -366,11 +590,7 @@ mod tests {
         assert_eq!(q.push(source("a")), Pushed::Queued);
         assert_eq!(q.push(source("a")), Pushed::Coalesced);
         // Not handed to a second worker while the first runs.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(20), q.pop())
-                .await
-                .is_err()
-        );
+        assert!(pop_now(&q).await.is_none());
         q.done(&running.key);
         let again = q.pop().await.unwrap();
         assert_eq!(again.key, running.key);
@@ -386,29 +606,35 @@ mod tests {
         assert_eq!(q.push(source("c")), Pushed::Dropped);
         let last_drop = Instant::now();
         assert_eq!(q.push(source("d")), Pushed::Dropped);
-        let jobs: Vec<Job> = vec![
-            q.pop().await.unwrap(),
-            q.pop().await.unwrap(),
-            q.pop().await.unwrap(),
-        ];
-        assert_eq!(jobs[2].key, JobKey::Resync);
+        let first = [q.pop().await.unwrap(), q.pop().await.unwrap()];
+        assert!(first.iter().all(|j| j.key != JobKey::Resync));
+        // The resync waits (in the queue, counted) until the last dropped change can have
+        // been persisted.
+        assert_eq!(q.depth(), 1);
+        assert_eq!(q.delayed(), 1);
+        assert!(pop_now(&q).await.is_none(), "not due yet");
+        let resync = q.pop().await.unwrap();
+        assert_eq!(resync.key, JobKey::Resync);
+        assert!(Instant::now() >= last_drop + DROPPED_SETTLE);
         assert_eq!(q.depth(), 0, "one resync covers every dropped job");
-        // It waits until the last dropped change can have been persisted.
-        assert!(jobs[2].not_before.unwrap() >= last_drop + DROPPED_SETTLE);
-        assert_eq!(jobs[0].not_before, None, "other jobs start at once");
 
         // A drop while that resync runs queues another one after it, again with the wait.
+        for j in &first {
+            q.done(&j.key);
+        }
         q.push(source("e"));
         q.push(source("f"));
         let dropped_during = Instant::now();
         assert_eq!(q.push(source("g")), Pushed::Dropped);
         q.done(&JobKey::Resync);
-        let mut next = Vec::new();
+        let mut keys = Vec::new();
         for _ in 0..3 {
-            next.push(q.pop().await.unwrap());
+            let j = q.pop().await.unwrap();
+            keys.push(j.key.clone());
+            q.done(&j.key);
         }
-        let resync = next.iter().find(|j| j.key == JobKey::Resync).unwrap();
-        assert!(resync.not_before.unwrap() >= dropped_during + DROPPED_SETTLE);
+        assert_eq!(keys[2], JobKey::Resync);
+        assert!(Instant::now() >= dropped_during + DROPPED_SETTLE);
     }
 
     #[tokio::test]
@@ -422,6 +648,115 @@ mod tests {
         let job = q.pop().await.unwrap();
         assert_eq!(job.since, since);
         assert_eq!(job.awaited, Awaited::ChangedFrom("2".into()));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_job_stays_in_the_queue_until_due_or_woken() {
+        let q = WorkQueue::new(10);
+        q.push(source("a"));
+        let job = q.pop().await.unwrap();
+        let key = job.key.clone();
+        let at = Instant::now() + Duration::from_secs(60);
+        assert_eq!(q.finish(&key, Finished::Again { job, at }), Pushed::Queued);
+        assert_eq!((q.depth(), q.delayed()), (1, 1), "counted while it waits");
+        assert!(pop_now(&q).await.is_none());
+        q.wake(&key);
+        let job = pop_now(&q).await.expect("woken: due at once");
+        assert_eq!(job.key, key);
+
+        // Woken while it runs: its next wait ends at once.
+        q.wake(&key);
+        q.finish(&key, Finished::Again { job, at });
+        assert!(pop_now(&q).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_retry_due_soon_runs_by_itself() {
+        let q = WorkQueue::new(10);
+        q.push(source("a"));
+        let job = q.pop().await.unwrap();
+        let key = job.key.clone();
+        let at = Instant::now() + Duration::from_millis(30);
+        q.finish(&key, Finished::Again { job, at });
+        let again = tokio::time::timeout(Duration::from_secs(2), q.pop())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(Instant::now() >= at);
+        assert_eq!(again.key, key);
+    }
+
+    #[tokio::test]
+    async fn a_fresh_trigger_ends_a_retry_backoff_but_not_a_resync_delay() {
+        let q = WorkQueue::new(10);
+        q.push(source("a"));
+        let job = q.pop().await.unwrap();
+        let key = job.key.clone();
+        let mut retry = job.clone();
+        retry.attempt = 1;
+        q.finish(
+            &key,
+            Finished::Again {
+                job: retry,
+                at: Instant::now() + Duration::from_secs(60),
+            },
+        );
+        assert_eq!(q.push(source("a")), Pushed::Coalesced);
+        assert!(pop_now(&q).await.is_some(), "due at once");
+
+        let mut resync = Job::new(JobKey::Resync, Trigger::Reconciler);
+        resync.not_before = Some(Instant::now() + Duration::from_secs(60));
+        q.push(resync);
+        q.push(Job::new(JobKey::Resync, Trigger::Reconciler));
+        assert!(pop_now(&q).await.is_none(), "the earliest start holds");
+    }
+
+    #[tokio::test]
+    async fn fresh_work_runs_before_retries_until_they_waited_too_long() {
+        let q = WorkQueue::new(100);
+        for name in ["r1", "r2"] {
+            q.push(source(name));
+            let mut job = q.pop().await.unwrap();
+            job.attempt = 1;
+            let key = job.key.clone();
+            q.finish(
+                &key,
+                Finished::Again {
+                    job,
+                    at: Instant::now(),
+                },
+            );
+        }
+        q.push(source("fresh"));
+        assert_eq!(q.pop().await.unwrap().key, source("fresh").key);
+        tokio::time::sleep(LOW_MAX_WAIT).await;
+        q.push(source("fresh-2"));
+        assert_eq!(
+            q.pop().await.unwrap().key,
+            source("r1").key,
+            "a retry ready for long enough goes first"
+        );
+    }
+
+    #[tokio::test]
+    async fn waiting_jobs_count_toward_the_capacity_and_go_with_close() {
+        let q = WorkQueue::new(1);
+        q.push(source("a"));
+        let job = q.pop().await.unwrap();
+        let key = job.key.clone();
+        q.finish(
+            &key,
+            Finished::Again {
+                job,
+                at: Instant::now() + Duration::from_secs(60),
+            },
+        );
+        assert_eq!(q.push(source("b")), Pushed::Dropped);
+        q.close();
+        assert!(
+            q.pop().await.is_none(),
+            "waiting jobs are not run after close"
+        );
     }
 
     #[tokio::test]

@@ -1,8 +1,12 @@
-//! The reconciler: while this replica leads, a full resync at startup and every
-//! `--resync-interval`, queued like any other job (SPEC §5). The resync itself is
-//! `sync::resync`; this only decides when.
+//! The reconciler decides when full resyncs run, queued like any other job (SPEC §5): one when
+//! this replica starts, leader or not (a restarted replica converges what it missed at once,
+//! without waiting for the Lease of the process it replaces, SPEC §4.9), and while it leads,
+//! one every `--resync-interval`. The resync itself is `sync::resync`.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use tokio::sync::watch;
 
@@ -19,6 +23,15 @@ pub async fn run(
     mut leading: watch::Receiver<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let resync = || {
+        enqueue(
+            &ctx.queue,
+            &ctx.metrics,
+            Job::new(JobKey::Resync, Trigger::Reconciler),
+        );
+        Instant::now()
+    };
+    let mut last = resync();
     loop {
         // Wait for leadership.
         while !*leading.borrow_and_update() {
@@ -31,12 +44,13 @@ pub async fn run(
             every_s = interval.as_secs(),
             "leading: running the reconciler"
         );
+        // A new leader resyncs at once (the previous one may have died mid-way), unless this
+        // replica's own startup resync just did.
+        let mut first = last.elapsed() < interval.min(Duration::from_secs(10));
         loop {
-            enqueue(
-                &ctx.queue,
-                &ctx.metrics,
-                Job::new(JobKey::Resync, Trigger::Reconciler),
-            );
+            if !std::mem::take(&mut first) {
+                last = resync();
+            }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 r = leading.changed() => {

@@ -214,6 +214,12 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     }));
 
     let workers = worker::spawn(Arc::clone(&ctx), args.workers);
+    // Watches that end waits for admitted changes without polling (src/persisted.rs).
+    tasks.extend(crate::watch::spawn(
+        &ctx.cluster,
+        &ctx.waiters,
+        &shutdown_rx,
+    ));
 
     let (leading_tx, leading_rx) = watch::channel(false);
     let (observed_tx, observed_rx) = watch::channel(false);

@@ -1,14 +1,20 @@
 //! The worker pool: a few tasks that take jobs from the queue, run them (see `sync.rs`), and
-//! retry failures with exponential backoff. Every job runs in a tracing span with its key.
+//! put them back when they must run again: a retry with exponential backoff, or a re-check for
+//! an admitted change not persisted yet. Nothing waits while holding a worker. Every job runs
+//! in a tracing span with its key.
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use tracing::Instrument;
 
 use crate::{
     metrics::{JobLabels, KindLabels, Metrics},
-    queue::{Job, Pushed, WorkQueue, retry_delay},
-    sync::{Context, run},
+    persisted::Feed,
+    queue::{Finished, Job, Pushed, WorkQueue, retry_delay},
+    sync::{Context, Outcome, run},
 };
 
 /// After this many attempts a job is left to the next resync.
@@ -26,17 +32,7 @@ pub fn spawn(ctx: Arc<Context>, count: usize) -> Vec<tokio::task::JoinHandle<()>
 
 async fn work(ctx: Arc<Context>, worker: usize) {
     while let Some(job) = ctx.queue.pop().await {
-        ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
-        // Not yet due (a resync for dropped jobs): back into the queue when it is, without
-        // holding this worker meanwhile.
-        if let Some(wait) = job
-            .not_before
-            .and_then(|at| at.checked_duration_since(Instant::now()))
-        {
-            ctx.queue.done(&job.key);
-            ctx.queue.push_after(job, wait);
-            continue;
-        }
+        update_gauges(&ctx);
         let span = tracing::info_span!(
             "job",
             worker,
@@ -51,42 +47,71 @@ async fn work(ctx: Arc<Context>, worker: usize) {
             .job_duration
             .get_or_create(&KindLabels { kind })
             .observe(started.elapsed().as_secs_f64());
-        ctx.queue.done(&job.key);
-        let outcome = match result {
-            Ok(()) => {
+        let key = job.key.clone();
+        let (outcome, next) = match result {
+            Ok(Outcome::Done) => {
                 span.in_scope(|| {
                     tracing::debug!(took_ms = started.elapsed().as_millis() as u64, "job done")
                 });
-                "ok"
+                ("ok", Finished::Done)
+            }
+            Ok(Outcome::NotPersisted) => {
+                let now = Instant::now();
+                let at = Feed::of(&job.key)
+                    .map(|(feed, _)| ctx.waiters.next_look(feed, job.since, now))
+                    .unwrap_or(now + Duration::from_millis(50));
+                span.in_scope(|| {
+                    tracing::debug!(
+                        look_again_in_ms = at.saturating_duration_since(now).as_millis() as u64,
+                        "admitted change not persisted yet"
+                    )
+                });
+                ("waiting", Finished::Again { job, at })
             }
             Err(e) if job.attempt + 1 < MAX_ATTEMPTS => {
                 let delay = retry_delay(job.attempt);
                 span.in_scope(|| tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "job failed, will retry"));
                 let retry = Job {
                     attempt: job.attempt + 1,
-                    ..job.clone()
+                    ..job
                 };
-                ctx.queue.push_after(retry, delay);
-                "retry"
+                (
+                    "retry",
+                    Finished::Again {
+                        job: retry,
+                        at: Instant::now() + delay,
+                    },
+                )
             }
             Err(e) => {
                 span.in_scope(
                     || tracing::error!(error = %e, "job failed; leaving it to the next resync"),
                 );
-                "failed"
+                ("failed", Finished::Done)
             }
         };
+        count(&ctx.metrics, ctx.queue.finish(&key, next));
         ctx.metrics
             .jobs
             .get_or_create(&JobLabels { kind, outcome })
             .inc();
-        ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
+        update_gauges(&ctx);
     }
+}
+
+fn update_gauges(ctx: &Context) {
+    ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
+    ctx.metrics.queue_delayed.set(ctx.queue.delayed() as i64);
 }
 
 /// Queues `job`, counting coalesced and dropped jobs.
 pub fn enqueue(queue: &WorkQueue, metrics: &Metrics, job: Job) {
-    match queue.push(job) {
+    count(metrics, queue.push(job));
+    metrics.queue_depth.set(queue.depth() as i64);
+}
+
+fn count(metrics: &Metrics, pushed: Pushed) {
+    match pushed {
         Pushed::Queued => {}
         Pushed::Coalesced => {
             metrics.queue_coalesced.inc();
@@ -96,5 +121,4 @@ pub fn enqueue(queue: &WorkQueue, metrics: &Metrics, job: Job) {
             tracing::warn!("work queue full: job dropped, full resync scheduled");
         }
     }
-    metrics.queue_depth.set(queue.depth() as i64);
 }

@@ -10,7 +10,7 @@ use crate::{
     cluster::{ApiResult, Cluster, Freshness},
     content, marks,
     model::{Kind, Meta, NamespaceInfo, Object, ObjectKey, SourceInfo},
-    plan::{Contents, Existing, ManagedCopy, Policy, World},
+    plan::{Contents, Existing, ManagedCopy, MarksError, Policy, World},
     rules::Rule,
 };
 
@@ -22,11 +22,13 @@ const NAMESPACE_GETS_MAX: usize = 8;
 const UID_CHUNK: usize = 40;
 
 /// Existing copies found at targets, plus the ones whose managedFields show a foreign edit
-/// (their content must be read to know whether they drifted).
+/// (their content must be read to know whether they drifted), and objects that carry
+/// copyrator's ownership label but whose marks do not parse (treated as unmanaged).
 #[derive(Default, Debug)]
 pub struct Found {
     pub existing: BTreeMap<ObjectKey, Existing>,
     pub suspect: BTreeSet<ObjectKey>,
+    pub malformed: BTreeMap<ObjectKey, MarksError>,
 }
 
 /// One copy as found by a metadata-only LIST of managed copies.
@@ -36,31 +38,51 @@ pub struct Listed {
     existing: Existing,
     /// Another field manager owns its content: read it in full before trusting its hash.
     suspect: bool,
+    malformed: Option<MarksError>,
+}
+
+/// What exists at a target, from its metadata: a managed copy when it carries the ownership
+/// label and marks that parse, else unmanaged (with the reason when the label is there).
+fn existing_from_meta(
+    kind: Kind,
+    labels: Option<&BTreeMap<String, String>>,
+    annotations: Option<&BTreeMap<String, String>>,
+    resource_version: String,
+    deleting: bool,
+) -> (Existing, Option<MarksError>) {
+    let empty = BTreeMap::new();
+    let labels = labels.unwrap_or(&empty);
+    if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE) {
+        return (Existing::Unmanaged { resource_version }, None);
+    }
+    let annotations = annotations.unwrap_or(&empty);
+    match ManagedCopy::from_marks(
+        kind,
+        labels,
+        annotations,
+        resource_version.clone(),
+        deleting,
+    ) {
+        Ok(m) => (Existing::Managed(m), None),
+        Err(e) => (Existing::Unmanaged { resource_version }, Some(e)),
+    }
 }
 
 /// What a metadata-only LIST item of a managed copy tells (see [`Cluster::list_meta`]).
 pub fn listed(kind: Kind, m: Meta) -> Option<Listed> {
     let key = ObjectKey::new(kind, m.namespace?, m.name?);
-    let labels = m.labels.unwrap_or_default();
-    let resource_version = m.resource_version.unwrap_or_default();
-    if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE) {
-        // Carries copyrator's labels but not the ownership mark: not ours.
-        return Some(Listed {
-            key,
-            existing: Existing::Unmanaged { resource_version },
-            suspect: false,
-        });
-    }
+    let (existing, malformed) = existing_from_meta(
+        kind,
+        m.labels.as_ref(),
+        m.annotations.as_ref(),
+        m.resource_version.unwrap_or_default(),
+        m.deletion_timestamp.is_some(),
+    );
     Some(Listed {
-        suspect: m.edited_by_others,
+        suspect: m.edited_by_others && matches!(existing, Existing::Managed(_)),
         key,
-        existing: Existing::Managed(ManagedCopy {
-            resource_version,
-            labels,
-            annotations: m.annotations.unwrap_or_default(),
-            actual_hash: None,
-            deleting: m.deletion_timestamp.is_some(),
-        }),
+        existing,
+        malformed,
     })
 }
 
@@ -70,6 +92,9 @@ impl Found {
         for item in items {
             if item.suspect {
                 self.suspect.insert(item.key.clone());
+            }
+            if let Some(e) = item.malformed {
+                self.malformed.insert(item.key.clone(), e);
             }
             self.existing.insert(item.key, item.existing);
         }
@@ -83,9 +108,9 @@ impl Found {
     /// Sources the managed copies name.
     pub fn sources(&self) -> BTreeSet<ObjectKey> {
         self.existing
-            .iter()
-            .filter_map(|(k, e)| match e {
-                Existing::Managed(m) => m.source(k.kind),
+            .values()
+            .filter_map(|e| match e {
+                Existing::Managed(m) => Some(m.source.clone()),
                 _ => None,
             })
             .collect()
@@ -96,27 +121,38 @@ impl Found {
         self.existing.retain(|k, e| keep(k, e));
         let existing = &self.existing;
         self.suspect.retain(|k| existing.contains_key(k));
+        self.malformed.retain(|k, _| existing.contains_key(k));
+    }
+
+    /// Adds one object read in full (a copy job's target, a re-read after a stale write).
+    pub fn add_read(&mut self, key: ObjectKey, obj: Option<&Object>) {
+        let (existing, malformed) = classify(key.kind, obj);
+        if let Some(e) = malformed {
+            self.malformed.insert(key.clone(), e);
+        }
+        self.suspect.remove(&key);
+        self.existing.insert(key, existing);
     }
 }
 
-/// What exists at one target, read in full (for copies and re-reads after a stale write).
-pub fn classify(kind: Kind, obj: Option<&Object>) -> Existing {
+/// What exists at one target, read in full (for copies and re-reads after a stale write):
+/// a managed copy also gets the hash of what it actually holds.
+pub fn classify(kind: Kind, obj: Option<&Object>) -> (Existing, Option<MarksError>) {
     let Some(obj) = obj else {
-        return Existing::None;
+        return (Existing::None, None);
     };
     let m = &obj.metadata;
-    let labels = m.labels.clone().unwrap_or_default();
-    let resource_version = m.resource_version.clone().unwrap_or_default();
-    if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE) {
-        return Existing::Unmanaged { resource_version };
+    let (mut existing, malformed) = existing_from_meta(
+        kind,
+        m.labels.as_ref(),
+        m.annotations.as_ref(),
+        m.resource_version.clone().unwrap_or_default(),
+        m.deletion_timestamp.is_some(),
+    );
+    if let Existing::Managed(copy) = &mut existing {
+        copy.actual_hash = Some(content::object_hash(kind, obj));
     }
-    Existing::Managed(ManagedCopy {
-        resource_version,
-        labels,
-        annotations: m.annotations.clone().unwrap_or_default(),
-        actual_hash: Some(content::object_hash(kind, obj)),
-        deleting: m.deletion_timestamp.is_some(),
-    })
+    (existing, malformed)
 }
 
 /// A world holding every opted-in source of `kinds` (metadata only) and every CopyRule;
@@ -252,9 +288,7 @@ pub async fn read_suspects(cluster: &Cluster, found: &mut Found) -> ApiResult<()
         .try_collect()
         .await?;
     for (k, obj) in read {
-        found
-            .existing
-            .insert(k.clone(), classify(k.kind, obj.as_ref()));
+        found.add_read(k, obj.as_ref());
     }
     Ok(())
 }

@@ -18,10 +18,12 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
     else {
         return Verdict::allow();
     };
-    let job = Job::new(
-        JobKey::Copy(ObjectKey::new(kind, namespace, req.name.clone())),
-        Trigger::Admission,
-    );
+    let key = ObjectKey::new(kind, namespace, req.name.clone());
+    if !key.is_valid() {
+        // Not a name the API server would send (a hand-made review): no work.
+        return Verdict::allow();
+    }
+    let job = Job::new(JobKey::Copy(key), Trigger::Admission);
     match req.operation {
         Operation::Update => {
             let field_manager = req

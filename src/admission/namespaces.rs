@@ -10,12 +10,14 @@ use super::{Verdict, util};
 use crate::{
     marks,
     queue::{Awaited, Job, JobKey, Trigger},
+    selector,
     tenancy::NamespacePatterns,
 };
 
 pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
     let name = req.name.clone();
-    if name.is_empty() {
+    if !selector::is_dns_label(&name) {
+        // Not a name the API server would send (a hand-made review): no work.
         return Verdict::allow();
     }
     let job = Job::new(JobKey::Namespace(name), Trigger::Admission);

@@ -11,6 +11,7 @@ use crate::{
     copyrule::CopyRule,
     queue::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
+    selector,
 };
 
 pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
@@ -36,6 +37,10 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
                 .name
                 .clone()
                 .unwrap_or_else(|| req.name.clone());
+            if !selector::is_dns_subdomain(&name) {
+                // Not a name the API server would send (a hand-made review): no work.
+                return Verdict::allow();
+            }
             let job = Job::new(JobKey::Rule(name), Trigger::Admission).full_scan();
             if req.operation == Operation::Create {
                 return Verdict::job(job.awaiting(Awaited::Exists));
@@ -52,6 +57,7 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
                 None => Verdict::job(job),
             }
         }
+        Operation::Delete if !selector::is_dns_subdomain(&req.name) => Verdict::allow(),
         Operation::Delete => Verdict::job(
             Job::new(JobKey::Rule(req.name.clone()), Trigger::Admission)
                 .full_scan()

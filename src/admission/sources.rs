@@ -21,6 +21,10 @@ pub fn review(req: &AdmissionRequest<DynamicObject>, policy: &Policy) -> Verdict
         return Verdict::allow();
     };
     let key = ObjectKey::new(kind, namespace, req.name.clone());
+    if !key.is_valid() {
+        // Not a name the API server would send (a hand-made review): no work.
+        return Verdict::allow();
+    }
     let job = Job::new(JobKey::Source(key.clone()), Trigger::Admission);
     match req.operation {
         Operation::Create | Operation::Update => {

@@ -1,0 +1,312 @@
+//! Waiting for an admitted change to be persisted (SPEC §4.6), without holding a worker and
+//! without polling. Admission happens before the change is persisted, and the change may never
+//! be (another webhook denies it, or the review was never the API server's). A job that finds
+//! the persisted state not there yet registers as a waiter for the object, then goes back into
+//! the queue until its deadline; a watch event for that object ([`crate::watch`]) wakes it to
+//! look again. The waiter is registered *before* the job reads, so a change persisted after
+//! that read always produces an event that finds it, and one persisted before it is seen by the
+//! read. While a feed's watch is down, waiting jobs poll instead, with a growing interval.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use crate::{
+    model::{Kind, NamespaceInfo, Object, ObjectKey},
+    queue::{Awaited, JobKey, WorkQueue},
+};
+
+/// How long jobs wait for an admitted change to be persisted before acting on what is there.
+pub const PERSIST_WAIT: Duration = Duration::from_secs(5);
+
+/// An object whose persisted changes jobs wait for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Watched {
+    Namespace(String),
+    Object(ObjectKey),
+    CopyRule(String),
+}
+
+/// A stream of watch events that can end waits: which one covers a job decides whether its
+/// waits may rely on events or must poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Feed {
+    Namespaces,
+    /// Secrets or ConfigMaps labelled `copyrator.io/source=true`.
+    Sources(Kind),
+    /// Secrets or ConfigMaps labelled `app.kubernetes.io/managed-by=copyrator`.
+    Copies(Kind),
+    CopyRules,
+}
+
+impl Feed {
+    pub const ALL: [Feed; 6] = [
+        Feed::Namespaces,
+        Feed::Sources(Kind::Secret),
+        Feed::Sources(Kind::ConfigMap),
+        Feed::Copies(Kind::Secret),
+        Feed::Copies(Kind::ConfigMap),
+        Feed::CopyRules,
+    ];
+
+    fn index(self) -> usize {
+        match self {
+            Feed::Namespaces => 0,
+            Feed::Sources(Kind::Secret) => 1,
+            Feed::Sources(Kind::ConfigMap) => 2,
+            Feed::Copies(Kind::Secret) => 3,
+            Feed::Copies(Kind::ConfigMap) => 4,
+            Feed::CopyRules => 5,
+        }
+    }
+
+    /// The feed and object a job of `key` waits on.
+    pub fn of(key: &JobKey) -> Option<(Feed, Watched)> {
+        match key {
+            JobKey::Namespace(n) => Some((Feed::Namespaces, Watched::Namespace(n.clone()))),
+            JobKey::Source(k) => Some((Feed::Sources(k.kind), Watched::Object(k.clone()))),
+            JobKey::Copy(k) => Some((Feed::Copies(k.kind), Watched::Object(k.clone()))),
+            JobKey::Rule(n) => Some((Feed::CopyRules, Watched::CopyRule(n.clone()))),
+            JobKey::Resync => None,
+        }
+    }
+}
+
+/// Jobs waiting for objects to change, and which feeds are live.
+pub struct Waiters {
+    queue: Arc<WorkQueue>,
+    waiting: Mutex<HashMap<Watched, HashSet<JobKey>>>,
+    live: [AtomicBool; 6],
+}
+
+impl Waiters {
+    pub fn new(queue: Arc<WorkQueue>) -> Arc<Self> {
+        Arc::new(Self {
+            queue,
+            waiting: Mutex::new(HashMap::new()),
+            live: Default::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Watched, HashSet<JobKey>>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn register(&self, watched: &Watched, job: &JobKey) {
+        self.lock()
+            .entry(watched.clone())
+            .or_default()
+            .insert(job.clone());
+    }
+
+    pub fn unregister(&self, watched: &Watched, job: &JobKey) {
+        let mut waiting = self.lock();
+        if let Some(jobs) = waiting.get_mut(watched) {
+            jobs.remove(job);
+            if jobs.is_empty() {
+                waiting.remove(watched);
+            }
+        }
+    }
+
+    /// Something happened to `watched`: its waiters look again.
+    pub fn notify(&self, watched: &Watched) {
+        let jobs = self.lock().remove(watched);
+        for job in jobs.into_iter().flatten() {
+            self.queue.wake(&job);
+        }
+    }
+
+    /// Events of `feed` may have been missed (its watch restarted from scratch): every job
+    /// waiting on it looks again.
+    pub fn notify_feed(&self, feed: Feed) {
+        let jobs: Vec<JobKey> = {
+            let mut waiting = self.lock();
+            let keys: Vec<Watched> = waiting
+                .iter()
+                .filter(|(_, jobs)| jobs.iter().any(|j| Feed::of(j).map(|f| f.0) == Some(feed)))
+                .map(|(w, _)| w.clone())
+                .collect();
+            keys.iter()
+                .filter_map(|w| waiting.remove(w))
+                .flatten()
+                .collect()
+        };
+        for job in jobs {
+            self.queue.wake(&job);
+        }
+    }
+
+    pub fn set_live(&self, feed: Feed, live: bool) {
+        self.live[feed.index()].store(live, Ordering::Relaxed);
+    }
+
+    pub fn is_live(&self, feed: Feed) -> bool {
+        self.live[feed.index()].load(Ordering::Relaxed)
+    }
+
+    /// Objects with waiters (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// When a job triggered at `since` that found its change not persisted yet looks again:
+    /// at its deadline if a live feed will wake it earlier, else after an interval growing
+    /// with the time it has waited (2 ms to 250 ms).
+    pub fn next_look(&self, feed: Feed, since: Instant, now: Instant) -> Instant {
+        let deadline = since + PERSIST_WAIT;
+        if self.is_live(feed) {
+            return deadline.max(now);
+        }
+        let waited = now.saturating_duration_since(since);
+        let interval = (waited / 2).clamp(Duration::from_millis(2), Duration::from_millis(250));
+        (now + interval).min(deadline.max(now))
+    }
+}
+
+/// Whether the awaited change of a Secret or ConfigMap is visible in what was read.
+pub fn object_persisted(awaited: &Awaited, obj: &Option<Object>) -> bool {
+    match (awaited, obj) {
+        (Awaited::Nothing, _) => true,
+        (Awaited::Exists, o) => o.is_some(),
+        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
+        (Awaited::ChangedFrom(rv), Some(o)) => o.metadata.resource_version.as_deref() != Some(rv),
+        (Awaited::Gone, o) => o
+            .as_ref()
+            .is_none_or(|o| o.metadata.deletion_timestamp.is_some()),
+    }
+}
+
+/// Whether the awaited change of a Namespace is visible in what was read.
+pub fn namespace_persisted(awaited: &Awaited, ns: &Option<NamespaceInfo>) -> bool {
+    match (awaited, ns) {
+        (Awaited::Nothing, _) => true,
+        (Awaited::Exists, ns) => ns.is_some(),
+        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
+        (Awaited::ChangedFrom(rv), Some(ns)) => &ns.resource_version != rv,
+        (Awaited::Gone, ns) => ns.as_ref().is_none_or(|n| n.terminating),
+    }
+}
+
+/// Whether the awaited change of a CopyRule is visible in what was read.
+pub fn rule_persisted(awaited: &Awaited, rule: &Option<crate::copyrule::CopyRule>) -> bool {
+    match (awaited, rule) {
+        (Awaited::Nothing, _) => true,
+        (Awaited::Exists, r) => r.is_some(),
+        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
+        (Awaited::ChangedFrom(rv), Some(r)) => r.metadata.resource_version.as_deref() != Some(rv),
+        (Awaited::Gone, r) => r
+            .as_ref()
+            .is_none_or(|r| r.metadata.deletion_timestamp.is_some()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::{Finished, Job, Trigger};
+
+    fn obj(rv: &str) -> Option<Object> {
+        let mut o = Object::default();
+        o.metadata.resource_version = Some(rv.into());
+        Some(o)
+    }
+
+    fn ns(rv: &str) -> Option<NamespaceInfo> {
+        Some(NamespaceInfo {
+            name: "n".into(),
+            resource_version: rv.into(),
+            labels: Default::default(),
+            accept_from: None,
+            terminating: false,
+        })
+    }
+
+    #[test]
+    fn admitted_changes_count_as_persisted_only_once_visible() {
+        let changed = Awaited::ChangedFrom("5".into());
+        assert!(
+            !object_persisted(&changed, &obj("5")),
+            "still the version the admission replaced"
+        );
+        assert!(object_persisted(&changed, &obj("6")));
+        assert!(
+            object_persisted(&changed, &None),
+            "deleted since: nothing to wait for"
+        );
+        assert!(!object_persisted(&Awaited::Exists, &None));
+        assert!(object_persisted(&Awaited::Exists, &obj("1")));
+        assert!(!object_persisted(&Awaited::Gone, &obj("1")));
+        assert!(object_persisted(&Awaited::Gone, &None));
+        assert!(object_persisted(&Awaited::Nothing, &None));
+
+        assert!(
+            !namespace_persisted(&changed, &ns("5")),
+            "a label change not persisted yet"
+        );
+        assert!(namespace_persisted(&changed, &ns("6")));
+        assert!(
+            !namespace_persisted(&Awaited::Exists, &None),
+            "namespace CREATE not persisted yet"
+        );
+        assert!(namespace_persisted(&Awaited::Exists, &ns("1")));
+    }
+
+    #[tokio::test]
+    async fn an_event_wakes_the_jobs_waiting_on_its_object() {
+        let queue = WorkQueue::new(10);
+        let waiters = Waiters::new(queue.clone());
+        let key = JobKey::Namespace("team-a".into());
+        queue.push(Job::new(key.clone(), Trigger::Admission));
+        let job = queue.pop().await.unwrap();
+        let (feed, watched) = Feed::of(&key).unwrap();
+        waiters.set_live(feed, true);
+        waiters.register(&watched, &key);
+        let now = Instant::now();
+        let at = waiters.next_look(feed, job.since, now);
+        assert!(at >= job.since + PERSIST_WAIT, "a live feed: no polling");
+        queue.finish(&key, Finished::Again { job, at });
+        assert!(
+            tokio::time::timeout(Duration::from_millis(30), queue.pop())
+                .await
+                .is_err()
+        );
+        waiters.notify(&Watched::Namespace("other".into()));
+        assert_eq!(waiters.len(), 1);
+        waiters.notify(&watched);
+        assert!(waiters.is_empty());
+        let woken = tokio::time::timeout(Duration::from_millis(100), queue.pop())
+            .await
+            .expect("woken by the event")
+            .unwrap();
+        assert_eq!(woken.key, key);
+    }
+
+    #[test]
+    fn without_a_live_feed_jobs_poll_with_a_growing_interval() {
+        let waiters = Waiters::new(WorkQueue::new(1));
+        let since = Instant::now();
+        let first = waiters.next_look(Feed::Namespaces, since, since);
+        assert_eq!(first - since, Duration::from_millis(2));
+        let later = since + Duration::from_secs(2);
+        assert_eq!(
+            waiters.next_look(Feed::Namespaces, since, later) - later,
+            Duration::from_millis(250)
+        );
+        let late = since + Duration::from_millis(4_900);
+        assert_eq!(
+            waiters.next_look(Feed::Namespaces, since, late),
+            since + PERSIST_WAIT,
+            "never past the deadline"
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! Metadata-only watches that tell waiting jobs their change was persisted ([`crate::persisted`]).
+//! Each is label-selected where the resource is numerous (sources and copies, never every
+//! Secret) and keeps nothing: an event wakes the jobs waiting on its object and is dropped, so
+//! memory stays flat in the number of objects watched. A watch resumes from the last
+//! resourceVersion it saw; when the API server no longer has that version (410), it starts
+//! over and wakes every job waiting on its feed, since events may have been missed.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Resource,
+    api::WatchParams,
+    core::{WatchEvent, request::Request},
+};
+use tokio::sync::watch;
+
+use crate::{
+    cluster::Cluster,
+    copyrule::CopyRule,
+    marks,
+    model::{Kind, MetaItem, Object, ObjectKey},
+    persisted::{Feed, Waiters, Watched},
+};
+
+/// Server-side timeout of one watch request: below the client's read timeout, so a quiet
+/// watch ends cleanly and is resumed rather than cut.
+const WATCH_SECONDS: u32 = 50;
+
+impl Feed {
+    fn url_path(self) -> String {
+        match self {
+            Feed::Namespaces => Namespace::url_path(&(), None),
+            Feed::Sources(kind) | Feed::Copies(kind) => Object::url_path(&kind, None),
+            Feed::CopyRules => CopyRule::url_path(&(), None),
+        }
+    }
+
+    fn label_selector(self) -> Option<&'static str> {
+        match self {
+            Feed::Sources(_) => Some(marks::SOURCE_SELECTOR),
+            Feed::Copies(_) => Some(marks::MANAGED_SELECTOR),
+            Feed::Namespaces | Feed::CopyRules => None,
+        }
+    }
+
+    /// What an event's object is, for the waiters.
+    fn watched(self, item: &MetaItem) -> Option<Watched> {
+        let m = &item.metadata;
+        let name = m.name.clone()?;
+        Some(match self {
+            Feed::Namespaces => Watched::Namespace(name),
+            Feed::CopyRules => Watched::CopyRule(name),
+            Feed::Sources(kind) | Feed::Copies(kind) => {
+                Watched::Object(ObjectKey::new(kind, m.namespace.clone()?, name))
+            }
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Feed::Namespaces => "namespaces",
+            Feed::Sources(Kind::Secret) => "source secrets",
+            Feed::Sources(Kind::ConfigMap) => "source configmaps",
+            Feed::Copies(Kind::Secret) => "copied secrets",
+            Feed::Copies(Kind::ConfigMap) => "copied configmaps",
+            Feed::CopyRules => "copyrules",
+        }
+    }
+}
+
+/// Starts one watch per feed; they run until `shutdown` fires.
+pub fn spawn(
+    cluster: &Cluster,
+    waiters: &Arc<Waiters>,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    Feed::ALL
+        .into_iter()
+        .map(|feed| {
+            tokio::spawn(run(
+                cluster.clone(),
+                feed,
+                Arc::clone(waiters),
+                shutdown.clone(),
+            ))
+        })
+        .collect()
+}
+
+async fn run(
+    cluster: Cluster,
+    feed: Feed,
+    waiters: Arc<Waiters>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut version = "0".to_string();
+    let mut failures = 0u32;
+    loop {
+        let ended = tokio::select! {
+            r = watch_once(&cluster, feed, &waiters, &mut version) => r,
+            _ = shutdown.changed() => break,
+        };
+        waiters.set_live(feed, false);
+        match ended {
+            Ended::Timeout => {
+                failures = 0;
+                continue;
+            }
+            Ended::Expired => {
+                // Events since `version` are gone: start over, and let waiters look again.
+                version = "0".into();
+                waiters.notify_feed(feed);
+                failures = 0;
+                continue;
+            }
+            Ended::Failed(why) => {
+                failures += 1;
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(feed = feed.name(), error = %why, failures, "watch failed; waiting jobs poll meanwhile");
+                }
+            }
+        }
+        let backoff =
+            Duration::from_millis(100 * u64::from(failures.min(300))).min(Duration::from_secs(30));
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    waiters.set_live(feed, false);
+}
+
+enum Ended {
+    /// The server ended the watch after its timeout: resume.
+    Timeout,
+    /// 410 Gone: the version is too old.
+    Expired,
+    Failed(String),
+}
+
+async fn watch_once(
+    cluster: &Cluster,
+    feed: Feed,
+    waiters: &Waiters,
+    version: &mut String,
+) -> Ended {
+    let wp = WatchParams {
+        label_selector: feed.label_selector().map(String::from),
+        timeout: Some(WATCH_SECONDS),
+        bookmarks: true,
+        ..Default::default()
+    };
+    let request = match Request::new(feed.url_path()).watch_metadata(&wp, version) {
+        Ok(r) => r,
+        Err(e) => return Ended::Failed(e.to_string()),
+    };
+    let stream = match cluster.watch_events::<MetaItem>(request).await {
+        Ok(s) => s,
+        Err(e) if e.code() == 410 => return Ended::Expired,
+        Err(e) => return Ended::Failed(e.to_string()),
+    };
+    waiters.set_live(feed, true);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(
+                WatchEvent::Added(item) | WatchEvent::Modified(item) | WatchEvent::Deleted(item),
+            ) => {
+                if let Some(rv) = &item.metadata.resource_version {
+                    version.clone_from(rv);
+                }
+                if let Some(watched) = feed.watched(&item) {
+                    waiters.notify(&watched);
+                }
+            }
+            Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,
+            Ok(WatchEvent::Error(status)) if status.code == 410 => return Ended::Expired,
+            Ok(WatchEvent::Error(status)) => return Ended::Failed(status.message.clone()),
+            Err(e) => return Ended::Failed(e.to_string()),
+        }
+    }
+    Ended::Timeout
+}
