@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use axum::{body::Body, http::Request};
 use copyrator::{
-    admission::{AdmissionState, router},
+    admission::{AdmissionState, Limits, router},
     content::{DesiredCopy, source_hash},
     marks,
     metrics::Metrics,
@@ -55,8 +55,9 @@ fn admission(c: &mut Criterion) {
             ..Default::default()
         }),
         advisor: None,
+        limits: Limits::new(6 << 20, 256, 32 << 20, std::time::Duration::from_secs(10)),
     };
-    let app = router(state, 6 << 20);
+    let app = router(state);
     let body = bytes::Bytes::from(secret_review());
     let mut g = c.benchmark_group("admission");
     g.throughput(Throughput::Elements(1));

@@ -59,6 +59,45 @@ stop() {
   rm -rf "$d"
 }
 
+# The API server's credentials towards webhooks, the Kubernetes way (WebhookAdmission with a
+# kubeconfig): every webhook that asks for a client certificate gets one signed by
+# $d/webhook-client-ca.crt (what `copyrator serve --client-ca` verifies). Webhooks that do
+# not ask are not affected.
+webhook_client_credentials() {
+  local d=$1
+  openssl req -x509 -newkey rsa:2048 -nodes -days 7 -subj "/CN=copyrator-test webhook client CA" \
+    -keyout "$d/webhook-client-ca.key" -out "$d/webhook-client-ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver webhook client" \
+    -keyout "$d/webhook-client.key" -out "$d/webhook-client.csr" 2>/dev/null
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$d/webhook-client.ext"
+  openssl x509 -req -in "$d/webhook-client.csr" -CA "$d/webhook-client-ca.crt" -CAkey "$d/webhook-client-ca.key" \
+    -CAcreateserial -days 7 -extfile "$d/webhook-client.ext" -out "$d/webhook-client.crt" 2>/dev/null
+  cat >"$d/webhook-client.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: $d/webhook-client.crt
+    client-key: $d/webhook-client.key
+EOF
+  cat >"$d/admission.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $d/webhook-client.kubeconfig
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $d/webhook-client.kubeconfig
+EOF
+}
+
 start() {
   local d=$1
   [ -x "$APISERVER" ] || die "no kube-apiserver at $APISERVER: run scripts/bootstrap.sh first"
@@ -70,6 +109,7 @@ start() {
   echo "$token,admin,admin,system:masters" >"$d/tokens.csv"
   openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
   openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  webhook_client_credentials "$d"
 
   "$ETCD" --data-dir "$d/etcd" --name copyrator-test \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -87,6 +127,7 @@ start() {
     --api-audiences https://kubernetes.default.svc \
     --service-cluster-ip-range 10.96.0.0/24 --endpoint-reconciler-type none \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --admission-control-config-file "$d/admission.yaml" \
     >"$d/apiserver.log" 2>&1 &
   echo $! >"$d/apiserver.pid"
 

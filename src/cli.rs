@@ -60,6 +60,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_TLS_KEY", default_value = "certs/tls.key")]
     pub tls_key: PathBuf,
 
+    /// PEM CA bundle: only clients presenting a certificate signed by it may connect to the
+    /// webhook server (the API server's webhook client certificate, configured with its
+    /// --admission-control-config-file). Re-read when it changes. Default: any client.
+    #[arg(long, env = "COPYRATOR_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+
     /// How often the certificate files are checked for changes.
     #[arg(long, env = "COPYRATOR_TLS_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub tls_reload_interval: Duration,
@@ -67,6 +73,36 @@ pub struct ServeArgs {
     /// Largest AdmissionReview accepted, in bytes (a 1 MiB Secret UPDATE is ~2.7 MB).
     #[arg(long, env = "COPYRATOR_MAX_BODY_BYTES", default_value_t = crate::admission::DEFAULT_BODY_LIMIT)]
     pub max_body_bytes: usize,
+
+    /// Admission reviews handled at once; beyond, the webhook answers 503 at once (the API
+    /// server then ignores the call: failurePolicy Ignore).
+    #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_IN_FLIGHT", default_value_t = 256)]
+    pub webhook_max_in_flight: usize,
+
+    /// Bytes of review bodies being received or held at once; beyond, 503 at once.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_IN_FLIGHT", default_value_t = 32 * 1024 * 1024)]
+    pub webhook_body_bytes_in_flight: usize,
+
+    /// Time to receive a review's body and answer it; beyond, 408.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub webhook_request_timeout: Duration,
+
+    /// Time a new connection has to finish its TLS handshake and send its first request's
+    /// headers; a connection with no request in flight is closed after --webhook-idle-timeout.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_FIRST_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub webhook_first_request_timeout: Duration,
+
+    /// How long a connection may stay open with no request in flight.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
+    pub webhook_idle_timeout: Duration,
+
+    /// Connections open at once; beyond, new ones are closed at once.
+    #[arg(
+        long,
+        env = "COPYRATOR_WEBHOOK_MAX_CONNECTIONS",
+        default_value_t = 1024
+    )]
+    pub webhook_max_connections: usize,
 
     /// Worker tasks running jobs.
     #[arg(long, env = "COPYRATOR_WORKERS", default_value_t = 4)]

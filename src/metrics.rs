@@ -51,6 +51,11 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WhatLabels {
+    pub what: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabels {
     pub verb: &'static str,
     pub resource: &'static str,
@@ -81,6 +86,7 @@ pub struct Metrics {
     pub conflicts: Family<ReasonLabels, Counter>,
     pub refused_targets: Counter,
     pub malformed_marks: Counter,
+    pub unreadable: Family<WhatLabels, Counter>,
     pub copy_lag: Histogram,
     pub resync_duration: Histogram,
     pub resync_drift: Family<ReasonLabels, Counter>,
@@ -88,6 +94,9 @@ pub struct Metrics {
     pub api_errors: Family<CodeLabels, Counter>,
     pub api_response_bytes: Counter,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
+    pub webhook_connections: Gauge,
+    pub webhook_connections_refused: Counter,
+    pub webhook_connections_idle_closed: Counter,
     pub leader: Gauge,
 }
 
@@ -174,6 +183,12 @@ impl Metrics {
             "Objects labelled as managed by copyrator whose marks do not parse (left alone), each counted once",
             malformed_marks.clone(),
         );
+        let unreadable = Family::<WhatLabels, Counter>::default();
+        registry.register(
+            "unreadable",
+            "Objects a job could not read (source, namespace, copy): their targets were skipped and a job queued to look again",
+            unreadable.clone(),
+        );
         let copy_lag = Histogram::new(exponential_buckets(0.001, 2.0, 17));
         registry.register(
             "copy_lag_seconds",
@@ -216,6 +231,24 @@ impl Metrics {
             "Serving certificate reloads, by outcome (success, failure)",
             tls_reloads.clone(),
         );
+        let webhook_connections = Gauge::default();
+        registry.register(
+            "webhook_connections",
+            "Connections open to the webhook server",
+            webhook_connections.clone(),
+        );
+        let webhook_connections_refused = Counter::default();
+        registry.register(
+            "webhook_connections_refused",
+            "New webhook connections closed at once because --webhook-max-connections were open",
+            webhook_connections_refused.clone(),
+        );
+        let webhook_connections_idle_closed = Counter::default();
+        registry.register(
+            "webhook_connections_idle_closed",
+            "Webhook connections closed for sending no request in time (first request or idle timeout)",
+            webhook_connections_idle_closed.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -236,6 +269,7 @@ impl Metrics {
             conflicts,
             refused_targets,
             malformed_marks,
+            unreadable,
             copy_lag,
             resync_duration,
             resync_drift,
@@ -243,6 +277,9 @@ impl Metrics {
             api_errors,
             api_response_bytes,
             tls_reloads,
+            webhook_connections,
+            webhook_connections_refused,
+            webhook_connections_idle_closed,
             leader,
         }
     }

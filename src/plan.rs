@@ -27,6 +27,24 @@ pub struct World {
     pub namespaces: BTreeMap<String, NamespaceInfo>,
     /// The cluster-wide settings every plan obeys.
     pub policy: Policy,
+    /// What this job could not read: targets that depend on it are skipped (never written,
+    /// never deleted), and the reads are retried by follow-up jobs.
+    pub unreadable: Unreadable,
+}
+
+/// Sources and namespaces a job failed to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unreadable {
+    pub sources: BTreeSet<ObjectKey>,
+    pub namespaces: BTreeSet<String>,
+    /// Copies whose content could not be read (judged by their marks meanwhile).
+    pub copies: BTreeSet<ObjectKey>,
+}
+
+impl Unreadable {
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty() && self.namespaces.is_empty() && self.copies.is_empty()
+    }
 }
 
 /// Cluster-wide settings every plan obeys.
@@ -88,12 +106,14 @@ impl World {
         self.rules = RuleSet::build(self.sources.values(), &self.copy_rules, &self.policy.trust);
     }
 
-    /// Records what was just read about a source (or that it is gone).
-    pub fn set_source(&mut self, key: &ObjectKey, info: Option<SourceInfo>) {
-        match info {
-            Some(s) => self.sources.insert(key.clone(), s),
-            None => self.sources.remove(key),
-        };
+    /// Records what was just read about sources (`None`: gone), then rebuilds the rules once.
+    pub fn set_sources(&mut self, read: impl IntoIterator<Item = (ObjectKey, Option<SourceInfo>)>) {
+        for (key, info) in read {
+            match info {
+                Some(s) => self.sources.insert(key, s),
+                None => self.sources.remove(&key),
+            };
+        }
         self.rebuild_rules();
     }
 
@@ -358,6 +378,7 @@ pub enum Action {
     },
     /// The payload of this source must be read before the target can be planned.
     NeedSource {
+        target: ObjectKey,
         source: ObjectKey,
     },
     /// Nothing to do for a reason worth knowing (e.g. the copy is being deleted).
@@ -386,6 +407,8 @@ pub enum Scope {
     Source(ObjectKey),
     Namespace(String),
     Target(ObjectKey),
+    /// Several targets (re-planned after a stale write, or once their source's payload is read).
+    Targets(BTreeSet<ObjectKey>),
     Rule(RuleId),
 }
 
@@ -399,6 +422,7 @@ impl Scope {
             Scope::All => true,
             Scope::Namespace(ns) => &target.namespace == ns,
             Scope::Target(t) => t == target,
+            Scope::Targets(ts) => ts.contains(target),
             Scope::Source(src) => {
                 claims.iter().any(|c| &c.source.key == src)
                     || managed.is_some_and(|m| &m.source == src)
@@ -472,6 +496,18 @@ fn plan_target(
             reason: "copy is being deleted",
         }];
     }
+    let unreadable = &world.unreadable;
+    if unreadable.namespaces.contains(&target.namespace)
+        || matches!(existing, Existing::Managed(m) if unreadable.sources.contains(&m.source))
+        || claims
+            .iter()
+            .any(|c| unreadable.sources.contains(&c.source.key))
+    {
+        return vec![Action::Skip {
+            target: target.clone(),
+            reason: "its source or namespace could not be read",
+        }];
+    }
 
     let winner = match winner(&world.policy.trust, claims, existing) {
         None => return plan_orphan(world, target, existing),
@@ -540,6 +576,7 @@ fn plan_winner(
         };
     }
     let need_source = || Action::NeedSource {
+        target: target.clone(),
         source: claim.source.key.clone(),
     };
     // One template per (rule, source): every target shares its payload and content hash.

@@ -184,7 +184,7 @@ fn summary(actions: &[Action]) -> Vec<String> {
                 }
             ),
             Action::Refused { target, .. } => format!("refused {}", target.namespace),
-            Action::NeedSource { source } => format!("need {}", source.namespaced_name()),
+            Action::NeedSource { source, .. } => format!("need {}", source.namespaced_name()),
             Action::Skip { target, reason } => format!("skip {} ({reason})", target.namespace),
         })
         .collect()
@@ -1039,4 +1039,32 @@ mod tenancy {
             assert_eq!(c.plan(), want, "{name}");
         }
     }
+}
+
+#[test]
+fn what_could_not_be_read_is_neither_written_nor_deleted() {
+    // A copy whose source could not be read: not judged orphaned.
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .ns("team-b", &[])
+        .with_inline_copy("team-b", &payload("v1"));
+    let key = f.source().key.clone();
+    f.world.unreadable.sources.insert(key.clone());
+    assert_eq!(
+        summary(&f.plan(Scope::All)),
+        [
+            "skip team-a (its source or namespace could not be read)",
+            "skip team-b (its source or namespace could not be read)"
+        ]
+    );
+    // A namespace that could not be read: its targets wait.
+    f.world.unreadable.sources.clear();
+    f.world.unreadable.namespaces.insert("team-b".into());
+    assert_eq!(
+        summary(&f.plan(Scope::All)),
+        [
+            "create team-a",
+            "skip team-b (its source or namespace could not be read)"
+        ]
+    );
 }

@@ -153,6 +153,15 @@ impl Rule {
         };
         let mut namespaces = BTreeSet::new();
         if let Some(raw) = source.annotations.get(marks::NAMESPACES_ANNOTATION) {
+            let count = raw.split(',').filter(|n| !n.trim().is_empty()).count();
+            if count > MAX_NAMESPACES {
+                return Err(RuleError::new(
+                    marks::NAMESPACES_ANNOTATION,
+                    format!(
+                        "lists {count} namespaces; at most {MAX_NAMESPACES} are allowed (use a selector)"
+                    ),
+                ));
+            }
             for name in raw.split(',').map(str::trim).filter(|n| !n.is_empty()) {
                 if !selector::is_dns_label(name) {
                     return Err(RuleError::new(
@@ -283,7 +292,19 @@ impl Rule {
     }
 }
 
+/// Most explicit namespaces one rule may list.
+pub const MAX_NAMESPACES: usize = 1000;
+
 fn namespace_set(field: &str, names: &[String]) -> Result<BTreeSet<String>, RuleError> {
+    if names.len() > MAX_NAMESPACES {
+        return Err(RuleError::new(
+            field,
+            format!(
+                "lists {} namespaces; at most {MAX_NAMESPACES} are allowed (use a selector)",
+                names.len()
+            ),
+        ));
+    }
     names
         .iter()
         .map(|n| {

@@ -59,6 +59,12 @@ impl Selector {
 
     /// Parses the string syntax (`a=b,c in (x,y),!d`). An empty string selects everything.
     pub fn parse(input: &str) -> Result<Self, SelectorError> {
+        if input.len() > MAX_SELECTOR_CHARS {
+            return Err(err(format!(
+                "is {} characters long; at most {MAX_SELECTOR_CHARS} are allowed",
+                input.len()
+            )));
+        }
         let tokens = lex(input)?;
         let mut p = Parser { tokens, pos: 0 };
         let mut requirements = Vec::new();
@@ -76,6 +82,29 @@ impl Selector {
                 }
                 Some(t) => return Err(err(format!("expected ',' but found {t}"))),
             }
+        }
+        Self::checked(requirements)
+    }
+
+    /// Caps what one selector may ask, so that matching it stays cheap wherever it runs.
+    fn checked(requirements: Vec<Requirement>) -> Result<Self, SelectorError> {
+        if requirements.len() > MAX_REQUIREMENTS {
+            return Err(err(format!(
+                "has {} requirements; at most {MAX_REQUIREMENTS} are allowed",
+                requirements.len()
+            )));
+        }
+        let values: usize = requirements
+            .iter()
+            .map(|r| match &r.op {
+                Operator::In(v) | Operator::NotIn(v) => v.len(),
+                _ => 0,
+            })
+            .sum();
+        if values > MAX_VALUES {
+            return Err(err(format!(
+                "lists {values} values; at most {MAX_VALUES} are allowed"
+            )));
         }
         Ok(Self { requirements })
     }
@@ -125,9 +154,16 @@ impl Selector {
                 op,
             });
         }
-        Ok(Self { requirements })
+        Self::checked(requirements)
     }
 }
+
+/// Longest selector in the string syntax.
+pub const MAX_SELECTOR_CHARS: usize = 4096;
+/// Most requirements in one selector.
+pub const MAX_REQUIREMENTS: usize = 64;
+/// Most values across the `in`/`notin` sets of one selector.
+pub const MAX_VALUES: usize = 512;
 
 impl Requirement {
     fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
@@ -590,5 +626,54 @@ mod tests {
         assert!(!is_dns_label("-a"));
         assert!(is_dns_subdomain("a.b-c.d"));
         assert!(!is_dns_subdomain("a..b"));
+    }
+
+    #[test]
+    fn selectors_are_capped_so_matching_stays_cheap() {
+        let many_terms = (0..20_000)
+            .map(|i| format!("k{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let e = Selector::parse(&many_terms).unwrap_err().to_string();
+        assert!(e.contains("at most 4096 are allowed"), "{e}");
+        let terms = (0..65)
+            .map(|i| format!("k{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let e = Selector::parse(&terms).unwrap_err().to_string();
+        assert!(e.contains("65 requirements; at most 64"), "{e}");
+        let values = (0..513)
+            .map(|i| format!("v{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let e = Selector::parse(&format!("k in ({values})"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("513 values; at most 512"), "{e}");
+        let expressions = (0..65)
+            .map(
+                |i| k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: format!("k{i}"),
+                    operator: "Exists".into(),
+                    values: None,
+                },
+            )
+            .collect();
+        let e = Selector::from_label_selector(&LabelSelector {
+            match_labels: None,
+            match_expressions: Some(expressions),
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("at most 64"), "{e}");
+        assert!(
+            Selector::parse(
+                &(0..64)
+                    .map(|i| format!("k{i}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+            .is_ok()
+        );
     }
 }

@@ -14,7 +14,7 @@ use kube::{
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
-    admission::{self, AdmissionState, advice::Advisor},
+    admission::{self, AdmissionState, Limits, advice::Advisor},
     cli::ServeArgs,
     cluster::Cluster,
     events::Events,
@@ -24,10 +24,10 @@ use crate::{
     queue::WorkQueue,
     ratelimit::RateLimiter,
     reconcile,
-    server::{self, Readiness},
+    server::{self, ConnectionLimits, Readiness},
     sync::{Context, SyncSettings},
     tenancy::TrustPolicy,
-    tls::{CertFiles, ReloadingCert},
+    tls::{CertFiles, ClientCa, ReloadingCert},
     worker,
 };
 
@@ -179,22 +179,39 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
     let mut background = Vec::new();
 
-    background.push(tokio::spawn(
-        Arc::clone(&cert).watch(args.tls_reload_interval, Arc::clone(&metrics)),
-    ));
-    let admission = admission::router(
-        AdmissionState {
-            queue: Arc::clone(&queue),
-            metrics: Arc::clone(&metrics),
-            policy: Arc::new(policy.clone()),
-            advisor: Some(Advisor::new(ctx.cluster.clone(), policy)),
-        },
-        args.max_body_bytes,
-    );
+    let client_ca = args
+        .client_ca
+        .clone()
+        .map(ClientCa::load)
+        .transpose()
+        .context("loading the client CA (--client-ca)")?;
+    background.push(tokio::spawn(Arc::clone(&cert).watch(
+        client_ca.clone(),
+        args.tls_reload_interval,
+        Arc::clone(&metrics),
+    )));
+    let admission = admission::router(AdmissionState {
+        queue: Arc::clone(&queue),
+        metrics: Arc::clone(&metrics),
+        policy: Arc::new(policy.clone()),
+        advisor: Some(Advisor::new(ctx.cluster.clone(), policy)),
+        limits: Limits::new(
+            args.max_body_bytes,
+            args.webhook_max_in_flight,
+            args.webhook_body_bytes_in_flight,
+            args.webhook_request_timeout,
+        ),
+    });
     tasks.push(tokio::spawn(server::serve_tls(
         webhook_listener,
-        cert.server_config(),
+        cert.server_config(client_ca),
         admission,
+        ConnectionLimits {
+            max_connections: args.webhook_max_connections,
+            first_request_timeout: args.webhook_first_request_timeout,
+            idle_timeout: args.webhook_idle_timeout,
+        },
+        Arc::clone(&metrics),
         shutdown_rx.clone(),
     )));
 

@@ -4,34 +4,98 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
     service::TowerToHyperService,
 };
 use rustls::ServerConfig;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::{
+    net::TcpListener,
+    sync::{Semaphore, watch},
+};
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
 
 use crate::{metrics::Metrics, tls::ReloadingCert};
 
-/// A client has this long to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What one connection may take of the webhook server (SPEC §6.1).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// Connections open at once; beyond, new ones are closed at once.
+    pub max_connections: usize,
+    /// A new connection must finish its TLS handshake and send its first request's headers
+    /// within this time.
+    pub first_request_timeout: Duration,
+    /// A connection with no request in flight is closed after this time.
+    pub idle_timeout: Duration,
+}
 
-/// Serves `app` over TLS on `listener` until `shutdown` fires.
+/// Requests in flight on one connection, and when it was last busy.
+struct Activity {
+    opened: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds since `opened` when a request last finished; `u64::MAX`: none yet.
+    last_done_ms: AtomicU64,
+}
+
+/// Counts a request as in flight until dropped (also when the connection goes mid-way).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let a = &self.0;
+        a.last_done_ms
+            .store(a.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+        a.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Activity {
+    fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(self))
+    }
+
+    /// Resolves once the connection has been idle too long: no request in flight since the
+    /// first-request timeout (nothing served yet) or the idle timeout (afterwards).
+    async fn idle_too_long(&self, limits: ConnectionLimits) {
+        let tick = (limits.first_request_timeout.min(limits.idle_timeout) / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            tokio::time::sleep(tick).await;
+            if self.in_flight.load(Ordering::Relaxed) > 0 {
+                continue;
+            }
+            let (idle_since, limit) = match self.last_done_ms.load(Ordering::Relaxed) {
+                u64::MAX => (Duration::ZERO, limits.first_request_timeout),
+                ms => (Duration::from_millis(ms), limits.idle_timeout),
+            };
+            if self.opened.elapsed().saturating_sub(idle_since) >= limit {
+                return;
+            }
+        }
+    }
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown` fires, within `limits`.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     app: Router,
+    limits: ConnectionLimits,
+    metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let acceptor = TlsAcceptor::from(tls);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -46,33 +110,67 @@ pub async fn serve_tls(
             },
             _ = shutdown.changed() => break,
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            metrics.webhook_connections_refused.inc();
+            tracing::debug!(%peer, "connection limit reached; closing a new connection");
+            drop(stream);
+            continue;
+        };
+        metrics.webhook_connections.inc();
         let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
+        let metrics = Arc::clone(&metrics);
         let mut conn_shutdown = shutdown.clone();
         connections.spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
+            let _slot = slot;
+            let _open = OpenConnection(Arc::clone(&metrics));
+            let activity = Arc::new(Activity {
+                opened: Instant::now(),
+                in_flight: AtomicUsize::new(0),
+                last_done_ms: AtomicU64::new(u64::MAX),
+            });
+            let tls =
+                match tokio::time::timeout(limits.first_request_timeout, acceptor.accept(stream))
+                    .await
+                {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let counted = Arc::clone(&activity);
+            let service = tower::service_fn(move |req: axum::http::Request<Incoming>| {
+                let guard = counted.start();
+                let app = app.clone();
+                async move {
+                    let response = app.oneshot(req).await;
+                    drop(guard);
+                    response
                 }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = TowerToHyperService::new(app);
+            });
             let builder = auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(tls), service);
+            let conn =
+                builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
             tokio::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
+                _ = activity.idle_too_long(limits) => {
+                    tracing::debug!(%peer, "closing an idle connection");
+                    metrics.webhook_connections_idle_closed.inc();
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(Duration::from_secs(5), conn).await.unwrap_or(Ok(()))
+                }
                 _ = conn_shutdown.changed() => {
                     // Finish in-flight requests, then close (keep-alive connections would
                     // otherwise stay open forever).
                     conn.as_mut().graceful_shutdown();
-                    conn.await
+                    tokio::time::timeout(Duration::from_secs(5), conn).await.unwrap_or(Ok(()))
                 }
             };
             if let Err(e) = result {
@@ -87,6 +185,15 @@ pub async fn serve_tls(
         while connections.join_next().await.is_some() {}
     })
     .await;
+}
+
+/// Keeps the open-connections gauge right however a connection ends.
+struct OpenConnection(Arc<Metrics>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.webhook_connections.dec();
+    }
 }
 
 /// What `/readyz` checks.

@@ -3,7 +3,7 @@
 //! it, and report.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -17,7 +17,7 @@ use crate::{
     content,
     events::{Events, Regarding, reason},
     marks,
-    metrics::{Metrics, ReasonLabels},
+    metrics::{Metrics, ReasonLabels, WhatLabels},
     model::{Kind, Object, ObjectKey, SourceInfo},
     persisted::{
         Feed, PERSIST_WAIT, Waiters, namespace_persisted, object_persisted, rule_persisted,
@@ -181,7 +181,7 @@ async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<Outcom
         world::load_rules(cluster, &kinds, &ctx.settings.policy, fresh),
         copies
     )?;
-    world.set_source(key, info.clone());
+    world.set_sources([(key.clone(), info.clone())]);
     let mut contents = Contents::default();
     if let (Some(obj), Some(info)) = (&source, &info) {
         remember_payload(ctx, &mut contents, info, obj);
@@ -467,6 +467,7 @@ async fn resync(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
 
 /// Loads what every job needs once its scope is known: sources named by the copies found,
 /// namespaces of those copies, and the content of copies that were edited by someone else.
+/// What cannot be read is recorded in `world.unreadable`, not fatal.
 async fn finish_loading(
     ctx: &Context,
     world: &mut World,
@@ -476,8 +477,14 @@ async fn finish_loading(
     let cluster = &ctx.cluster;
     world::ensure_sources(cluster, world, found.sources()).await?;
     world::ensure_namespaces(cluster, world, found.namespaces(), fresh).await?;
-    world::read_suspects(cluster, found).await
+    world::read_suspects(cluster, world, found).await;
+    Ok(())
 }
+
+/// Sources whose payloads are read together: the targets that need them are planned and
+/// written, and the payloads dropped, before the next ones are read. A resync never holds
+/// every source's payload at once.
+const PAYLOAD_BATCH: usize = 8;
 
 /// Plans and applies until every target in scope is settled; returns the outcomes.
 async fn converge(
@@ -491,23 +498,96 @@ async fn converge(
     report_malformed(ctx, &found);
     world::known_hashes(world, &ctx.source_hashes, &mut contents);
     let mut actions = plan(world, scope, &found.existing, &contents);
-    let mut outcomes = Vec::new();
-    for round in 0..MAX_ROUNDS {
-        // Read the payloads the plan needs, then plan again with them.
-        let needed: BTreeSet<ObjectKey> = actions
+    // Targets that need a source's payload, by source: planned again batch by batch.
+    let mut needing: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
+    actions.retain(|a| match a {
+        Action::NeedSource { target, source } if !contents.payloads.contains_key(source) => {
+            needing
+                .entry(source.clone())
+                .or_default()
+                .insert(target.clone());
+            false
+        }
+        _ => true,
+    });
+    let mut outcomes = settle(ctx, job, world, &mut found, &mut contents, actions).await?;
+    let sources: Vec<ObjectKey> = needing.keys().cloned().collect();
+    for batch in sources.chunks(PAYLOAD_BATCH) {
+        read_sources(ctx, world, &mut contents, batch).await;
+        let targets: BTreeSet<ObjectKey> = batch
             .iter()
-            .filter_map(|a| match a {
-                Action::NeedSource { source } => Some(source.clone()),
-                _ => None,
-            })
+            .flat_map(|s| needing[s].iter().cloned())
             .collect();
+        let actions = plan(world, &Scope::Targets(targets), &found.existing, &contents);
+        let mut settled = settle(ctx, job, world, &mut found, &mut contents, actions).await?;
+        outcomes.append(&mut settled);
+        contents.payloads.clear();
+    }
+    let failed: Vec<&ApiError> = outcomes
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Applied::Failed(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
+    recheck_inputs(ctx, world, &outcomes).await?;
+    retry_unreadable(ctx, job, world);
+    if let Some(first) = failed.first() {
+        let transient = failed.iter().all(|e| e.is_transient() || e.code() == 409);
+        let err = SyncError::Writes {
+            count: failed.len(),
+            first: first.to_string(),
+        };
+        if transient || job.attempt < 3 {
+            return Err(err);
+        }
+        tracing::warn!(error = %err, "giving up on writes until the next resync");
+    }
+    Ok(outcomes)
+}
+
+/// Applies `actions` and settles what went stale meanwhile: a target someone changed since it
+/// was read is read again and planned again, a few rounds at most.
+async fn settle(
+    ctx: &Context,
+    job: &Job,
+    world: &mut World,
+    found: &mut Found,
+    contents: &mut Contents,
+    mut actions: Vec<Action>,
+) -> Result<Vec<(Action, Applied)>, SyncError> {
+    let mut outcomes: Vec<(Action, Applied)> = Vec::new();
+    for round in 0..MAX_ROUNDS {
+        // A re-planned target may need a payload not read yet.
+        let mut targets = BTreeSet::new();
+        let mut needed = Vec::new();
+        actions.retain(|a| match a {
+            Action::NeedSource { target, source } => {
+                targets.insert(target.clone());
+                needed.push(source.clone());
+                false
+            }
+            _ => true,
+        });
         if !needed.is_empty() {
-            read_sources(ctx, world, &mut contents, needed).await?;
-            actions = plan(world, scope, &found.existing, &contents);
+            needed.sort();
+            needed.dedup();
+            for batch in needed.chunks(PAYLOAD_BATCH) {
+                read_sources(ctx, world, contents, batch).await;
+            }
+            actions.extend(plan(
+                world,
+                &Scope::Targets(targets),
+                &found.existing,
+                contents,
+            ));
+            // Still needing a payload: the source could not be read (skipped next round).
+            actions.retain(|a| !matches!(a, Action::NeedSource { .. }));
         }
         let writes = actions.iter().filter(|a| a.is_write()).count();
         let applying = Instant::now();
-        let applied = apply(
+        let mut applied = apply(
             &ctx.cluster,
             &ctx.metrics,
             &ctx.write_budget,
@@ -525,7 +605,6 @@ async fn converge(
             );
         }
         // One vector of outcomes, not two: a full resync has one per copy in the cluster.
-        let mut applied = applied;
         let mut stale = Vec::new();
         let mut i = 0;
         while i < applied.len() {
@@ -541,7 +620,7 @@ async fn converge(
             outcomes.append(&mut applied);
         }
         if stale.is_empty() {
-            break;
+            return Ok(outcomes);
         }
         if round + 1 == MAX_ROUNDS {
             let first = stale.first().map(|a| format!("{a:?}")).unwrap_or_default();
@@ -554,33 +633,46 @@ async fn converge(
             let obj = ctx.cluster.get(target).await?;
             found.add_read(target.clone(), obj.as_ref());
         }
-        report_malformed(ctx, &found);
-        actions = targets
-            .iter()
-            .flat_map(|t| plan(world, &Scope::Target(t.clone()), &found.existing, &contents))
-            .collect();
-    }
-    let failed: Vec<&ApiError> = outcomes
-        .iter()
-        .filter_map(|(_, r)| match r {
-            Applied::Failed(e) => Some(e),
-            _ => None,
-        })
-        .collect();
-    report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
-    recheck_inputs(ctx, world, &outcomes).await?;
-    if let Some(first) = failed.first() {
-        let transient = failed.iter().all(|e| e.is_transient() || e.code() == 409);
-        let err = SyncError::Writes {
-            count: failed.len(),
-            first: first.to_string(),
-        };
-        if transient || job.attempt < 3 {
-            return Err(err);
-        }
-        tracing::warn!(error = %err, "giving up on writes until the next resync");
+        report_malformed(ctx, found);
+        actions = plan(world, &Scope::Targets(targets), &found.existing, contents);
     }
     Ok(outcomes)
+}
+
+/// What a job could not read is read again by jobs of its own (with their own backoff), and
+/// counted.
+fn retry_unreadable(ctx: &Context, job: &Job, world: &World) {
+    let u = &world.unreadable;
+    if u.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        sources = u.sources.len(),
+        namespaces = u.namespaces.len(),
+        copies = u.copies.len(),
+        "some objects could not be read; skipped them and queued jobs to look again"
+    );
+    let jobs = u
+        .sources
+        .iter()
+        .map(|k| (JobKey::Source(k.clone()), "source"))
+        .chain(
+            u.namespaces
+                .iter()
+                .map(|n| (JobKey::Namespace(n.clone()), "namespace")),
+        )
+        .chain(u.copies.iter().map(|k| (JobKey::Copy(k.clone()), "copy")));
+    for (key, what) in jobs {
+        ctx.metrics
+            .unreadable
+            .get_or_create(&WhatLabels { what })
+            .inc();
+        if key != job.key {
+            let mut follow_up = Job::new(key, Trigger::FollowUp);
+            follow_up.retry_at = Some(Instant::now() + crate::queue::retry_delay(job.attempt));
+            enqueue(&ctx.queue, &ctx.metrics, follow_up);
+        }
+    }
 }
 
 /// After writing, checks that the namespaces and sources the writes were planned from have
@@ -677,15 +769,25 @@ fn report_malformed(ctx: &Context, found: &Found) {
     }
 }
 
-/// Reads source payloads (one GET each); a source that vanished is marked as going.
+/// Reads source payloads (one GET each, a batch at once); a source that vanished is removed,
+/// one that cannot be read is recorded as unreadable (its targets are skipped).
 async fn read_sources(
     ctx: &Context,
     world: &mut World,
     contents: &mut Contents,
-    keys: BTreeSet<ObjectKey>,
-) -> Result<(), ApiError> {
-    let reads = futures::future::try_join_all(keys.iter().map(|k| ctx.cluster.get(k))).await?;
+    keys: &[ObjectKey],
+) {
+    let reads = futures::future::join_all(keys.iter().map(|k| ctx.cluster.get(k))).await;
+    let mut read = Vec::new();
     for (key, obj) in keys.iter().zip(reads) {
+        let obj = match obj {
+            Ok(obj) => obj,
+            Err(e) => {
+                tracing::debug!(source = %key, error = %e, "source unreadable; its copies are skipped");
+                world.unreadable.sources.insert(key.clone());
+                continue;
+            }
+        };
         let info = obj
             .as_ref()
             .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
@@ -693,9 +795,9 @@ async fn read_sources(
             remember_payload(ctx, contents, info, obj);
         }
         // Its inline configuration may have changed since it was listed (or it is gone).
-        world.set_source(key, info);
+        read.push((key.clone(), info));
     }
-    Ok(())
+    world.set_sources(read);
 }
 
 fn remember_payload(ctx: &Context, contents: &mut Contents, info: &SourceInfo, obj: &Object) {

@@ -15,10 +15,14 @@ use std::{
 };
 
 use rustls::{
-    ServerConfig,
+    DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme,
+    client::danger::HandshakeSignatureValid,
     crypto::CryptoProvider,
-    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
-    server::{ClientHello, ResolvesServerCert},
+    pki_types::{CertificateDer, PrivateKeyDer, UnixTime, pem::PemObject},
+    server::{
+        ClientHello, ResolvesServerCert, WebPkiClientVerifier,
+        danger::{ClientCertVerified, ClientCertVerifier},
+    },
     sign::CertifiedKey,
 };
 use sha2::{Digest, Sha256};
@@ -151,13 +155,34 @@ impl ReloadingCert {
         }
     }
 
-    /// Polls the files every `interval` for the life of the process.
-    pub async fn watch(self: Arc<Self>, interval: Duration, metrics: Arc<Metrics>) {
+    /// Polls the files (and the client CA's) every `interval` for the life of the process.
+    pub async fn watch(
+        self: Arc<Self>,
+        client_ca: Option<Arc<ClientCa>>,
+        interval: Duration,
+        metrics: Arc<Metrics>,
+    ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        let mut ca_failing = false;
         loop {
             tick.tick().await;
+            if let Some(ca) = &client_ca {
+                match ca.reload() {
+                    Ok(true) => {
+                        ca_failing = false;
+                        tracing::info!(path = %ca.path.display(), "client CA reloaded");
+                    }
+                    Ok(false) => ca_failing = false,
+                    Err(e) => {
+                        if !ca_failing {
+                            tracing::error!(error = %e, "new client CA not usable; keeping the previous one");
+                        }
+                        ca_failing = true;
+                    }
+                }
+            }
             match self.reload() {
                 Ok(true) => {
                     failing = false;
@@ -183,15 +208,127 @@ impl ReloadingCert {
         }
     }
 
-    /// A rustls server configuration that always serves the current pair (HTTP/1.1 and h2).
-    pub fn server_config(self: &Arc<Self>) -> Arc<ServerConfig> {
-        let mut config = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+    /// A rustls server configuration that always serves the current pair (HTTP/1.1 and h2),
+    /// and, with `client_ca`, accepts only clients presenting a certificate it signed.
+    pub fn server_config(self: &Arc<Self>, client_ca: Option<Arc<ClientCa>>) -> Arc<ServerConfig> {
+        let builder = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
             .with_safe_default_protocol_versions()
-            .expect("the ring provider supports the default protocol versions")
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
+            .expect("the ring provider supports the default protocol versions");
+        let builder = match client_ca {
+            Some(ca) => builder.with_client_cert_verifier(ca as Arc<dyn ClientCertVerifier>),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config =
+            builder.with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Arc::new(config)
+    }
+}
+
+/// The CA bundle whose certificates clients must present (`--client-ca`): the API server's
+/// webhook client credentials (its `--admission-control-config-file`), so that only the API
+/// server can post reviews. Re-read when the file changes; a bad new bundle keeps the old one.
+pub struct ClientCa {
+    path: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<dyn ClientCertVerifier>>,
+    fingerprint: RwLock<[u8; 32]>,
+}
+
+impl fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientCa")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl ClientCa {
+    pub fn load(path: PathBuf) -> Result<Arc<Self>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let pem = read(&path)?;
+        let verifier = Self::verifier(&path, &pem, &provider)?;
+        Ok(Arc::new(Self {
+            fingerprint: RwLock::new(fingerprint(&pem, b"")),
+            current: RwLock::new(verifier),
+            path,
+            provider,
+        }))
+    }
+
+    fn verifier(
+        path: &Path,
+        pem: &[u8],
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(pem).filter_map(Result::ok) {
+            roots.add(cert).map_err(TlsError::Pair)?;
+        }
+        if roots.is_empty() {
+            return Err(TlsError::NoCertificate {
+                path: path.to_path_buf(),
+            });
+        }
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+            .build()
+            .map_err(|e| TlsError::Pair(rustls::Error::General(e.to_string())))
+    }
+
+    /// `Ok(true)`: a changed bundle is in use.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let pem = read(&self.path)?;
+        let fp = fingerprint(&pem, b"");
+        if *self.fingerprint.read().unwrap_or_else(|e| e.into_inner()) == fp {
+            return Ok(false);
+        }
+        let verifier = Self::verifier(&self.path, &pem, &self.provider);
+        *self.fingerprint.write().unwrap_or_else(|e| e.into_inner()) = fp;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = verifier?;
+        Ok(true)
+    }
+
+    fn current(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl ClientCertVerifier for ClientCa {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // The hints would have to outlive a reload; clients send their certificate without.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
     }
 }
 

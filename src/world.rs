@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 
 use crate::{
     cluster::{ApiResult, Cluster, Freshness},
@@ -180,7 +180,12 @@ pub async fn load_rules(
         policy: policy.clone(),
         ..Default::default()
     };
-    world.add_sources(sources.into_iter().flatten());
+    world.set_sources(
+        sources
+            .into_iter()
+            .flatten()
+            .map(|s| (s.key.clone(), Some(s))),
+    );
     Ok(world)
 }
 
@@ -234,18 +239,32 @@ pub async fn ensure_namespaces(
     get_namespaces(cluster, world, missing).await
 }
 
+/// Reads namespaces one by one; one that cannot be read is recorded as unreadable (its
+/// targets are skipped) rather than failing the job.
 async fn get_namespaces(
     cluster: &Cluster,
     world: &mut World,
     names: BTreeSet<String>,
 ) -> ApiResult<()> {
-    let found: Vec<Option<NamespaceInfo>> = stream::iter(names)
-        .map(|n| async move { cluster.get_namespace(&n).await })
+    let found: Vec<(String, ApiResult<Option<NamespaceInfo>>)> = stream::iter(names)
+        .map(|n| async move {
+            let read = cluster.get_namespace(&n).await;
+            (n, read)
+        })
         .buffer_unordered(READ_CONCURRENCY)
-        .try_collect()
-        .await?;
-    for ns in found.into_iter().flatten() {
-        world.namespaces.insert(ns.name.clone(), ns);
+        .collect()
+        .await;
+    for (name, read) in found {
+        match read {
+            Ok(Some(ns)) => {
+                world.namespaces.insert(ns.name.clone(), ns);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(namespace = %name, error = %e, "namespace unreadable; its targets are skipped");
+                world.unreadable.namespaces.insert(name);
+            }
+        }
     }
     Ok(())
 }
@@ -264,33 +283,53 @@ pub async fn ensure_sources(
     if missing.is_empty() {
         return Ok(());
     }
-    let found: Vec<Option<SourceInfo>> = stream::iter(missing)
+    let found: Vec<(ObjectKey, ApiResult<Option<Meta>>)> = stream::iter(missing)
         .map(|k| async move {
-            let meta = cluster.get_meta(&k).await?;
-            Ok::<_, crate::cluster::ApiError>(meta.and_then(|m| SourceInfo::from_meta(k.kind, &m)))
+            let meta = cluster.get_meta(&k).await;
+            (k, meta)
         })
         .buffer_unordered(READ_CONCURRENCY)
-        .try_collect()
-        .await?;
-    world.add_sources(found.into_iter().flatten());
+        .collect()
+        .await;
+    let mut read = Vec::new();
+    for (key, meta) in found {
+        match meta {
+            Ok(meta) => {
+                let info = meta.and_then(|m| SourceInfo::from_meta(key.kind, &m));
+                read.push((key, info));
+            }
+            Err(e) => {
+                tracing::debug!(source = %key, error = %e, "source unreadable; its copies are skipped");
+                world.unreadable.sources.insert(key);
+            }
+        }
+    }
+    world.set_sources(read.into_iter().filter(|(_, info)| info.is_some()));
     Ok(())
 }
 
-/// Reads suspect copies in full so the planner compares what they actually hold.
-pub async fn read_suspects(cluster: &Cluster, found: &mut Found) -> ApiResult<()> {
+/// Reads suspect copies in full so the planner compares what they actually hold. One that
+/// cannot be read keeps its metadata-only view and is recorded as unreadable (retried by a
+/// follow-up job).
+pub async fn read_suspects(cluster: &Cluster, world: &mut World, found: &mut Found) {
     let suspects: Vec<ObjectKey> = std::mem::take(&mut found.suspect).into_iter().collect();
-    let read: Vec<(ObjectKey, Option<Object>)> = stream::iter(suspects)
+    let read: Vec<(ObjectKey, ApiResult<Option<Object>>)> = stream::iter(suspects)
         .map(|k| async move {
-            let obj = cluster.get(&k).await?;
-            Ok::<_, crate::cluster::ApiError>((k, obj))
+            let obj = cluster.get(&k).await;
+            (k, obj)
         })
         .buffer_unordered(READ_CONCURRENCY)
-        .try_collect()
-        .await?;
+        .collect()
+        .await;
     for (k, obj) in read {
-        found.add_read(k, obj.as_ref());
+        match obj {
+            Ok(obj) => found.add_read(k, obj.as_ref()),
+            Err(e) => {
+                tracing::debug!(copy = %k, error = %e, "copy unreadable; judged by its marks");
+                world.unreadable.copies.insert(k);
+            }
+        }
     }
-    Ok(())
 }
 
 /// Managed copies of the given sources, found by their `source-uid` label.

@@ -6,25 +6,29 @@
 pub mod advice;
 mod copies;
 mod namespaces;
+pub mod review;
 mod rules;
 mod sources;
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{DefaultBodyLimit, State, rejection::BytesRejection},
-    http::StatusCode,
+    extract::{Request, State},
+    http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::post,
 };
-use kube::core::{
-    DynamicObject,
-    admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation},
-};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
+use tokio::sync::Semaphore;
 use tracing::Instrument;
+
+use review::Operation;
 
 use crate::{metrics::Metrics, plan::Policy, queue::Job, queue::WorkQueue, rules::Rule};
 
@@ -111,27 +115,54 @@ pub struct AdmissionState {
     pub policy: Arc<Policy>,
     /// Looks up what warnings about a source need; `None`: general warnings only.
     pub advisor: Option<Arc<advice::Advisor>>,
+    pub limits: Arc<Limits>,
+}
+
+/// What one client can take of the webhook server (SPEC §6.1): these are settings with
+/// defaults, not accidents of a library's defaults.
+#[derive(Debug)]
+pub struct Limits {
+    /// Largest request body.
+    pub max_body: usize,
+    /// Reviews being handled at once; beyond, 503 at once (load shedding).
+    pub in_flight: Semaphore,
+    /// KiB of request bodies being read or held at once; beyond, 503 at once.
+    pub body_kib: Semaphore,
+    /// Time to receive a request's body and answer it; beyond, 408.
+    pub request_timeout: Duration,
+}
+
+impl Limits {
+    pub fn new(
+        max_body: usize,
+        max_in_flight: usize,
+        body_bytes_in_flight: usize,
+        request_timeout: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            max_body,
+            in_flight: Semaphore::new(max_in_flight.max(1)),
+            body_kib: Semaphore::new((body_bytes_in_flight / 1024).max(max_body / 1024 + 1)),
+            request_timeout,
+        })
+    }
 }
 
 /// The router for all admission endpoints.
-pub fn router(state: AdmissionState, body_limit: usize) -> Router {
+pub fn router(state: AdmissionState) -> Router {
     let mut router = Router::new();
     for endpoint in Endpoint::ALL {
         router = router.route(
             endpoint.path(),
-            post(
-                move |state: State<AdmissionState>, body: Result<Bytes, BytesRejection>| {
-                    handle(endpoint, state, body)
-                },
-            ),
+            post(move |state: State<AdmissionState>, request: Request| {
+                handle(endpoint, state, request)
+            }),
         );
     }
-    router
-        .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+    router.with_state(state)
 }
 
-/// A JSON error body for requests that are not AdmissionReviews at all.
+/// A JSON error body for requests that are not answered with a review.
 fn error(status: StatusCode, message: String) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
@@ -145,46 +176,99 @@ fn operation_name(op: &Operation) -> &'static str {
     }
 }
 
+/// Receives the body within the limits; `Err` is the answer to send instead.
+async fn receive(
+    limits: &Limits,
+    request: Request,
+) -> Result<(Bytes, OwnedBytes<'_>), (StatusCode, &'static str, String)> {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limits.max_body) {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body over the limit of {} bytes", limits.max_body),
+        ));
+    }
+    // Without a declared length, the worst case is held back.
+    let kib = declared.unwrap_or(limits.max_body) / 1024 + 1;
+    let permit = limits.body_kib.try_acquire_many(kib as u32).map_err(|_| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shed",
+            "copyrator is receiving as many bytes as it allows at once; try again".to_string(),
+        )
+    })?;
+    let body = Limited::new(request.into_body(), limits.max_body);
+    match tokio::time::timeout(limits.request_timeout, body.collect()).await {
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!(
+                "request body not received within {:?}",
+                limits.request_timeout
+            ),
+        )),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body over the limit of {} bytes", limits.max_body),
+        )),
+        Ok(Err(e)) => Err((
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("reading the request body: {e}"),
+        )),
+        Ok(Ok(collected)) => Ok((collected.to_bytes(), OwnedBytes(permit))),
+    }
+}
+
+/// Keeps the bytes of a received body counted until it is dropped.
+struct OwnedBytes<'a>(#[allow(dead_code)] tokio::sync::SemaphorePermit<'a>);
+
 async fn handle(
     endpoint: Endpoint,
     State(state): State<AdmissionState>,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Response {
     let started = Instant::now();
-    let body = match body {
+    let reject = |status: StatusCode, outcome: &'static str, message: String| {
+        state
+            .metrics
+            .observe_admission(endpoint.name(), "UNKNOWN", outcome, started.elapsed());
+        error(status, message)
+    };
+    let Ok(_slot) = state.limits.in_flight.try_acquire() else {
+        return reject(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shed",
+            "copyrator is answering as many reviews as it allows at once; try again".into(),
+        );
+    };
+    let (body, _bytes) = match receive(&state.limits, request).await {
         Ok(b) => b,
-        Err(rejection) => {
-            state.metrics.observe_admission(
-                endpoint.name(),
-                "UNKNOWN",
+        Err((status, outcome, message)) => return reject(status, outcome, message),
+    };
+    let review: review::Review = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return reject(
+                StatusCode::BAD_REQUEST,
                 "bad_request",
-                started.elapsed(),
+                format!("not an AdmissionReview: {e}"),
             );
-            return error(rejection.status(), rejection.body_text());
         }
     };
-    let request: AdmissionRequest<DynamicObject> =
-        match serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
-            .map_err(|e| e.to_string())
-            .and_then(|review| {
-                review
-                    .try_into()
-                    .map_err(|_| "AdmissionReview has no request".to_string())
-            }) {
-            Ok(r) => r,
-            Err(msg) => {
-                state.metrics.observe_admission(
-                    endpoint.name(),
-                    "UNKNOWN",
-                    "bad_request",
-                    started.elapsed(),
-                );
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("not an AdmissionReview: {msg}"),
-                );
-            }
-        };
+    let api_version = review.api_version;
+    let Some(request) = review.request else {
+        return reject(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "not an AdmissionReview: it has no request".into(),
+        );
+    };
     let operation = operation_name(&request.operation);
     // Names and kinds only: never the objects, which may hold Secret data.
     let span = tracing::info_span!(
@@ -195,7 +279,7 @@ async fn handle(
         namespace = request.namespace.as_deref().unwrap_or(""),
         name = %request.name,
         operation,
-        dry_run = request.dry_run,
+        dry_run = request.is_dry_run(),
     );
     async {
         let mut verdict = match endpoint {
@@ -214,15 +298,13 @@ async fn handle(
                 )),
             }
         }
-        let mut response = AdmissionResponse::from(&request);
-        if !verdict.warnings.is_empty() {
-            response.warnings = Some(std::mem::take(&mut verdict.warnings));
-        }
+        let mut response = review::Response::allow(&request.uid);
+        response.warnings = std::mem::take(&mut verdict.warnings);
         let outcome = if let Some(message) = verdict.deny {
             tracing::info!(%message, "denied");
             response = response.deny(message);
             "denied"
-        } else if request.dry_run {
+        } else if request.is_dry_run() {
             "dry_run"
         } else {
             if let Some(job) = verdict.job {
@@ -234,53 +316,10 @@ async fn handle(
         state
             .metrics
             .observe_admission(endpoint.name(), operation, outcome, started.elapsed());
-        Json(response.into_review()).into_response()
+        Json(response.into_review(api_version)).into_response()
     }
     .instrument(span)
     .await
-}
-
-/// Helpers shared by the endpoint modules.
-pub(crate) mod util {
-    use std::collections::BTreeMap;
-
-    use kube::core::DynamicObject;
-    use serde_json::Value;
-
-    pub fn labels(obj: Option<&DynamicObject>) -> BTreeMap<String, String> {
-        obj.and_then(|o| o.metadata.labels.clone())
-            .unwrap_or_default()
-    }
-
-    pub fn resource_version(obj: Option<&DynamicObject>) -> Option<String> {
-        obj.and_then(|o| o.metadata.resource_version.clone())
-    }
-
-    /// The fields a copy carries, for "did anything relevant change" comparisons.
-    pub fn payload(obj: Option<&DynamicObject>) -> [Option<&Value>; 4] {
-        let field = |k: &str| obj.and_then(|o| o.data.get(k));
-        [
-            field("type"),
-            field("data"),
-            field("binaryData"),
-            field("immutable"),
-        ]
-    }
-
-    /// Whether an UPDATE changed anything copyrator cares about: payload, labels,
-    /// annotations, or the start of a deletion.
-    pub fn relevant_change(old: Option<&DynamicObject>, new: Option<&DynamicObject>) -> bool {
-        let meta = |o: Option<&DynamicObject>| {
-            o.map(|o| {
-                (
-                    o.metadata.labels.clone(),
-                    o.metadata.annotations.clone(),
-                    o.metadata.deletion_timestamp.is_some(),
-                )
-            })
-        };
-        payload(old) != payload(new) || meta(old) != meta(new)
-    }
 }
 
 #[cfg(test)]

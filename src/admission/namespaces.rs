@@ -1,12 +1,10 @@
 //! `/admission/namespaces`: Namespace CREATE and UPDATE. Never denies; warns about entries of
 //! the `copyrator.io/accept-from` annotation that are not namespace names or patterns.
 
-use kube::core::{
-    DynamicObject,
-    admission::{AdmissionRequest, Operation},
+use super::{
+    Verdict,
+    review::{self, Object, Operation, Request},
 };
-
-use super::{Verdict, util};
 use crate::{
     marks,
     queue::{Awaited, Job, JobKey, Trigger},
@@ -14,7 +12,7 @@ use crate::{
     tenancy::NamespacePatterns,
 };
 
-pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
+pub fn review(req: &Request<'_>) -> Verdict {
     let name = req.name.clone();
     if !selector::is_dns_label(&name) {
         // Not a name the API server would send (a hand-made review): no work.
@@ -28,14 +26,12 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
         // Only labels and consent (and the start of deletion) change which copies belong here.
         Operation::Update => {
             let changed =
-                util::labels(old) != util::labels(new) || accept_from(old) != accept_from(new);
-            let deleting = |o: Option<&DynamicObject>| {
-                o.is_some_and(|o| o.metadata.deletion_timestamp.is_some())
-            };
-            if !changed || deleting(new) {
+                review::labels(old) != review::labels(new) || accept_from(old) != accept_from(new);
+            let deleting = new.is_some_and(|o| o.metadata.deletion_timestamp.is_some());
+            if !changed || deleting {
                 Verdict::allow()
             } else {
-                match util::resource_version(old) {
+                match review::resource_version(old) {
                     Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
                     None => Verdict::job(job),
                 }
@@ -57,11 +53,6 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
     verdict
 }
 
-fn accept_from(obj: Option<&DynamicObject>) -> Option<&String> {
-    obj.and_then(|o| {
-        o.metadata
-            .annotations
-            .as_ref()?
-            .get(marks::ACCEPT_FROM_ANNOTATION)
-    })
+fn accept_from<'o>(obj: Option<&'o Object<'_>>) -> Option<&'o String> {
+    obj?.annotation(marks::ACCEPT_FROM_ANNOTATION)
 }

@@ -1,20 +1,20 @@
 //! `/admission/rules`: CopyRule CREATE, UPDATE and DELETE. Denies invalid rules with a
 //! message naming the field (the API server of 1.20 has no CEL validation to do it).
 
-use kube::core::{
-    DynamicObject,
-    admission::{AdmissionRequest, Operation},
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{Verdict, util};
+use super::{
+    Verdict,
+    review::{self, Object, Operation, Request},
+};
 use crate::{
-    copyrule::CopyRule,
+    copyrule::{CopyRule, CopyRuleSpec},
     queue::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
     selector,
 };
 
-pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
+pub fn review(req: &Request<'_>) -> Verdict {
     if req.name.is_empty() && req.operation != Operation::Create {
         return Verdict::allow();
     }
@@ -23,7 +23,7 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
             let Some(obj) = req.object.as_ref() else {
                 return Verdict::allow();
             };
-            let rule: CopyRule = match serde_json::to_value(obj).and_then(serde_json::from_value) {
+            let rule = match copy_rule(obj) {
                 Ok(r) => r,
                 Err(e) => {
                     return Verdict::deny(format!("copyrator: not a valid CopyRule: {e}"));
@@ -45,14 +45,15 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
             if req.operation == Operation::Create {
                 return Verdict::job(job.awaiting(Awaited::Exists));
             }
-            let spec_changed = req.old_object.as_ref().and_then(|o| o.data.get("spec"))
-                != obj.data.get("spec")
-                || util::labels(req.old_object.as_ref()) != util::labels(Some(obj))
+            let old = req.old_object.as_ref();
+            let spec_changed = old.and_then(|o| o.spec).map(|s| s.get())
+                != obj.spec.map(|s| s.get())
+                || review::labels(old) != review::labels(Some(obj))
                 || obj.metadata.deletion_timestamp.is_some();
             if !spec_changed {
                 return Verdict::allow();
             }
-            match util::resource_version(req.old_object.as_ref()) {
+            match review::resource_version(old) {
                 Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
                 None => Verdict::job(job),
             }
@@ -65,4 +66,25 @@ pub fn review(req: &AdmissionRequest<DynamicObject>) -> Verdict {
         ),
         Operation::Connect => Verdict::allow(),
     }
+}
+
+/// The CopyRule of a review: its metadata and its spec, parsed.
+fn copy_rule(obj: &Object<'_>) -> Result<CopyRule, serde_json::Error> {
+    let spec: CopyRuleSpec = match obj.spec {
+        Some(raw) => serde_json::from_str(raw.get())?,
+        None => return Err(serde::de::Error::missing_field("spec")),
+    };
+    let m = &obj.metadata;
+    let mut rule = CopyRule::new(m.name.as_deref().unwrap_or_default(), spec);
+    rule.metadata = ObjectMeta {
+        name: m.name.clone(),
+        uid: m.uid.clone(),
+        resource_version: m.resource_version.clone(),
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        creation_timestamp: m.creation_timestamp.clone(),
+        deletion_timestamp: m.deletion_timestamp.clone(),
+        ..Default::default()
+    };
+    Ok(rule)
 }

@@ -1,12 +1,10 @@
 //! `/admission/sources`: Secrets and ConfigMaps labelled `copyrator.io/source=true`.
 //! Denies only invalid copyrator annotations, with a message naming the annotation.
 
-use kube::core::{
-    DynamicObject,
-    admission::{AdmissionRequest, Operation},
+use super::{
+    Verdict,
+    review::{self, Object, Operation, Request},
 };
-
-use super::{Verdict, util};
 use crate::{
     marks,
     model::{Kind, ObjectKey, SourceInfo},
@@ -15,7 +13,7 @@ use crate::{
     rules::Rule,
 };
 
-pub fn review(req: &AdmissionRequest<DynamicObject>, policy: &Policy) -> Verdict {
+pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
     let (Some(kind), Some(namespace)) = (Kind::from_kind(&req.kind.kind), req.namespace.clone())
     else {
         return Verdict::allow();
@@ -35,8 +33,7 @@ pub fn review(req: &AdmissionRequest<DynamicObject>, policy: &Policy) -> Verdict
             // On CREATE with generateName the name is not in the request's name field.
             meta.namespace = Some(key.namespace.clone());
             meta.name = meta.name.or_else(|| Some(key.name.clone()));
-            let rule = match SourceInfo::from_meta(kind, &(&meta).into()).map(|i| Rule::inline(&i))
-            {
+            let rule = match SourceInfo::from_meta(kind, &meta).map(|i| Rule::inline(&i)) {
                 Some(Err(e)) => return Verdict::deny(format!("copyrator: invalid annotation {e}")),
                 Some(Ok(rule)) => rule,
                 None => None,
@@ -54,10 +51,10 @@ pub fn review(req: &AdmissionRequest<DynamicObject>, policy: &Policy) -> Verdict
                 });
             let mut verdict = if req.operation == Operation::Create {
                 Verdict::job(job.awaiting(Awaited::Exists))
-            } else if !util::relevant_change(req.old_object.as_ref(), req.object.as_ref()) {
+            } else if !review::relevant_change(req.old_object.as_ref(), req.object.as_ref()) {
                 Verdict::allow()
             } else {
-                match util::resource_version(req.old_object.as_ref()) {
+                match review::resource_version(req.old_object.as_ref()) {
                     Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
                     None => Verdict::job(job),
                 }
@@ -71,9 +68,9 @@ pub fn review(req: &AdmissionRequest<DynamicObject>, policy: &Policy) -> Verdict
 }
 
 /// The parts of an object that make up its inline rule.
-fn rule_config(obj: Option<&DynamicObject>) -> [Option<&String>; 3] {
-    let label = obj.and_then(|o| o.metadata.labels.as_ref()?.get(marks::SOURCE_LABEL));
-    let annotation = |key: &str| obj.and_then(|o| o.metadata.annotations.as_ref()?.get(key));
+fn rule_config<'o>(obj: Option<&'o Object<'_>>) -> [Option<&'o String>; 3] {
+    let label = obj.and_then(|o| o.labels().get(marks::SOURCE_LABEL));
+    let annotation = |key: &str| obj.and_then(|o| o.annotation(key));
     [
         label,
         annotation(marks::NAMESPACE_SELECTOR_ANNOTATION),

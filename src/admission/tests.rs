@@ -1,5 +1,7 @@
 //! AdmissionReview handling, driven through the real router (no network).
 
+use std::time::Duration;
+
 use super::*;
 use crate::queue::{Awaited, JobKey};
 use axum::{body::Body, http::Request};
@@ -18,6 +20,7 @@ fn state() -> AdmissionState {
             },
         }),
         advisor: None,
+        limits: Limits::new(64 * 1024, 8, 256 * 1024, Duration::from_millis(200)),
     }
 }
 
@@ -62,7 +65,7 @@ fn secret(annotations: Value) -> Value {
 }
 
 async fn post(state: &AdmissionState, path: &str, body: impl Into<Body>) -> (StatusCode, Value) {
-    let app = router(state.clone(), 64 * 1024);
+    let app = router(state.clone());
     let resp = app
         .oneshot(
             Request::post(path)
@@ -182,6 +185,58 @@ async fn oversize_body_is_a_413() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(json["error"].is_string());
     assert_eq!(st.queue.depth(), 0);
+}
+
+#[tokio::test]
+async fn oversize_body_without_a_length_is_a_413_too() {
+    let st = state();
+    let chunks = (0..70).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024]));
+    let body = Body::from_stream(futures::stream::iter(chunks));
+    let (status, _) = post(&st, "/admission/namespaces", body).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn a_body_that_never_ends_is_a_408() {
+    let st = state();
+    let body = Body::from_stream(futures::stream::pending::<Result<Vec<u8>, std::io::Error>>());
+    let started = std::time::Instant::now();
+    let (status, json) = post(&st, "/admission/namespaces", body).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(json["error"].as_str().unwrap().contains("not received"));
+}
+
+#[tokio::test]
+async fn beyond_its_limits_the_webhook_sheds_load_with_a_503() {
+    let st = state();
+    let ns = review(
+        "Namespace",
+        "CREATE",
+        json!({"metadata": {"name": "team-a"}}),
+        None,
+    );
+    // Every review slot taken.
+    let slots = st.limits.in_flight.try_acquire_many(8).unwrap();
+    let (status, json) = post_review(&st, "/admission/namespaces", ns.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        json["error"].as_str().unwrap().contains("reviews"),
+        "{json}"
+    );
+    drop(slots);
+    // Every byte of the body budget taken.
+    let bytes = st.limits.body_kib.try_acquire_many(250).unwrap();
+    let (status, _) = post_review(&st, "/admission/namespaces", ns.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    drop(bytes);
+    let (status, _) = post_review(&st, "/admission/namespaces", ns).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = st.metrics.encode();
+    assert!(
+        metrics.contains(r#"copyrator_admission_requests_total{endpoint="namespaces",operation="UNKNOWN",outcome="shed"} 2"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
