@@ -47,8 +47,10 @@ fn admission(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    let queue = WorkQueue::new(10_000);
     let state = AdmissionState {
-        queue: WorkQueue::new(10_000),
+        waiters: copyrator::persisted::Waiters::new(Arc::clone(&queue)),
+        queue,
         metrics: Arc::new(Metrics::new()),
         policy: Arc::new(Policy {
             trust: TrustPolicy::trust_all(),

@@ -5,6 +5,7 @@
 #   control-plane.sh up   [--dir DIR] [--owner-pid PID]   start; prints the kubeconfig path
 #   control-plane.sh down [--dir DIR]                      stop and delete DIR
 #   control-plane.sh run  [--dir DIR] -- CMD [ARGS...]     start, run CMD with KUBECONFIG set, stop
+#   control-plane.sh restart-apiserver --dir DIR           SIGKILL kube-apiserver, start it again
 #
 # With --owner-pid the control plane stops by itself when that process exits (the Rust test
 # harness uses this so a crashed test run leaves nothing behind).
@@ -32,13 +33,22 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# A free port below the ephemeral range (32768+): a port from the ephemeral range can be taken
+# by an outgoing connection before the server binds it.
 free_port() {
   python3 - <<'PY'
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
+import random, socket
+for _ in range(1000):
+    port = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
 PY
 }
 
@@ -119,17 +129,8 @@ start() {
     >"$d/etcd.log" 2>&1 &
   echo $! >"$d/etcd.pid"
 
-  "$APISERVER" --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --secure-port "$api_port" --advertise-address 127.0.0.1 \
-    --cert-dir "$d/certs" --token-auth-file "$d/tokens.csv" --authorization-mode RBAC \
-    --service-account-issuer https://kubernetes.default.svc \
-    --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
-    --api-audiences https://kubernetes.default.svc \
-    --service-cluster-ip-range 10.96.0.0/24 --endpoint-reconciler-type none \
-    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
-    --admission-control-config-file "$d/admission.yaml" \
-    >"$d/apiserver.log" 2>&1 &
-  echo $! >"$d/apiserver.pid"
+  echo "etcd_port=$etcd_port api_port=$api_port" >"$d/ports"
+  start_apiserver "$d" "$etcd_port" "$api_port"
 
   cat >"$d/kubeconfig" <<EOF
 apiVersion: v1
@@ -149,18 +150,7 @@ contexts:
 current-context: local
 EOF
 
-  local ok=""
-  for _ in $(seq 600); do
-    if ! kill -0 "$(cat "$d/apiserver.pid")" 2>/dev/null; then
-      tail -n 20 "$d/apiserver.log" >&2; stop "$d"; die "kube-apiserver exited"
-    fi
-    if [ -f "$d/certs/apiserver.crt" ] &&
-      kubectl --kubeconfig "$d/kubeconfig" get --raw /readyz >/dev/null 2>&1; then
-      ok=1; break
-    fi
-    sleep 0.1
-  done
-  [ -n "$ok" ] || { tail -n 20 "$d/apiserver.log" >&2; stop "$d"; die "kube-apiserver not ready after 60s"; }
+  wait_ready "$d"
   # The default namespace exists only once the API server's bootstrap controller made it.
   for _ in $(seq 100); do
     kubectl --kubeconfig "$d/kubeconfig" get namespace default >/dev/null 2>&1 && break
@@ -176,6 +166,49 @@ EOF
   log "kube-apiserver ready at https://127.0.0.1:$api_port (logs in $d)"
 }
 
+start_apiserver() {
+  local d=$1 etcd_port=$2 api_port=$3
+  "$APISERVER" --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --secure-port "$api_port" --advertise-address 127.0.0.1 \
+    --cert-dir "$d/certs" --token-auth-file "$d/tokens.csv" --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
+    --api-audiences https://kubernetes.default.svc \
+    --service-cluster-ip-range 10.96.0.0/24 --endpoint-reconciler-type none \
+    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --admission-control-config-file "$d/admission.yaml" \
+    >>"$d/apiserver.log" 2>&1 &
+  echo $! >"$d/apiserver.pid"
+}
+
+wait_ready() {
+  local d=$1 ok=""
+  for _ in $(seq 600); do
+    if ! kill -0 "$(cat "$d/apiserver.pid")" 2>/dev/null; then
+      tail -n 20 "$d/apiserver.log" >&2; stop "$d"; die "kube-apiserver exited"
+    fi
+    if [ -f "$d/certs/apiserver.crt" ] &&
+      kubectl --kubeconfig "$d/kubeconfig" get --raw /readyz >/dev/null 2>&1; then
+      ok=1; break
+    fi
+    sleep 0.1
+  done
+  [ -n "$ok" ] || { tail -n 20 "$d/apiserver.log" >&2; stop "$d"; die "kube-apiserver not ready after 60s"; }
+}
+
+# SIGKILL the API server and start it again on the same port, certificates and etcd (a crash
+# and restart, as a test of the clients).
+restart_apiserver() {
+  local d=$1
+  [ -f "$d/ports" ] || die "no control plane in $d"
+  local etcd_port api_port
+  eval "$(cat "$d/ports")"
+  kill -9 "$(cat "$d/apiserver.pid")" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$(cat "$d/apiserver.pid")" 2>/dev/null || break; sleep 0.1; done
+  start_apiserver "$d" "$etcd_port" "$api_port"
+  wait_ready "$d"
+}
+
 default_dir() { echo "${TMPDIR:-/tmp}/copyrator-control-plane.$$"; }
 
 case "$cmd" in
@@ -185,6 +218,10 @@ case "$cmd" in
     [ -e "$dir/kubeconfig" ] && die "$dir already holds a control plane"
     start "$dir"
     echo "$dir/kubeconfig"
+    ;;
+  restart-apiserver)
+    [ -n "$dir" ] || die "restart-apiserver needs --dir"
+    restart_apiserver "$dir"
     ;;
   down)
     [ -n "${COPYRATOR_KUBECONFIG:-}" ] && [ -z "$dir" ] && exit 0
@@ -204,7 +241,7 @@ case "$cmd" in
     exit $rc
     ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

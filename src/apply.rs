@@ -29,13 +29,22 @@ pub enum Applied {
     Failed(ApiError),
 }
 
-/// Bytes of writes in flight at once, across all jobs, in KiB: a write holds twice its body
-/// (the request, and the object the API server sends back until its metadata is read).
-pub const WRITE_BUDGET_KIB: u32 = 16 * 1024;
+/// The process-wide budget of bytes in copy writes that [`apply`] takes its permits from (in
+/// KiB; `--fanout-bytes`): a write holds twice its body (the request, and the object the API
+/// server sends back until its metadata is read).
+pub struct WriteBudget {
+    permits: Semaphore,
+    kib: u32,
+}
 
-/// The process-wide budget [`apply`] takes its write permits from.
-pub fn write_budget() -> Semaphore {
-    Semaphore::new(WRITE_BUDGET_KIB as usize)
+impl WriteBudget {
+    pub fn new(bytes: usize) -> Self {
+        let kib = (bytes / 1024).clamp(1, u32::MAX as usize >> 4) as u32;
+        Self {
+            permits: Semaphore::new(kib as usize),
+            kib,
+        }
+    }
 }
 
 /// Applies `actions` with at most `concurrency` writes in flight, and no more bytes in flight
@@ -44,7 +53,7 @@ pub fn write_budget() -> Semaphore {
 pub async fn apply(
     cluster: &Cluster,
     metrics: &Metrics,
-    budget: &Semaphore,
+    budget: &WriteBudget,
     actions: Vec<Action>,
     concurrency: usize,
     since: Instant,
@@ -56,14 +65,14 @@ pub async fn apply(
                 Action::Create { copy, .. }
                 | Action::Update { copy, .. }
                 | Action::Recreate { copy, .. } => {
-                    (2 * copy.approx_bytes() / 1024 + 1).min(WRITE_BUDGET_KIB as usize) as u32
+                    (2 * copy.approx_bytes() / 1024 + 1).min(budget.kib as usize) as u32
                 }
                 _ => 0,
             };
             // A closed semaphore is never closed here; without a permit, write anyway.
             let _permit = match kib {
                 0 => None,
-                n => budget.acquire_many(n).await.ok(),
+                n => budget.permits.acquire_many(n).await.ok(),
             };
             let applied = apply_one(cluster, metrics, &action, since).await;
             (action, applied)

@@ -116,14 +116,32 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_FANOUT_CONCURRENCY", default_value_t = 32)]
     pub fanout_concurrency: usize,
 
+    /// Bytes of copy writes in flight at once, across all jobs (request bodies, and the objects
+    /// the API server sends back): with large sources, memory is the payload plus this, however
+    /// many namespaces receive a copy.
+    #[arg(long, env = "COPYRATOR_FANOUT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub fanout_bytes: usize,
+
     /// Sustained Kubernetes API writes per second (client-side limit on create, update, patch
-    /// and delete; 0 = unlimited). Reads are bounded by the number of workers instead.
+    /// and delete; 0 = unlimited).
     #[arg(long, env = "COPYRATOR_API_QPS", default_value_t = 500.0)]
     pub api_qps: f64,
 
     /// Writes allowed in a burst above --api-qps.
     #[arg(long, env = "COPYRATOR_API_BURST", default_value_t = 1000)]
     pub api_burst: u32,
+
+    /// Sustained Kubernetes API reads per second (get and list; 0 = unlimited).
+    #[arg(long, env = "COPYRATOR_API_READ_QPS", default_value_t = 1000.0)]
+    pub api_read_qps: f64,
+
+    /// Reads allowed in a burst above --api-read-qps.
+    #[arg(long, env = "COPYRATOR_API_READ_BURST", default_value_t = 2000)]
+    pub api_read_burst: u32,
+
+    /// Reads in flight at once.
+    #[arg(long, env = "COPYRATOR_API_READ_CONCURRENCY", default_value_t = 32)]
+    pub api_read_concurrency: usize,
 
     /// Page size of LIST calls.
     #[arg(long, env = "COPYRATOR_LIST_PAGE_SIZE", default_value_t = 500)]

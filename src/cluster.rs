@@ -1,6 +1,7 @@
 //! Typed access to the Kubernetes API for the workers: the reads that build a job's view of
-//! the cluster and the preconditioned writes that apply its plan. Every call goes through the
-//! client-side rate limiter and is counted in the metrics.
+//! the cluster and the preconditioned writes that apply its plan. Every call goes through a
+//! client-side rate limiter (reads also through a bound on reads in flight) and is counted in
+//! the metrics.
 
 use std::sync::Arc;
 
@@ -121,26 +122,33 @@ impl Freshness {
     }
 }
 
+/// Client-side limits on API calls (`--api-qps`, `--api-read-qps`, ...).
+pub struct ApiLimits {
+    pub writes: RateLimiter,
+    pub reads: RateLimiter,
+    /// Reads in flight at once.
+    pub read_concurrency: usize,
+}
+
 /// See the module documentation.
 #[derive(Clone)]
 pub struct Cluster {
     client: Client,
     metrics: Arc<Metrics>,
-    limiter: Arc<RateLimiter>,
+    writes: Arc<RateLimiter>,
+    reads: Arc<RateLimiter>,
+    read_slots: Arc<tokio::sync::Semaphore>,
     page_size: u32,
 }
 
 impl Cluster {
-    pub fn new(
-        client: Client,
-        metrics: Arc<Metrics>,
-        limiter: Arc<RateLimiter>,
-        page_size: u32,
-    ) -> Self {
+    pub fn new(client: Client, metrics: Arc<Metrics>, limits: ApiLimits, page_size: u32) -> Self {
         Self {
             client,
             metrics,
-            limiter,
+            writes: Arc::new(limits.writes),
+            reads: Arc::new(limits.reads),
+            read_slots: Arc::new(tokio::sync::Semaphore::new(limits.read_concurrency.max(1))),
             page_size: page_size.max(1),
         }
     }
@@ -156,11 +164,20 @@ impl Cluster {
         resource: &'static str,
         fut: impl Future<Output = Result<T, kube::Error>>,
     ) -> ApiResult<T> {
-        // Writes are what load etcd and the API server; reads are mostly served from the watch
-        // cache and bounded by the number of workers.
-        if matches!(verb, "create" | "update" | "patch" | "delete") {
-            self.limiter.acquire().await;
-        }
+        // Writes and reads have limits of their own: a cold start's reads must not hold back
+        // writes, nor a fan-out's writes the reads of other jobs. Watches are long-lived
+        // streams, opened once per feed.
+        let _slot = match verb {
+            "create" | "update" | "patch" | "delete" => {
+                self.writes.acquire().await;
+                None
+            }
+            "watch" => None,
+            _ => {
+                self.reads.acquire().await;
+                self.read_slots.acquire().await.ok()
+            }
+        };
         self.metrics.api_call(verb, resource);
         fut.await.map_err(|source| {
             let err = ApiError {

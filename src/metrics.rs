@@ -56,6 +56,11 @@ pub struct WhatLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FeedLabels {
+    pub feed: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabels {
     pub verb: &'static str,
     pub resource: &'static str,
@@ -94,6 +99,8 @@ pub struct Metrics {
     pub api_errors: Family<CodeLabels, Counter>,
     pub api_response_bytes: Counter,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
+    pub watch_live: Family<FeedLabels, Gauge>,
+    pub watch_events: Family<FeedLabels, Counter>,
     pub webhook_connections: Gauge,
     pub webhook_connections_refused: Counter,
     pub webhook_connections_idle_closed: Counter,
@@ -231,6 +238,18 @@ impl Metrics {
             "Serving certificate reloads, by outcome (success, failure)",
             tls_reloads.clone(),
         );
+        let watch_live = Family::<FeedLabels, Gauge>::default();
+        registry.register(
+            "watch_live",
+            "1 while the metadata watch of a feed is connected (jobs then wait for its events instead of polling)",
+            watch_live.clone(),
+        );
+        let watch_events = Family::<FeedLabels, Counter>::default();
+        registry.register(
+            "watch_events",
+            "Watch events received, by feed",
+            watch_events.clone(),
+        );
         let webhook_connections = Gauge::default();
         registry.register(
             "webhook_connections",
@@ -277,6 +296,8 @@ impl Metrics {
             api_errors,
             api_response_bytes,
             tls_reloads,
+            watch_live,
+            watch_events,
             webhook_connections,
             webhook_connections_refused,
             webhook_connections_idle_closed,

@@ -8,7 +8,7 @@
 //! read. While a feed's watch is down, waiting jobs poll instead, with a growing interval.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -77,47 +77,172 @@ impl Feed {
     }
 }
 
+/// Most jobs waiting for a persisted change at once. Real changes are persisted within
+/// milliseconds of their admission; what waits long is mostly a review of a change that never
+/// happens (denied by another webhook, or posted by someone who is not the API server). When
+/// more wait, the oldest waits end early: those jobs act on what is persisted.
+pub const MAX_WAITING: usize = 1024;
+
 /// Jobs waiting for objects to change, and which feeds are live.
 pub struct Waiters {
     queue: Arc<WorkQueue>,
-    waiting: Mutex<HashMap<Watched, HashSet<JobKey>>>,
+    waiting: Mutex<Registry>,
     live: [AtomicBool; 6],
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct Registry {
+    /// When an event for an object was last received (the last [`RECENT`]).
+    recent: HashMap<Watched, Instant>,
+    /// `recent`'s size after its last pruning.
+    pruned_at: usize,
+    by_object: HashMap<Watched, HashSet<JobKey>>,
+    /// Jobs in the order they started waiting (entries of jobs no longer waiting are stale).
+    order: VecDeque<(Watched, JobKey)>,
+    count: usize,
+}
+
+/// How long the receipt of an event is remembered: longer than any wait.
+const RECENT: Duration = Duration::from_secs(10);
+
+/// What a job that waits for a change must do now (see [`Waiters::check`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Check {
+    /// Read the object: the change may be there.
+    Read,
+    /// Nothing happened to the object since the job's trigger and the feed is live: it will
+    /// wake the job. No read is needed, so a review of a change that never happens costs no
+    /// API call until its wait ends.
+    Parked,
+}
+
+impl Registry {
+    fn record(&mut self, watched: &Watched, now: Instant) {
+        self.recent.insert(watched.clone(), now);
+        if self.recent.len() > 2 * self.pruned_at.max(1024) {
+            self.recent
+                .retain(|_, at| now.saturating_duration_since(*at) < RECENT);
+            self.pruned_at = self.recent.len();
+        }
+    }
+
+    fn remove(&mut self, watched: &Watched, job: &JobKey) -> bool {
+        let Some(jobs) = self.by_object.get_mut(watched) else {
+            return false;
+        };
+        let removed = jobs.remove(job);
+        if jobs.is_empty() {
+            self.by_object.remove(watched);
+        }
+        if removed {
+            self.count -= 1;
+        }
+        removed
+    }
+
+    fn take(&mut self, watched: &Watched) -> HashSet<JobKey> {
+        let jobs = self.by_object.remove(watched).unwrap_or_default();
+        self.count -= jobs.len();
+        jobs
+    }
 }
 
 impl Waiters {
     pub fn new(queue: Arc<WorkQueue>) -> Arc<Self> {
+        Self::with_capacity(queue, MAX_WAITING)
+    }
+
+    pub fn with_capacity(queue: Arc<WorkQueue>, capacity: usize) -> Arc<Self> {
         Arc::new(Self {
             queue,
-            waiting: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(Registry::default()),
             live: Default::default(),
+            capacity: capacity.max(1),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Watched, HashSet<JobKey>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `job`, triggered at `since`, waits for `watched` to change: it is registered, and told
+    /// whether it must read the object now. Checking and registering happen under the lock
+    /// that events take: an event before is seen here, an event after wakes the job.
+    pub fn check(&self, feed: Feed, watched: &Watched, job: &JobKey, since: Instant) -> Check {
+        let live = self.is_live(feed);
+        let (seen, released) = {
+            let mut reg = self.lock();
+            let seen = reg.recent.get(watched).is_some_and(|at| *at >= since);
+            (seen, self.register_locked(&mut reg, watched, job))
+        };
+        self.release(released);
+        if live && !seen {
+            Check::Parked
+        } else {
+            Check::Read
+        }
+    }
+
+    /// `job` waits for `watched` to change; beyond the capacity, the job that has waited
+    /// longest stops waiting.
     pub fn register(&self, watched: &Watched, job: &JobKey) {
-        self.lock()
+        let released = {
+            let mut reg = self.lock();
+            self.register_locked(&mut reg, watched, job)
+        };
+        self.release(released);
+    }
+
+    fn register_locked(&self, reg: &mut Registry, watched: &Watched, job: &JobKey) -> Vec<JobKey> {
+        let mut released = Vec::new();
+        if !reg
+            .by_object
             .entry(watched.clone())
             .or_default()
-            .insert(job.clone());
+            .insert(job.clone())
+        {
+            return released;
+        }
+        reg.count += 1;
+        reg.order.push_back((watched.clone(), job.clone()));
+        while reg.count > self.capacity {
+            let Some((w, j)) = reg.order.pop_front() else {
+                break;
+            };
+            if reg.remove(&w, &j) {
+                released.push(j);
+            }
+        }
+        // Forget stale order entries once they outnumber the live ones.
+        if reg.order.len() > 2 * reg.count + 64 {
+            let Registry {
+                by_object, order, ..
+            } = reg;
+            order.retain(|(w, j)| by_object.get(w).is_some_and(|js| js.contains(j)));
+        }
+        released
+    }
+
+    fn release(&self, jobs: Vec<JobKey>) {
+        for job in jobs {
+            tracing::debug!(job = %job, "too many jobs waiting for persistence: the oldest acts now");
+            self.queue.release(&job);
+        }
     }
 
     pub fn unregister(&self, watched: &Watched, job: &JobKey) {
-        let mut waiting = self.lock();
-        if let Some(jobs) = waiting.get_mut(watched) {
-            jobs.remove(job);
-            if jobs.is_empty() {
-                waiting.remove(watched);
-            }
-        }
+        self.lock().remove(watched, job);
     }
 
     /// Something happened to `watched`: its waiters look again.
     pub fn notify(&self, watched: &Watched) {
-        let jobs = self.lock().remove(watched);
-        for job in jobs.into_iter().flatten() {
+        let jobs = {
+            let mut reg = self.lock();
+            reg.record(watched, Instant::now());
+            reg.take(watched)
+        };
+        for job in jobs {
             self.queue.wake(&job);
         }
     }
@@ -126,16 +251,14 @@ impl Waiters {
     /// waiting on it looks again.
     pub fn notify_feed(&self, feed: Feed) {
         let jobs: Vec<JobKey> = {
-            let mut waiting = self.lock();
-            let keys: Vec<Watched> = waiting
+            let mut reg = self.lock();
+            let keys: Vec<Watched> = reg
+                .by_object
                 .iter()
                 .filter(|(_, jobs)| jobs.iter().any(|j| Feed::of(j).map(|f| f.0) == Some(feed)))
                 .map(|(w, _)| w.clone())
                 .collect();
-            keys.iter()
-                .filter_map(|w| waiting.remove(w))
-                .flatten()
-                .collect()
+            keys.iter().flat_map(|w| reg.take(w)).collect()
         };
         for job in jobs {
             self.queue.wake(&job);
@@ -150,9 +273,9 @@ impl Waiters {
         self.live[feed.index()].load(Ordering::Relaxed)
     }
 
-    /// Objects with waiters (for tests and metrics).
+    /// Jobs waiting (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().count
     }
 
     pub fn is_empty(&self) -> bool {
@@ -289,6 +412,65 @@ mod tests {
             .expect("woken by the event")
             .unwrap();
         assert_eq!(woken.key, key);
+    }
+
+    #[test]
+    fn a_job_reads_only_if_something_happened_since_its_trigger_or_no_feed_will_tell() {
+        let waiters = Waiters::new(WorkQueue::new(10));
+        let feed = Feed::Namespaces;
+        let key = JobKey::Namespace("a".into());
+        let watched = Watched::Namespace("a".into());
+        let since = Instant::now();
+        assert_eq!(
+            waiters.check(feed, &watched, &key, since),
+            Check::Read,
+            "no live feed: read (and poll)"
+        );
+        waiters.set_live(feed, true);
+        assert_eq!(
+            waiters.check(feed, &watched, &key, since),
+            Check::Parked,
+            "nothing happened yet: a review of a change that never comes costs nothing"
+        );
+        waiters.notify(&watched);
+        assert_eq!(
+            waiters.check(feed, &watched, &key, since),
+            Check::Read,
+            "an event since the trigger: read"
+        );
+        let later = Instant::now() + Duration::from_millis(1);
+        assert_eq!(
+            waiters.check(feed, &watched, &key, later),
+            Check::Parked,
+            "an event before the trigger does not count"
+        );
+    }
+
+    #[tokio::test]
+    async fn under_a_flood_of_waits_the_oldest_stops_waiting() {
+        let queue = WorkQueue::new(100);
+        let waiters = Waiters::with_capacity(queue.clone(), 2);
+        let mut keys = Vec::new();
+        for name in ["a", "b", "c"] {
+            let key = JobKey::Namespace(name.into());
+            queue.push(Job::new(key.clone(), Trigger::Admission).awaiting(Awaited::Exists));
+            let job = queue.pop().await.unwrap();
+            waiters.register(&Watched::Namespace(name.into()), &key);
+            let at = Instant::now() + Duration::from_secs(60);
+            queue.finish(&key, Finished::Again { job, at });
+            keys.push(key);
+        }
+        assert_eq!(waiters.len(), 2);
+        let released = tokio::time::timeout(Duration::from_millis(100), queue.pop())
+            .await
+            .expect("the oldest wait ended")
+            .unwrap();
+        assert_eq!(released.key, keys[0]);
+        assert_eq!(
+            released.awaited,
+            Awaited::Nothing,
+            "it acts on what is persisted"
+        );
     }
 
     #[test]

@@ -236,8 +236,12 @@ struct State {
     parked: HashMap<JobKey, Job>,
     /// Active keys woken while running: their next wait ends at once.
     woken: HashSet<JobKey>,
+    /// Active keys released while running: their next run does not wait.
+    released: HashSet<JobKey>,
     /// Queued jobs waiting in the heap.
     n_delayed: usize,
+    /// The last job taken was a retry (see `take_ready`).
+    last_was_retry: bool,
     seq: u64,
     closed: bool,
 }
@@ -318,17 +322,23 @@ impl State {
         None
     }
 
+    /// The next ready job: a first attempt, unless none is ready or the oldest retry has
+    /// waited too long, and then every other one at most (fresh work keeps at least half of
+    /// the workers even behind a long backlog of retries).
     fn take_ready(&mut self, now: Instant) -> Option<JobKey> {
         let retry_overdue = self
             .retries
             .front()
             .is_some_and(|(since, _)| now.saturating_duration_since(*since) >= LOW_MAX_WAIT);
-        let key = if retry_overdue || self.fresh.is_empty() {
+        let retry_turn = self.fresh.is_empty() || (retry_overdue && !self.last_was_retry);
+        let key = if retry_turn {
             self.retries.pop_front().map(|(_, k)| k)
         } else {
-            self.fresh.pop_front()
+            None
         };
+        self.last_was_retry = key.is_some();
         key.or_else(|| self.fresh.pop_front())
+            .or_else(|| self.retries.pop_front().map(|(_, k)| k))
     }
 
     fn waiting(&self) -> usize {
@@ -463,11 +473,20 @@ impl WorkQueue {
         let mut st = self.lock();
         let now = Instant::now();
         st.active.remove(key);
-        let woken = st.woken.remove(key);
+        let released = st.released.remove(key);
+        let woken = st.woken.remove(key) || released;
         let mut job = match next {
             Finished::Done => st.parked.remove(key),
             Finished::Again { mut job, at } => {
-                job.retry_at = Some(if woken { now } else { at });
+                if released {
+                    job.awaited = Awaited::Nothing;
+                }
+                // Woken: due at once, with the first attempts (see `wake`).
+                job.retry_at = if woken && job.attempt == 0 {
+                    None
+                } else {
+                    Some(if woken { now } else { at })
+                };
                 if let Some(parked) = st.parked.remove(key) {
                     job.merge(parked);
                 }
@@ -492,8 +511,9 @@ impl WorkQueue {
         self.finish(key, Finished::Done);
     }
 
-    /// Ends the wait of a queued job at once (what it waited for happened); a job running now
-    /// runs again at once if it asks to wait.
+    /// Ends the wait of a queued job at once (what it waited for happened): it runs with the
+    /// first attempts, not after the retries; a job running now runs again at once if it asks
+    /// to wait.
     pub fn wake(&self, key: &JobKey) {
         let mut st = self.lock();
         if st.active.contains(key) {
@@ -504,12 +524,33 @@ impl WorkQueue {
         if let Some(entry) = st.queued.get_mut(key)
             && entry.delayed.is_some()
             && entry.job.retry_at.is_some()
+            && entry.job.attempt == 0
         {
-            entry.job.retry_at = Some(now);
+            entry.job.retry_at = None;
             st.replace(key, now);
             drop(st);
             self.notify.notify_one();
         }
+    }
+
+    /// Ends the wait of a queued job at once and lets it act on what is persisted without
+    /// waiting any longer (see `persisted::Waiters`: the oldest waits give way under a flood).
+    pub fn release(&self, key: &JobKey) {
+        let mut st = self.lock();
+        let now = Instant::now();
+        if let Some(entry) = st.queued.get_mut(key) {
+            entry.job.awaited = Awaited::Nothing;
+            if entry.delayed.is_some() && entry.job.retry_at.is_some() {
+                entry.job.retry_at = Some(now);
+                st.replace(key, now);
+            }
+        } else if st.active.contains(key) {
+            st.released.insert(key.clone());
+        } else {
+            return;
+        }
+        drop(st);
+        self.notify.notify_one();
     }
 
     /// Jobs queued, waiting or parked behind a running job of the same key.
@@ -731,10 +772,15 @@ mod tests {
         assert_eq!(q.pop().await.unwrap().key, source("fresh").key);
         tokio::time::sleep(LOW_MAX_WAIT).await;
         q.push(source("fresh-2"));
+        q.push(source("fresh-3"));
+        let order: Vec<JobKey> = [q.pop().await, q.pop().await, q.pop().await]
+            .into_iter()
+            .map(|j| j.unwrap().key)
+            .collect();
         assert_eq!(
-            q.pop().await.unwrap().key,
-            source("r1").key,
-            "a retry ready for long enough goes first"
+            order,
+            [source("r1").key, source("fresh-2").key, source("r2").key],
+            "a retry ready for long enough goes first, then every other job at most"
         );
     }
 

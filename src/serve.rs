@@ -16,7 +16,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use crate::{
     admission::{self, AdmissionState, Limits, advice::Advisor},
     cli::ServeArgs,
-    cluster::Cluster,
+    cluster::{ApiLimits, Cluster},
     events::Events,
     leader::{self, ElectionConfig},
     metrics::Metrics,
@@ -131,11 +131,14 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     .context("loading the webhook serving certificate (see `copyrator certs`)")?;
 
     let queue = WorkQueue::new(args.queue_capacity);
-    let limiter = Arc::new(RateLimiter::new(args.api_qps, args.api_burst));
     let cluster = Cluster::new(
         client.clone(),
         Arc::clone(&metrics),
-        limiter,
+        ApiLimits {
+            writes: RateLimiter::new(args.api_qps, args.api_burst),
+            reads: RateLimiter::new(args.api_read_qps, args.api_read_burst),
+            read_concurrency: args.api_read_concurrency,
+        },
         args.list_page_size,
     );
     let identity = args
@@ -157,6 +160,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let settings = SyncSettings {
         policy: policy.clone(),
         fanout_concurrency: args.fanout_concurrency,
+        fanout_bytes: args.fanout_bytes,
     };
     let ctx = Arc::new(Context::new(
         cluster,
@@ -195,6 +199,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         metrics: Arc::clone(&metrics),
         policy: Arc::new(policy.clone()),
         advisor: Some(Advisor::new(ctx.cluster.clone(), policy)),
+        waiters: Arc::clone(&ctx.waiters),
         limits: Limits::new(
             args.max_body_bytes,
             args.webhook_max_in_flight,
@@ -235,6 +240,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     tasks.extend(crate::watch::spawn(
         &ctx.cluster,
         &ctx.waiters,
+        &metrics,
         &shutdown_rx,
     ));
 

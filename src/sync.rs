@@ -20,7 +20,7 @@ use crate::{
     metrics::{Metrics, ReasonLabels, WhatLabels},
     model::{Kind, Object, ObjectKey, SourceInfo},
     persisted::{
-        Feed, PERSIST_WAIT, Waiters, namespace_persisted, object_persisted, rule_persisted,
+        Check, Feed, PERSIST_WAIT, Waiters, namespace_persisted, object_persisted, rule_persisted,
     },
     plan::{Action, Contents, Existing, Policy, Scope, World, plan},
     queue::{Awaited, Job, JobKey, Trigger, WorkQueue, elapsed_since},
@@ -37,6 +37,8 @@ pub struct SyncSettings {
     pub policy: Policy,
     /// Concurrent writes per job (`--fanout-concurrency`).
     pub fanout_concurrency: usize,
+    /// Bytes of copy writes in flight across all jobs (`--fanout-bytes`).
+    pub fanout_bytes: usize,
 }
 
 /// Everything a job needs; one per process, shared by all workers.
@@ -58,7 +60,7 @@ pub struct Context {
     /// Objects with unparseable marks already reported (each is reported once).
     pub malformed_seen: Cache<ObjectKey, ()>,
     /// Bytes of copy writes in flight, across all jobs (see `apply.rs`).
-    pub write_budget: tokio::sync::Semaphore,
+    pub write_budget: crate::apply::WriteBudget,
 }
 
 impl Context {
@@ -69,6 +71,7 @@ impl Context {
         queue: Arc<WorkQueue>,
         settings: SyncSettings,
     ) -> Self {
+        let fanout_bytes = settings.fanout_bytes;
         Self {
             cluster,
             events,
@@ -80,7 +83,7 @@ impl Context {
             resyncs: tokio::sync::watch::Sender::new(0),
             written_status: Cache::builder().max_capacity(10_000).build(),
             malformed_seen: Cache::builder().max_capacity(10_000).build(),
-            write_budget: crate::apply::write_budget(),
+            write_budget: crate::apply::WriteBudget::new(fanout_bytes),
         }
     }
 }
@@ -121,7 +124,8 @@ pub async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
 
 /// Reads the job's trigger object with `read`; `None` while the admitted change the job waits
 /// for (`done`) is not visible yet and its deadline has not passed. The job registers as a
-/// waiter before reading, so a change persisted after the read wakes it.
+/// waiter first, so a change persisted after the read wakes it; while the feed is live and no
+/// event arrived for the object since the trigger, it does not even read.
 async fn read_persisted<T, Fut>(
     ctx: &Context,
     job: &Job,
@@ -131,17 +135,19 @@ async fn read_persisted<T, Fut>(
 where
     Fut: Future<Output = Result<T, ApiError>>,
 {
-    let watched = Feed::of(&job.key).map(|(_, w)| w);
+    let feed = Feed::of(&job.key);
     let waiting = job.awaited != Awaited::Nothing && elapsed_since(job.since) < PERSIST_WAIT;
-    if let Some(w) = watched.as_ref().filter(|_| waiting) {
-        ctx.waiters.register(w, &job.key);
+    if let (Some((feed, watched)), true) = (&feed, waiting)
+        && ctx.waiters.check(*feed, watched, &job.key, job.since) == Check::Parked
+    {
+        return Ok(None);
     }
     let value = read().await?;
     if waiting && !done(&job.awaited, &value) {
         return Ok(None);
     }
-    if let Some(w) = &watched {
-        ctx.waiters.unregister(w, &job.key);
+    if let Some((_, watched)) = &feed {
+        ctx.waiters.unregister(watched, &job.key);
     }
     Ok(Some(value))
 }

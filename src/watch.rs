@@ -20,6 +20,7 @@ use crate::{
     cluster::Cluster,
     copyrule::CopyRule,
     marks,
+    metrics::{FeedLabels, Metrics},
     model::{Kind, MetaItem, Object, ObjectKey},
     persisted::{Feed, Waiters, Watched},
 };
@@ -58,7 +59,7 @@ impl Feed {
         })
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Feed::Namespaces => "namespaces",
             Feed::Sources(Kind::Secret) => "source secrets",
@@ -74,35 +75,52 @@ impl Feed {
 pub fn spawn(
     cluster: &Cluster,
     waiters: &Arc<Waiters>,
+    metrics: &Arc<Metrics>,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     Feed::ALL
         .into_iter()
         .map(|feed| {
-            tokio::spawn(run(
-                cluster.clone(),
+            let feed_state = FeedState {
                 feed,
-                Arc::clone(waiters),
-                shutdown.clone(),
-            ))
+                waiters: Arc::clone(waiters),
+                metrics: Arc::clone(metrics),
+            };
+            tokio::spawn(run(cluster.clone(), feed_state, shutdown.clone()))
         })
         .collect()
 }
 
-async fn run(
-    cluster: Cluster,
+/// A feed, where its events go, and where its state is shown.
+struct FeedState {
     feed: Feed,
     waiters: Arc<Waiters>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+    metrics: Arc<Metrics>,
+}
+
+impl FeedState {
+    fn set_live(&self, live: bool) {
+        self.waiters.set_live(self.feed, live);
+        self.metrics
+            .watch_live
+            .get_or_create(&FeedLabels {
+                feed: self.feed.name(),
+            })
+            .set(i64::from(live));
+    }
+}
+
+async fn run(cluster: Cluster, state: FeedState, mut shutdown: watch::Receiver<bool>) {
+    let feed = state.feed;
+    let waiters = &state.waiters;
     let mut version = "0".to_string();
     let mut failures = 0u32;
     loop {
         let ended = tokio::select! {
-            r = watch_once(&cluster, feed, &waiters, &mut version) => r,
+            r = watch_once(&cluster, &state, &mut version) => r,
             _ = shutdown.changed() => break,
         };
-        waiters.set_live(feed, false);
+        state.set_live(false);
         match ended {
             Ended::Timeout => {
                 failures = 0;
@@ -129,7 +147,7 @@ async fn run(
             _ = shutdown.changed() => break,
         }
     }
-    waiters.set_live(feed, false);
+    state.set_live(false);
 }
 
 enum Ended {
@@ -140,12 +158,8 @@ enum Ended {
     Failed(String),
 }
 
-async fn watch_once(
-    cluster: &Cluster,
-    feed: Feed,
-    waiters: &Waiters,
-    version: &mut String,
-) -> Ended {
+async fn watch_once(cluster: &Cluster, state: &FeedState, version: &mut String) -> Ended {
+    let feed = state.feed;
     let wp = WatchParams {
         label_selector: feed.label_selector().map(String::from),
         timeout: Some(WATCH_SECONDS),
@@ -161,7 +175,12 @@ async fn watch_once(
         Err(e) if e.code() == 410 => return Ended::Expired,
         Err(e) => return Ended::Failed(e.to_string()),
     };
-    waiters.set_live(feed, true);
+    state.set_live(true);
+    let events = state
+        .metrics
+        .watch_events
+        .get_or_create(&FeedLabels { feed: feed.name() })
+        .clone();
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
@@ -171,8 +190,9 @@ async fn watch_once(
                 if let Some(rv) = &item.metadata.resource_version {
                     version.clone_from(rv);
                 }
+                events.inc();
                 if let Some(watched) = feed.watched(&item) {
-                    waiters.notify(&watched);
+                    state.waiters.notify(&watched);
                 }
             }
             Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,

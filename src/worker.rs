@@ -12,8 +12,8 @@ use tracing::Instrument;
 
 use crate::{
     metrics::{JobLabels, KindLabels, Metrics},
-    persisted::Feed,
-    queue::{Finished, Job, Pushed, WorkQueue, retry_delay},
+    persisted::{Check, Feed, PERSIST_WAIT, Waiters},
+    queue::{Awaited, Finished, Job, Pushed, WorkQueue, retry_delay},
     sync::{Context, Outcome, run},
 };
 
@@ -108,6 +108,24 @@ fn update_gauges(ctx: &Context) {
 pub fn enqueue(queue: &WorkQueue, metrics: &Metrics, job: Job) {
     count(metrics, queue.push(job));
     metrics.queue_depth.set(queue.depth() as i64);
+}
+
+/// Queues the job of an admission review. A change under review is not persisted yet: while
+/// the watch that will report it is live, the job waits in the queue until that event (or its
+/// deadline) without running at all, so a review of a change that never happens costs no
+/// worker time and no API call until its wait ends (SPEC §4.6).
+pub fn enqueue_admitted(queue: &WorkQueue, waiters: &Waiters, metrics: &Metrics, mut job: Job) {
+    let feed = Feed::of(&job.key).filter(|(feed, _)| waiters.is_live(*feed));
+    let Some((feed, watched)) = feed.filter(|_| job.awaited != Awaited::Nothing) else {
+        return enqueue(queue, metrics, job);
+    };
+    job.retry_at = Some(job.since + PERSIST_WAIT);
+    let (key, since) = (job.key.clone(), job.since);
+    enqueue(queue, metrics, job);
+    // An event that came before the registration would not wake the job: look now.
+    if waiters.check(feed, &watched, &key, since) == Check::Read {
+        queue.wake(&key);
+    }
 }
 
 fn count(metrics: &Metrics, pushed: Pushed) {

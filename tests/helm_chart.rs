@@ -541,6 +541,8 @@ fn values_become_serve_flags_that_copyrator_accepts() {
             "fanoutConcurrency=16",
             "--set",
             "trustedNamespaces={platform,team-*}",
+            "--set",
+            "webhook.clientCAConfigMap=apiserver-webhook-client-ca",
         ],
     );
     let deployment = find(&docs, "Deployment");
@@ -558,6 +560,7 @@ fn values_become_serve_flags_that_copyrator_accepts() {
         "--lease-duration=20s",
         "--fanout-concurrency=16",
         "--trusted-namespaces=platform,team-*",
+        "--client-ca=/client-ca/ca.crt",
     ] {
         assert!(
             args.iter().any(|a| a == expected),
@@ -566,6 +569,15 @@ fn values_become_serve_flags_that_copyrator_accepts() {
     }
 
     assert_serve_accepts(&args);
+    let volumes = &deployment["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["configMap"]["name"] == "apiserver-webhook-client-ca"),
+        "{volumes}"
+    );
 }
 
 /// SPEC §9.1: the chart trusts its own namespace unless told otherwise, and ships roles for

@@ -60,3 +60,96 @@ async fn api_server_calls_the_webhooks_over_tls_with_certs_from_copyrator_certs(
     copyrator.stop().await;
     env.cleanup().await;
 }
+
+/// `--client-ca`: the API server, presenting the webhook client certificate its admission
+/// configuration gives it, is let in; a client without a certificate, or with one from another
+/// CA, is refused at the TLS handshake.
+#[tokio::test]
+async fn with_a_client_ca_only_the_api_server_gets_in() {
+    let client_ca = common::kubeconfig()
+        .parent()
+        .unwrap()
+        .join("webhook-client-ca.crt");
+    if !client_ca.exists() {
+        eprintln!(
+            "skipped: the cluster under test was not started by scripts/control-plane.sh, so its webhook client CA is unknown"
+        );
+        return;
+    }
+    let copyrator = Copyrator::start(Options {
+        extra: vec![format!("--client-ca={}", client_ca.display())],
+        ..Default::default()
+    })
+    .await; // it waited for the API server's calls to arrive: the API server gets in
+    let env = TestEnv::new().await;
+    let sample = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"}";
+    let before = copyrator.metric(sample).await;
+    env.namespace("mtls", &[]).await;
+    eventually(
+        Duration::from_secs(10),
+        "the API server's review",
+        || async { (copyrator.metric(sample).await > before).then_some(()) },
+    )
+    .await;
+
+    let port = copyrator.running().webhook_addr.port();
+    let server_ca = copyrator.certs.path().join("ca.crt");
+    // curl on a blocking thread: the in-process copyrator answers on this test's runtime.
+    let refused = |args: Vec<String>| {
+        let server_ca = server_ca.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let out = Command::new("curl")
+                    .args(["-sS", "-o", "/dev/null", "--max-time", "10", "--cacert"])
+                    .arg(server_ca)
+                    .args(args)
+                    .arg(format!("https://127.0.0.1:{port}/admission/namespaces"))
+                    .args(["-d", "{}"])
+                    .output()
+                    .unwrap();
+                !out.status.success()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    assert!(
+        refused(vec![]).await,
+        "a client without a certificate is refused"
+    );
+    // A certificate from another CA (the serving pair of a `copyrator certs` run).
+    let other = tempfile::tempdir().unwrap();
+    assert!(
+        Command::new(env!("CARGO_BIN_EXE_copyrator"))
+            .args(["certs", "--out"])
+            .arg(other.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(
+        refused(vec![
+            "--cert".into(),
+            other.path().join("tls.crt").display().to_string(),
+            "--key".into(),
+            other.path().join("tls.key").display().to_string(),
+        ])
+        .await,
+        "a certificate from another CA is refused"
+    );
+    // The API server's own certificate works from here too: the check is the certificate.
+    let dir = client_ca.parent().unwrap();
+    assert!(
+        !refused(vec![
+            "--cert".into(),
+            dir.join("webhook-client.crt").display().to_string(),
+            "--key".into(),
+            dir.join("webhook-client.key").display().to_string(),
+        ])
+        .await,
+        "the API server's client certificate is accepted"
+    );
+
+    copyrator.stop().await;
+    env.cleanup().await;
+}

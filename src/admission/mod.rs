@@ -30,7 +30,9 @@ use tracing::Instrument;
 
 use review::Operation;
 
-use crate::{metrics::Metrics, plan::Policy, queue::Job, queue::WorkQueue, rules::Rule};
+use crate::{
+    metrics::Metrics, persisted::Waiters, plan::Policy, queue::Job, queue::WorkQueue, rules::Rule,
+};
 
 /// Default request body limit: a 1 MiB Secret UPDATE review carries old and new objects,
 /// base64-encoded, ~2.7 MB.
@@ -116,6 +118,8 @@ pub struct AdmissionState {
     /// Looks up what warnings about a source need; `None`: general warnings only.
     pub advisor: Option<Arc<advice::Advisor>>,
     pub limits: Arc<Limits>,
+    /// Where jobs wait for the changes under review to be persisted.
+    pub waiters: Arc<Waiters>,
 }
 
 /// What one client can take of the webhook server (SPEC §6.1): these are settings with
@@ -309,7 +313,7 @@ async fn handle(
         } else {
             if let Some(job) = verdict.job {
                 tracing::debug!(job = %job.key, "queued");
-                crate::worker::enqueue(&state.queue, &state.metrics, job);
+                crate::worker::enqueue_admitted(&state.queue, &state.waiters, &state.metrics, job);
             }
             "allowed"
         };

@@ -10,8 +10,10 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 fn state() -> AdmissionState {
+    let queue = WorkQueue::new(100);
     AdmissionState {
-        queue: WorkQueue::new(100),
+        waiters: Waiters::new(Arc::clone(&queue)),
+        queue,
         metrics: Arc::new(Metrics::new()),
         policy: Arc::new(Policy {
             excluded_namespaces: ["kube-system".to_string()].into(),

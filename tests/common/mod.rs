@@ -356,11 +356,20 @@ pub fn secret_value(s: &Secret, key: &str) -> Option<String> {
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
+/// A free port below the ephemeral range (32768+): a port from the ephemeral range can be
+/// taken by an outgoing connection between this check and the server binding it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU16, Ordering};
+    // Each test process walks its own stretch of ports, so that parallel processes rarely meet.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 120) as u16 * 100;
+    for _ in 0..12_000 {
+        let port = 20_000 + (base - 20_000 + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 32000")
 }
 
 /// Writes a CA and a serving certificate for 127.0.0.1 into a new temporary directory.
@@ -638,6 +647,7 @@ pub struct Process {
     pub log: PathBuf,
     pub certs: PathBuf,
     pub ca: Vec<u8>,
+    extra: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -653,8 +663,33 @@ impl Process {
         let webhook_port = free_port();
         let http_port = free_port();
         let log = dir.path().join("copyrator.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_copyrator"))
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let child = Self::start_child(dir.path(), webhook_port, http_port, &log, &extra);
+        Self {
+            child,
+            webhook_port,
+            http_port,
+            log,
+            certs: dir.path().to_path_buf(),
+            ca,
+            extra,
+            _dir: dir,
+        }
+    }
+
+    fn start_child(
+        dir: &Path,
+        webhook_port: u16,
+        http_port: u16,
+        log: &Path,
+        extra: &[String],
+    ) -> std::process::Child {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_copyrator"))
             .arg("serve")
             // The default cluster; an explicit --kubeconfig in `extra` wins.
             .env("COPYRATOR_KUBECONFIG", kubeconfig())
@@ -663,24 +698,42 @@ impl Process {
             .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
             .arg("--tls-cert")
-            .arg(dir.path().join("tls.crt"))
+            .arg(dir.join("tls.crt"))
             .arg("--tls-key")
-            .arg(dir.path().join("tls.key"))
+            .arg(dir.join("tls.key"))
             .args(extra)
             .env_remove("RUST_LOG")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
-            .expect("spawning copyrator");
-        Self {
-            child,
-            webhook_port,
-            http_port,
-            log,
-            certs: dir.path().to_path_buf(),
-            ca,
-            _dir: dir,
-        }
+            .expect("spawning copyrator")
+    }
+
+    /// Starts the process again (after [`Process::kill`]) on the same ports, with the same
+    /// certificate and arguments: a restarted pod behind the same Service.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Self::start_child(
+            &self.certs,
+            self.webhook_port,
+            self.http_port,
+            &self.log,
+            &self.extra,
+        );
+    }
+
+    /// Peak and current resident memory of the process, in bytes (VmHWM, VmRSS).
+    pub fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        (field("VmHWM:"), field("VmRSS:"))
     }
 
     pub fn http_addr(&self) -> std::net::SocketAddr {
@@ -815,4 +868,88 @@ pub async fn service_account_token(client: &Client, namespace: &str, name: &str)
         .status
         .and_then(|s| s.token)
         .expect("a token in the TokenRequest status")
+}
+
+/// A TLS connection to copyrator's webhook port, trusting `ca`.
+pub async fn webhook_tls(
+    port: u16,
+    ca: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connecting to the webhook port");
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(
+            ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
+            tcp,
+        )
+        .await
+        .expect("TLS handshake")
+}
+
+/// An HTTP/1.1 client on one TLS connection to the webhook port (hyper's).
+pub struct WebhookClient {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+}
+
+impl WebhookClient {
+    pub async fn connect(port: u16, ca: &[u8]) -> Self {
+        let tls = webhook_tls(port, ca).await;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .expect("HTTP handshake");
+        tokio::spawn(conn);
+        Self { sender }
+    }
+
+    /// POSTs `body` to `path`; returns (status, body).
+    pub async fn post(&mut self, path: &str, body: impl Into<bytes::Bytes>) -> (u16, String) {
+        use http_body_util::BodyExt;
+        let body: bytes::Bytes = body.into();
+        let request = hyper::Request::post(path)
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("content-length", body.len())
+            .body(http_body_util::Full::new(body))
+            .unwrap();
+        self.sender.ready().await.expect("connection ready");
+        let response = self.sender.send_request(request).await.expect("response");
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// An AdmissionReview of a Namespace CREATE, as the API server would send it.
+pub fn namespace_create_review(name: &str, labels: serde_json::Value) -> String {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("uid-{name}"),
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": name,
+            "operation": "CREATE",
+            "userInfo": {"username": "admin"},
+            "object": {"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": name, "labels": labels}},
+            "oldObject": null,
+            "dryRun": false
+        }
+    })
+    .to_string()
 }

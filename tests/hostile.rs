@@ -1,0 +1,501 @@
+//! Hostile input and faults, end to end (SPEC §4.5, §4.9, §6.1): forged marks, crashes in the
+//! middle of a fan-out, an API server killed and restarted, and clients that reach the webhook
+//! port without being the API server.
+
+mod common;
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use common::*;
+use copyrator::marks;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+fn plain_serve<'a>() -> Vec<&'a str> {
+    vec!["--leader-election=false", "--resync-interval", "1h"]
+}
+
+async fn wait_copy(client: &Client, ns: &str, name: &str, want: &str) {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    eventually(CONVERGE, &format!("{ns}/{name} holding {want}"), || async {
+        let s = api.get_opt(name).await.ok()??;
+        (secret_value(&s, "v").as_deref() == Some(want)).then_some(())
+    })
+    .await;
+}
+
+/// Anyone who may create a ConfigMap may label it as copyrator's: such objects are left alone,
+/// and they do not keep the startup resync from converging the rest.
+#[tokio::test]
+async fn forged_marks_neither_stop_the_resync_nor_get_touched() {
+    let env = TestEnv::new().await;
+    let src = env.namespace("forge-src", &[]).await;
+    let a = env.namespace("forge-a", &[("forge", &env.id)]).await;
+    let forged_ns = env.namespace("forge-x", &[]).await;
+    let mut p = Process::spawn(&plain_serve());
+    p.wait_up().await;
+    p.register_webhooks(&env.client).await;
+    let sel = format!("forge={}", env.id);
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    wait_copy(&env.client, &a, "cred", "1").await;
+
+    let forgeries = ["x/a b", "x/", "nonsense", "a/b/c/d", "../../x/y"];
+    for (i, forged) in forgeries.iter().enumerate() {
+        env.config_maps(&forged_ns)
+            .create(
+                &PostParams::default(),
+                &config_map(
+                    &format!("forged-{i}"),
+                    &[(marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE)],
+                    &[
+                        (marks::SOURCE_ANNOTATION, forged),
+                        (marks::RULE_ANNOTATION, "inline"),
+                    ],
+                    &[("k", "v")],
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let versions = |items: Vec<ConfigMap>| -> Vec<(Option<String>, Option<String>)> {
+        items
+            .into_iter()
+            .map(|c| (c.metadata.name, c.metadata.resource_version))
+            .collect()
+    };
+    let before = versions(
+        env.config_maps(&forged_ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items,
+    );
+
+    // Down: a copy deleted, a namespace labelled. Up again: everything converges.
+    p.kill();
+    env.secrets(&a)
+        .delete("cred", &DeleteParams::default())
+        .await
+        .unwrap();
+    let b = env.namespace("forge-b", &[("forge", &env.id)]).await;
+    p.restart();
+    p.wait_up().await;
+    wait_copy(&env.client, &a, "cred", "1").await;
+    wait_copy(&env.client, &b, "cred", "1").await;
+    eventually(CONVERGE, "each forged object counted once", || async {
+        (p.metric("copyrator_malformed_marks_total").await == forgeries.len() as f64).then_some(())
+    })
+    .await;
+    let after = versions(
+        env.config_maps(&forged_ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items,
+    );
+    assert_eq!(before, after, "forged objects are never written");
+
+    p.terminate();
+    unregister_webhooks(&env.client).await;
+    env.cleanup().await;
+}
+
+/// kill -9 in the middle of a fan-out to 200 namespaces, copies deleted while it is down:
+/// the restarted process converges at once, without waiting for the dead process's Lease.
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_fan_out_converges_at_once() {
+    const N: usize = 200;
+    const ROUNDS: usize = 5;
+    let env = TestEnv::new().await;
+    let src = env.namespace("fan-src", &[]).await;
+    let label = ("fan", env.id.as_str());
+    let mut targets = Vec::new();
+    for i in 0..N {
+        targets.push(env.namespace(&format!("fan-{i}"), &[label]).await);
+    }
+    let lease = format!("fan-{}", env.id);
+    let mut p = Process::spawn(&[
+        "--resync-interval",
+        "1h",
+        "--lease-namespace",
+        &src,
+        "--lease-name",
+        &lease,
+        "--lease-duration",
+        "15s",
+    ]);
+    p.wait_up().await;
+    p.register_webhooks(&env.client).await;
+    let sel = format!("fan={}", env.id);
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &src);
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "fan",
+                &[(marks::SOURCE_LABEL, "true"), label],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+                &[("v", "0")],
+            ),
+        )
+        .await
+        .unwrap();
+    let all: Api<Secret> = Api::all(env.client.clone());
+    let copies_at = |want: String| {
+        let all = all.clone();
+        let sel = sel.clone();
+        let src = src.clone();
+        async move {
+            all.list(&ListParams::default().labels(&sel))
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter(|s| s.metadata.namespace.as_deref() != Some(&src))
+                        .filter(|s| secret_value(s, "v").as_deref() == Some(&want))
+                        .count()
+                })
+                .unwrap_or(0)
+        }
+    };
+    eventually(CONVERGE, "the first fan-out", || async {
+        (copies_at("0".into()).await == N).then_some(())
+    })
+    .await;
+
+    let mut took = Vec::new();
+    for round in 1..=ROUNDS {
+        let v = round.to_string();
+        secrets
+            .patch(
+                "fan",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"stringData": {"v": v}})),
+            )
+            .await
+            .unwrap();
+        // Kill once the fan-out has begun.
+        let begun = Instant::now();
+        let mut written = 0;
+        while written == 0 && begun.elapsed() < CONVERGE {
+            written = copies_at(v.clone()).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        p.kill();
+        let at_kill = copies_at(v.clone()).await;
+        for ns in targets.iter().skip(round * 10).take(10) {
+            let _ = env
+                .secrets(ns)
+                .delete("fan", &DeleteParams::default())
+                .await;
+        }
+        let restarted = Instant::now();
+        p.restart();
+        eventually(CONVERGE, "every copy after the restart", || async {
+            (copies_at(v.clone()).await == N).then_some(())
+        })
+        .await;
+        let t = restarted.elapsed();
+        eprintln!(
+            "round {round}: killed with {at_kill}/{N} copies updated; converged {t:?} after the restart"
+        );
+        took.push(t);
+    }
+    // The dead process still holds the Lease for 15 s: converging must not wait for it.
+    let slowest = took.iter().max().unwrap();
+    assert!(
+        *slowest < Duration::from_secs(5),
+        "restarts converged in {took:?}"
+    );
+
+    p.terminate();
+    unregister_webhooks(&env.client).await;
+    env.cleanup().await;
+}
+
+/// A control plane of this test's own, for faults the shared one must not see.
+struct OwnControlPlane {
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl OwnControlPlane {
+    fn up() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/control-plane.sh"),
+        )
+        .args(["up", "--dir"])
+        .arg(dir.path().join("cp"))
+        .args(["--owner-pid", &std::process::id().to_string()])
+        .env_remove("COPYRATOR_KUBECONFIG")
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kubeconfig = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        Self { dir, kubeconfig }
+    }
+
+    fn script(&self, command: &str) {
+        let out = std::process::Command::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/control-plane.sh"),
+        )
+        .args([command, "--dir"])
+        .arg(self.dir.path().join("cp"))
+        .env_remove("COPYRATOR_KUBECONFIG")
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for OwnControlPlane {
+    fn drop(&mut self) {
+        self.script("down");
+    }
+}
+
+/// The API server killed with -9 and started again: copyrator keeps working, without a
+/// restart of its own (its watches and connections recover).
+#[tokio::test]
+async fn copyrator_outlives_an_api_server_crash() {
+    let cp = OwnControlPlane::up();
+    let client = copyrator::serve::kube_client(Some(&cp.kubeconfig))
+        .await
+        .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = |name: &str, labels: serde_json::Value| {
+        serde_json::from_value::<Namespace>(json!({"metadata": {"name": name, "labels": labels}}))
+            .unwrap()
+    };
+    for (name, labels) in [("src", json!({})), ("a", json!({"crash": "yes"}))] {
+        namespaces
+            .create(&PostParams::default(), &namespace(name, labels))
+            .await
+            .unwrap();
+    }
+    let kc = cp.kubeconfig.display().to_string();
+    let mut args = plain_serve();
+    args.extend(["--kubeconfig", &kc]);
+    let mut p = Process::spawn(&args);
+    p.wait_up().await;
+    p.register_webhooks(&client).await;
+    let source: Api<Secret> = Api::namespaced(client.clone(), "src");
+    source
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, "crash=yes")],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    wait_copy(&client, "a", "cred", "1").await;
+
+    cp.script("restart-apiserver");
+
+    // Webhook-driven work after the crash: a new namespace, a source change.
+    namespaces
+        .create(
+            &PostParams::default(),
+            &namespace("b", json!({"crash": "yes"})),
+        )
+        .await
+        .unwrap();
+    wait_copy(&client, "b", "cred", "1").await;
+    source
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"v": "2"}})),
+        )
+        .await
+        .unwrap();
+    wait_copy(&client, "a", "cred", "2").await;
+    wait_copy(&client, "b", "cred", "2").await;
+    assert!(
+        p.child.try_wait().unwrap().is_none(),
+        "copyrator kept running:\n{}",
+        p.logs()
+    );
+    p.terminate();
+}
+
+/// Four 6 MiB bodies of zeros at once (the largest body a review may have) are refused as
+/// not-JSON, and cost copyrator bounded memory.
+#[tokio::test]
+async fn large_bodies_of_garbage_cost_bounded_memory() {
+    let mut p = Process::spawn(&plain_serve());
+    p.wait_up().await;
+    let (_, before) = p.memory();
+    let zeros = bytes::Bytes::from(vec![0u8; 6 * 1024 * 1024]);
+    let posts = (0..4).map(|_| {
+        let (port, ca, body) = (p.webhook_port, p.ca.clone(), zeros.clone());
+        tokio::spawn(async move {
+            let mut c = WebhookClient::connect(port, &ca).await;
+            c.post("/admission/sources", body).await
+        })
+    });
+    for post in futures::future::join_all(posts).await {
+        let (status, body) = post.unwrap();
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("not an AdmissionReview"), "{body}");
+    }
+    let (peak, _) = p.memory();
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "RSS before {} MiB, peak after {} MiB",
+        before >> 20,
+        peak >> 20
+    );
+    assert!(grew <= 64 << 20, "peak RSS grew by {} MiB", grew >> 20);
+}
+
+/// 300 connections that finish their TLS handshake and then say nothing: a real review is
+/// still answered at once, and the server closes them (first-request timeout).
+#[tokio::test]
+async fn stalled_connections_neither_delay_reviews_nor_stay_open() {
+    use tokio::io::AsyncReadExt;
+    let mut p = Process::spawn(&plain_serve());
+    p.wait_up().await;
+    let opened = Instant::now();
+    let mut stalled = Vec::new();
+    for _ in 0..300 {
+        stalled.push(webhook_tls(p.webhook_port, &p.ca).await);
+    }
+    let started = Instant::now();
+    let mut c = WebhookClient::connect(p.webhook_port, &p.ca).await;
+    let mut review: serde_json::Value =
+        serde_json::from_str(&namespace_create_review("stalled-probe", json!({}))).unwrap();
+    review["request"]["dryRun"] = json!(true);
+    let (status, body) = c.post("/admission/namespaces", review.to_string()).await;
+    let answered = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        answered < Duration::from_secs(1),
+        "answered in {answered:?} beside 300 stalled connections"
+    );
+    // Each stalled connection is closed by the server (EOF or reset) within 30 s of opening.
+    let closes = stalled.into_iter().map(|mut s| async move {
+        let mut buf = [0u8; 16];
+        tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+            .await
+            .is_ok()
+    });
+    let closed = futures::future::join_all(closes).await;
+    let open = closed.iter().filter(|c| !**c).count();
+    assert_eq!(open, 0, "{open} stalled connections still open after 30 s");
+    eprintln!(
+        "300 stalled connections closed {:?} after opening; a real review answered in {answered:?}",
+        opened.elapsed()
+    );
+    assert!(
+        p.metric("copyrator_webhook_connections_idle_closed_total")
+            .await
+            >= 300.0
+    );
+}
+
+/// 10,000 reviews of Namespace CREATEs that never happen (anyone who reaches the webhook port
+/// can post them; so can requests another webhook denies) do not delay a real namespace.
+#[tokio::test]
+async fn fake_namespace_reviews_do_not_delay_a_real_namespace() {
+    const FAKES: usize = 10_000;
+    const CONNECTIONS: usize = 16;
+    let env = TestEnv::new().await;
+    let src = env.namespace("ghost-src", &[]).await;
+    let mut args = plain_serve();
+    if let Ok(level) = std::env::var("COPYRATOR_TEST_LOG_LEVEL") {
+        args.push("--log-level");
+        args.push(Box::leak(level.into_boxed_str()));
+    }
+    let mut p = Process::spawn(&args);
+    p.wait_up().await;
+    p.register_webhooks(&env.client).await;
+    let sel = format!("ghost={}", env.id);
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    let posted = Instant::now();
+    let senders = (0..CONNECTIONS).map(|c| {
+        let (port, ca, id) = (p.webhook_port, p.ca.clone(), env.id.clone());
+        tokio::spawn(async move {
+            let mut client = WebhookClient::connect(port, &ca).await;
+            for i in (c..FAKES).step_by(CONNECTIONS) {
+                let review =
+                    namespace_create_review(&format!("ghost-{id}-{i}"), json!({"ghost": id}));
+                let (status, _) = client.post("/admission/namespaces", review).await;
+                assert_eq!(status, 200);
+            }
+        })
+    });
+    for s in futures::future::join_all(senders).await {
+        s.unwrap();
+    }
+    let posting = posted.elapsed();
+    let metrics = p.metrics().await;
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("copyrator_watch_live") || l.starts_with("copyrator_queue"))
+    {
+        eprintln!("{line}");
+    }
+    let created = Instant::now();
+    let real = env.namespace("ghost-real", &[("ghost", &env.id)]).await;
+    wait_copy(&env.client, &real, "cred", "1").await;
+    let latency = created.elapsed();
+    eprintln!(
+        "{FAKES} fake reviews posted in {posting:?}; the real namespace's copy {latency:?} after its create; {} namespace GETs",
+        p.metric("copyrator_api_requests_total{verb=\"get\",resource=\"namespaces\"}")
+            .await
+    );
+    if std::env::var_os("COPYRATOR_TEST_LOG_LEVEL").is_some() {
+        std::fs::copy(&p.log, "/tmp/ghost.log").unwrap();
+    }
+    assert!(
+        latency < Duration::from_secs(2),
+        "a real namespace waited {latency:?} behind fake reviews"
+    );
+    assert_eq!(p.metric("copyrator_queue_dropped_total").await, 0.0);
+    p.terminate();
+    unregister_webhooks(&env.client).await;
+    env.cleanup().await;
+}
