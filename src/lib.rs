@@ -30,6 +30,7 @@ pub mod reconcile;
 pub mod report;
 pub mod rules;
 pub mod selector;
+pub mod selectors;
 pub mod serve;
 pub mod server;
 pub mod sync;

@@ -100,6 +100,7 @@ pub struct Metrics {
     pub api_response_bytes: Counter,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
     pub watch_live: Family<FeedLabels, Gauge>,
+    pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,
     pub webhook_connections: Gauge,
     pub webhook_connections_refused: Counter,
@@ -244,6 +245,12 @@ impl Metrics {
             "1 while the metadata watch of a feed is connected (jobs then wait for its events instead of polling)",
             watch_live.clone(),
         );
+        let selector_watches = Gauge::default();
+        registry.register(
+            "selector_watches",
+            "Watches of CopyRule source selectors this replica runs (the leader runs them)",
+            selector_watches.clone(),
+        );
         let watch_events = Family::<FeedLabels, Counter>::default();
         registry.register(
             "watch_events",
@@ -297,6 +304,7 @@ impl Metrics {
             api_response_bytes,
             tls_reloads,
             watch_live,
+            selector_watches,
             watch_events,
             webhook_connections,
             webhook_connections_refused,

@@ -237,10 +237,12 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
 
     let workers = worker::spawn(Arc::clone(&ctx), args.workers);
     // Watches that end waits for admitted changes without polling (src/persisted.rs).
+    let rules_changed = Arc::new(tokio::sync::Notify::new());
     tasks.extend(crate::watch::spawn(
         &ctx.cluster,
         &ctx.waiters,
         &metrics,
+        &rules_changed,
         &shutdown_rx,
     ));
 
@@ -274,6 +276,16 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         Arc::clone(&ctx),
         args.resync_interval,
         leading_rx.clone(),
+        shutdown_rx.clone(),
+    )));
+    // CopyRule source selectors, watched by the leader (src/selectors.rs).
+    tasks.push(tokio::spawn(crate::selectors::run(
+        ctx.cluster.clone(),
+        Arc::clone(&queue),
+        Arc::clone(&metrics),
+        ctx.settings.policy.clone(),
+        leading_rx.clone(),
+        rules_changed,
         shutdown_rx.clone(),
     )));
     background.push(tokio::spawn(track_readiness(

@@ -212,6 +212,16 @@ async fn sync_source(ctx: &Context, job: &Job, key: &ObjectKey) -> Result<Outcom
         contents,
     )
     .await?;
+    // A source a CopyRule selects gets the opt-in label (after its copies are written: not on
+    // their way), so that its changes also reach the sources webhook (SPEC §2.2).
+    if let Some(info) = info.as_ref().filter(|i| !i.deleting)
+        && world
+            .rules
+            .for_source(info)
+            .any(|r| r.id.copy_rule_name().is_some())
+    {
+        label_source(ctx, info).await;
+    }
     after(ctx, job, &outcomes)
 }
 

@@ -14,7 +14,7 @@ use kube::{
     api::WatchParams,
     core::{WatchEvent, request::Request},
 };
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::{
     cluster::Cluster,
@@ -71,11 +71,13 @@ impl Feed {
     }
 }
 
-/// Starts one watch per feed; they run until `shutdown` fires.
+/// Starts one watch per feed; they run until `shutdown` fires. `rules_changed` is told about
+/// every CopyRule event (see `selectors.rs`).
 pub fn spawn(
     cluster: &Cluster,
     waiters: &Arc<Waiters>,
     metrics: &Arc<Metrics>,
+    rules_changed: &Arc<Notify>,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     Feed::ALL
@@ -85,6 +87,7 @@ pub fn spawn(
                 feed,
                 waiters: Arc::clone(waiters),
                 metrics: Arc::clone(metrics),
+                on_event: (feed == Feed::CopyRules).then(|| Arc::clone(rules_changed)),
             };
             tokio::spawn(run(cluster.clone(), feed_state, shutdown.clone()))
         })
@@ -96,6 +99,8 @@ struct FeedState {
     feed: Feed,
     waiters: Arc<Waiters>,
     metrics: Arc<Metrics>,
+    /// Told about every event of this feed.
+    on_event: Option<Arc<Notify>>,
 }
 
 impl FeedState {
@@ -193,6 +198,9 @@ async fn watch_once(cluster: &Cluster, state: &FeedState, version: &mut String) 
                 events.inc();
                 if let Some(watched) = feed.watched(&item) {
                     state.waiters.notify(&watched);
+                }
+                if let Some(on_event) = &state.on_event {
+                    on_event.notify_one();
                 }
             }
             Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,

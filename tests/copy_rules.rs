@@ -865,3 +865,153 @@ async fn changing_a_rule_moves_its_copies() {
     copyrator.stop().await;
     env.cleanup().await;
 }
+
+/// A ConfigMap or Secret created after the rule with the matching label is copied at once (not
+/// at the next resync, an hour away here); removing the label removes its copies; objects
+/// without the label, or in other namespaces, cause copyrator no work at all.
+#[tokio::test]
+async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await; // resync every hour
+    let src = env.namespace("sel-src", &[]).await;
+    let elsewhere = env.namespace("sel-elsewhere", &[]).await;
+    let target_label = ("sel-target", env.id.as_str());
+    let a = env.namespace("sel-a", &[target_label]).await;
+    let b = env.namespace("sel-b", &[target_label]).await;
+    for (name, kind) in [("cm", Kind::ConfigMap), ("secret", Kind::Secret)] {
+        create_rule(
+            &env,
+            &format!("sel-{name}"),
+            CopyRuleSpec {
+                source_selector: match_labels("copyrator", "true"),
+                namespace_selector: match_labels(target_label.0, target_label.1),
+                ..spec(kind, &src)
+            },
+        )
+        .await;
+    }
+    let selector_watches = "copyrator_selector_watches";
+    eventually(CONVERGE, "both selectors watched", || async {
+        (copyrator.metric(selector_watches).await == 2.0).then_some(())
+    })
+    .await;
+
+    // Objects no rule selects: no admission call, no watch event, no job.
+    let quiet = [
+        "copyrator_admission_requests_total{endpoint=\"sources\",operation=\"CREATE\",outcome=\"allowed\"}",
+        "copyrator_watch_events_total{feed=\"source selectors\"}",
+        "copyrator_jobs_total{kind=\"source\",outcome=\"ok\"}",
+    ];
+    let mut before = Vec::new();
+    for sample in quiet {
+        before.push(copyrator.metric(sample).await);
+    }
+    for i in 0..10 {
+        for ns in [&src, &elsewhere] {
+            env.secrets(ns)
+                .create(
+                    &PostParams::default(),
+                    &secret(
+                        &format!("unrelated-{i}"),
+                        &[("team", "x")],
+                        &[],
+                        &[("k", "v")],
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    env.secrets(&elsewhere)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "labelled-elsewhere",
+                &[("copyrator", "true")],
+                &[],
+                &[("k", "v")],
+            ),
+        )
+        .await
+        .unwrap();
+
+    // The new sources, labelled only as the rules' selectors ask.
+    let created = std::time::Instant::now();
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("later-cm", &[("copyrator", "true")], &[], &[("v", "1")]),
+        )
+        .await
+        .unwrap();
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret("later-secret", &[("copyrator", "true")], &[], &[("v", "1")]),
+        )
+        .await
+        .unwrap();
+    for ns in [&a, &b] {
+        wait_cm(&env, ns, "later-cm", "v", "1").await;
+        eventually(CONVERGE, "the Secret's copy", || async {
+            let s = env.secrets(ns).get_opt("later-secret").await.ok()??;
+            (secret_value(&s, "v").as_deref() == Some("1")).then_some(())
+        })
+        .await;
+    }
+    eprintln!(
+        "copies of sources created later: all present {:?} after the creates",
+        created.elapsed()
+    );
+    assert!(
+        !env.secrets(&elsewhere)
+            .get_opt("labelled-elsewhere")
+            .await
+            .unwrap()
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap()
+            .contains_key(copyrator::marks::SOURCE_LABEL),
+        "an object in another namespace is not adopted"
+    );
+    // Only the two new sources caused work: a job each (and the sources webhook once they
+    // carry the opt-in label their first job gave them).
+    let after_events = copyrator.metric(quiet[1]).await;
+    assert!(
+        after_events - before[1] <= 4.0,
+        "unrelated objects caused watch events: {} -> {after_events}",
+        before[1]
+    );
+    assert_eq!(
+        copyrator.metric(quiet[0]).await,
+        before[0],
+        "no sources-webhook call for CREATEs of objects without the opt-in label"
+    );
+
+    // Its changes follow, now through the label the first job added.
+    env.config_maps(&src)
+        .patch(
+            "later-cm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"v": "2"}})),
+        )
+        .await
+        .unwrap();
+    wait_cm(&env, &a, "later-cm", "v", "2").await;
+
+    // The selector's label removed: the copies go.
+    env.config_maps(&src)
+        .patch(
+            "later-cm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"copyrator": null}}})),
+        )
+        .await
+        .unwrap();
+    wait_cm_gone(&env, &a, "later-cm").await;
+    wait_cm_gone(&env, &b, "later-cm").await;
+
+    copyrator.stop().await;
+    env.cleanup().await;
+}
