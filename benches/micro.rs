@@ -10,8 +10,8 @@ use copyrator::{
     marks,
     metrics::Metrics,
     model::{Kind, NamespaceInfo, ObjectKey, Payload, SourceInfo},
+    pipeline::queue::WorkQueue,
     plan::{Contents, Existing, ManagedCopy, Policy, Scope, World, plan},
-    queue::WorkQueue,
     rules::Rule,
     tenancy::TrustPolicy,
 };
@@ -49,7 +49,7 @@ fn admission(c: &mut Criterion) {
         .unwrap();
     let queue = WorkQueue::new(10_000);
     let state = AdmissionState {
-        waiters: copyrator::persisted::Waiters::new(Arc::clone(&queue)),
+        waiters: copyrator::pipeline::waiters::Waiters::new(Arc::clone(&queue)),
         queue,
         metrics: Arc::new(Metrics::new()),
         policy: Arc::new(Policy {
@@ -109,23 +109,25 @@ fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
         )])),
         ..Default::default()
     };
-    let mut world = World::default();
-    world.policy.trust = TrustPolicy::trust_all();
-    world.add_sources([source.clone()]);
+    let mut world = World::from_parts(
+        Policy {
+            trust: TrustPolicy::trust_all(),
+            ..Default::default()
+        },
+        [source.clone()],
+        Vec::new(),
+    );
     let rule = Rule::inline(&source).unwrap().unwrap();
     let mut existing = BTreeMap::new();
     for i in 0..n {
         let name = format!("team-{i}");
-        world.namespaces.insert(
-            name.clone(),
-            NamespaceInfo {
-                name: name.clone(),
-                resource_version: "1".into(),
-                labels: BTreeMap::from([("registry".to_string(), "enabled".to_string())]),
-                accept_from: None,
-                terminating: false,
-            },
-        );
+        world.insert_namespaces([NamespaceInfo {
+            name: name.clone(),
+            resource_version: "1".into(),
+            labels: BTreeMap::from([("registry".to_string(), "enabled".to_string())]),
+            accept_from: None,
+            terminating: false,
+        }]);
         let copy = DesiredCopy::build(&rule, &source, &payload, &name);
         let meta = copy.object().metadata;
         existing.insert(

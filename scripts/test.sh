@@ -13,15 +13,15 @@ step() { printf '\n\033[1;34m== %s\033[0m\n' "$*"; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 
 if cargo nextest --version >/dev/null 2>&1; then
-  unit=(cargo nextest run --lib --bins)
+  unit=(cargo nextest run --workspace --lib --bins)
   # .config/nextest.toml runs end-to-end tests one at a time (they share one API server).
   e2e=(cargo nextest run --test '*' --no-fail-fast)
 else
-  unit=(cargo test --lib --bins)
+  unit=(cargo test --workspace --lib --bins)
   e2e=(cargo test --test '*' --no-fail-fast -- --test-threads=1)
 fi
 

@@ -1,42 +1,27 @@
 //! copyrator keeps Secrets and ConfigMaps copied across Kubernetes namespaces.
 //!
-//! How a change travels (SPEC §5):
+//! How a change travels (SPEC §5), and where each step lives:
 //!
 //! ```text
-//! kube-apiserver ─AdmissionReview─▶ admission ─Job─▶ queue ◀─Job─ reconcile (periodic, leader)
-//!                                                      │
-//!                                                      ▼
-//!           worker ─▶ sync: read persisted state (world) ─▶ plan (pure) ─▶ apply (writes)
+//! kube-apiserver ─AdmissionReview─▶ admission/ ─Job─▶ pipeline/queue ◀─Job─ pipeline/reconcile
+//!        │ watch events                                   │                 cluster/selectors
+//!        └──────────▶ cluster/watch ─wakes waiting jobs─▶ │
+//!                                                         ▼
+//!   pipeline/worker ─▶ sync/jobs/*: cluster/load (persisted state) ─▶ plan (pure, core crate)
+//!                                   ─▶ cluster/apply (the only writes) ─▶ report (Events, status)
 //! ```
 
+pub use copyrator_core::{content, copyrule, marks, model, plan, rules, selector, tenancy};
+
 pub mod admission;
-pub mod apply;
+pub mod app;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
-pub mod content;
-pub mod copyrule;
-pub mod events;
-pub mod leader;
+pub mod listener;
 pub mod manifests;
-pub mod marks;
 pub mod metrics;
-pub mod model;
-pub mod persisted;
-pub mod plan;
-pub mod queue;
-pub mod ratelimit;
-pub mod reconcile;
+pub mod pipeline;
 pub mod report;
-pub mod rules;
-pub mod selector;
-pub mod selectors;
-pub mod serve;
-pub mod server;
 pub mod sync;
 pub mod telemetry;
-pub mod tenancy;
-pub mod tls;
-pub mod watch;
-pub mod worker;
-pub mod world;

@@ -2,10 +2,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use copyrator::{
+    app,
     certs::{self, CertRequest},
     cli::{Cli, Command, ManifestsCommand},
     manifests::{self, WebhookOptions, WebhookTarget},
-    serve, telemetry,
+    telemetry,
 };
 
 fn main() -> ExitCode {
@@ -21,7 +22,7 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
             {
-                Ok(rt) => rt.block_on(serve::run(*args)),
+                Ok(rt) => rt.block_on(app::run(*args)),
                 Err(e) => Err(e.into()),
             }
         }

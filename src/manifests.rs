@@ -188,27 +188,34 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
 }
 
 /// YAML of the webhook configuration.
-pub fn webhooks_yaml(opts: &WebhookOptions) -> Result<String, serde_yaml::Error> {
-    let mut value = serde_yaml::to_value(webhook_configuration(opts))?;
-    if let serde_yaml::Value::Mapping(m) = &mut value {
-        // k8s-openapi leaves apiVersion/kind to the client; a manifest needs them first.
-        let mut ordered = serde_yaml::Mapping::new();
-        ordered.insert(
+/// A manifest could not be rendered.
+#[derive(Debug, thiserror::Error)]
+#[error("rendering YAML: {0}")]
+pub struct YamlError(String);
+
+fn yaml<T: serde::Serialize>(value: &T) -> Result<String, YamlError> {
+    serde_saphyr::to_string(value).map_err(|e| YamlError(e.to_string()))
+}
+
+/// YAML of the webhook configuration.
+pub fn webhooks_yaml(opts: &WebhookOptions) -> Result<String, YamlError> {
+    let mut value =
+        serde_json::to_value(webhook_configuration(opts)).map_err(|e| YamlError(e.to_string()))?;
+    if let serde_json::Value::Object(m) = &mut value {
+        // k8s-openapi leaves apiVersion/kind to the client; a manifest needs them. (Keys are
+        // rendered in order: apiVersion and kind come first.)
+        m.insert(
             "apiVersion".into(),
             "admissionregistration.k8s.io/v1".into(),
         );
-        ordered.insert("kind".into(), "ValidatingWebhookConfiguration".into());
-        for (k, v) in std::mem::take(m) {
-            ordered.insert(k, v);
-        }
-        *m = ordered;
+        m.insert("kind".into(), "ValidatingWebhookConfiguration".into());
     }
-    serde_yaml::to_string(&value)
+    yaml(&value)
 }
 
 /// YAML of the CopyRule CRD, as committed under `deploy/`.
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(&CopyRule::crd())
+pub fn crd_yaml() -> Result<String, YamlError> {
+    yaml(&CopyRule::crd())
 }
 
 #[cfg(test)]

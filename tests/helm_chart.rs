@@ -895,6 +895,8 @@ fn dockerfile_passes_hadolint_and_ships_the_release_binary() {
     for needed in [
         "src",
         "src/",
+        "crates",
+        "crates/",
         "benches",
         "benches/",
         "Cargo.toml",
@@ -930,6 +932,7 @@ fn copy_tree(from: &Path, to: &Path) {
             copy_tree(&entry.path(), &to.join(entry.file_name()));
         }
     } else {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(from, to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
     }
 }

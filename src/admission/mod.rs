@@ -31,7 +31,13 @@ use tracing::Instrument;
 use review::Operation;
 
 use crate::{
-    metrics::Metrics, persisted::Waiters, plan::Policy, queue::Job, queue::WorkQueue, rules::Rule,
+    metrics::Metrics,
+    pipeline::{
+        queue::{Job, WorkQueue},
+        waiters::Waiters,
+    },
+    plan::Policy,
+    rules::Rule,
 };
 
 /// Default request body limit: a 1 MiB Secret UPDATE review carries old and new objects,
@@ -313,7 +319,7 @@ async fn handle(
         } else {
             if let Some(job) = verdict.job {
                 tracing::debug!(job = %job.key, "queued");
-                crate::worker::enqueue_admitted(&state.queue, &state.waiters, &state.metrics, job);
+                state.waiters.enqueue_admitted(&state.metrics, job);
             }
             "allowed"
         };

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::{
     marks,
-    queue::{Awaited, Job, JobKey, Trigger},
+    pipeline::queue::{Awaited, Job, JobKey, Trigger},
     selector,
     tenancy::NamespacePatterns,
 };

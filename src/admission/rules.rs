@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     copyrule::{CopyRule, CopyRuleSpec},
-    queue::{Awaited, Job, JobKey, Trigger},
+    pipeline::queue::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
     selector,
 };

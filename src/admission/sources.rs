@@ -8,8 +8,8 @@ use super::{
 use crate::{
     marks,
     model::{Kind, ObjectKey, SourceInfo},
+    pipeline::queue::{Awaited, Job, JobKey, Trigger},
     plan::Policy,
-    queue::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
 };
 

@@ -14,10 +14,10 @@ use std::{
 
 use clap::Parser;
 use copyrator::{
+    app::{self as serve, Running},
     certs::{self, CertRequest},
     cli::{Cli, Command as CliCommand},
     manifests::{self, WebhookOptions, WebhookTarget},
-    serve::{self, Running},
 };
 use k8s_openapi::{
     api::{
@@ -845,7 +845,8 @@ pub fn write_token_kubeconfig(admin: &Path, token: &str, out: &Path) {
         "contexts": [{"name": "copyrator", "context": {"cluster": "test", "user": "copyrator"}}],
         "current-context": "copyrator",
     });
-    std::fs::write(out, serde_yaml::to_string(&config).unwrap()).unwrap();
+    // JSON is YAML.
+    std::fs::write(out, serde_json::to_string_pretty(&config).unwrap()).unwrap();
 }
 
 /// A token of a ServiceAccount (TokenRequest API), valid for an hour.

@@ -22,7 +22,6 @@ use kube::{
     api::{DeleteParams, DynamicObject},
     discovery,
 };
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::common;
@@ -84,8 +83,9 @@ pub fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
 }
 
 pub fn parse_yaml_stream(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| Value::deserialize(doc).expect("rendered YAML parses"))
+    serde_saphyr::from_multiple::<Value>(text)
+        .expect("rendered YAML parses")
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -399,7 +399,7 @@ impl Drop for CopyRuleGuard {
                 .build()
                 .ok()?;
             runtime.block_on(async {
-                let client = copyrator::serve::kube_client(Some(&common::kubeconfig()))
+                let client = copyrator::app::kube_client(Some(&common::kubeconfig()))
                     .await
                     .ok()?;
                 Api::<copyrator::copyrule::CopyRule>::all(client)

@@ -24,9 +24,9 @@ use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
     model::{Kind, MetaItem, Object, ObjectKey},
-    queue::{Job, JobKey, Trigger, WorkQueue},
+    pipeline::queue::enqueue,
+    pipeline::queue::{Job, JobKey, Trigger, WorkQueue},
     rules::{Rule, SourceMatch},
-    worker::enqueue,
 };
 
 /// What one watch selects: a kind of object in a namespace, by a label selector.
@@ -71,8 +71,9 @@ pub async fn run(
     let mut running: BTreeMap<SourceSelector, JoinHandle<()>> = BTreeMap::new();
     loop {
         let want = if *leading.borrow_and_update() {
-            match crate::world::load_rules(&cluster, &[], &policy, Freshness::Cached).await {
-                Ok(world) => Some(wanted(&world.rules.rules)),
+            match crate::cluster::load::load_rules(&cluster, &[], &policy, Freshness::Cached).await
+            {
+                Ok(world) => Some(wanted(&world.rules().rules)),
                 Err(e) => {
                     tracing::warn!(error = %e, "could not list CopyRules; selector watches unchanged");
                     None

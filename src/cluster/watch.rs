@@ -22,7 +22,7 @@ use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
     model::{Kind, MetaItem, Object, ObjectKey},
-    persisted::{Feed, Waiters, Watched},
+    pipeline::waiters::{Feed, Waiters, Watched},
 };
 
 /// Server-side timeout of one watch request: below the client's read timeout, so a quiet

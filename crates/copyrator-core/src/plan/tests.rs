@@ -4,7 +4,9 @@ use super::*;
 use crate::{
     content::{DesiredCopy, source_hash},
     copyrule::{CopyRule, CopyRuleSpec},
-    model::{Kind, SERVICE_ACCOUNT_TOKEN_TYPE},
+    marks,
+    model::{Kind, NamespaceInfo, Payload, SERVICE_ACCOUNT_TOKEN_TYPE, SourceInfo},
+    rules::Rule,
     tenancy::{NamespacePatterns, TrustPolicy},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
@@ -60,20 +62,16 @@ impl Fixture {
         let mut f = Fixture {
             // These tables are about copy semantics, on a single-team cluster; trust and
             // consent have their own tables below.
-            world: World {
-                policy: Policy {
-                    trust: TrustPolicy::trust_all(),
-                    ..Default::default()
-                },
-                ..World::default()
-            },
+            world: World::new(Policy {
+                trust: TrustPolicy::trust_all(),
+                ..Default::default()
+            }),
             existing: BTreeMap::new(),
             contents: Contents::default(),
         };
         f.add_source(src, Some(payload("v1")));
         f.world
-            .namespaces
-            .insert("default".into(), ns("default", &[("secret", "yes")]));
+            .insert_namespaces([ns("default", &[("secret", "yes")])]);
         f.rebuild_rules(&[]);
         f
     }
@@ -82,21 +80,20 @@ impl Fixture {
         if let Some(p) = p {
             self.contents.payloads.insert(src.key.clone(), Arc::new(p));
         }
-        self.world.sources.insert(src.key.clone(), src);
+        self.world.set_sources([(src.key.clone(), Some(src))]);
     }
 
     fn rebuild_rules(&mut self, copy_rules: &[CopyRule]) {
-        self.world.copy_rules = copy_rules.to_vec();
-        self.world.rebuild_rules();
+        self.world.set_copy_rules(copy_rules.to_vec());
     }
 
     fn ns(mut self, name: &str, labels: &[(&str, &str)]) -> Self {
-        self.world.namespaces.insert(name.into(), ns(name, labels));
+        self.world.insert_namespaces([ns(name, labels)]);
         self
     }
 
     fn source(&self) -> &SourceInfo {
-        self.world.sources.values().next().unwrap()
+        self.world.sources().values().next().unwrap()
     }
 
     /// A managed copy in `namespace` exactly as copyrator would have written it from `p`.
@@ -274,7 +271,11 @@ fn lifecycle_rules_of_the_inline_copier() {
             "terminating namespace gets nothing",
             {
                 let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
-                f.world.namespaces.get_mut("team-a").unwrap().terminating = true;
+                f.world
+                    .namespaces_mut()
+                    .get_mut("team-a")
+                    .unwrap()
+                    .terminating = true;
                 f
             },
             Scope::All,
@@ -286,7 +287,11 @@ fn lifecycle_rules_of_the_inline_copier() {
                 let mut f = Fixture::new()
                     .ns("team-a", &[("secret", "yes")])
                     .with_inline_copy("team-a", &v1);
-                f.world.namespaces.get_mut("team-a").unwrap().terminating = true;
+                f.world
+                    .namespaces_mut()
+                    .get_mut("team-a")
+                    .unwrap()
+                    .terminating = true;
                 f
             },
             Scope::All,
@@ -298,10 +303,15 @@ fn lifecycle_rules_of_the_inline_copier() {
                 let mut f = Fixture::new()
                     .ns("kube-system", &[("secret", "yes")])
                     .with_inline_copy("kube-system", &v1);
+                let mut policy = f.world.policy().clone();
+                policy.excluded_namespaces.insert("kube-system".into());
+                f.world = World::from_parts(
+                    policy,
+                    f.world.sources().values().cloned(),
+                    f.world.copy_rules().to_vec(),
+                );
                 f.world
-                    .policy
-                    .excluded_namespaces
-                    .insert("kube-system".into());
+                    .insert_namespaces([ns("kube-system", &[("secret", "yes")])]);
                 f
             },
             Scope::All,
@@ -333,7 +343,7 @@ fn source_deleted_deletes_copies() {
         .ns("team-a", &[("secret", "yes")])
         .with_inline_copy("team-a", &payload("v1"));
     let key = f.source().key.clone();
-    f.world.sources.clear();
+    f.world.edit_sources(|s| s.clear());
     f.rebuild_rules(&[]);
     assert_eq!(summary(&f.plan(Scope::Source(key))), ["delete team-a@7"]);
 }
@@ -343,7 +353,8 @@ fn source_being_deleted_counts_as_gone() {
     let mut f = Fixture::new()
         .ns("team-a", &[("secret", "yes")])
         .with_inline_copy("team-a", &payload("v1"));
-    f.world.sources.values_mut().for_each(|s| s.deleting = true);
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.deleting = true));
     f.rebuild_rules(&[]);
     assert_eq!(summary(&f.plan(Scope::All)), ["delete team-a@7"]);
 }
@@ -408,10 +419,7 @@ fn recreated_source_updates_copies_to_the_new_uid() {
         .ns("team-a", &[("secret", "yes")])
         .with_inline_copy("team-a", &payload("v1"));
     f.world
-        .sources
-        .values_mut()
-        .for_each(|s| s.uid = "uid-2".into());
-    f.rebuild_rules(&[]);
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.uid = "uid-2".into()));
     assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@7"]);
 }
 
@@ -453,7 +461,12 @@ fn unmanaged_object_is_never_touched_with_skip() {
         ["conflict team-a inline (unmanaged)"]
     );
     // and no write for it even without a claim
-    f.world.namespaces.get_mut("team-a").unwrap().labels.clear();
+    f.world
+        .namespaces_mut()
+        .get_mut("team-a")
+        .unwrap()
+        .labels
+        .clear();
     assert_eq!(summary(&f.plan(Scope::All)), Vec::<String>::new());
 }
 
@@ -463,7 +476,8 @@ fn overwrite_policy_adopts_unmanaged_object() {
     let mut spec = rule_spec(Kind::Secret, "mysecret");
     spec.conflict_policy = ConflictPolicy::Overwrite;
     // Take the inline rule away so only the CopyRule claims.
-    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
     f.rebuild_rules(&[copy_rule("adopter", 1, spec)]);
     f.existing.insert(
         target("team-a"),
@@ -492,17 +506,23 @@ fn retain_policy_keeps_copies_no_rule_wants() {
     let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
     let mut spec = rule_spec(Kind::Secret, "mysecret");
     spec.deletion_policy = DeletionPolicy::Retain;
-    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
     let rules = [copy_rule("keeper", 1, spec)];
     f.rebuild_rules(&rules);
     let src = f.source().clone();
-    let rule = f.world.rules.rules[0].clone();
+    let rule = f.world.rules().rules[0].clone();
     let (k, e) = f.copy_of(&src, &rule, &payload("v1"), "team-a", "4");
     f.existing.insert(k, e);
     assert_eq!(summary(&f.plan(Scope::All)), ["in-sync team-a"]);
 
     // namespace leaves the selector: the live rule says Retain
-    f.world.namespaces.get_mut("team-a").unwrap().labels.clear();
+    f.world
+        .namespaces_mut()
+        .get_mut("team-a")
+        .unwrap()
+        .labels
+        .clear();
     assert_eq!(summary(&f.plan(Scope::All)), ["retain team-a"]);
 
     // rule deleted: the policy recorded on the copy says Retain
@@ -513,10 +533,11 @@ fn retain_policy_keeps_copies_no_rule_wants() {
 #[test]
 fn deleted_copy_rule_with_delete_policy_removes_its_copies() {
     let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
-    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
     f.rebuild_rules(&[copy_rule("r", 1, rule_spec(Kind::Secret, "mysecret"))]);
     let src = f.source().clone();
-    let rule = f.world.rules.rules[0].clone();
+    let rule = f.world.rules().rules[0].clone();
     let (k, e) = f.copy_of(&src, &rule, &payload("v1"), "team-a", "4");
     f.existing.insert(k, e);
     f.rebuild_rules(&[]);
@@ -529,10 +550,11 @@ fn deleted_copy_rule_with_delete_policy_removes_its_copies() {
 #[test]
 fn deletion_policy_change_rewrites_the_mark() {
     let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
-    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
     f.rebuild_rules(&[copy_rule("r", 1, rule_spec(Kind::Secret, "mysecret"))]);
     let src = f.source().clone();
-    let rule = f.world.rules.rules[0].clone();
+    let rule = f.world.rules().rules[0].clone();
     let (k, e) = f.copy_of(&src, &rule, &payload("v1"), "team-a", "4");
     f.existing.insert(k, e);
     let mut spec = rule_spec(Kind::Secret, "mysecret");
@@ -544,7 +566,8 @@ fn deletion_policy_change_rewrites_the_mark() {
 #[test]
 fn two_rules_on_one_target_do_not_fight() {
     let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
-    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
     let older = copy_rule("older", 1, rule_spec(Kind::Secret, "mysecret"));
     let newer = copy_rule("newer", 2, rule_spec(Kind::Secret, "mysecret"));
     f.rebuild_rules(&[newer.clone(), older.clone()]);
@@ -558,7 +581,7 @@ fn two_rules_on_one_target_do_not_fight() {
 
     // Once the newer rule's copy exists (say the older rule came later), it keeps the name.
     let src = f.source().clone();
-    let newer_rule = f.world.rules.copy_rule("newer").unwrap().clone();
+    let newer_rule = f.world.rules().copy_rule("newer").unwrap().clone();
     let (k, e) = f.copy_of(&src, &newer_rule, &payload("v1"), "team-a", "4");
     f.existing.insert(k, e);
     assert_eq!(
@@ -576,7 +599,8 @@ fn copy_rule_with_target_name_and_explicit_namespaces() {
         .ns("dest", &[])
         .ns("sandbox", &[("secret", "yes")])
         .ns("team-a", &[("secret", "yes")]);
-    f.world.sources.values_mut().for_each(|s| s.labels.clear());
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
     let mut spec = rule_spec(Kind::Secret, "mysecret");
     spec.namespaces = vec!["dest".into()];
     spec.exclude_namespaces = vec!["sandbox".into()];
@@ -599,7 +623,7 @@ fn copy_rule_with_target_name_and_explicit_namespaces() {
 #[test]
 fn selector_rule_copies_every_matching_source() {
     let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
-    f.world.sources.clear();
+    f.world.edit_sources(|s| s.clear());
     for (name, labels) in [
         ("a", &[("copyrator", "true")][..]),
         ("b", &[("copyrator", "true")]),
@@ -696,7 +720,7 @@ fn configmap_copies_data_and_binary_data() {
         key: ObjectKey::new(Kind::ConfigMap, "default", "settings"),
         ..inline_source()
     };
-    f.world.sources.clear();
+    f.world.edit_sources(|s| s.clear());
     let p = Payload {
         type_: None,
         data: Some(map(&[("a", "1")])),
@@ -746,13 +770,13 @@ mod tenancy {
 
     impl Cluster {
         fn new(trusted: &str) -> Self {
-            let mut world = World::default();
-            world.policy.trust = TrustPolicy {
-                trusted_namespaces: NamespacePatterns::parse(trusted).unwrap(),
-            };
-            for name in [TENANT, PLATFORM] {
-                world.namespaces.insert(name.into(), ns(name, &[]));
-            }
+            let mut world = World::new(Policy {
+                trust: TrustPolicy {
+                    trusted_namespaces: NamespacePatterns::parse(trusted).unwrap(),
+                },
+                ..Default::default()
+            });
+            world.insert_namespaces([ns(TENANT, &[]), ns(PLATFORM, &[])]);
             Self {
                 world,
                 existing: BTreeMap::new(),
@@ -763,31 +787,29 @@ mod tenancy {
         fn namespace(mut self, name: &str, labels: &[(&str, &str)], accept: Option<&str>) -> Self {
             let mut n = ns(name, labels);
             n.accept_from = accept.map(Into::into);
-            self.world.namespaces.insert(name.into(), n);
+            self.world.insert_namespaces([n]);
             self
         }
 
         fn source(mut self, src: SourceInfo) -> Self {
             let p = payload(&src.key.namespace);
             self.contents.payloads.insert(src.key.clone(), Arc::new(p));
-            self.world.sources.insert(src.key.clone(), src);
-            self.world.rebuild_rules();
+            self.world.set_sources([(src.key.clone(), Some(src))]);
             self
         }
 
         fn copy_rules(mut self, rules: &[CopyRule]) -> Self {
-            self.world.copy_rules = rules.to_vec();
-            self.world.rebuild_rules();
+            self.world.set_copy_rules(rules.to_vec());
             self
         }
 
         /// The copy `rule` (by mark) would have written of the source in `source_ns` into `ns`.
         fn with_copy_by(mut self, mark: &str, source_ns: &str, ns: &str) -> Self {
             let key = ObjectKey::new(Kind::Secret, source_ns, "cacerts");
-            let src = self.world.sources[&key].clone();
+            let src = self.world.sources()[&key].clone();
             let rule = self
                 .world
-                .rules
+                .rules()
                 .rules
                 .iter()
                 .find(|r| r.id.mark() == mark && r.applies_to(&src))
@@ -1049,7 +1071,7 @@ fn what_could_not_be_read_is_neither_written_nor_deleted() {
         .ns("team-b", &[])
         .with_inline_copy("team-b", &payload("v1"));
     let key = f.source().key.clone();
-    f.world.unreadable.sources.insert(key.clone());
+    f.world.unreadable_mut().sources.insert(key.clone());
     assert_eq!(
         summary(&f.plan(Scope::All)),
         [
@@ -1058,8 +1080,8 @@ fn what_could_not_be_read_is_neither_written_nor_deleted() {
         ]
     );
     // A namespace that could not be read: its targets wait.
-    f.world.unreadable.sources.clear();
-    f.world.unreadable.namespaces.insert("team-b".into());
+    f.world.unreadable_mut().sources.clear();
+    f.world.unreadable_mut().namespaces.insert("team-b".into());
     assert_eq!(
         summary(&f.plan(Scope::All)),
         [

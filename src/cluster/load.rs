@@ -175,18 +175,11 @@ pub async fn load_rules(
         futures::future::try_join_all(lists),
         cluster.list_copy_rules(fresh)
     )?;
-    let mut world = World {
+    Ok(World::from_parts(
+        policy.clone(),
+        sources.into_iter().flatten(),
         copy_rules,
-        policy: policy.clone(),
-        ..Default::default()
-    };
-    world.set_sources(
-        sources
-            .into_iter()
-            .flatten()
-            .map(|s| (s.key.clone(), Some(s))),
-    );
-    Ok(world)
+    ))
 }
 
 /// Adds the namespaces `rules` target: one server-side selected LIST per selector, GETs for
@@ -213,9 +206,9 @@ pub async fn load_target_namespaces<'a>(
         futures::future::try_join_all(selectors.iter().map(|s| cluster.list_namespaces(s, fresh)))
             .await?;
     for ns in listed.into_iter().flatten() {
-        world.namespaces.insert(ns.name.clone(), ns);
+        world.insert_namespaces([ns]);
     }
-    names.retain(|n| !world.namespaces.contains_key(n));
+    names.retain(|n| !world.namespaces().contains_key(n));
     get_namespaces(cluster, world, names).await
 }
 
@@ -228,11 +221,11 @@ pub async fn ensure_namespaces(
 ) -> ApiResult<()> {
     let missing: BTreeSet<String> = names
         .into_iter()
-        .filter(|n| !world.namespaces.contains_key(n))
+        .filter(|n| !world.namespaces().contains_key(n))
         .collect();
     if missing.len() > NAMESPACE_GETS_MAX {
         for ns in cluster.list_namespaces("", fresh).await? {
-            world.namespaces.insert(ns.name.clone(), ns);
+            world.insert_namespaces([ns]);
         }
         return Ok(());
     }
@@ -257,12 +250,12 @@ async fn get_namespaces(
     for (name, read) in found {
         match read {
             Ok(Some(ns)) => {
-                world.namespaces.insert(ns.name.clone(), ns);
+                world.insert_namespaces([ns]);
             }
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(namespace = %name, error = %e, "namespace unreadable; its targets are skipped");
-                world.unreadable.namespaces.insert(name);
+                world.unreadable_mut().namespaces.insert(name);
             }
         }
     }
@@ -278,7 +271,7 @@ pub async fn ensure_sources(
 ) -> ApiResult<()> {
     let missing: Vec<ObjectKey> = keys
         .into_iter()
-        .filter(|k| !world.sources.contains_key(k))
+        .filter(|k| !world.sources().contains_key(k))
         .collect();
     if missing.is_empty() {
         return Ok(());
@@ -300,7 +293,7 @@ pub async fn ensure_sources(
             }
             Err(e) => {
                 tracing::debug!(source = %key, error = %e, "source unreadable; its copies are skipped");
-                world.unreadable.sources.insert(key);
+                world.unreadable_mut().sources.insert(key);
             }
         }
     }
@@ -326,7 +319,7 @@ pub async fn read_suspects(cluster: &Cluster, world: &mut World, found: &mut Fou
             Ok(obj) => found.add_read(k, obj.as_ref()),
             Err(e) => {
                 tracing::debug!(copy = %k, error = %e, "copy unreadable; judged by its marks");
-                world.unreadable.copies.insert(k);
+                world.unreadable_mut().copies.insert(k);
             }
         }
     }
@@ -385,7 +378,7 @@ pub fn known_hashes(
     cache: &moka::sync::Cache<(ObjectKey, String), String>,
     contents: &mut Contents,
 ) {
-    for (key, src) in &world.sources {
+    for (key, src) in world.sources() {
         if let Some(h) = cache.get(&(key.clone(), src.resource_version.clone())) {
             contents.known_hashes.insert(key.clone(), h);
         }

@@ -10,10 +10,9 @@ use std::{
 
 use tokio::sync::watch;
 
-use crate::{
-    queue::{Job, JobKey, Trigger},
-    sync::Context,
-    worker::enqueue,
+use super::{
+    context::Context,
+    queue::{Job, JobKey, Trigger, enqueue},
 };
 
 /// Runs until `shutdown` fires.

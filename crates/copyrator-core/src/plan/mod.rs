@@ -1,288 +1,28 @@
 //! The planner: a pure function from what copyrator knows (rules, sources, namespaces,
 //! existing copies) to what it must do (create, update, delete, skip, conflict). All of the
-//! product's copy and safety rules (SPEC §2.3, §3, §4) are decided here, without I/O.
+//! product's copy and safety rules (SPEC §2.3, §3, §4, §9) are decided here, without I/O.
+
+mod existing;
+mod world;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
 };
 
+pub use existing::{Contents, Existing, ManagedCopy, MarksError};
+pub use world::{Claim, ClaimRef, Claims, Policy, Unreadable, World};
+
 use crate::{
     content::{CopyTemplate, DesiredCopy, Marks},
-    copyrule::{ConflictPolicy, CopyRule, DeletionPolicy},
-    marks,
-    model::{NamespaceInfo, ObjectKey, Payload, SourceInfo},
-    rules::{Rule, RuleId, RuleSet},
-    selector,
-    tenancy::{Tier, TrustPolicy},
+    copyrule::{ConflictPolicy, DeletionPolicy},
+    model::ObjectKey,
+    rules::RuleId,
+    tenancy::TrustPolicy,
 };
-
-/// What a job knows about the cluster, restricted to what the job loaded.
-#[derive(Clone, Debug, Default)]
-pub struct World {
-    /// Derived from `sources` and `copy_rules` (see [`World::rebuild_rules`]).
-    pub rules: RuleSet,
-    pub sources: BTreeMap<ObjectKey, SourceInfo>,
-    pub copy_rules: Vec<CopyRule>,
-    pub namespaces: BTreeMap<String, NamespaceInfo>,
-    /// The cluster-wide settings every plan obeys.
-    pub policy: Policy,
-    /// What this job could not read: targets that depend on it are skipped (never written,
-    /// never deleted), and the reads are retried by follow-up jobs.
-    pub unreadable: Unreadable,
-}
-
-/// Sources and namespaces a job failed to read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Unreadable {
-    pub sources: BTreeSet<ObjectKey>,
-    pub namespaces: BTreeSet<String>,
-    /// Copies whose content could not be read (judged by their marks meanwhile).
-    pub copies: BTreeSet<ObjectKey>,
-}
-
-impl Unreadable {
-    pub fn is_empty(&self) -> bool {
-        self.sources.is_empty() && self.namespaces.is_empty() && self.copies.is_empty()
-    }
-}
-
-/// Cluster-wide settings every plan obeys.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Policy {
-    /// Global exclusions (`--exclude-namespaces`).
-    pub excluded_namespaces: BTreeSet<String>,
-    /// Which namespaces' inline rules are trusted (`--trusted-namespaces`, SPEC §9).
-    pub trust: TrustPolicy,
-}
-
-/// Every target some rule wants, with the claims on it in precedence order.
-#[derive(Debug, Default)]
-pub struct Claims<'w> {
-    /// Targets whose namespace accepts the claim.
-    pub wanted: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
-    /// Targets an untrusted inline rule wants but whose namespace did not consent (SPEC §9.2):
-    /// never written, only reported.
-    pub refused: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
-}
 
 /// Copy templates made while planning, by rule and source.
 type Templates = HashMap<(RuleId, ObjectKey), Arc<CopyTemplate>>;
-
-/// One rule wanting one source copied to one target.
-#[derive(Clone, Copy, Debug)]
-pub struct Claim<'w> {
-    pub rule: &'w Rule,
-    pub source: &'w SourceInfo,
-}
-
-impl Claim<'_> {
-    pub fn to_ref(&self) -> ClaimRef {
-        ClaimRef {
-            rule: self.rule.id.clone(),
-            source: self.source.key.clone(),
-        }
-    }
-
-    /// Whether `copy` is this claim's: same rule, same source, same source object (uid). A
-    /// copy of a deleted and recreated source is taken over like any other copy (SPEC §9.3).
-    fn owns(&self, copy: &ManagedCopy) -> bool {
-        copy.rule == self.rule.id
-            && copy.source == self.source.key
-            && copy.source_uid == self.source.uid
-    }
-}
-
-/// An owned [`Claim`], carried by actions for reporting.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClaimRef {
-    pub rule: RuleId,
-    pub source: ObjectKey,
-}
-
-impl World {
-    /// Recomputes the rules from the sources' inline configuration and the CopyRules.
-    pub fn rebuild_rules(&mut self) {
-        self.rules = RuleSet::build(self.sources.values(), &self.copy_rules, &self.policy.trust);
-    }
-
-    /// Records what was just read about sources (`None`: gone), then rebuilds the rules once.
-    pub fn set_sources(&mut self, read: impl IntoIterator<Item = (ObjectKey, Option<SourceInfo>)>) {
-        for (key, info) in read {
-            match info {
-                Some(s) => self.sources.insert(key, s),
-                None => self.sources.remove(&key),
-            };
-        }
-        self.rebuild_rules();
-    }
-
-    /// Records sources just read.
-    pub fn add_sources(&mut self, infos: impl IntoIterator<Item = SourceInfo>) {
-        for s in infos {
-            self.sources.insert(s.key.clone(), s);
-        }
-        self.rebuild_rules();
-    }
-
-    /// Whether a namespace may receive copies at all (SPEC §2.3).
-    fn accepts(&self, ns: &NamespaceInfo) -> bool {
-        !ns.terminating && !self.policy.excluded_namespaces.contains(&ns.name)
-    }
-
-    /// Every target some rule wants, with the claims on it in precedence order (the rules
-    /// are sorted by tier, age and id), split by whether the namespace consents.
-    pub fn claims(&self) -> Claims<'_> {
-        let mut out = Claims::default();
-        for rule in &self.rules.rules {
-            let sources: Vec<&SourceInfo> = self
-                .sources
-                .values()
-                .filter(|s| !s.deleting && rule.applies_to(s))
-                .collect();
-            if sources.is_empty() {
-                continue;
-            }
-            for ns in self.namespaces.values() {
-                if !self.accepts(ns) || !rule.targets_namespace(ns) {
-                    continue;
-                }
-                let into = if rule.consented_by(ns) {
-                    &mut out.wanted
-                } else {
-                    &mut out.refused
-                };
-                for source in &sources {
-                    let target =
-                        ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
-                    into.entry(target).or_default().push(Claim { rule, source });
-                }
-            }
-        }
-        out
-    }
-}
-
-/// A copy copyrator manages, as last read: its marks (SPEC §3), parsed and validated, and
-/// nothing else of its metadata. The carried labels and annotations are covered by the
-/// content hash.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ManagedCopy {
-    pub resource_version: String,
-    /// The source it was copied from (`copyrator.io/source`).
-    pub source: ObjectKey,
-    /// `copyrator.io/source-uid`; empty when missing.
-    pub source_uid: String,
-    /// The rule that made it (`copyrator.io/rule`).
-    pub rule: RuleId,
-    /// `copyrator.io/deletion-policy`, when present and valid.
-    pub deletion_policy: Option<DeletionPolicy>,
-    /// `copyrator.io/content-hash`.
-    pub content_hash: Option<String>,
-    /// Hash of the content actually held, when the copy was read in full. Without it the
-    /// `content-hash` annotation is trusted (metadata-only reads).
-    pub actual_hash: Option<String>,
-    pub deleting: bool,
-}
-
-/// Why an object labelled `managed-by: copyrator` is not treated as a copy: its marks do not
-/// parse (made or edited by hand, or forged). It is never written, never followed to a source.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MarksError {
-    #[error("annotation {} is missing", marks::SOURCE_ANNOTATION)]
-    MissingSource,
-    #[error("annotation {} is not <namespace>/<name>", marks::SOURCE_ANNOTATION)]
-    BadSource,
-    #[error("annotation {} is missing", marks::RULE_ANNOTATION)]
-    MissingRule,
-    #[error(
-        "annotation {} is neither \"inline\" nor copyrule/<name>",
-        marks::RULE_ANNOTATION
-    )]
-    BadRule,
-}
-
-impl ManagedCopy {
-    /// Parses the marks of an object of `kind` that carries `managed-by: copyrator`.
-    pub fn from_marks(
-        kind: crate::model::Kind,
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
-        resource_version: String,
-        deleting: bool,
-    ) -> Result<Self, MarksError> {
-        let source = annotations
-            .get(marks::SOURCE_ANNOTATION)
-            .ok_or(MarksError::MissingSource)?;
-        let source = match source.split_once('/') {
-            Some((ns, name)) if selector::is_dns_label(ns) && selector::is_dns_subdomain(name) => {
-                ObjectKey::new(kind, ns, name)
-            }
-            _ => return Err(MarksError::BadSource),
-        };
-        let rule = match annotations
-            .get(marks::RULE_ANNOTATION)
-            .ok_or(MarksError::MissingRule)?
-            .as_str()
-        {
-            "inline" => RuleId::Inline(source.clone()),
-            other => match other.strip_prefix("copyrule/") {
-                Some(name) if selector::is_dns_subdomain(name) => RuleId::CopyRule(name.into()),
-                _ => return Err(MarksError::BadRule),
-            },
-        };
-        Ok(Self {
-            resource_version,
-            source,
-            source_uid: labels
-                .get(marks::SOURCE_UID_LABEL)
-                .cloned()
-                .unwrap_or_default(),
-            rule,
-            deletion_policy: annotations
-                .get(marks::DELETION_POLICY_ANNOTATION)
-                .and_then(|p| DeletionPolicy::parse(p)),
-            content_hash: annotations.get(marks::CONTENT_HASH_ANNOTATION).cloned(),
-            actual_hash: None,
-            deleting,
-        })
-    }
-
-    /// The tier of the rule recorded on the copy, judged by today's trust policy.
-    pub fn recorded_tier(&self, trust: &TrustPolicy) -> Tier {
-        match &self.rule {
-            RuleId::CopyRule(_) => Tier::CopyRule,
-            RuleId::Inline(source) => trust.inline_tier(&source.namespace),
-        }
-    }
-
-    fn held_hash(&self) -> Option<&String> {
-        self.actual_hash.as_ref().or(self.content_hash.as_ref())
-    }
-}
-
-/// What exists at a target name.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Existing {
-    /// No managed copy is known there; a create is attempted only if absent.
-    #[default]
-    None,
-    Managed(ManagedCopy),
-    /// An object copyrator does not manage holds the name.
-    Unmanaged {
-        resource_version: String,
-    },
-}
-
-/// Source payloads read by the job (each shared by all its copies), and content hashes known
-/// for a source's current version.
-#[derive(Clone, Debug, Default)]
-pub struct Contents {
-    pub payloads: HashMap<ObjectKey, Arc<Payload>>,
-    /// Hashes remembered for (source, resourceVersion): lets a steady-state pass decide "in
-    /// sync" without reading the source's payload.
-    pub known_hashes: HashMap<ObjectKey, String>,
-}
 
 /// Why a claim cannot be written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -480,7 +220,7 @@ fn plan_target(
     contents: &Contents,
     templates: &mut Templates,
 ) -> Vec<Action> {
-    if let Some(ns) = world.namespaces.get(&target.namespace)
+    if let Some(ns) = world.namespaces().get(&target.namespace)
         && ns.terminating
     {
         return vec![Action::Skip {
@@ -496,7 +236,7 @@ fn plan_target(
             reason: "copy is being deleted",
         }];
     }
-    let unreadable = &world.unreadable;
+    let unreadable = world.unreadable();
     if unreadable.namespaces.contains(&target.namespace)
         || matches!(existing, Existing::Managed(m) if unreadable.sources.contains(&m.source))
         || claims
@@ -509,7 +249,7 @@ fn plan_target(
         }];
     }
 
-    let winner = match winner(&world.policy.trust, claims, existing) {
+    let winner = match winner(&world.policy().trust, claims, existing) {
         None => return plan_orphan(world, target, existing),
         Some(Ok(winner)) => winner,
         Some(Err(held)) => {
@@ -672,7 +412,7 @@ fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Ac
     let Existing::Managed(m) = existing else {
         return Vec::new();
     };
-    let live_rule = world.rules.rules.iter().find(|r| r.id == m.rule);
+    let live_rule = world.rules().rules.iter().find(|r| r.id == m.rule);
     let policy = live_rule
         .map(|r| r.deletion_policy)
         .unwrap_or_else(|| m.deletion_policy.unwrap_or_default());
@@ -691,5 +431,4 @@ fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Ac
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

@@ -26,7 +26,7 @@ use std::{
 
 use tokio::sync::Notify;
 
-use crate::model::ObjectKey;
+use crate::{metrics::Metrics, model::ObjectKey};
 
 /// What a job syncs. Jobs with equal keys coalesce.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -573,6 +573,26 @@ impl WorkQueue {
     pub fn close(&self) {
         self.lock().closed = true;
         self.notify.notify_waiters();
+    }
+}
+
+/// Queues `job`, counting coalesced and dropped jobs.
+pub fn enqueue(queue: &WorkQueue, metrics: &Metrics, job: Job) {
+    count(metrics, queue.push(job));
+    metrics.queue_depth.set(queue.depth() as i64);
+}
+
+/// Counts what became of a push.
+pub fn count(metrics: &Metrics, pushed: Pushed) {
+    match pushed {
+        Pushed::Queued => {}
+        Pushed::Coalesced => {
+            metrics.queue_coalesced.inc();
+        }
+        Pushed::Dropped => {
+            metrics.queue_dropped.inc();
+            tracing::warn!("work queue full: job dropped, full resync scheduled");
+        }
     }
 }
 

@@ -16,19 +16,19 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use crate::{
     admission::{self, AdmissionState, Limits, advice::Advisor},
     cli::ServeArgs,
+    cluster::ratelimit::RateLimiter,
     cluster::{ApiLimits, Cluster},
-    events::Events,
-    leader::{self, ElectionConfig},
+    listener::tls::{CertFiles, ClientCa, ReloadingCert},
+    listener::{self, ConnectionLimits, Readiness},
     metrics::Metrics,
+    pipeline::context::{Context, SyncSettings},
+    pipeline::leader::{self, ElectionConfig},
+    pipeline::queue::WorkQueue,
+    pipeline::reconcile,
+    pipeline::worker,
     plan::Policy,
-    queue::WorkQueue,
-    ratelimit::RateLimiter,
-    reconcile,
-    server::{self, ConnectionLimits, Readiness},
-    sync::{Context, SyncSettings},
+    report::events::Events,
     tenancy::TrustPolicy,
-    tls::{CertFiles, ClientCa, ReloadingCert},
-    worker,
 };
 
 /// A running copyrator.
@@ -207,7 +207,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             args.webhook_request_timeout,
         ),
     });
-    tasks.push(tokio::spawn(server::serve_tls(
+    tasks.push(tokio::spawn(listener::serve_tls(
         webhook_listener,
         cert.server_config(client_ca),
         admission,
@@ -224,7 +224,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         cert: Arc::clone(&cert),
         synced: Default::default(),
     });
-    let http = server::http_router(Arc::clone(&metrics), Arc::clone(&readiness));
+    let http = listener::http_router(Arc::clone(&metrics), Arc::clone(&readiness));
     let mut http_shutdown = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
         let serve = axum::serve(http_listener, http).with_graceful_shutdown(async move {
@@ -238,7 +238,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let workers = worker::spawn(Arc::clone(&ctx), args.workers);
     // Watches that end waits for admitted changes without polling (src/persisted.rs).
     let rules_changed = Arc::new(tokio::sync::Notify::new());
-    tasks.extend(crate::watch::spawn(
+    tasks.extend(crate::cluster::watch::spawn(
         &ctx.cluster,
         &ctx.waiters,
         &metrics,
@@ -279,7 +279,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         shutdown_rx.clone(),
     )));
     // CopyRule source selectors, watched by the leader (src/selectors.rs).
-    tasks.push(tokio::spawn(crate::selectors::run(
+    tasks.push(tokio::spawn(crate::cluster::selectors::run(
         ctx.cluster.clone(),
         Arc::clone(&queue),
         Arc::clone(&metrics),

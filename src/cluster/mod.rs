@@ -12,13 +12,20 @@ use kube::{
 };
 use serde_json::json;
 
+pub mod apply;
+pub mod load;
+pub mod ratelimit;
+pub mod selectors;
+pub mod watch;
+
+use ratelimit::RateLimiter;
+
 use crate::{
     content::DesiredCopy,
     copyrule::{CopyRule, CopyRuleStatus},
     marks,
     metrics::Metrics,
     model::{Kind, Meta, MetaItem, MetaList, NamespaceInfo, Object, ObjectKey},
-    ratelimit::RateLimiter,
 };
 
 /// An API call that failed, classified for the callers that care.

@@ -24,7 +24,10 @@ use tokio::{
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use crate::{metrics::Metrics, tls::ReloadingCert};
+pub mod tls;
+
+use crate::metrics::Metrics;
+use tls::ReloadingCert;
 
 /// What one connection may take of the webhook server (SPEC §6.1).
 #[derive(Clone, Copy, Debug)]

@@ -1,5 +1,5 @@
-//! Waiting for an admitted change to be persisted (SPEC §4.6), without holding a worker and
-//! without polling. Admission happens before the change is persisted, and the change may never
+//! Jobs waiting for an admitted change to be persisted (SPEC §4.6), without holding a worker
+//! and without polling. Admission happens before the change is persisted, and the change may never
 //! be (another webhook denies it, or the review was never the API server's). A job that finds
 //! the persisted state not there yet registers as a waiter for the object, then goes back into
 //! the queue until its deadline; a watch event for that object ([`crate::watch`]) wakes it to
@@ -16,9 +16,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::queue::{Awaited, Job, JobKey, WorkQueue, enqueue};
 use crate::{
-    model::{Kind, NamespaceInfo, Object, ObjectKey},
-    queue::{Awaited, JobKey, WorkQueue},
+    metrics::Metrics,
+    model::{Kind, ObjectKey},
 };
 
 /// How long jobs wait for an admitted change to be persisted before acting on what is there.
@@ -282,6 +283,24 @@ impl Waiters {
         self.len() == 0
     }
 
+    /// Queues the job of an admission review. A change under review is not persisted yet: while
+    /// the watch that will report it is live, the job waits in the queue until that event (or
+    /// its deadline) without running at all, so a review of a change that never happens costs
+    /// no worker time and no API call until its wait ends (SPEC §4.6).
+    pub fn enqueue_admitted(&self, metrics: &Metrics, mut job: Job) {
+        let feed = Feed::of(&job.key).filter(|(feed, _)| self.is_live(*feed));
+        let Some((feed, watched)) = feed.filter(|_| job.awaited != Awaited::Nothing) else {
+            return enqueue(&self.queue, metrics, job);
+        };
+        job.retry_at = Some(job.since + PERSIST_WAIT);
+        let (key, since) = (job.key.clone(), job.since);
+        enqueue(&self.queue, metrics, job);
+        // An event that came before the registration would not wake the job: look now.
+        if self.check(feed, &watched, &key, since) == Check::Read {
+            self.queue.wake(&key);
+        }
+    }
+
     /// When a job triggered at `since` that found its change not persisted yet looks again:
     /// at its deadline if a live feed will wake it earlier, else after an interval growing
     /// with the time it has waited (2 ms to 250 ms).
@@ -296,93 +315,10 @@ impl Waiters {
     }
 }
 
-/// Whether the awaited change of a Secret or ConfigMap is visible in what was read.
-pub fn object_persisted(awaited: &Awaited, obj: &Option<Object>) -> bool {
-    match (awaited, obj) {
-        (Awaited::Nothing, _) => true,
-        (Awaited::Exists, o) => o.is_some(),
-        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
-        (Awaited::ChangedFrom(rv), Some(o)) => o.metadata.resource_version.as_deref() != Some(rv),
-        (Awaited::Gone, o) => o
-            .as_ref()
-            .is_none_or(|o| o.metadata.deletion_timestamp.is_some()),
-    }
-}
-
-/// Whether the awaited change of a Namespace is visible in what was read.
-pub fn namespace_persisted(awaited: &Awaited, ns: &Option<NamespaceInfo>) -> bool {
-    match (awaited, ns) {
-        (Awaited::Nothing, _) => true,
-        (Awaited::Exists, ns) => ns.is_some(),
-        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
-        (Awaited::ChangedFrom(rv), Some(ns)) => &ns.resource_version != rv,
-        (Awaited::Gone, ns) => ns.as_ref().is_none_or(|n| n.terminating),
-    }
-}
-
-/// Whether the awaited change of a CopyRule is visible in what was read.
-pub fn rule_persisted(awaited: &Awaited, rule: &Option<crate::copyrule::CopyRule>) -> bool {
-    match (awaited, rule) {
-        (Awaited::Nothing, _) => true,
-        (Awaited::Exists, r) => r.is_some(),
-        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
-        (Awaited::ChangedFrom(rv), Some(r)) => r.metadata.resource_version.as_deref() != Some(rv),
-        (Awaited::Gone, r) => r
-            .as_ref()
-            .is_none_or(|r| r.metadata.deletion_timestamp.is_some()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::{Finished, Job, Trigger};
-
-    fn obj(rv: &str) -> Option<Object> {
-        let mut o = Object::default();
-        o.metadata.resource_version = Some(rv.into());
-        Some(o)
-    }
-
-    fn ns(rv: &str) -> Option<NamespaceInfo> {
-        Some(NamespaceInfo {
-            name: "n".into(),
-            resource_version: rv.into(),
-            labels: Default::default(),
-            accept_from: None,
-            terminating: false,
-        })
-    }
-
-    #[test]
-    fn admitted_changes_count_as_persisted_only_once_visible() {
-        let changed = Awaited::ChangedFrom("5".into());
-        assert!(
-            !object_persisted(&changed, &obj("5")),
-            "still the version the admission replaced"
-        );
-        assert!(object_persisted(&changed, &obj("6")));
-        assert!(
-            object_persisted(&changed, &None),
-            "deleted since: nothing to wait for"
-        );
-        assert!(!object_persisted(&Awaited::Exists, &None));
-        assert!(object_persisted(&Awaited::Exists, &obj("1")));
-        assert!(!object_persisted(&Awaited::Gone, &obj("1")));
-        assert!(object_persisted(&Awaited::Gone, &None));
-        assert!(object_persisted(&Awaited::Nothing, &None));
-
-        assert!(
-            !namespace_persisted(&changed, &ns("5")),
-            "a label change not persisted yet"
-        );
-        assert!(namespace_persisted(&changed, &ns("6")));
-        assert!(
-            !namespace_persisted(&Awaited::Exists, &None),
-            "namespace CREATE not persisted yet"
-        );
-        assert!(namespace_persisted(&Awaited::Exists, &ns("1")));
-    }
+    use crate::pipeline::queue::{Finished, Trigger};
 
     #[tokio::test]
     async fn an_event_wakes_the_jobs_waiting_on_its_object() {

@@ -1,4 +1,4 @@
-//! The worker pool: a few tasks that take jobs from the queue, run them (see `sync.rs`), and
+//! The worker pool: a few tasks that take jobs from the queue, run them (`sync`), and
 //! put them back when they must run again: a retry with exponential backoff, or a re-check for
 //! an admitted change not persisted yet. Nothing waits while holding a worker. Every job runs
 //! in a tracing span with its key.
@@ -10,11 +10,14 @@ use std::{
 
 use tracing::Instrument;
 
+use super::{
+    context::Context,
+    queue::{Finished, Job, count, retry_delay},
+    waiters::Feed,
+};
 use crate::{
-    metrics::{JobLabels, KindLabels, Metrics},
-    persisted::{Check, Feed, PERSIST_WAIT, Waiters},
-    queue::{Awaited, Finished, Job, Pushed, WorkQueue, retry_delay},
-    sync::{Context, Outcome, run},
+    metrics::{JobLabels, KindLabels},
+    sync::{Outcome, run},
 };
 
 /// After this many attempts a job is left to the next resync.
@@ -102,41 +105,4 @@ async fn work(ctx: Arc<Context>, worker: usize) {
 fn update_gauges(ctx: &Context) {
     ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
     ctx.metrics.queue_delayed.set(ctx.queue.delayed() as i64);
-}
-
-/// Queues `job`, counting coalesced and dropped jobs.
-pub fn enqueue(queue: &WorkQueue, metrics: &Metrics, job: Job) {
-    count(metrics, queue.push(job));
-    metrics.queue_depth.set(queue.depth() as i64);
-}
-
-/// Queues the job of an admission review. A change under review is not persisted yet: while
-/// the watch that will report it is live, the job waits in the queue until that event (or its
-/// deadline) without running at all, so a review of a change that never happens costs no
-/// worker time and no API call until its wait ends (SPEC §4.6).
-pub fn enqueue_admitted(queue: &WorkQueue, waiters: &Waiters, metrics: &Metrics, mut job: Job) {
-    let feed = Feed::of(&job.key).filter(|(feed, _)| waiters.is_live(*feed));
-    let Some((feed, watched)) = feed.filter(|_| job.awaited != Awaited::Nothing) else {
-        return enqueue(queue, metrics, job);
-    };
-    job.retry_at = Some(job.since + PERSIST_WAIT);
-    let (key, since) = (job.key.clone(), job.since);
-    enqueue(queue, metrics, job);
-    // An event that came before the registration would not wake the job: look now.
-    if waiters.check(feed, &watched, &key, since) == Check::Read {
-        queue.wake(&key);
-    }
-}
-
-fn count(metrics: &Metrics, pushed: Pushed) {
-    match pushed {
-        Pushed::Queued => {}
-        Pushed::Coalesced => {
-            metrics.queue_coalesced.inc();
-        }
-        Pushed::Dropped => {
-            metrics.queue_dropped.inc();
-            tracing::warn!("work queue full: job dropped, full resync scheduled");
-        }
-    }
 }

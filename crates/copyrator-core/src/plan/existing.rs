@@ -1,0 +1,137 @@
+//! What exists at a target: a copy copyrator manages (its marks parsed and validated), an
+//! object it does not manage, or nothing; and the source payloads a plan may need.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
+
+use crate::{
+    copyrule::DeletionPolicy,
+    marks,
+    model::{ObjectKey, Payload},
+    rules::RuleId,
+    selector,
+    tenancy::{Tier, TrustPolicy},
+};
+
+/// A copy copyrator manages, as last read: its marks (SPEC §3), parsed and validated, and
+/// nothing else of its metadata. The carried labels and annotations are covered by the
+/// content hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManagedCopy {
+    pub resource_version: String,
+    /// The source it was copied from (`copyrator.io/source`).
+    pub source: ObjectKey,
+    /// `copyrator.io/source-uid`; empty when missing.
+    pub source_uid: String,
+    /// The rule that made it (`copyrator.io/rule`).
+    pub rule: RuleId,
+    /// `copyrator.io/deletion-policy`, when present and valid.
+    pub deletion_policy: Option<DeletionPolicy>,
+    /// `copyrator.io/content-hash`.
+    pub content_hash: Option<String>,
+    /// Hash of the content actually held, when the copy was read in full. Without it the
+    /// `content-hash` annotation is trusted (metadata-only reads).
+    pub actual_hash: Option<String>,
+    pub deleting: bool,
+}
+
+/// Why an object labelled `managed-by: copyrator` is not treated as a copy: its marks do not
+/// parse (made or edited by hand, or forged). It is never written, never followed to a source.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MarksError {
+    #[error("annotation {} is missing", marks::SOURCE_ANNOTATION)]
+    MissingSource,
+    #[error("annotation {} is not <namespace>/<name>", marks::SOURCE_ANNOTATION)]
+    BadSource,
+    #[error("annotation {} is missing", marks::RULE_ANNOTATION)]
+    MissingRule,
+    #[error(
+        "annotation {} is neither \"inline\" nor copyrule/<name>",
+        marks::RULE_ANNOTATION
+    )]
+    BadRule,
+}
+
+impl ManagedCopy {
+    /// Parses the marks of an object of `kind` that carries `managed-by: copyrator`.
+    pub fn from_marks(
+        kind: crate::model::Kind,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        resource_version: String,
+        deleting: bool,
+    ) -> Result<Self, MarksError> {
+        let source = annotations
+            .get(marks::SOURCE_ANNOTATION)
+            .ok_or(MarksError::MissingSource)?;
+        let source = match source.split_once('/') {
+            Some((ns, name)) if selector::is_dns_label(ns) && selector::is_dns_subdomain(name) => {
+                ObjectKey::new(kind, ns, name)
+            }
+            _ => return Err(MarksError::BadSource),
+        };
+        let rule = match annotations
+            .get(marks::RULE_ANNOTATION)
+            .ok_or(MarksError::MissingRule)?
+            .as_str()
+        {
+            "inline" => RuleId::Inline(source.clone()),
+            other => match other.strip_prefix("copyrule/") {
+                Some(name) if selector::is_dns_subdomain(name) => RuleId::CopyRule(name.into()),
+                _ => return Err(MarksError::BadRule),
+            },
+        };
+        Ok(Self {
+            resource_version,
+            source,
+            source_uid: labels
+                .get(marks::SOURCE_UID_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+            rule,
+            deletion_policy: annotations
+                .get(marks::DELETION_POLICY_ANNOTATION)
+                .and_then(|p| DeletionPolicy::parse(p)),
+            content_hash: annotations.get(marks::CONTENT_HASH_ANNOTATION).cloned(),
+            actual_hash: None,
+            deleting,
+        })
+    }
+
+    /// The tier of the rule recorded on the copy, judged by today's trust policy.
+    pub fn recorded_tier(&self, trust: &TrustPolicy) -> Tier {
+        match &self.rule {
+            RuleId::CopyRule(_) => Tier::CopyRule,
+            RuleId::Inline(source) => trust.inline_tier(&source.namespace),
+        }
+    }
+
+    pub(super) fn held_hash(&self) -> Option<&String> {
+        self.actual_hash.as_ref().or(self.content_hash.as_ref())
+    }
+}
+
+/// What exists at a target name.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Existing {
+    /// No managed copy is known there; a create is attempted only if absent.
+    #[default]
+    None,
+    Managed(ManagedCopy),
+    /// An object copyrator does not manage holds the name.
+    Unmanaged {
+        resource_version: String,
+    },
+}
+
+/// Source payloads read by the job (each shared by all its copies), and content hashes known
+/// for a source's current version.
+#[derive(Clone, Debug, Default)]
+pub struct Contents {
+    pub payloads: HashMap<ObjectKey, Arc<Payload>>,
+    /// Hashes remembered for (source, resourceVersion): lets a steady-state pass decide "in
+    /// sync" without reading the source's payload.
+    pub known_hashes: HashMap<ObjectKey, String>,
+}

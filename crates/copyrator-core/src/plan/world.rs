@@ -1,0 +1,230 @@
+//! What a job knows about the cluster ([`World`]), and who wants which target ([`Claims`]).
+//! The rules are derived from the sources and CopyRules the world holds; every change goes
+//! through a method that keeps them current, in batches.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{
+    copyrule::CopyRule,
+    model::{NamespaceInfo, ObjectKey, SourceInfo},
+    rules::{Rule, RuleId, RuleSet},
+    tenancy::TrustPolicy,
+};
+
+use super::ManagedCopy;
+
+/// Cluster-wide settings every plan obeys.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Global exclusions (`--exclude-namespaces`).
+    pub excluded_namespaces: BTreeSet<String>,
+    /// Which namespaces' inline rules are trusted (`--trusted-namespaces`, SPEC §9).
+    pub trust: TrustPolicy,
+}
+
+/// Sources, namespaces and copies a job failed to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unreadable {
+    pub sources: BTreeSet<ObjectKey>,
+    pub namespaces: BTreeSet<String>,
+    /// Copies whose content could not be read (judged by their marks meanwhile).
+    pub copies: BTreeSet<ObjectKey>,
+}
+
+impl Unreadable {
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty() && self.namespaces.is_empty() && self.copies.is_empty()
+    }
+}
+
+/// What a job knows about the cluster, restricted to what the job loaded.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    /// Derived from `sources` and `copy_rules`, rebuilt whenever either changes.
+    rules: RuleSet,
+    sources: BTreeMap<ObjectKey, SourceInfo>,
+    copy_rules: Vec<CopyRule>,
+    namespaces: BTreeMap<String, NamespaceInfo>,
+    policy: Policy,
+    unreadable: Unreadable,
+}
+
+impl World {
+    /// An empty world under `policy`.
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            ..Default::default()
+        }
+    }
+
+    /// A world holding `sources` and `copy_rules`, its rules built once.
+    pub fn from_parts(
+        policy: Policy,
+        sources: impl IntoIterator<Item = SourceInfo>,
+        copy_rules: Vec<CopyRule>,
+    ) -> Self {
+        let mut world = Self {
+            sources: sources.into_iter().map(|s| (s.key.clone(), s)).collect(),
+            copy_rules,
+            policy,
+            ..Default::default()
+        };
+        world.rebuild_rules();
+        world
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    pub fn sources(&self) -> &BTreeMap<ObjectKey, SourceInfo> {
+        &self.sources
+    }
+
+    pub fn copy_rules(&self) -> &[CopyRule] {
+        &self.copy_rules
+    }
+
+    pub fn namespaces(&self) -> &BTreeMap<String, NamespaceInfo> {
+        &self.namespaces
+    }
+
+    /// Namespaces can change freely: no derived state depends on them.
+    pub fn namespaces_mut(&mut self) -> &mut BTreeMap<String, NamespaceInfo> {
+        &mut self.namespaces
+    }
+
+    pub fn insert_namespaces(&mut self, namespaces: impl IntoIterator<Item = NamespaceInfo>) {
+        for ns in namespaces {
+            self.namespaces.insert(ns.name.clone(), ns);
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// What this job could not read: targets that depend on it are skipped (never written,
+    /// never deleted), and the reads are retried by follow-up jobs.
+    pub fn unreadable(&self) -> &Unreadable {
+        &self.unreadable
+    }
+
+    pub fn unreadable_mut(&mut self) -> &mut Unreadable {
+        &mut self.unreadable
+    }
+
+    /// Records what was just read about sources (`None`: gone); the rules are rebuilt once.
+    pub fn set_sources(&mut self, read: impl IntoIterator<Item = (ObjectKey, Option<SourceInfo>)>) {
+        for (key, info) in read {
+            match info {
+                Some(s) => self.sources.insert(key, s),
+                None => self.sources.remove(&key),
+            };
+        }
+        self.rebuild_rules();
+    }
+
+    /// Changes the sources in place (tests and fixtures); the rules are rebuilt once.
+    pub fn edit_sources(&mut self, edit: impl FnOnce(&mut BTreeMap<ObjectKey, SourceInfo>)) {
+        edit(&mut self.sources);
+        self.rebuild_rules();
+    }
+
+    /// Replaces the CopyRules; the rules are rebuilt once.
+    pub fn set_copy_rules(&mut self, copy_rules: Vec<CopyRule>) {
+        self.copy_rules = copy_rules;
+        self.rebuild_rules();
+    }
+
+    /// Replaces one CopyRule by the version just read (`None`: gone).
+    pub fn set_copy_rule(&mut self, name: &str, rule: Option<CopyRule>) {
+        self.copy_rules
+            .retain(|r| r.metadata.name.as_deref() != Some(name));
+        self.copy_rules.extend(rule);
+        self.rebuild_rules();
+    }
+
+    fn rebuild_rules(&mut self) {
+        self.rules = RuleSet::build(self.sources.values(), &self.copy_rules, &self.policy.trust);
+    }
+
+    /// Whether a namespace may receive copies at all (SPEC §2.3).
+    fn accepts(&self, ns: &NamespaceInfo) -> bool {
+        !ns.terminating && !self.policy.excluded_namespaces.contains(&ns.name)
+    }
+
+    /// Every target some rule wants, with the claims on it in precedence order (the rules
+    /// are sorted by tier, age and id), split by whether the namespace consents.
+    pub fn claims(&self) -> Claims<'_> {
+        let mut out = Claims::default();
+        for rule in &self.rules.rules {
+            let sources: Vec<&SourceInfo> = self
+                .sources
+                .values()
+                .filter(|s| !s.deleting && rule.applies_to(s))
+                .collect();
+            if sources.is_empty() {
+                continue;
+            }
+            for ns in self.namespaces.values() {
+                if !self.accepts(ns) || !rule.targets_namespace(ns) {
+                    continue;
+                }
+                let into = if rule.consented_by(ns) {
+                    &mut out.wanted
+                } else {
+                    &mut out.refused
+                };
+                for source in &sources {
+                    let target =
+                        ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
+                    into.entry(target).or_default().push(Claim { rule, source });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Every target some rule wants, with the claims on it in precedence order.
+#[derive(Debug, Default)]
+pub struct Claims<'w> {
+    /// Targets whose namespace accepts the claim.
+    pub wanted: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
+    /// Targets an untrusted inline rule wants but whose namespace did not consent (SPEC §9.2):
+    /// never written, only reported.
+    pub refused: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
+}
+
+/// One rule wanting one source copied to one target.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'w> {
+    pub rule: &'w Rule,
+    pub source: &'w SourceInfo,
+}
+
+impl Claim<'_> {
+    pub fn to_ref(&self) -> ClaimRef {
+        ClaimRef {
+            rule: self.rule.id.clone(),
+            source: self.source.key.clone(),
+        }
+    }
+
+    /// Whether `copy` is this claim's: same rule, same source, same source object (uid). A
+    /// copy of a deleted and recreated source is taken over like any other copy (SPEC §9.3).
+    pub fn owns(&self, copy: &ManagedCopy) -> bool {
+        copy.rule == self.rule.id
+            && copy.source == self.source.key
+            && copy.source_uid == self.source.uid
+    }
+}
+
+/// An owned [`Claim`], carried by actions for reporting.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimRef {
+    pub rule: RuleId,
+    pub source: ObjectKey,
+}

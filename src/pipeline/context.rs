@@ -1,0 +1,74 @@
+//! What every job needs, one per process and shared by all workers: the API, Events, metrics,
+//! the queue and its waiters, the settings, and a few small caches.
+
+use std::sync::Arc;
+
+use moka::sync::Cache;
+
+use super::{queue::WorkQueue, waiters::Waiters};
+use crate::{
+    cluster::{Cluster, apply::WriteBudget},
+    copyrule::CopyRuleStatus,
+    metrics::Metrics,
+    model::ObjectKey,
+    plan::Policy,
+    report::events::Events,
+};
+
+/// Settings the sync logic needs.
+#[derive(Clone, Debug)]
+pub struct SyncSettings {
+    /// Exclusions and trust (`--exclude-namespaces`, `--trusted-namespaces`).
+    pub policy: Policy,
+    /// Concurrent writes per job (`--fanout-concurrency`).
+    pub fanout_concurrency: usize,
+    /// Bytes of copy writes in flight across all jobs (`--fanout-bytes`).
+    pub fanout_bytes: usize,
+}
+
+/// Everything a job needs; one per process, shared by all workers.
+pub struct Context {
+    pub cluster: Cluster,
+    pub events: Events,
+    pub metrics: Arc<Metrics>,
+    pub queue: Arc<WorkQueue>,
+    /// Jobs waiting for admitted changes to be persisted.
+    pub waiters: Arc<Waiters>,
+    pub settings: SyncSettings,
+    /// Content hash of a source at a resourceVersion: lets a resync decide "in sync" from
+    /// metadata alone. Bounded; one small entry per source.
+    pub source_hashes: Cache<(ObjectKey, String), String>,
+    /// Counts completed full resyncs (readiness waits for the first).
+    pub resyncs: tokio::sync::watch::Sender<u64>,
+    /// The CopyRule status this replica last wrote, by rule name (with the rule's uid).
+    pub written_status: Cache<String, (String, CopyRuleStatus)>,
+    /// Objects with unparseable marks already reported (each is reported once).
+    pub malformed_seen: Cache<ObjectKey, ()>,
+    /// Bytes of copy writes in flight, across all jobs (see `apply.rs`).
+    pub write_budget: WriteBudget,
+}
+
+impl Context {
+    pub fn new(
+        cluster: Cluster,
+        events: Events,
+        metrics: Arc<Metrics>,
+        queue: Arc<WorkQueue>,
+        settings: SyncSettings,
+    ) -> Self {
+        let fanout_bytes = settings.fanout_bytes;
+        Self {
+            cluster,
+            events,
+            metrics,
+            waiters: Waiters::new(Arc::clone(&queue)),
+            queue,
+            settings,
+            source_hashes: Cache::builder().max_capacity(100_000).build(),
+            resyncs: tokio::sync::watch::Sender::new(0),
+            written_status: Cache::builder().max_capacity(10_000).build(),
+            malformed_seen: Cache::builder().max_capacity(10_000).build(),
+            write_budget: WriteBudget::new(fanout_bytes),
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The machinery between triggers and work (SPEC §5): the bounded, coalescing queue and the
+//! jobs waiting in it for persisted changes, the worker pool that runs jobs, the reconciler that
+//! decides when full resyncs run, and the leader election it follows.
+
+pub mod context;
+pub mod leader;
+pub mod queue;
+pub mod reconcile;
+pub mod waiters;
+pub mod worker;

@@ -1,0 +1,384 @@
+//! Planning and applying until the targets in a job's scope are settled: payloads read in
+//! batches, stale targets read and planned again, what could not be read retried by jobs of its
+//! own, and the inputs checked again after writing.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Instant,
+};
+
+use super::{MAX_ROUNDS, SyncError};
+use crate::{
+    cluster::{
+        ApiError, Freshness,
+        apply::{Applied, apply},
+        load::{self, Found},
+    },
+    content,
+    metrics::WhatLabels,
+    model::{Object, ObjectKey, SourceInfo},
+    pipeline::{
+        context::Context,
+        queue::{Job, JobKey, Trigger, enqueue},
+    },
+    plan::{Action, Contents, Scope, World, plan},
+    report,
+};
+
+/// Loads what every job needs once its scope is known: sources named by the copies found,
+/// namespaces of those copies, and the content of copies that were edited by someone else.
+/// What cannot be read is recorded in `world.unreadable()`, not fatal.
+pub(super) async fn finish_loading(
+    ctx: &Context,
+    world: &mut World,
+    found: &mut Found,
+    fresh: Freshness,
+) -> Result<(), ApiError> {
+    let cluster = &ctx.cluster;
+    load::ensure_sources(cluster, world, found.sources()).await?;
+    load::ensure_namespaces(cluster, world, found.namespaces(), fresh).await?;
+    load::read_suspects(cluster, world, found).await;
+    Ok(())
+}
+
+/// Sources whose payloads are read together: the targets that need them are planned and
+/// written, and the payloads dropped, before the next ones are read. A resync never holds
+/// every source's payload at once.
+const PAYLOAD_BATCH: usize = 8;
+
+/// Plans and applies until every target in scope is settled; returns the outcomes.
+pub(super) async fn converge(
+    ctx: &Context,
+    job: &Job,
+    world: &mut World,
+    scope: &Scope,
+    mut found: Found,
+    mut contents: Contents,
+) -> Result<Vec<(Action, Applied)>, SyncError> {
+    report_malformed(ctx, &found);
+    load::known_hashes(world, &ctx.source_hashes, &mut contents);
+    let mut actions = plan(world, scope, &found.existing, &contents);
+    // Targets that need a source's payload, by source: planned again batch by batch.
+    let mut needing: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
+    actions.retain(|a| match a {
+        Action::NeedSource { target, source } if !contents.payloads.contains_key(source) => {
+            needing
+                .entry(source.clone())
+                .or_default()
+                .insert(target.clone());
+            false
+        }
+        _ => true,
+    });
+    let mut outcomes = settle(ctx, job, world, &mut found, &mut contents, actions).await?;
+    let sources: Vec<ObjectKey> = needing.keys().cloned().collect();
+    for batch in sources.chunks(PAYLOAD_BATCH) {
+        read_sources(ctx, world, &mut contents, batch).await;
+        let targets: BTreeSet<ObjectKey> = batch
+            .iter()
+            .flat_map(|s| needing[s].iter().cloned())
+            .collect();
+        let actions = plan(world, &Scope::Targets(targets), &found.existing, &contents);
+        let mut settled = settle(ctx, job, world, &mut found, &mut contents, actions).await?;
+        outcomes.append(&mut settled);
+        contents.payloads.clear();
+    }
+    let failed: Vec<&ApiError> = outcomes
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Applied::Failed(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
+    recheck_inputs(ctx, world, &outcomes).await?;
+    retry_unreadable(ctx, job, world);
+    if let Some(first) = failed.first() {
+        let transient = failed.iter().all(|e| e.is_transient() || e.code() == 409);
+        let err = SyncError::Writes {
+            count: failed.len(),
+            first: first.to_string(),
+        };
+        if transient || job.attempt < 3 {
+            return Err(err);
+        }
+        tracing::warn!(error = %err, "giving up on writes until the next resync");
+    }
+    Ok(outcomes)
+}
+
+/// Applies `actions` and settles what went stale meanwhile: a target someone changed since it
+/// was read is read again and planned again, a few rounds at most.
+pub(super) async fn settle(
+    ctx: &Context,
+    job: &Job,
+    world: &mut World,
+    found: &mut Found,
+    contents: &mut Contents,
+    mut actions: Vec<Action>,
+) -> Result<Vec<(Action, Applied)>, SyncError> {
+    let mut outcomes: Vec<(Action, Applied)> = Vec::new();
+    for round in 0..MAX_ROUNDS {
+        // A re-planned target may need a payload not read yet.
+        let mut targets = BTreeSet::new();
+        let mut needed = Vec::new();
+        actions.retain(|a| match a {
+            Action::NeedSource { target, source } => {
+                targets.insert(target.clone());
+                needed.push(source.clone());
+                false
+            }
+            _ => true,
+        });
+        if !needed.is_empty() {
+            needed.sort();
+            needed.dedup();
+            for batch in needed.chunks(PAYLOAD_BATCH) {
+                read_sources(ctx, world, contents, batch).await;
+            }
+            actions.extend(plan(
+                world,
+                &Scope::Targets(targets),
+                &found.existing,
+                contents,
+            ));
+            // Still needing a payload: the source could not be read (skipped next round).
+            actions.retain(|a| !matches!(a, Action::NeedSource { .. }));
+        }
+        let writes = actions.iter().filter(|a| a.is_write()).count();
+        let applying = Instant::now();
+        let mut applied = apply(
+            &ctx.cluster,
+            &ctx.metrics,
+            &ctx.write_budget,
+            actions,
+            ctx.settings.fanout_concurrency,
+            job.since,
+        )
+        .await;
+        if writes > 0 {
+            tracing::debug!(
+                writes,
+                took_ms = applying.elapsed().as_millis() as u64,
+                round,
+                "applied"
+            );
+        }
+        // One vector of outcomes, not two: a full resync has one per copy in the cluster.
+        let mut stale = Vec::new();
+        let mut i = 0;
+        while i < applied.len() {
+            if matches!(applied[i].1, Applied::Stale) {
+                stale.push(applied.swap_remove(i).0);
+            } else {
+                i += 1;
+            }
+        }
+        if outcomes.is_empty() {
+            outcomes = applied;
+        } else {
+            outcomes.append(&mut applied);
+        }
+        if stale.is_empty() {
+            return Ok(outcomes);
+        }
+        if round + 1 == MAX_ROUNDS {
+            let first = stale.first().map(|a| format!("{a:?}")).unwrap_or_default();
+            // Keep what settled; report the rest and retry the job.
+            return Err(SyncError::Unsettled(first.chars().take(200).collect()));
+        }
+        // Someone changed these targets since they were read: read them again, plan again.
+        let targets: BTreeSet<ObjectKey> = stale.iter().filter_map(action_target).collect();
+        for target in &targets {
+            let obj = ctx.cluster.get(target).await?;
+            found.add_read(target.clone(), obj.as_ref());
+        }
+        report_malformed(ctx, found);
+        actions = plan(world, &Scope::Targets(targets), &found.existing, contents);
+    }
+    Ok(outcomes)
+}
+
+/// What a job could not read is read again by jobs of its own (with their own backoff), and
+/// counted.
+pub(super) fn retry_unreadable(ctx: &Context, job: &Job, world: &World) {
+    let u = &world.unreadable();
+    if u.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        sources = u.sources.len(),
+        namespaces = u.namespaces.len(),
+        copies = u.copies.len(),
+        "some objects could not be read; skipped them and queued jobs to look again"
+    );
+    let jobs = u
+        .sources
+        .iter()
+        .map(|k| (JobKey::Source(k.clone()), "source"))
+        .chain(
+            u.namespaces
+                .iter()
+                .map(|n| (JobKey::Namespace(n.clone()), "namespace")),
+        )
+        .chain(u.copies.iter().map(|k| (JobKey::Copy(k.clone()), "copy")));
+    for (key, what) in jobs {
+        ctx.metrics
+            .unreadable
+            .get_or_create(&WhatLabels { what })
+            .inc();
+        if key != job.key {
+            let mut follow_up = Job::new(key, Trigger::FollowUp);
+            follow_up.retry_at =
+                Some(Instant::now() + crate::pipeline::queue::retry_delay(job.attempt));
+            enqueue(&ctx.queue, &ctx.metrics, follow_up);
+        }
+    }
+}
+
+/// After writing, checks that the namespaces and sources the writes were planned from have
+/// not changed meanwhile. A job plans from a snapshot; a namespace relabelled (or a source
+/// updated) after the snapshot was read may already have had its own job run, before this
+/// job's write landed. Anything that changed gets a follow-up job, which runs after this write
+/// and reads fresh state, so the last word is always based on the latest state. Costs nothing
+/// when nothing was written.
+pub(super) async fn recheck_inputs(
+    ctx: &Context,
+    world: &World,
+    outcomes: &[(Action, Applied)],
+) -> Result<(), ApiError> {
+    let mut namespaces = BTreeSet::new();
+    let mut sources = BTreeSet::new();
+    for (action, applied) in outcomes {
+        if !matches!(applied, Applied::Done) {
+            continue;
+        }
+        match action {
+            Action::Create { copy, by }
+            | Action::Update { copy, by, .. }
+            | Action::Recreate { copy, by, .. } => {
+                namespaces.insert(copy.key.namespace.clone());
+                sources.insert(by.source.clone());
+            }
+            Action::Delete { target, .. } => {
+                namespaces.insert(target.namespace.clone());
+            }
+            _ => {}
+        }
+    }
+    if namespaces.is_empty() {
+        return Ok(());
+    }
+    // Fresh means fresh here: GETs, or one paginated LIST from etcd.
+    let mut fresh = World::default();
+    load::ensure_namespaces(
+        &ctx.cluster,
+        &mut fresh,
+        namespaces.clone(),
+        Freshness::Consistent,
+    )
+    .await?;
+    for ns in namespaces {
+        let before = world.namespaces().get(&ns).map(|n| &n.resource_version);
+        let now = fresh.namespaces().get(&ns).map(|n| &n.resource_version);
+        if before.is_some() && before != now {
+            tracing::debug!(namespace = %ns, "namespace changed while this job ran; re-syncing it");
+            enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                Job::new(JobKey::Namespace(ns), Trigger::FollowUp),
+            );
+        }
+    }
+    let metas =
+        futures::future::try_join_all(sources.iter().map(|k| ctx.cluster.get_meta(k))).await?;
+    for (key, meta) in sources.into_iter().zip(metas) {
+        let before = world
+            .sources()
+            .get(&key)
+            .map(|s| s.resource_version.as_str());
+        let now = meta.as_ref().and_then(|m| m.resource_version.as_deref());
+        if before != now {
+            tracing::debug!(source = %key, "source changed while this job ran; re-syncing it");
+            enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                Job::new(JobKey::Source(key), Trigger::FollowUp),
+            );
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn action_target(a: &Action) -> Option<ObjectKey> {
+    match a {
+        Action::Create { copy, .. }
+        | Action::Update { copy, .. }
+        | Action::Recreate { copy, .. } => Some(copy.key.clone()),
+        Action::Delete { target, .. } => Some(target.clone()),
+        _ => None,
+    }
+}
+
+/// Objects labelled as copyrator's whose marks do not parse are left alone (SPEC §4.5): each is
+/// counted and logged once, never written and never followed to the source it names.
+pub(super) fn report_malformed(ctx: &Context, found: &Found) {
+    for (key, err) in &found.malformed {
+        if ctx.malformed_seen.contains_key(key) {
+            continue;
+        }
+        ctx.malformed_seen.insert(key.clone(), ());
+        ctx.metrics.malformed_marks.inc();
+        tracing::warn!(object = %key, error = %err, "labelled as managed by copyrator but its marks do not parse; leaving it alone");
+    }
+}
+
+/// Reads source payloads (one GET each, a batch at once); a source that vanished is removed,
+/// one that cannot be read is recorded as unreadable (its targets are skipped).
+pub(super) async fn read_sources(
+    ctx: &Context,
+    world: &mut World,
+    contents: &mut Contents,
+    keys: &[ObjectKey],
+) {
+    let reads = futures::future::join_all(keys.iter().map(|k| ctx.cluster.get(k))).await;
+    let mut read = Vec::new();
+    for (key, obj) in keys.iter().zip(reads) {
+        let obj = match obj {
+            Ok(obj) => obj,
+            Err(e) => {
+                tracing::debug!(source = %key, error = %e, "source unreadable; its copies are skipped");
+                world.unreadable_mut().sources.insert(key.clone());
+                continue;
+            }
+        };
+        let info = obj
+            .as_ref()
+            .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
+        if let (Some(obj), Some(info)) = (&obj, &info) {
+            remember_payload(ctx, contents, info, obj);
+        }
+        // Its inline configuration may have changed since it was listed (or it is gone).
+        read.push((key.clone(), info));
+    }
+    world.set_sources(read);
+}
+
+pub(super) fn remember_payload(
+    ctx: &Context,
+    contents: &mut Contents,
+    info: &SourceInfo,
+    obj: &Object,
+) {
+    let payload = obj.payload.clone().for_kind(info.key.kind);
+    let hash = content::source_hash(info, &payload);
+    ctx.source_hashes.insert(
+        (info.key.clone(), info.resource_version.clone()),
+        hash.clone(),
+    );
+    contents.known_hashes.insert(info.key.clone(), hash);
+    contents
+        .payloads
+        .insert(info.key.clone(), Arc::new(payload));
+}

@@ -1,0 +1,147 @@
+//! After a job: the status of the CopyRules whose copies it touched, Events about them, and the
+//! follow-up jobs that keep the last word based on the latest state.
+
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::{Outcome, SyncError};
+use crate::{
+    cluster::{Written, apply::Applied},
+    pipeline::{
+        context::Context,
+        queue::{Job, JobKey, Trigger, enqueue},
+    },
+    plan::{Action, World},
+    report::{
+        self,
+        events::{Regarding, reason},
+    },
+    rules::RuleId,
+};
+
+pub(super) async fn write_rule_status(
+    ctx: &Context,
+    world: &World,
+    cr: &crate::copyrule::CopyRule,
+    outcomes: &[(Action, Applied)],
+) {
+    let Some(name) = cr.metadata.name.as_deref() else {
+        return;
+    };
+    if cr.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let tallies = report::tally(outcomes);
+    let id = RuleId::CopyRule(name.to_string());
+    let tally = tallies.get(&id);
+    let parsed = match world.rules().copy_rule(name) {
+        Some(r) => Ok(r),
+        None => match world.rules().invalid_copy_rules.get(name) {
+            Some(e) => Err(e),
+            None => return,
+        },
+    };
+    // The status this replica last wrote is newer than a listed copy of the rule read before
+    // that write (a resync racing a rule job): compare against it, not against the stale one.
+    let uid = cr.metadata.uid.clone().unwrap_or_default();
+    let mut latest = cr.clone();
+    if let Some((cached_uid, cached)) = ctx.written_status.get(name)
+        && cached_uid == uid
+    {
+        latest.status = Some(cached);
+    }
+    let status = report::rule_status(&latest, parsed, world, tally, Timestamp::now());
+    let wrote = tally.is_some_and(|t| t.writes() > 0);
+    let regarding = Regarding::copy_rule(cr);
+    let not_ready_reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "False")
+        .map(|c| (c.reason.clone(), c.message.clone()));
+    if let Err(e) = parsed {
+        ctx.events
+            .warning(&regarding, reason::INVALID, e.to_string())
+            .await;
+    } else if let Some((_, message)) = not_ready_reason.filter(|(r, _)| r == "SourceNotFound") {
+        ctx.events
+            .warning(&regarding, reason::SOURCE_NOT_FOUND, message)
+            .await;
+    } else if let Some(t) = tally.filter(|t| t.writes() > 0) {
+        ctx.events
+            .normal(
+                &regarding,
+                reason::SYNCED,
+                format!(
+                    "{} created, {} updated; {}/{} copies in sync",
+                    t.created,
+                    t.updated,
+                    t.synced,
+                    t.wanted.len()
+                ),
+            )
+            .await;
+    }
+    if !(wrote || report::status_changed(latest.status.as_ref(), &status)) {
+        return;
+    }
+    tracing::debug!(rule = name, wrote, old = ?latest.status, new = ?status, "writing CopyRule status");
+    let resource_version = cr.metadata.resource_version.clone().unwrap_or_default();
+    match ctx
+        .cluster
+        .patch_rule_status(name, &resource_version, &status)
+        .await
+    {
+        Ok(Written::Done) => ctx.written_status.insert(name.to_string(), (uid, status)),
+        Ok(_) => {
+            // The rule changed since it was read (another sync wrote its status): this view
+            // may be older; sync the rule again from a fresh read.
+            tracing::debug!(rule = name, "CopyRule changed since read; re-syncing it");
+            enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                Job::new(JobKey::Rule(name.to_string()), Trigger::FollowUp),
+            );
+        }
+        Err(e) => tracing::warn!(rule = name, error = %e, "could not update CopyRule status"),
+    }
+}
+
+/// How long after an admission-triggered namespace job its second look runs.
+const SECOND_LOOK: Duration = Duration::from_secs(1);
+
+/// Follow-ups: CopyRules whose copies this job touched get their status refreshed; a
+/// namespace job triggered by an admission runs once more a moment later. Its rules came from
+/// the watch cache, which lags etcd by milliseconds: a source or CopyRule created in the same
+/// instant as the namespace may be missing from both this job's view and (namespace list) the
+/// source's job's view. The second look reads a cache that has caught up.
+pub(super) fn after(
+    ctx: &Context,
+    job: &Job,
+    outcomes: &[(Action, Applied)],
+) -> Result<Outcome, SyncError> {
+    if let (JobKey::Namespace(name), Trigger::Admission) = (&job.key, job.trigger) {
+        let mut second = Job::new(JobKey::Namespace(name.clone()), Trigger::SecondLook);
+        second.not_before = Some(Instant::now() + SECOND_LOOK);
+        enqueue(&ctx.queue, &ctx.metrics, second);
+    }
+    if matches!(job.key, JobKey::Rule(_) | JobKey::Resync) {
+        return Ok(Outcome::Done);
+    }
+    let rules: BTreeSet<String> = report::tally(outcomes)
+        .into_iter()
+        .filter(|(_, t)| t.writes() > 0 || !t.conflicts.is_empty() || t.failed > 0)
+        .filter_map(|(id, _)| id.copy_rule_name().map(str::to_string))
+        .collect();
+    for name in rules {
+        enqueue(
+            &ctx.queue,
+            &ctx.metrics,
+            Job::new(JobKey::Rule(name), Trigger::FollowUp),
+        );
+    }
+    Ok(Outcome::Done)
+}

@@ -1,0 +1,52 @@
+//! A copy job: one copy someone else changed or deleted (SPEC §4.4).
+
+use crate::{
+    cluster::{
+        Freshness,
+        load::{self, Found},
+    },
+    model::ObjectKey,
+    pipeline::{context::Context, queue::Job},
+    plan::{Contents, Scope},
+    sync::{
+        Outcome, SyncError,
+        converge::{converge, finish_loading},
+        follow_up::after,
+        persisted::{object_persisted, read_persisted},
+    },
+};
+
+/// A copy job: one copy someone else changed or deleted (SPEC §4.4).
+pub(in crate::sync) async fn run(
+    ctx: &Context,
+    job: &Job,
+    key: &ObjectKey,
+) -> Result<Outcome, SyncError> {
+    let cluster = &ctx.cluster;
+    let (copy, ns) = tokio::try_join!(
+        read_persisted(ctx, job, || cluster.get(key), object_persisted),
+        cluster.get_namespace(&key.namespace),
+    )?;
+    let Some(copy) = copy else {
+        return Ok(Outcome::NotPersisted);
+    };
+    let Some(ns) = ns else {
+        return Ok(Outcome::Done);
+    };
+    let fresh = Freshness::Cached;
+    let mut world = load::load_rules(cluster, &[key.kind], &ctx.settings.policy, fresh).await?;
+    world.insert_namespaces([ns]);
+    let mut found = Found::default();
+    found.add_read(key.clone(), copy.as_ref());
+    finish_loading(ctx, &mut world, &mut found, fresh).await?;
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::Target(key.clone()),
+        found,
+        Contents::default(),
+    )
+    .await?;
+    after(ctx, job, &outcomes)
+}

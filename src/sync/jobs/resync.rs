@@ -1,0 +1,133 @@
+//! The full resync: everything, from a handful of label-selected, metadata-only LISTs (SPEC §5).
+
+use std::{collections::BTreeSet, time::Instant};
+
+use crate::{
+    cluster::{
+        Freshness,
+        apply::Applied,
+        load::{self, Found},
+    },
+    marks,
+    metrics::ReasonLabels,
+    model::{Kind, SourceInfo},
+    pipeline::{context::Context, queue::Job},
+    plan::{Action, Contents, Scope},
+    report::events::{Regarding, reason},
+    rules::Rule,
+    sync::{
+        Outcome, SyncError,
+        converge::{converge, finish_loading},
+        follow_up::{after, write_rule_status},
+        sources::label_source,
+    },
+};
+
+/// The full resync: everything, from a handful of label-selected metadata-only LISTs.
+pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
+    let started = Instant::now();
+    let cluster = &ctx.cluster;
+    // Label-selected lists from the watch cache (no etcd scan of every Secret); the complete
+    // namespace list from etcd, page by page.
+    let cached = Freshness::Cached;
+    let (mut world, namespaces, secrets, config_maps) = tokio::try_join!(
+        load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, cached),
+        cluster.list_namespaces("", Freshness::Consistent),
+        cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, cached, |m| {
+            load::listed(Kind::Secret, m)
+        }),
+        cluster.list_meta(
+            Kind::ConfigMap,
+            None,
+            marks::MANAGED_SELECTOR,
+            cached,
+            |m| { load::listed(Kind::ConfigMap, m) }
+        ),
+    )?;
+    let mut found = Found::default();
+    found.add_listed(secrets);
+    found.add_listed(config_maps);
+    world.insert_namespaces(namespaces);
+
+    // Sources of CopyRules that lack the opt-in label are found by listing each source
+    // namespace once per kind.
+    let groups: BTreeSet<(Kind, String)> = world
+        .rules()
+        .rules
+        .iter()
+        .filter(|r| r.id.copy_rule_name().is_some())
+        .map(|r| (r.kind, r.source_namespace.clone()))
+        .collect();
+    for (kind, ns) in groups {
+        let infos = cluster
+            .list_meta(kind, Some(&ns), "", cached, |m| {
+                SourceInfo::from_meta(kind, &m)
+            })
+            .await?;
+        let rules: Vec<Rule> = world
+            .rules()
+            .rules
+            .iter()
+            .filter(|r| {
+                r.kind == kind && r.source_namespace == ns && r.id.copy_rule_name().is_some()
+            })
+            .cloned()
+            .collect();
+        let mut unlabelled = Vec::new();
+        for info in infos {
+            if rules.iter().any(|r| r.applies_to(&info)) && !world.sources().contains_key(&info.key)
+            {
+                label_source(ctx, &info).await;
+                unlabelled.push(info);
+            }
+        }
+        world.set_sources(unlabelled.into_iter().map(|s| (s.key.clone(), Some(s))));
+    }
+    finish_loading(ctx, &mut world, &mut found, cached).await?;
+
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::All,
+        found,
+        Contents::default(),
+    )
+    .await?;
+    for (action, applied) in &outcomes {
+        let drift = match (action, applied) {
+            (Action::Create { .. }, Applied::Done) => "missing",
+            (Action::Update { .. } | Action::Recreate { .. }, Applied::Done) => "stale",
+            (Action::Delete { .. }, Applied::Done) => "orphaned",
+            _ => continue,
+        };
+        ctx.metrics
+            .resync_drift
+            .get_or_create(&ReasonLabels { reason: drift })
+            .inc();
+    }
+    for cr in world.copy_rules() {
+        write_rule_status(ctx, &world, cr, &outcomes).await;
+    }
+    for (key, err) in &world.rules().invalid_sources {
+        if let Some(src) = world.sources().get(key) {
+            ctx.events
+                .warning(
+                    &Regarding::source(key.kind, key, &src.uid),
+                    reason::INVALID,
+                    err.to_string(),
+                )
+                .await;
+        }
+    }
+    ctx.metrics
+        .resync_duration
+        .observe(started.elapsed().as_secs_f64());
+    ctx.resyncs.send_modify(|n| *n += 1);
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        writes = outcomes.iter().filter(|(a, _)| a.is_write()).count(),
+        "resync done"
+    );
+    after(ctx, job, &outcomes)
+}

@@ -1,0 +1,83 @@
+//! A rule job: every copy of one CopyRule, then its status (SPEC §2.2).
+
+use std::collections::BTreeSet;
+
+use crate::{
+    cluster::{
+        Freshness,
+        load::{self, Found},
+    },
+    model::Kind,
+    pipeline::{context::Context, queue::Job},
+    plan::{Contents, Existing, Scope},
+    rules::RuleId,
+    sync::{
+        Outcome, SyncError,
+        converge::{converge, finish_loading},
+        follow_up::{after, write_rule_status},
+        persisted::{read_persisted, rule_persisted},
+        sources::adopt_rule_sources,
+    },
+};
+
+/// A rule job: every copy of one CopyRule, then its status (SPEC §2.2).
+pub(in crate::sync) async fn run(
+    ctx: &Context,
+    job: &Job,
+    name: &str,
+) -> Result<Outcome, SyncError> {
+    let cluster = &ctx.cluster;
+    let Some(copy_rule) =
+        read_persisted(ctx, job, || cluster.get_copy_rule(name), rule_persisted).await?
+    else {
+        return Ok(Outcome::NotPersisted);
+    };
+    let kinds: Vec<Kind> = match &copy_rule {
+        Some(r) => vec![r.spec.kind],
+        None => Kind::ALL.to_vec(),
+    };
+    let fresh = Freshness::Cached;
+    let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;
+    // The rule as just read, not as listed a moment earlier.
+    world.set_copy_rule(name, copy_rule.clone());
+    let id = RuleId::CopyRule(name.to_string());
+    let rule = world.rules().copy_rule(name).cloned();
+    let mut found = Found::default();
+
+    if let Some(rule) = &rule {
+        adopt_rule_sources(ctx, &mut world, rule, fresh).await?;
+        load::load_target_namespaces(cluster, &mut world, [rule], fresh).await?;
+        let uids: BTreeSet<String> = world
+            .sources()
+            .values()
+            .filter(|s| rule.applies_to(s))
+            .map(|s| s.uid.clone())
+            .collect();
+        load::copies_of_sources(cluster, rule.kind, &uids, fresh, &mut found).await?;
+    }
+    if rule.is_none() || job.full_scan {
+        // Deleted, invalid or changed: its copies of sources it no longer selects are only
+        // found by their rule annotation.
+        for kind in &kinds {
+            let mut all = Found::default();
+            load::all_copies(cluster, *kind, None, fresh, &mut all).await?;
+            all.retain(|_, e| matches!(e, Existing::Managed(m) if m.rule == id));
+            found.existing.extend(all.existing);
+            found.suspect.extend(all.suspect);
+        }
+    }
+    finish_loading(ctx, &mut world, &mut found, fresh).await?;
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::Rule(id.clone()),
+        found,
+        Contents::default(),
+    )
+    .await?;
+    if let Some(cr) = &copy_rule {
+        write_rule_status(ctx, &world, cr, &outcomes).await;
+    }
+    after(ctx, job, &outcomes)
+}

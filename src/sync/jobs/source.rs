@@ -1,0 +1,98 @@
+//! A source job: every copy of one source, after its admitted change landed (SPEC §4.2).
+
+use std::{collections::BTreeSet, time::Instant};
+
+use crate::{
+    cluster::{
+        ApiError, Freshness,
+        load::{self, Found},
+    },
+    model::{ObjectKey, SourceInfo},
+    pipeline::{context::Context, queue::Job},
+    plan::{Contents, Existing, Scope},
+    rules::Rule,
+    sync::{
+        Outcome, SyncError,
+        converge::{converge, finish_loading, remember_payload},
+        follow_up::after,
+        persisted::{object_persisted, read_persisted},
+        sources::{label_source, warn_about_source},
+    },
+};
+
+/// A source job: every copy of one source (SPEC §4.2).
+pub(in crate::sync) async fn run(
+    ctx: &Context,
+    job: &Job,
+    key: &ObjectKey,
+) -> Result<Outcome, SyncError> {
+    let cluster = &ctx.cluster;
+    let t0 = Instant::now();
+    let Some(source) = read_persisted(ctx, job, || cluster.get(key), object_persisted).await?
+    else {
+        return Ok(Outcome::NotPersisted);
+    };
+    let t_persisted = t0.elapsed();
+    let info = source
+        .as_ref()
+        .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
+    // Label-selected lists come from the API server's watch cache (see Freshness).
+    let fresh = Freshness::Cached;
+    // The rules and the source's existing copies are independent reads: do them at once.
+    let copies = async {
+        let mut found = Found::default();
+        match &info {
+            Some(info) => {
+                let uids = BTreeSet::from([info.uid.clone()]);
+                load::copies_of_sources(cluster, key.kind, &uids, fresh, &mut found).await?;
+            }
+            None => {
+                // Gone: its copies can only be found by their annotation.
+                load::all_copies(cluster, key.kind, None, fresh, &mut found).await?;
+                found.retain(|_, e| matches!(e, Existing::Managed(m) if &m.source == key));
+            }
+        }
+        Ok::<_, ApiError>(found)
+    };
+    let kinds = [key.kind];
+    let (mut world, mut found) = tokio::try_join!(
+        load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh),
+        copies
+    )?;
+    world.set_sources([(key.clone(), info.clone())]);
+    let mut contents = Contents::default();
+    if let (Some(obj), Some(info)) = (&source, &info) {
+        remember_payload(ctx, &mut contents, info, obj);
+        warn_about_source(ctx, &world, info).await;
+        let rules: Vec<Rule> = world.rules().for_source(info).cloned().collect();
+        load::load_target_namespaces(cluster, &mut world, &rules, fresh).await?;
+    }
+    finish_loading(ctx, &mut world, &mut found, fresh).await?;
+    tracing::debug!(
+        waited_ms = t_persisted.as_millis() as u64,
+        read_ms = (t0.elapsed() - t_persisted).as_millis() as u64,
+        namespaces = world.namespaces().len(),
+        copies = found.existing.len(),
+        "source job state read"
+    );
+    let outcomes = converge(
+        ctx,
+        job,
+        &mut world,
+        &Scope::Source(key.clone()),
+        found,
+        contents,
+    )
+    .await?;
+    // A source a CopyRule selects gets the opt-in label (after its copies are written: not on
+    // their way), so that its changes also reach the sources webhook (SPEC §2.2).
+    if let Some(info) = info.as_ref().filter(|i| !i.deleting)
+        && world
+            .rules()
+            .for_source(info)
+            .any(|r| r.id.copy_rule_name().is_some())
+    {
+        label_source(ctx, info).await;
+    }
+    after(ctx, job, &outcomes)
+}

@@ -1,0 +1,52 @@
+//! What a worker does with one job (SPEC §4, §5): read the persisted state the job's scope
+//! needs (after the admitted change landed, `persisted`), plan, apply and settle what went stale
+//! (`converge`), then report and queue follow-ups (`follow_up`). One file per kind of job in
+//! `jobs/`.
+
+mod converge;
+mod follow_up;
+mod jobs;
+pub mod persisted;
+mod sources;
+
+use crate::{
+    cluster::ApiError,
+    pipeline::{
+        context::Context,
+        queue::{Job, JobKey},
+    },
+};
+
+/// Why a job did not finish; it is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("{count} write(s) failed, first: {first}")]
+    Writes { count: usize, first: String },
+    #[error("targets kept changing while being written: {0}")]
+    Unsettled(String),
+}
+
+/// How many times stale targets are re-read and re-planned within one job.
+const MAX_ROUNDS: usize = 4;
+
+/// What a job run came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// The admitted change it waits for is not persisted yet: run it again later (a watch
+    /// event or the deadline, see [`crate::persisted`]).
+    NotPersisted,
+}
+
+/// Runs one job.
+pub async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
+    match &job.key {
+        JobKey::Source(key) => jobs::source::run(ctx, job, key).await,
+        JobKey::Namespace(name) => jobs::namespace::run(ctx, job, name).await,
+        JobKey::Copy(key) => jobs::copy::run(ctx, job, key).await,
+        JobKey::Rule(name) => jobs::rule::run(ctx, job, name).await,
+        JobKey::Resync => jobs::resync::run(ctx, job).await,
+    }
+}
