@@ -602,6 +602,63 @@ async fn immutable_source_replaced_by_a_new_version_recreates_the_copies() {
     env.cleanup().await;
 }
 
+/// The API server refuses to update an immutable copy, or to change a Secret's type in place
+/// (422 Invalid with a cause on that field): such a copy is deleted and created again.
+#[tokio::test]
+async fn a_copy_that_cannot_change_in_place_is_recreated() {
+    let env = TestEnv::new().await;
+    let copyrator = Copyrator::start(Options::default()).await;
+    let src = env.namespace("inplace-src", &[]).await;
+    let dest = env.namespace("inplace-dest", &[]).await;
+    let make = |v: &str, immutable: bool, type_: &str| {
+        let mut s = secret(
+            "cred",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[(marks::NAMESPACES_ANNOTATION, &dest)],
+            &[("v", v)],
+        );
+        s.immutable = Some(immutable);
+        s.type_ = Some(type_.into());
+        s
+    };
+    let replace_source = |s: Secret| {
+        let api = env.secrets(&src);
+        async move {
+            api.delete("cred", &DeleteParams::default()).await.ok();
+            api.create(&PostParams::default(), &s).await.unwrap();
+        }
+    };
+    env.secrets(&src)
+        .create(&PostParams::default(), &make("1", true, "Opaque"))
+        .await
+        .unwrap();
+    let frozen = wait_secret_value(&env, &dest, "cred", "v", "1").await;
+    assert_eq!(frozen.immutable, Some(true));
+
+    // Immutable -> mutable with new data: the update is refused (data and immutable are
+    // forbidden to change), so the copy is replaced.
+    replace_source(make("2", false, "Opaque")).await;
+    let thawed = wait_secret_value(&env, &dest, "cred", "v", "2").await;
+    assert_eq!(thawed.immutable, Some(false));
+    assert_ne!(frozen.metadata.uid, thawed.metadata.uid, "recreated");
+
+    // Another type: a Secret's type never changes in place.
+    replace_source(make("3", false, "example.com/token")).await;
+    let retyped = wait_secret_value(&env, &dest, "cred", "v", "3").await;
+    assert_eq!(retyped.type_.as_deref(), Some("example.com/token"));
+    assert_ne!(thawed.metadata.uid, retyped.metadata.uid, "recreated");
+    for outcome in ["retry", "failed"] {
+        let sample = format!("copyrator_jobs_total{{kind=\"source\",outcome=\"{outcome}\"}}");
+        assert_eq!(
+            copyrator.metric(&sample).await,
+            0.0,
+            "handled, not {outcome}"
+        );
+    }
+    copyrator.stop().await;
+    env.cleanup().await;
+}
+
 #[tokio::test]
 async fn source_opting_out_by_label_removes_its_copies() {
     let env = TestEnv::new().await;

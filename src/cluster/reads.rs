@@ -1,0 +1,175 @@
+//! The reads that build a job's view of the cluster: single objects, metadata lists (paginated
+//! from etcd or whole from the watch cache), namespaces and CopyRules, and watches.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, Resource};
+
+use super::{ApiResult, Cluster, Freshness};
+use crate::{
+    copyrule::CopyRule,
+    marks,
+    model::{Kind, Meta, MetaItem, MetaList, NamespaceInfo, Object, ObjectKey},
+};
+
+impl Cluster {
+    /// Opens a watch; its events are parsed as `T`.
+    pub async fn watch_events<T: Clone + serde::de::DeserializeOwned>(
+        &self,
+        req: axum::http::Request<Vec<u8>>,
+    ) -> ApiResult<
+        impl futures::Stream<Item = Result<kube::core::WatchEvent<T>, kube::Error>> + use<T>,
+    > {
+        self.call("watch", "watch", self.client.request_events::<T>(req))
+            .await
+    }
+
+    /// Reads a Secret or ConfigMap in full; `None` when it does not exist.
+    /// An invalid name (never from the API server) is never put into a URL: there is no such
+    /// object.
+    pub async fn get(&self, key: &ObjectKey) -> ApiResult<Option<Object>> {
+        if !key.is_valid() {
+            return Ok(None);
+        }
+        let req = Self::objects_request(key.kind, Some(&key.namespace))
+            .get(&key.name, &Default::default());
+        self.call("get", key.kind.plural(), self.fetch_opt(req))
+            .await
+    }
+
+    /// Reads only the metadata of a Secret or ConfigMap.
+    pub async fn get_meta(&self, key: &ObjectKey) -> ApiResult<Option<Meta>> {
+        if !key.is_valid() {
+            return Ok(None);
+        }
+        let req = Self::objects_request(key.kind, Some(&key.namespace))
+            .get_metadata(&key.name, &Default::default());
+        let item: Option<MetaItem> = self
+            .call("get", key.kind.plural(), self.fetch_opt(req))
+            .await?;
+        Ok(item.map(|i| i.metadata))
+    }
+
+    /// Metadata of every object of `kind` matching the selector, each item turned into what
+    /// the caller keeps by `keep` as its page arrives.
+    pub async fn list_meta<U>(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        label_selector: &str,
+        fresh: Freshness,
+        keep: impl FnMut(Meta) -> Option<U>,
+    ) -> ApiResult<Vec<U>> {
+        self.list_pages(
+            kind.plural(),
+            Object::url_path(&kind, namespace),
+            label_selector,
+            fresh,
+            keep,
+        )
+        .await
+    }
+
+    async fn list_pages<U>(
+        &self,
+        resource: &'static str,
+        url_path: String,
+        label_selector: &str,
+        fresh: Freshness,
+        mut keep: impl FnMut(Meta) -> Option<U>,
+    ) -> ApiResult<Vec<U>> {
+        let request = kube::core::Request::new(url_path);
+        let mut out = Vec::new();
+        let mut lp = fresh.list_params(self.page_size);
+        if !label_selector.is_empty() {
+            lp = lp.labels(label_selector);
+        }
+        loop {
+            let req = request
+                .list_metadata(&lp)
+                .map_err(kube::Error::BuildRequest);
+            let page: MetaList = self
+                .call("list", resource, async { self.fetch(req?).await })
+                .await?;
+            out.extend(
+                page.items
+                    .into_iter()
+                    .flatten()
+                    .map(|i| i.metadata)
+                    .filter_map(&mut keep),
+            );
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => lp.continue_token = Some(token),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// One namespace's labels and state; `None` when it does not exist.
+    pub async fn get_namespace(&self, name: &str) -> ApiResult<Option<NamespaceInfo>> {
+        if !crate::selector::is_dns_label(name) {
+            return Ok(None);
+        }
+        let req = kube::core::Request::new(Namespace::url_path(&(), None))
+            .get_metadata(name, &Default::default());
+        let item: Option<MetaItem> = self.call("get", "namespaces", self.fetch_opt(req)).await?;
+        Ok(item.and_then(|i| namespace_info(&i.metadata)))
+    }
+
+    /// Namespaces matching a label selector (`""`: all), metadata only.
+    pub async fn list_namespaces(
+        &self,
+        label_selector: &str,
+        fresh: Freshness,
+    ) -> ApiResult<Vec<NamespaceInfo>> {
+        self.list_pages(
+            "namespaces",
+            Namespace::url_path(&(), None),
+            label_selector,
+            fresh,
+            |m| namespace_info(&m),
+        )
+        .await
+    }
+
+    /// Every CopyRule; none when the CRD is not installed (inline rules still work).
+    pub async fn list_copy_rules(&self, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+        let api: Api<CopyRule> = Api::all(self.client.clone());
+        let mut lp = fresh.list_params(self.page_size);
+        let mut out = Vec::new();
+        loop {
+            match self.call("list", "copyrules", api.list(&lp)).await {
+                Err(e) if e.is_not_found() => {
+                    tracing::debug!("CopyRule CRD not installed; only inline rules apply");
+                    return Ok(Vec::new());
+                }
+                Err(e) => return Err(e),
+                Ok(page) => {
+                    out.extend(page.items);
+                    match page.metadata.continue_ {
+                        Some(token) if !token.is_empty() => lp.continue_token = Some(token),
+                        _ => return Ok(out),
+                    }
+                }
+            }
+        }
+    }
+
+    pub async fn get_copy_rule(&self, name: &str) -> ApiResult<Option<CopyRule>> {
+        let api: Api<CopyRule> = Api::all(self.client.clone());
+        self.call("get", "copyrules", api.get_opt(name)).await
+    }
+}
+
+fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
+    Some(NamespaceInfo {
+        name: meta.name.clone()?,
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        accept_from: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(marks::ACCEPT_FROM_ANNOTATION))
+            .cloned(),
+        terminating: meta.deletion_timestamp.is_some(),
+    })
+}

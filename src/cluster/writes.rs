@@ -1,0 +1,124 @@
+//! The writes that apply a plan: create-if-absent, preconditioned replace and delete of
+//! copies, a CopyRule's status, and the one label copyrator adds to a CopyRule's source.
+
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+};
+use serde_json::json;
+
+use super::{ApiResult, Cluster, Written, error::written};
+use crate::{
+    content::DesiredCopy,
+    copyrule::{CopyRule, CopyRuleStatus},
+    marks,
+    model::{MetaItem, ObjectKey},
+};
+
+impl Cluster {
+    /// Writes a CopyRule's status subresource, preconditioned on the resourceVersion the status
+    /// was computed from: a status computed from an older view never overwrites a newer one.
+    pub async fn patch_rule_status(
+        &self,
+        name: &str,
+        resource_version: &str,
+        status: &CopyRuleStatus,
+    ) -> ApiResult<Written> {
+        let api: Api<CopyRule> = Api::all(self.client.clone());
+        let patch =
+            json!({ "metadata": { "resourceVersion": resource_version }, "status": status });
+        let pp = PatchParams {
+            field_manager: Some(marks::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let res = self
+            .call(
+                "patch",
+                "copyrules/status",
+                api.patch_status(name, &pp, &Patch::Merge(&patch)),
+            )
+            .await;
+        written(res)
+    }
+
+    /// Adds `copyrator.io/source: "true"` to a source a CopyRule references, so its changes
+    /// reach the sources webhook (SPEC §2.2). A metadata-only merge patch of that one label,
+    /// preconditioned on the uid that was read; nothing else of the source is touched.
+    pub async fn label_source(&self, key: &ObjectKey, uid: &str) -> ApiResult<Written> {
+        let api = self.objects(key.kind, Some(&key.namespace));
+        let patch = json!({
+            "metadata": { "uid": uid, "labels": { marks::SOURCE_LABEL: "true" } }
+        });
+        let pp = PatchParams {
+            field_manager: Some(marks::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let res = self
+            .call(
+                "patch",
+                key.kind.plural(),
+                api.patch_metadata(&key.name, &pp, &Patch::Merge(&patch)),
+            )
+            .await;
+        written(res)
+    }
+
+    /// Creates a copy if the name is free. The body is serialized from the copy's shared
+    /// parts, and of the answer (the whole object again) only the metadata is kept.
+    pub async fn create_copy(&self, copy: &DesiredCopy) -> ApiResult<Written> {
+        let key = &copy.key;
+        let send = async {
+            let body = copy.body(None).map_err(kube::Error::SerdeError)?;
+            let req = Self::objects_request(key.kind, Some(&key.namespace))
+                .create(&post_params(), body)
+                .map_err(kube::Error::BuildRequest)?;
+            self.fetch::<MetaItem>(req).await
+        };
+        match self.call("create", key.kind.plural(), send).await {
+            Err(e) if e.is_namespace_terminating() => Ok(Written::NamespaceTerminating),
+            other => written(other),
+        }
+    }
+
+    /// Replaces a copy, preconditioned on the resourceVersion it was planned from.
+    pub async fn replace_copy(
+        &self,
+        copy: &DesiredCopy,
+        resource_version: &str,
+    ) -> ApiResult<Written> {
+        let key = &copy.key;
+        let send = async {
+            let body = copy
+                .body(Some(resource_version))
+                .map_err(kube::Error::SerdeError)?;
+            let req = Self::objects_request(key.kind, Some(&key.namespace))
+                .replace(&key.name, &post_params(), body)
+                .map_err(kube::Error::BuildRequest)?;
+            self.fetch::<MetaItem>(req).await
+        };
+        written(self.call("update", key.kind.plural(), send).await)
+    }
+
+    /// Deletes a copy, preconditioned on the resourceVersion it was planned from.
+    pub async fn delete(&self, key: &ObjectKey, resource_version: &str) -> ApiResult<Written> {
+        let api = self.objects(key.kind, Some(&key.namespace));
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(resource_version.to_string()),
+                uid: None,
+            }),
+            ..Default::default()
+        };
+        let res = self
+            .call("delete", key.kind.plural(), api.delete(&key.name, &dp))
+            .await;
+        written(res)
+    }
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        dry_run: false,
+        field_manager: Some(marks::FIELD_MANAGER.into()),
+    }
+}
