@@ -25,6 +25,9 @@ else
   e2e=(cargo test --test '*' --no-fail-fast -- --test-threads=1)
 fi
 
+step "cargo doc (broken links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 step "unit tests"
 "${unit[@]}"
 

@@ -262,31 +262,15 @@ fn parse_namespace_patterns(s: &str) -> Result<NamespacePatterns, String> {
     NamespacePatterns::parse(s)
 }
 
-/// Parses `500ms`, `2s`, `5m`, `1h` (or plain seconds).
+/// Parses a duration as Kubernetes flags spell them (`500ms`, `2s`, `1m30s`, `1h`, also
+/// `1m 30s`), or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 2s, 5m, 1h)"))?;
-    let secs = match unit {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {s:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("{s:?} is not a valid duration"));
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
     }
-    Ok(Duration::from_secs_f64(secs))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration ({e}; e.g. 500ms, 2s, 1m30s, 1h)"))
 }
 
 #[cfg(test)]
@@ -306,7 +290,11 @@ mod tests {
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
-        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1h2m3s").unwrap(), Duration::from_secs(3723));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
     }
 

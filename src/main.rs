@@ -1,3 +1,5 @@
+//! The `copyrator` binary: parses the command line and runs `serve`, `certs` or `manifests`.
+
 use std::process::ExitCode;
 
 use clap::Parser;

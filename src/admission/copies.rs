@@ -8,7 +8,7 @@ use super::{
 use crate::{
     marks,
     model::{Kind, ObjectKey},
-    pipeline::queue::{Awaited, Job, JobKey, Trigger},
+    pipeline::job::{Awaited, Job, JobKey, Trigger},
 };
 
 pub fn review(req: &Request<'_>) -> Verdict {

@@ -32,10 +32,7 @@ use review::Operation;
 
 use crate::{
     metrics::Metrics,
-    pipeline::{
-        queue::{Job, WorkQueue},
-        waiters::Waiters,
-    },
+    pipeline::{job::Job, queue::WorkQueue, waiters::Waiters},
     plan::Policy,
     rules::Rule,
 };

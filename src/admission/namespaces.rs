@@ -7,7 +7,7 @@ use super::{
 };
 use crate::{
     marks,
-    pipeline::queue::{Awaited, Job, JobKey, Trigger},
+    pipeline::job::{Awaited, Job, JobKey, Trigger},
     selector,
     tenancy::NamespacePatterns,
 };

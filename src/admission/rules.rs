@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     copyrule::{CopyRule, CopyRuleSpec},
-    pipeline::queue::{Awaited, Job, JobKey, Trigger},
+    pipeline::job::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
     selector,
 };

@@ -8,7 +8,7 @@ use super::{
 use crate::{
     marks,
     model::{Kind, ObjectKey, SourceInfo},
-    pipeline::queue::{Awaited, Job, JobKey, Trigger},
+    pipeline::job::{Awaited, Job, JobKey, Trigger},
     plan::Policy,
     rules::Rule,
 };

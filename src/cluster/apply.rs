@@ -168,7 +168,7 @@ fn count(metrics: &Metrics, verb: &'static str, w: Written, since: Instant) -> W
             .inc();
         metrics
             .copy_lag
-            .observe(crate::pipeline::queue::elapsed_since(since).as_secs_f64());
+            .observe(crate::pipeline::job::elapsed_since(since).as_secs_f64());
     }
     w
 }

@@ -24,8 +24,9 @@ use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
     model::{Kind, MetaItem, Object, ObjectKey},
+    pipeline::job::{Job, JobKey, Trigger},
+    pipeline::queue::WorkQueue,
     pipeline::queue::enqueue,
-    pipeline::queue::{Job, JobKey, Trigger, WorkQueue},
     rules::{Rule, SourceMatch},
 };
 

@@ -1,4 +1,4 @@
-//! Metadata-only watches that tell waiting jobs their change was persisted ([`crate::persisted`]).
+//! Metadata-only watches that tell waiting jobs their change was persisted ([`crate::pipeline::waiters`]).
 //! Each is label-selected where the resource is numerous (sources and copies, never every
 //! Secret) and keeps nothing: an event wakes the jobs waiting on its object and is dropped, so
 //! memory stays flat in the number of objects watched. A watch resumes from the last

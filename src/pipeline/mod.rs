@@ -3,6 +3,7 @@
 //! decides when full resyncs run, and the leader election it follows.
 
 pub mod context;
+pub mod job;
 pub mod leader;
 pub mod queue;
 pub mod reconcile;

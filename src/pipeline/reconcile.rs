@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use super::{
     context::Context,
-    queue::{Job, JobKey, Trigger, enqueue},
+    job::{Job, JobKey, Trigger},
+    queue::enqueue,
 };
 
 /// Runs until `shutdown` fires.

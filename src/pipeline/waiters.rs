@@ -2,7 +2,7 @@
 //! and without polling. Admission happens before the change is persisted, and the change may never
 //! be (another webhook denies it, or the review was never the API server's). A job that finds
 //! the persisted state not there yet registers as a waiter for the object, then goes back into
-//! the queue until its deadline; a watch event for that object ([`crate::watch`]) wakes it to
+//! the queue until its deadline; a watch event for that object ([`crate::cluster::watch`]) wakes it to
 //! look again. The waiter is registered *before* the job reads, so a change persisted after
 //! that read always produces an event that finds it, and one persisted before it is seen by the
 //! read. While a feed's watch is down, waiting jobs poll instead, with a growing interval.
@@ -16,7 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::queue::{Awaited, Job, JobKey, WorkQueue, enqueue};
+use super::job::{Awaited, Job, JobKey};
+use super::queue::{WorkQueue, enqueue};
 use crate::{
     metrics::Metrics,
     model::{Kind, ObjectKey},
@@ -318,7 +319,8 @@ impl Waiters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::queue::{Finished, Trigger};
+    use crate::pipeline::job::Trigger;
+    use crate::pipeline::queue::Finished;
 
     #[tokio::test]
     async fn an_event_wakes_the_jobs_waiting_on_its_object() {

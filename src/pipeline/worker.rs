@@ -12,7 +12,8 @@ use tracing::Instrument;
 
 use super::{
     context::Context,
-    queue::{Finished, Job, count, retry_delay},
+    job::{Job, retry_delay},
+    queue::{Finished, count},
     waiters::Feed,
 };
 use crate::{

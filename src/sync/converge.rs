@@ -20,7 +20,8 @@ use crate::{
     model::{Object, ObjectKey, SourceInfo},
     pipeline::{
         context::Context,
-        queue::{Job, JobKey, Trigger, enqueue},
+        job::{Job, JobKey, Trigger},
+        queue::enqueue,
     },
     plan::{Action, Contents, Scope, World, plan},
     report,
@@ -231,7 +232,7 @@ pub(super) fn retry_unreadable(ctx: &Context, job: &Job, world: &World) {
         if key != job.key {
             let mut follow_up = Job::new(key, Trigger::FollowUp);
             follow_up.retry_at =
-                Some(Instant::now() + crate::pipeline::queue::retry_delay(job.attempt));
+                Some(Instant::now() + crate::pipeline::job::retry_delay(job.attempt));
             enqueue(&ctx.queue, &ctx.metrics, follow_up);
         }
     }

@@ -13,7 +13,8 @@ use crate::{
     cluster::{Written, apply::Applied},
     pipeline::{
         context::Context,
-        queue::{Job, JobKey, Trigger, enqueue},
+        job::{Job, JobKey, Trigger},
+        queue::enqueue,
     },
     plan::{Action, World},
     report::{

@@ -13,7 +13,7 @@ use crate::{
     cluster::ApiError,
     pipeline::{
         context::Context,
-        queue::{Job, JobKey},
+        job::{Job, JobKey},
     },
 };
 
@@ -36,7 +36,7 @@ const MAX_ROUNDS: usize = 4;
 pub enum Outcome {
     Done,
     /// The admitted change it waits for is not persisted yet: run it again later (a watch
-    /// event or the deadline, see [`crate::persisted`]).
+    /// event or the deadline, see [`crate::pipeline::waiters`]).
     NotPersisted,
 }
 

@@ -7,7 +7,7 @@ use crate::{
     model::{NamespaceInfo, Object},
     pipeline::{
         context::Context,
-        queue::{Awaited, Job, elapsed_since},
+        job::{Awaited, Job, elapsed_since},
         waiters::{Check, Feed, PERSIST_WAIT},
     },
 };

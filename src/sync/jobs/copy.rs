@@ -6,7 +6,7 @@ use crate::{
         load::{self, Found},
     },
     model::ObjectKey,
-    pipeline::{context::Context, queue::Job},
+    pipeline::{context::Context, job::Job},
     plan::{Contents, Scope},
     sync::{
         Outcome, SyncError,

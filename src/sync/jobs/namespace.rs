@@ -7,7 +7,7 @@ use crate::{
     },
     marks,
     model::Kind,
-    pipeline::{context::Context, queue::Job},
+    pipeline::{context::Context, job::Job},
     plan::{Contents, Scope},
     sync::{
         Outcome, SyncError,

@@ -11,7 +11,7 @@ use crate::{
     marks,
     metrics::ReasonLabels,
     model::{Kind, SourceInfo},
-    pipeline::{context::Context, queue::Job},
+    pipeline::{context::Context, job::Job},
     plan::{Action, Contents, Scope},
     report::events::{Regarding, reason},
     rules::Rule,

@@ -8,7 +8,7 @@ use crate::{
         load::{self, Found},
     },
     model::Kind,
-    pipeline::{context::Context, queue::Job},
+    pipeline::{context::Context, job::Job},
     plan::{Contents, Existing, Scope},
     rules::RuleId,
     sync::{

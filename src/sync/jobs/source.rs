@@ -8,7 +8,7 @@ use crate::{
         load::{self, Found},
     },
     model::{ObjectKey, SourceInfo},
-    pipeline::{context::Context, queue::Job},
+    pipeline::{context::Context, job::Job},
     plan::{Contents, Existing, Scope},
     rules::Rule,
     sync::{

@@ -1,0 +1,121 @@
+//! What the planner decides for one target: the actions and the reasons a claim cannot be
+//! written.
+
+use super::ClaimRef;
+use crate::{content::DesiredCopy, model::ObjectKey, rules::RuleId};
+
+/// Why a claim cannot be written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConflictReason {
+    /// An object copyrator does not manage holds the name (SPEC §4.5).
+    Unmanaged,
+    /// Another claim gets the name: one of a higher tier, or the older one of the same tier
+    /// (SPEC §9.3).
+    OwnedBy(ClaimRef),
+    /// A copy of a higher tier that no rule wants any more (retained) holds the name; only a
+    /// rule of that tier or above may take it over (SPEC §9.3).
+    HeldByHigherTier(Option<RuleId>),
+    /// Service-account token Secrets are never copied (SPEC §3).
+    ServiceAccountToken,
+}
+
+impl std::fmt::Display for ConflictReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConflictReason::Unmanaged => f.write_str("an object not managed by copyrator exists"),
+            ConflictReason::OwnedBy(c) => write!(
+                f,
+                "the name is taken by the copy of {} made by {}",
+                c.source.namespaced_name(),
+                c.rule
+            ),
+            ConflictReason::HeldByHigherTier(rule) => match rule {
+                Some(rule) => write!(
+                    f,
+                    "a retained copy made by {rule}, of higher precedence, holds the name"
+                ),
+                None => f.write_str("a retained copy of higher precedence holds the name"),
+            },
+            ConflictReason::ServiceAccountToken => {
+                f.write_str("service-account token Secrets are never copied")
+            }
+        }
+    }
+}
+
+/// One step for the applier, or an outcome to report.
+#[derive(Clone, Debug, PartialEq)]
+///
+/// The desired copy is boxed: a full resync plans one action per copy, nearly all `InSync`,
+/// and they should not each take the size of an object.
+pub enum Action {
+    /// Create if absent.
+    Create {
+        copy: Box<DesiredCopy>,
+        by: ClaimRef,
+    },
+    /// Replace, preconditioned on `resource_version`. `adopt`: the object was not managed
+    /// (conflictPolicy Overwrite).
+    Update {
+        copy: Box<DesiredCopy>,
+        resource_version: String,
+        adopt: bool,
+        by: ClaimRef,
+    },
+    /// Immutable content changed: delete (preconditioned) and create again.
+    Recreate {
+        copy: Box<DesiredCopy>,
+        resource_version: String,
+        adopt: bool,
+        by: ClaimRef,
+    },
+    /// Delete a managed copy no rule wants (deletion policy Delete), preconditioned.
+    /// `rule`: the rule recorded on the copy.
+    Delete {
+        target: ObjectKey,
+        resource_version: String,
+        rule: Option<RuleId>,
+    },
+    InSync {
+        target: ObjectKey,
+        by: ClaimRef,
+    },
+    /// A managed copy no rule wants, kept because of deletion policy Retain.
+    Retain {
+        target: ObjectKey,
+        rule: Option<RuleId>,
+    },
+    Conflict {
+        target: ObjectKey,
+        by: ClaimRef,
+        reason: ConflictReason,
+    },
+    /// An untrusted inline rule wants this target but its namespace did not consent
+    /// (SPEC §9.2): never written.
+    Refused {
+        target: ObjectKey,
+        by: ClaimRef,
+    },
+    /// The payload of this source must be read before the target can be planned.
+    NeedSource {
+        target: ObjectKey,
+        source: ObjectKey,
+    },
+    /// Nothing to do for a reason worth knowing (e.g. the copy is being deleted).
+    Skip {
+        target: ObjectKey,
+        reason: &'static str,
+    },
+}
+
+impl Action {
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Action::Create { .. }
+                | Action::Update { .. }
+                | Action::Recreate { .. }
+                | Action::Delete { .. }
+        )
+    }
+}
