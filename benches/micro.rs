@@ -19,27 +19,21 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
 use tower::ServiceExt;
 
+/// A Secret UPDATE review as the API server sends it (`tests/data`, captured by
+/// scripts/capture-fixtures.sh), its object carrying a 1.4 kB payload and a set-based selector.
 fn secret_review() -> Vec<u8> {
-    let secret = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "registry", "namespace": "platform", "resourceVersion": "12345",
-                     "labels": {"copyrator.io/source": "true"},
-                     "annotations": {"copyrator.io/namespace-selector": "registry=enabled,env in (prod,staging)"}},
-        "type": "Opaque",
-        "data": {"config.json": "x".repeat(1400)}
-    });
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "0df28fbd-5f5f-11e8-bc74-36e6bb280816",
-            "kind": {"group": "", "version": "v1", "kind": "Secret"},
-            "resource": {"group": "", "version": "v1", "resource": "secrets"},
-            "name": "registry", "namespace": "platform", "operation": "UPDATE",
-            "userInfo": {"username": "admin"},
-            "object": secret, "oldObject": secret, "dryRun": false
-        }
-    }))
-    .unwrap()
+    let mut review: serde_json::Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/review-secret-update-source.json"
+    )))
+    .unwrap();
+    let request = &mut review["request"];
+    for object in ["object", "oldObject"] {
+        request[object]["metadata"]["annotations"]["copyrator.io/namespace-selector"] =
+            json!("registry=enabled,env in (prod,staging)");
+        request[object]["data"] = json!({"config.json": "x".repeat(1400)});
+    }
+    serde_json::to_vec(&review).unwrap()
 }
 
 fn admission(c: &mut Criterion) {

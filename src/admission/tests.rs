@@ -26,31 +26,53 @@ fn state() -> AdmissionState {
     }
 }
 
+/// An AdmissionReview exactly as the API server sent one (`tests/data/review-*.json`, captured
+/// by scripts/capture-fixtures.sh), with this test's objects and operation in place of the
+/// captured ones.
 fn review(kind: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
-    let (group, version, resource) = match kind {
-        "Namespace" => ("", "v1", "namespaces"),
-        "Secret" => ("", "v1", "secrets"),
-        "ConfigMap" => ("", "v1", "configmaps"),
-        _ => ("copyrator.io", "v1alpha1", "copyrules"),
+    let captured = match (kind, operation) {
+        ("Namespace", "CREATE") => "namespace-create",
+        ("Namespace", _) => "namespace-update-label",
+        ("Secret", "CREATE") => "secret-create-source",
+        ("Secret", "DELETE") => "secret-delete-copy",
+        ("Secret", _) => "secret-update-source",
+        ("ConfigMap", _) => "configmap-create-source",
+        _ => "copyrule-create",
     };
-    let meta = object.get("metadata").cloned().unwrap_or_default();
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "name": meta.get("name").cloned().unwrap_or_default(),
-            "namespace": meta.get("namespace").cloned(),
-            "operation": operation,
-            "userInfo": {"username": "admin"},
-            "object": if operation == "DELETE" { Value::Null } else { object },
-            "oldObject": old.unwrap_or(Value::Null),
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
+    let path = format!(
+        "{}/tests/data/review-{captured}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut review: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect(&path)).unwrap();
+    assert_eq!(review["request"]["kind"]["kind"], kind, "{path}");
+    let meta = object
+        .get("metadata")
+        .or_else(|| old.as_ref()?.get("metadata"))
+        .cloned()
+        .unwrap_or_default();
+    let name = meta.get("name").cloned().unwrap_or_default();
+    let namespace = match kind {
+        "Namespace" => name.clone(),
+        _ => meta.get("namespace").cloned().unwrap_or(Value::Null),
+    };
+    let request = &mut review["request"];
+    request["operation"] = operation.into();
+    request["name"] = name;
+    request["namespace"] = namespace;
+    request["object"] = if operation == "DELETE" {
+        Value::Null
+    } else {
+        object
+    };
+    request["oldObject"] = old.unwrap_or(Value::Null);
+    let options = match operation {
+        "CREATE" => "CreateOptions",
+        "DELETE" => "DeleteOptions",
+        _ => "UpdateOptions",
+    };
+    request["options"]["kind"] = options.into();
+    review
 }
 
 fn secret(annotations: Value) -> Value {
@@ -92,19 +114,12 @@ async fn post_review(state: &AdmissionState, path: &str, review: Value) -> (Stat
 #[tokio::test]
 async fn response_echoes_the_request_uid_and_allows() {
     let st = state();
-    let (status, body) = post_review(
-        &st,
-        "/admission/sources",
-        review("Secret", "CREATE", secret(json!({})), None),
-    )
-    .await;
+    let sent = review("Secret", "CREATE", secret(json!({})), None);
+    let (status, body) = post_review(&st, "/admission/sources", sent.clone()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(body["kind"], "AdmissionReview");
-    assert_eq!(
-        body["response"]["uid"],
-        "705ab4f5-6393-11e8-b7cc-42010a800002"
-    );
+    assert_eq!(body["response"]["uid"], sent["request"]["uid"]);
     assert_eq!(body["response"]["allowed"], true);
     assert_eq!(st.queue.depth(), 1);
 }
@@ -443,4 +458,33 @@ async fn metrics_count_outcomes() {
     let text = st.metrics.encode();
     assert!(text.contains("copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"UNKNOWN\",outcome=\"bad_request\"} 1"), "{text}");
     assert!(text.contains("copyrator_admission_requests_total{endpoint=\"sources\",operation=\"CREATE\",outcome=\"allowed\"} 1"), "{text}");
+}
+
+#[tokio::test]
+async fn every_captured_review_is_answered_as_sent() {
+    // The reviews the API server really sent, posted byte for byte to their endpoints.
+    let cases = [
+        ("namespace-create", "/admission/namespaces", 1),
+        ("namespace-update-label", "/admission/namespaces", 1),
+        ("secret-create-source", "/admission/sources", 1),
+        ("secret-update-source", "/admission/sources", 1),
+        ("configmap-create-source", "/admission/sources", 1),
+        // The webhook's objectSelector sends copies only; the job reads what is persisted.
+        ("secret-delete-copy", "/admission/copies", 1),
+        ("copyrule-create", "/admission/rules", 1),
+    ];
+    for (captured, path, jobs) in cases {
+        let st = state();
+        let file = format!(
+            "{}/tests/data/review-{captured}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let bytes = std::fs::read(&file).unwrap();
+        let uid = serde_json::from_slice::<Value>(&bytes).unwrap()["request"]["uid"].clone();
+        let (status, body) = post(&st, path, bytes).await;
+        assert_eq!(status, StatusCode::OK, "{captured}");
+        assert_eq!(body["response"]["uid"], uid, "{captured}");
+        assert_eq!(body["response"]["allowed"], true, "{captured}: {body}");
+        assert_eq!(st.queue.depth(), jobs, "{captured}: jobs queued");
+    }
 }
