@@ -211,6 +211,15 @@ impl WorkQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The queued jobs (ready or waiting), for tests.
+    #[cfg(test)]
+    pub fn snapshot(&self) -> Vec<Job> {
+        let state = self.lock();
+        let mut jobs: Vec<Job> = state.queued.values().map(|e| e.job.clone()).collect();
+        jobs.sort_by(|a, b| a.key.cmp(&b.key));
+        jobs
+    }
+
     /// Adds a job, merging it into a waiting job with the same key.
     pub fn push(&self, job: Job) -> Pushed {
         let mut st = self.lock();

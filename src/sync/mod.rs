@@ -50,3 +50,6 @@ pub async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
         JobKey::Resync => jobs::resync::run(ctx, job).await,
     }
 }
+
+#[cfg(test)]
+mod tests;

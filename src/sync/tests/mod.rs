@@ -1,0 +1,382 @@
+//! Orchestration tests of `sync` against an in-memory API (`fake_api`): what a job does when
+//! the cluster changes under it (stale writes, relabelled namespaces, status races, changes not
+//! persisted yet, unreadable sources), asserted on the objects the API ends up holding and the
+//! requests it received. The happy paths and the real API server are the end-to-end tests'.
+
+mod fake_api;
+
+use std::sync::Arc;
+
+use fake_api::{FakeApi, Step, status};
+use serde_json::{Value, json};
+
+use super::{MAX_ROUNDS, Outcome, SyncError, run};
+use crate::{
+    cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
+    marks,
+    metrics::{Metrics, WhatLabels},
+    model::{Kind, ObjectKey},
+    pipeline::{
+        context::{Context, SyncSettings},
+        job::{Awaited, Job, JobKey, Trigger},
+        queue::WorkQueue,
+    },
+    plan::Policy,
+    report::events::Events,
+    tenancy::TrustPolicy,
+};
+
+const PASSWORD: &str = "c2VjcmV0"; // "secret"
+
+fn context(api: &FakeApi) -> Context {
+    let client = api.client();
+    let metrics = Arc::new(Metrics::new());
+    let cluster = Cluster::new(
+        client.clone(),
+        Arc::clone(&metrics),
+        ApiLimits {
+            writes: RateLimiter::unlimited(),
+            reads: RateLimiter::unlimited(),
+            read_concurrency: 8,
+        },
+        500,
+    );
+    let events = Events::new(client, "test".into(), Arc::clone(&metrics));
+    let settings = SyncSettings {
+        policy: Policy {
+            trust: TrustPolicy::trust_all(),
+            ..Default::default()
+        },
+        fanout_concurrency: 4,
+        fanout_bytes: 16 << 20,
+    };
+    Context::new(cluster, events, metrics, WorkQueue::new(100), settings)
+}
+
+fn namespace(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+}
+
+/// A source in `platform` whose inline rule selects namespaces labelled `registry=enabled`.
+fn source(data: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": "registry", "namespace": "platform",
+            "labels": {marks::SOURCE_LABEL: "true"},
+            "annotations": {marks::NAMESPACE_SELECTOR_ANNOTATION: "registry=enabled"}
+        },
+        "type": "Opaque",
+        "data": {"password": data}
+    })
+}
+
+/// `platform` with the source, and `team-a` opted in.
+fn scene() -> FakeApi {
+    let api = FakeApi::default();
+    api.store(|s| {
+        s.put("namespaces", namespace("platform", json!({})));
+        s.put(
+            "namespaces",
+            namespace("team-a", json!({"registry": "enabled"})),
+        );
+        s.put("secrets", source(PASSWORD));
+    });
+    api
+}
+
+fn source_key() -> ObjectKey {
+    ObjectKey::new(Kind::Secret, "platform", "registry")
+}
+
+fn source_job() -> Job {
+    Job::new(JobKey::Source(source_key()), Trigger::Admission)
+}
+
+fn copy_in(api: &FakeApi, ns: &str) -> Option<Value> {
+    api.store(|s| s.get("secrets", Some(ns), "registry").cloned())
+}
+
+fn count(api: &FakeApi, line: &str) -> usize {
+    api.lines().iter().filter(|l| *l == line).count()
+}
+
+fn queued(ctx: &Context) -> Vec<(JobKey, Trigger)> {
+    ctx.queue
+        .snapshot()
+        .into_iter()
+        .map(|j| (j.key, j.trigger))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_name_taken_between_read_and_write_is_reported_and_never_overwritten() {
+    let api = scene();
+    // Someone creates their own Secret with the copy's name just before copyrator's create.
+    let theirs = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "registry", "namespace": "team-a"},
+        "data": {"password": "dGhlaXJz"}
+    });
+    let mut raced = false;
+    api.hook(move |req, store| {
+        if req.line() == "POST secrets team-a/*" && !std::mem::replace(&mut raced, true) {
+            store.put("secrets", theirs.clone());
+        }
+        Step::Continue
+    });
+    let ctx = context(&api);
+
+    assert_eq!(run(&ctx, &source_job()).await.unwrap(), Outcome::Done);
+
+    let held = copy_in(&api, "team-a").unwrap();
+    assert_eq!(
+        held["data"]["password"], "dGhlaXJz",
+        "their data, untouched"
+    );
+    assert!(held["metadata"].get("labels").is_none(), "no marks added");
+    assert_eq!(count(&api, "POST secrets team-a/*"), 1);
+    assert_eq!(count(&api, "PUT secrets team-a/registry"), 0);
+    assert_eq!(count(&api, "DELETE secrets team-a/registry"), 0);
+    let events: Vec<Value> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "events")
+        .map(|r| r.body)
+        .collect();
+    assert!(
+        events.iter().any(|e| e["reason"] == "CopyConflict"),
+        "the conflict is reported: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_update_that_went_stale_is_read_again_and_written_over_the_new_version() {
+    let api = scene();
+    let ctx = context(&api);
+    run(&ctx, &source_job()).await.unwrap();
+    let first = copy_in(&api, "team-a").expect("copied");
+    assert_eq!(first["data"]["password"], PASSWORD);
+
+    // The source changes; just before copyrator's update, someone edits the copy.
+    api.store(|s| s.put("secrets", source("bmV3")));
+    let mut raced = false;
+    api.hook(move |req, store| {
+        if req.line() == "PUT secrets team-a/registry" && !std::mem::replace(&mut raced, true) {
+            let mut edited = store
+                .get("secrets", Some("team-a"), "registry")
+                .cloned()
+                .unwrap();
+            edited["data"]["password"] = "ZWRpdGVk".into();
+            store.put("secrets", edited);
+        }
+        Step::Continue
+    });
+    assert_eq!(run(&ctx, &source_job()).await.unwrap(), Outcome::Done);
+
+    let copy = copy_in(&api, "team-a").unwrap();
+    assert_eq!(
+        copy["data"]["password"], "bmV3",
+        "the source's new data won"
+    );
+    assert_eq!(
+        copy["metadata"]["uid"], first["metadata"]["uid"],
+        "updated in place"
+    );
+    assert_eq!(
+        count(&api, "PUT secrets team-a/registry"),
+        2,
+        "{:#?}",
+        api.lines()
+    );
+    let puts: Vec<String> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.line() == "PUT secrets team-a/registry")
+        .map(|r| {
+            r.body["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_ne!(
+        puts[0], puts[1],
+        "the second write is preconditioned on the re-read version"
+    );
+}
+
+#[tokio::test]
+async fn writes_that_never_settle_end_the_job_for_a_retry_after_a_few_rounds() {
+    let api = scene();
+    let ctx = context(&api);
+    run(&ctx, &source_job()).await.unwrap();
+    api.store(|s| s.put("secrets", source("bmV3")));
+    // Another writer edits the copy before every one of copyrator's updates.
+    api.hook(|req, store| {
+        if req.line() == "PUT secrets team-a/registry" {
+            let mut edited = store
+                .get("secrets", Some("team-a"), "registry")
+                .cloned()
+                .unwrap();
+            edited["data"]["password"] = "ZWRpdGVk".into();
+            store.put("secrets", edited);
+        }
+        Step::Continue
+    });
+
+    let err = run(&ctx, &source_job()).await.unwrap_err();
+    assert!(matches!(err, SyncError::Unsettled(_)), "{err}");
+    assert_eq!(
+        count(&api, "PUT secrets team-a/registry"),
+        MAX_ROUNDS,
+        "{:#?}",
+        api.lines()
+    );
+}
+
+#[tokio::test]
+async fn a_namespace_relabelled_while_the_job_wrote_gets_a_job_of_its_own() {
+    let api = scene();
+    // team-a opts out while copyrator's create is on its way.
+    api.hook(|req, store| {
+        if req.line() == "POST secrets team-a/*" {
+            store.put("namespaces", namespace("team-a", json!({})));
+        }
+        Step::Continue
+    });
+    let ctx = context(&api);
+    assert_eq!(run(&ctx, &source_job()).await.unwrap(), Outcome::Done);
+
+    assert!(
+        copy_in(&api, "team-a").is_some(),
+        "written from the older view"
+    );
+    assert!(
+        queued(&ctx).contains(&(JobKey::Namespace("team-a".into()), Trigger::FollowUp)),
+        "a follow-up reads the namespace again: {:?}",
+        queued(&ctx)
+    );
+}
+
+fn copy_rule() -> Value {
+    json!({
+        "apiVersion": "copyrator.io/v1alpha1", "kind": "CopyRule",
+        "metadata": {"name": "registry"},
+        "spec": {
+            "kind": "Secret", "sourceNamespace": "platform", "sourceName": "registry",
+            "namespaceSelector": {"matchLabels": {"registry": "enabled"}}
+        }
+    })
+}
+
+fn rule_job() -> Job {
+    Job::new(JobKey::Rule("registry".into()), Trigger::Admission)
+}
+
+#[tokio::test]
+async fn a_rule_status_is_written_on_the_version_it_was_computed_from() {
+    let api = scene();
+    api.store(|s| s.put("copyrules", copy_rule()));
+    let ctx = context(&api);
+    assert_eq!(run(&ctx, &rule_job()).await.unwrap(), Outcome::Done);
+
+    let rule = api.store(|s| s.get("copyrules", None, "registry").cloned().unwrap());
+    let ready = rule["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap();
+    assert_eq!(ready["status"], "True", "{rule:#}");
+    let patch = api
+        .requests()
+        .into_iter()
+        .find(|r| r.line() == "PATCH copyrules/status -/registry")
+        .expect("status written");
+    assert!(
+        patch.body["metadata"]["resourceVersion"].is_string(),
+        "preconditioned: {}",
+        patch.body
+    );
+    assert!(ctx.written_status.contains_key("registry"));
+}
+
+#[tokio::test]
+async fn a_rule_status_that_lost_a_race_is_not_cached_and_the_rule_is_synced_again() {
+    let api = scene();
+    api.store(|s| s.put("copyrules", copy_rule()));
+    // The rule is edited between copyrator's read and its status write.
+    api.hook(|req, store| {
+        if req.line() == "PATCH copyrules/status -/registry" {
+            let mut rule = store.get("copyrules", None, "registry").cloned().unwrap();
+            rule["spec"]["excludeNamespaces"] = json!(["sandbox"]);
+            store.put("copyrules", rule);
+        }
+        Step::Continue
+    });
+    let ctx = context(&api);
+    assert_eq!(run(&ctx, &rule_job()).await.unwrap(), Outcome::Done);
+
+    let rule = api.store(|s| s.get("copyrules", None, "registry").cloned().unwrap());
+    assert!(rule.get("status").is_none(), "the stale status was refused");
+    assert!(!ctx.written_status.contains_key("registry"));
+    assert!(
+        queued(&ctx).contains(&(JobKey::Rule("registry".into()), Trigger::FollowUp)),
+        "{:?}",
+        queued(&ctx)
+    );
+}
+
+#[tokio::test]
+async fn a_job_whose_admitted_change_is_not_visible_yet_reads_once_and_writes_nothing() {
+    let api = scene();
+    let rv = api.store(|s| {
+        s.get("secrets", Some("platform"), "registry").unwrap()["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    });
+    let ctx = context(&api);
+    // Admitted: an update of the version still stored (the write has not landed yet).
+    let job = source_job().awaiting(Awaited::ChangedFrom(rv));
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::NotPersisted);
+    assert_eq!(api.lines(), ["GET secrets platform/registry"]);
+}
+
+#[tokio::test]
+async fn an_unreadable_source_skips_its_copies_and_gets_a_job_of_its_own() {
+    let api = scene();
+    // The source's payload cannot be read (its metadata can: the lists work).
+    api.hook(|req, _| {
+        if req.line() == "GET secrets platform/registry" {
+            let mut busy = status("not-found", "registry");
+            busy["code"] = 503.into();
+            busy["reason"] = "ServiceUnavailable".into();
+            return Step::Answer(503, busy);
+        }
+        Step::Continue
+    });
+    let ctx = context(&api);
+    let job = Job::new(JobKey::Namespace("team-a".into()), Trigger::Reconciler);
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
+
+    assert!(copy_in(&api, "team-a").is_none());
+    assert!(
+        api.lines().iter().all(|l| !l.starts_with("POST secrets")),
+        "{:#?}",
+        api.lines()
+    );
+    assert!(
+        queued(&ctx).contains(&(JobKey::Source(source_key()), Trigger::FollowUp)),
+        "{:?}",
+        queued(&ctx)
+    );
+    let unreadable = ctx
+        .metrics
+        .unreadable
+        .get_or_create(&WhatLabels { what: "source" })
+        .get();
+    assert_eq!(unreadable, 1);
+}
