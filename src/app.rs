@@ -236,7 +236,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     }));
 
     let workers = worker::spawn(Arc::clone(&ctx), args.workers);
-    // Watches that end waits for admitted changes without polling (src/persisted.rs).
+    // Watches that end waits for admitted changes without polling (src/pipeline/waiters.rs).
     let rules_changed = Arc::new(tokio::sync::Notify::new());
     tasks.extend(crate::cluster::watch::spawn(
         &ctx.cluster,
