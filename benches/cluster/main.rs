@@ -13,7 +13,7 @@
 //!
 //! `cargo bench --bench cluster -- [--quick] [--out FILE]`
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::{
