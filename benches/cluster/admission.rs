@@ -1,12 +1,12 @@
-//! Phase admission: AdmissionReviews posted over TLS at rising concurrency; throughput,
-//! latency and copyrator's CPU.
+//! Phase admission: AdmissionReviews, as the API server sends them (captured fixtures in
+//! tests/data/), posted over TLS at rising concurrency; throughput, latency and copyrator's CPU.
 
 use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{
     base64_of,
@@ -50,14 +50,13 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
         (
             "/admission/sources",
             "Secret UPDATE (1 KiB, old+new)",
-            review("Secret", "secrets", "UPDATE", secret.clone(), Some(secret)),
+            review(SECRET_UPDATE, "UPDATE", secret.clone(), Some(secret)),
         ),
         (
             "/admission/namespaces",
             "Namespace CREATE",
             review(
-                "Namespace",
-                "namespaces",
+                NAMESPACE_CREATE,
                 "CREATE",
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-x", "labels": {"registry": "enabled"}}}),
                 None,
@@ -134,28 +133,40 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
     report.note("admission: the load generator runs on the same 2 cores (HTTP/1.1 keep-alive over TLS, one connection per concurrent client); CPU share in % of one core".into());
 }
 
-fn review(
-    kind: &str,
-    resource: &str,
-    operation: &str,
-    object: serde_json::Value,
-    old: Option<serde_json::Value>,
-) -> serde_json::Value {
+/// Reviews captured from the API server (scripts/capture-fixtures.sh): the envelope, kinds,
+/// resources, userInfo and options exactly as it sends them.
+const SECRET_UPDATE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/review-secret-update-source.json"
+));
+const NAMESPACE_CREATE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/review-namespace-create.json"
+));
+
+/// The captured review `fixture` carrying the benchmark's request instead: its uid,
+/// `operation`, `object` and `old`, and the object's name and namespace.
+fn review(fixture: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
+    let mut review: Value = serde_json::from_str(fixture).expect("a captured AdmissionReview");
+    let request = &mut review["request"];
+    // The rest of the request (kind, resource, options) stays the fixture's.
+    assert_eq!(
+        request["kind"]["kind"], object["kind"],
+        "a fixture of the same kind"
+    );
+    assert_eq!(
+        request["operation"], operation,
+        "a fixture of the same operation"
+    );
     let meta = &object["metadata"];
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "0df28fbd-5f5f-11e8-bc74-36e6bb280816",
-            "kind": {"group": "", "version": "v1", "kind": kind},
-            "resource": {"group": "", "version": "v1", "resource": resource},
-            "requestKind": {"group": "", "version": "v1", "kind": kind},
-            "requestResource": {"group": "", "version": "v1", "resource": resource},
-            "name": meta["name"], "namespace": meta.get("namespace"),
-            "operation": operation,
-            "userInfo": {"username": "admin", "groups": ["system:masters", "system:authenticated"]},
-            "object": object, "oldObject": old,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": if operation == "CREATE" { "CreateOptions" } else { "UpdateOptions" }}
-        }
-    })
+    let name = meta["name"].clone();
+    // The API server sends a Namespace's own name as its namespace (review-namespace-create.json).
+    let namespace = meta.get("namespace").unwrap_or(&name).clone();
+    request["uid"] = json!("0df28fbd-5f5f-11e8-bc74-36e6bb280816");
+    request["operation"] = json!(operation);
+    request["name"] = name;
+    request["namespace"] = namespace;
+    request["object"] = object;
+    request["oldObject"] = old.unwrap_or(Value::Null);
+    review
 }
