@@ -1,0 +1,172 @@
+//! Phase admission: AdmissionReviews, as the API server sends them (captured fixtures in
+//! tests/data/), posted over TLS at rising concurrency; throughput, latency and copyrator's CPU.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::{
+    base64_of,
+    common::Process,
+    measure::cpu_time,
+    payload,
+    report::{Report, ms, summary},
+};
+
+/// Two reviews (a source Secret UPDATE, a Namespace CREATE) posted to copyrator `p` over TLS,
+/// `seconds` at each concurrency.
+pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
+    use http_body_util::{BodyExt, Full};
+    use hyper::Request;
+    use hyper_util::rt::TokioIo;
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&p.ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let tls = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    );
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "registry", "namespace": "bench-nowhere", "resourceVersion": "12345",
+                     "uid": "8b7c3c2e-5c1a-4a8e-9a5e-1f2b3c4d5e6f",
+                     "labels": {"copyrator.io/source": "true", "team": "platform"},
+                     "annotations": {"copyrator.io/namespace-selector": "registry=enabled,env in (prod,staging)"}},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64_of(&payload(0))}
+    });
+    let reviews = [
+        (
+            "/admission/sources",
+            "Secret UPDATE (1 KiB, old+new)",
+            review(SECRET_UPDATE, "UPDATE", secret.clone(), Some(secret)),
+        ),
+        (
+            "/admission/namespaces",
+            "Namespace CREATE",
+            review(
+                NAMESPACE_CREATE,
+                "CREATE",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-x", "labels": {"registry": "enabled"}}}),
+                None,
+            ),
+        ),
+    ];
+    let pid = p.child.id();
+    for (path, what, body) in reviews {
+        let body = bytes::Bytes::from(serde_json::to_vec(&body).unwrap());
+        for concurrency in [1usize, 4, 16, 64] {
+            let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+            let cpu_before = cpu_time(pid);
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..concurrency)
+                .map(|_| {
+                    let tls = Arc::clone(&tls);
+                    let body = body.clone();
+                    let port = p.webhook_port;
+                    tokio::spawn(async move {
+                        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                            .await
+                            .unwrap();
+                        tcp.set_nodelay(true).unwrap();
+                        let conn = tokio_rustls::TlsConnector::from(tls)
+                            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                            .await
+                            .unwrap();
+                        let (mut sender, connection) =
+                            hyper::client::conn::http1::handshake(TokioIo::new(conn))
+                                .await
+                                .unwrap();
+                        tokio::spawn(connection);
+                        let mut lat = Vec::new();
+                        while Instant::now() < deadline {
+                            let req = Request::post(path)
+                                .header("content-type", "application/json")
+                                .header("host", "localhost")
+                                .body(Full::new(body.clone()))
+                                .unwrap();
+                            let t = Instant::now();
+                            let resp = sender.send_request(req).await.unwrap();
+                            assert!(resp.status().is_success());
+                            let _ = resp.into_body().collect().await.unwrap();
+                            lat.push(t.elapsed());
+                        }
+                        lat
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.unwrap());
+            }
+            let wall = started.elapsed();
+            let cpu = cpu_time(pid).saturating_sub(cpu_before);
+            let rps = all.len() as f64 / wall.as_secs_f64();
+            let (p50, _, p99, _) = summary(all);
+            report.row(
+                &format!("admission {what}, {concurrency} conn"),
+                format!("{rps:.0}/s p50 {} p99 {}", ms(p50), ms(p99)),
+                format!(
+                    "copyrator CPU {:.0}%",
+                    100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
+                ),
+                "".into(),
+                if concurrency == 64 {
+                    "≥ 20,000/s, p99 ≤ 2 ms"
+                } else {
+                    ""
+                },
+            );
+        }
+    }
+    report.note("admission: the load generator runs on the same 2 cores (HTTP/1.1 keep-alive over TLS, one connection per concurrent client); CPU share in % of one core".into());
+}
+
+/// Reviews captured from the API server (scripts/capture-fixtures.sh): the envelope, kinds,
+/// resources, userInfo and options exactly as it sends them.
+const SECRET_UPDATE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/review-secret-update-source.json"
+));
+const NAMESPACE_CREATE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/review-namespace-create.json"
+));
+
+/// The captured review `fixture` carrying the benchmark's request instead: its uid,
+/// `operation`, `object` and `old`, and the object's name and namespace.
+fn review(fixture: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
+    let mut review: Value = serde_json::from_str(fixture).expect("a captured AdmissionReview");
+    let request = &mut review["request"];
+    // The rest of the request (kind, resource, options) stays the fixture's.
+    assert_eq!(
+        request["kind"]["kind"], object["kind"],
+        "a fixture of the same kind"
+    );
+    assert_eq!(
+        request["operation"], operation,
+        "a fixture of the same operation"
+    );
+    let meta = &object["metadata"];
+    let name = meta["name"].clone();
+    // The API server sends a Namespace's own name as its namespace (review-namespace-create.json).
+    let namespace = meta.get("namespace").unwrap_or(&name).clone();
+    request["uid"] = json!("0df28fbd-5f5f-11e8-bc74-36e6bb280816");
+    request["operation"] = json!(operation);
+    request["name"] = name;
+    request["namespace"] = namespace;
+    request["object"] = object;
+    request["oldObject"] = old.unwrap_or(Value::Null);
+    review
+}

@@ -1,0 +1,386 @@
+//! Phase fanout: a storm of namespaces, then a source created and updated with N matching
+//! namespaces until every copy is seen, in rounds alternating with a plain client writing the
+//! same N Secrets; then the same rounds with the copies webhook unregistered (diagnostic).
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use copyrator::marks;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+use crate::{
+    CONCURRENCY, LongRun,
+    common::{self, Process, TestEnv, secret},
+    measure::{
+        CPU_PARTS, CpuMeter, all_seen, call_breakdown, cpu_since, create_namespace, wait_idle,
+        watch_secrets,
+    },
+    payload,
+    report::{Report, ms},
+};
+
+const FANOUT_ROUNDS: usize = 5;
+/// Rounds of the diagnostic run without the copies webhook.
+const DIAGNOSTIC_ROUNDS: usize = 3;
+
+/// A plain client writing the same objects copyrator writes: one Secret into each of the
+/// `namespaces`, then an update of each (with the resourceVersions the creates returned),
+/// `CONCURRENCY` in flight; each timed until a watch saw them all.
+async fn raw_fanout(
+    client: &kube::Client,
+    namespaces: &[String],
+    label: &str,
+    cpu: Option<&CpuMeter>,
+) -> (Duration, Duration, [Duration; 4]) {
+    let n = namespaces.len();
+    let (seen, watch) =
+        watch_secrets(Api::all(client.clone()), format!("{label}=yes"), |_| true).await;
+    let start = Instant::now();
+    let created: Vec<Secret> = stream::iter(namespaces.iter())
+        .map(|ns| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+            let s = secret(
+                label,
+                &[(label, "yes")],
+                &[],
+                &[("config.json", &payload(0))],
+            );
+            async move { api.create(&PostParams::default(), &s).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await
+        .unwrap();
+    let create = all_seen(&seen, n, Duration::from_secs(60), start, "raw creates").await;
+    watch.abort();
+    let (seen, watch) = watch_secrets(Api::all(client.clone()), format!("{label}=yes"), |s| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("config.json"))
+            .is_some_and(|v| v.0.ends_with(b"-updated"))
+    })
+    .await;
+    let cpu_before = cpu.map(CpuMeter::sample);
+    let start = Instant::now();
+    stream::iter(created)
+        .map(|mut s| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &s.namespace().unwrap());
+            async move {
+                let name = s.name_any();
+                s.string_data = Some(BTreeMap::from([(
+                    "config.json".to_string(),
+                    format!("{}-updated", payload(0)),
+                )]));
+                s.data = None;
+                api.replace(&name, &PostParams::default(), &s).await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    let update = all_seen(&seen, n, Duration::from_secs(60), start, "raw updates").await;
+    let cpu_used = cpu_since(cpu, cpu_before);
+    watch.abort();
+    (create, update, cpu_used)
+}
+
+/// A source selecting the `n` namespaces labelled `fan_key`: created, then updated; each
+/// timed from the API response until a watch saw all `n` copies (with the new content).
+async fn copyrator_fanout(
+    env: &TestEnv,
+    client: &kube::Client,
+    src: &str,
+    name: &str,
+    fan_key: &str,
+    n: usize,
+    cpu: Option<&CpuMeter>,
+) -> (Duration, Duration, [Duration; 4]) {
+    // Copies carry their source's labels: watch for them before the source exists.
+    let label = format!("bench-{name}-{}", env.id);
+    let selector = format!("{label}=yes,{}", marks::MANAGED_SELECTOR);
+    let (seen, watch) = watch_secrets(Api::all(client.clone()), selector.clone(), |_| true).await;
+    let source = secret(
+        name,
+        &[(marks::SOURCE_LABEL, "true"), (&label, "yes")],
+        &[(
+            marks::NAMESPACE_SELECTOR_ANNOTATION,
+            &format!("{fan_key}=yes"),
+        )],
+        &[("config.json", &payload(0))],
+    );
+    env.secrets(src)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let create = all_seen(&seen, n, Duration::from_secs(120), start, "initial fan-out").await;
+    watch.abort();
+    let (seen, watch) = watch_secrets(Api::all(client.clone()), selector, |s| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("config.json"))
+            .is_some_and(|v| v.0.ends_with(b"-updated"))
+    })
+    .await;
+    let cpu_before = cpu.map(CpuMeter::sample);
+    env.secrets(src)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"stringData": {"config.json": format!("{}-updated", payload(0))}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let update = all_seen(&seen, n, Duration::from_secs(120), start, "update fan-out").await;
+    let cpu_used = cpu_since(cpu, cpu_before);
+    watch.abort();
+    (create, update, cpu_used)
+}
+
+#[derive(Default)]
+struct Rounds {
+    raw_creates: Vec<Duration>,
+    raw_updates: Vec<Duration>,
+    cr_creates: Vec<Duration>,
+    cr_updates: Vec<Duration>,
+    /// CPU per process (CPU_PARTS) summed over the rounds' update phases.
+    raw_update_cpu: [Duration; 4],
+    cr_update_cpu: [Duration; 4],
+}
+
+/// `rounds` alternating raw and copyrator fan-outs to `names`; the API calls of copyrator's
+/// first round go to `breakdown`.
+#[allow(clippy::too_many_arguments)]
+async fn fanout_rounds(
+    env: &TestEnv,
+    client: &kube::Client,
+    p: &Process,
+    src: &str,
+    names: &[String],
+    fan_key: &str,
+    tag: &str,
+    rounds: usize,
+    mut breakdown: Option<&mut String>,
+) -> Rounds {
+    let mut r = Rounds::default();
+    for round in 0..rounds {
+        let cpu = CpuMeter::new(p.child.id());
+        let (c, u, used) = raw_fanout(
+            client,
+            names,
+            &format!("bench-raw{tag}{round}-{}", env.id),
+            cpu.as_ref(),
+        )
+        .await;
+        r.raw_creates.push(c);
+        r.raw_updates.push(u);
+        r.raw_update_cpu = std::array::from_fn(|i| r.raw_update_cpu[i] + used[i]);
+        let before = p.metrics().await;
+        let (c, u, used) = copyrator_fanout(
+            env,
+            client,
+            src,
+            &format!("{tag}{round}"),
+            fan_key,
+            names.len(),
+            cpu.as_ref(),
+        )
+        .await;
+        r.cr_creates.push(c);
+        r.cr_updates.push(u);
+        r.cr_update_cpu = std::array::from_fn(|i| r.cr_update_cpu[i] + used[i]);
+        if let Some(out) = breakdown.take() {
+            *out = call_breakdown(&before, &p.metrics().await);
+        }
+    }
+    r
+}
+
+/// "raw: ... ; copyrator: ..." CPU per update round, by process.
+fn cpu_note(r: &Rounds) -> String {
+    let per_round = |cpu: &[Duration; 4], rounds: usize| {
+        let total: Duration = cpu.iter().sum();
+        let parts: Vec<String> = CPU_PARTS
+            .iter()
+            .zip(cpu)
+            .map(|(name, d)| format!("{name} {}", ms(*d / rounds as u32)))
+            .collect();
+        format!("{} (total {})", parts.join(", "), ms(total / rounds as u32))
+    };
+    format!(
+        "raw: {}; copyrator: {}",
+        per_round(&r.raw_update_cpu, r.raw_updates.len().max(1)),
+        per_round(&r.cr_update_cpu, r.cr_updates.len().max(1))
+    )
+}
+
+fn fanout_row(report: &mut Report, figure: &str, cr: &[Duration], raw: &[Duration], target: &str) {
+    let median = |v: &[Duration]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let list = |v: &[Duration]| {
+        v.iter()
+            .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let (c, r) = (median(cr), median(raw));
+    report.row(
+        figure,
+        format!("{} [{} ms]", ms(c), list(cr)),
+        format!("{} [{} ms]", ms(r), list(raw)),
+        format!("{:.2}", c.as_secs_f64() / r.as_secs_f64()),
+        target,
+    );
+}
+
+/// A storm of `n` namespaces labelled for the fan-out, then the timed rounds.
+pub async fn run(report: &mut Report, lr: &LongRun, n: usize) {
+    let LongRun {
+        env,
+        client,
+        namespaces,
+        p,
+        src,
+        ..
+    } = lr;
+    let fan_key = format!("bench-fan-{}", env.id);
+    let names: Vec<String> = (0..n).map(|i| env.name(&format!("fan-{i}"))).collect();
+    let ns_jobs = "copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}";
+    let ns_jobs_before = p.metric(ns_jobs).await;
+    let storm = Instant::now();
+    stream::iter(names.iter())
+        .map(|name| {
+            let namespaces = namespaces.clone();
+            let key = fan_key.clone();
+            async move { create_namespace(&namespaces, name, &[(&key, "yes")]).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    for name in &names {
+        env.track_namespace(name);
+    }
+    // Each namespace job runs twice (the second look): all must be done before timing.
+    wait_idle(p, ns_jobs, ns_jobs_before + 2.0 * n as f64).await;
+    report.row(
+        &format!("namespace storm: {n} created, {CONCURRENCY} in flight"),
+        format!("{} until all {} jobs done", ms(storm.elapsed()), 2 * n),
+        "".into(),
+        "".into(),
+        "",
+    );
+
+    // Raw and copyrator runs alternate, each timed until a watch saw every object: the
+    // machine's noise hits both alike; medians are reported.
+    let mut breakdown = String::new();
+    let rounds = fanout_rounds(
+        env,
+        client,
+        p,
+        src,
+        &names,
+        &fan_key,
+        "fan",
+        FANOUT_ROUNDS,
+        Some(&mut breakdown),
+    )
+    .await;
+    for (what, cr, raw, target) in [
+        ("created", &rounds.cr_creates, &rounds.raw_creates, ""),
+        (
+            "updated",
+            &rounds.cr_updates,
+            &rounds.raw_updates,
+            "≤ 1.25 × raw",
+        ),
+    ] {
+        fanout_row(
+            report,
+            &format!("fan-out: source {what}, {n} copies (median of {FANOUT_ROUNDS})"),
+            cr,
+            raw,
+            target,
+        );
+    }
+    report.note(format!(
+        "fan-out CPU per update round (2 cores = 2 s of CPU per wall second), by process: {}",
+        cpu_note(&rounds)
+    ));
+    report.note(format!(
+        "fan-out: raw = a plain kube-rs client writing the same {n} objects (one Secret per namespace, {CONCURRENCY} in flight), copyrator = from the source's create/update response; both until a watch saw every object. copyrator's API calls for one create + update round: {breakdown}; its updates also pass the copies webhook (UPDATE) in the API server, the raw writes do not"
+    ));
+
+    // What the copies webhook costs the update fan-out: the same rounds with it unregistered
+    // (the API server then skips one admission call per copy update), then registered again.
+    {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration as V;
+        let api: Api<V> = Api::all(client.clone());
+        let saved = api.get(common::WEBHOOK_CONFIG_NAME).await.unwrap();
+        let mut without = saved.clone();
+        without
+            .webhooks
+            .as_mut()
+            .unwrap()
+            .retain(|w| !w.name.starts_with("copies"));
+        assert!(without.webhooks.as_ref().unwrap().len() < saved.webhooks.as_ref().unwrap().len());
+        api.replace(
+            common::WEBHOOK_CONFIG_NAME,
+            &PostParams::default(),
+            &without,
+        )
+        .await
+        .unwrap();
+        // The API server picks up webhook configurations from its informer.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let diag = fanout_rounds(
+            env,
+            client,
+            p,
+            src,
+            &names,
+            &fan_key,
+            "diag",
+            DIAGNOSTIC_ROUNDS,
+            None,
+        )
+        .await;
+        fanout_row(
+            report,
+            &format!(
+                "diagnostic: source updated, {n} copies, copies webhook unregistered (median of {DIAGNOSTIC_ROUNDS})"
+            ),
+            &diag.cr_updates,
+            &diag.raw_updates,
+            "",
+        );
+        report.note(format!(
+            "diagnostic CPU per update round, copies webhook unregistered: {}",
+            cpu_note(&diag)
+        ));
+        let mut restore = api.get(common::WEBHOOK_CONFIG_NAME).await.unwrap();
+        restore.webhooks = saved.webhooks;
+        api.replace(
+            common::WEBHOOK_CONFIG_NAME,
+            &PostParams::default(),
+            &restore,
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,302 @@
+//! copyrator against the raw API-server limit, measured in the same run (SPEC §7): the
+//! arguments, the sizes, and the phases run in order into one report.
+//!
+//! Runs the release binary against a real kube-apiserver + etcd (scripts/bench.sh starts a
+//! fresh one) and prints each figure beside its baseline and the ratio. The phases, in the
+//! order they run (each a module):
+//!
+//! - big-payload: a ~1 MiB Secret fanned out: time and copyrator's peak RSS;
+//! - selector-sources: CopyRule selector sources: copy latency, API-server CPU per 1,000
+//!   unrelated writes;
+//! - new-namespace: create response -> copy observed by a watch; baseline: a plain client
+//!   creating the same Secret right after the namespace;
+//! - fanout: source create / update with N matching namespaces -> every copy observed;
+//!   baseline: a plain kube-rs client writing N Secrets at the same concurrency;
+//! - admission: throughput over TLS at rising concurrency, with copyrator's CPU;
+//! - memory: RSS with many namespaces and unrelated Secrets vs none;
+//! - resync: cost of one steady-state resync.
+//!
+//! `cargo bench --bench cluster -- [--quick] [--out FILE] [--fanout N] [--phase NAME,...]`
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+mod admission;
+mod big_payload;
+mod fanout;
+mod measure;
+mod memory;
+mod new_namespace;
+mod report;
+mod resync;
+mod selector_sources;
+
+use std::{collections::BTreeSet, path::PathBuf, time::Duration};
+
+use clap::{Parser, ValueEnum};
+use common::{Process, TestEnv, unregister_webhooks};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, Client};
+use measure::{memory as rss, wait_resyncs};
+use report::Report;
+
+/// copyrator's default fan-out concurrency; the raw baseline uses the same.
+const CONCURRENCY: usize = 32;
+
+/// copyrator against a real API server, beside the raw API-server limit measured in the same run.
+#[derive(Parser, Debug)]
+#[command(name = "cluster", bin_name = "cargo bench --bench cluster --")]
+struct Args {
+    /// Small sizes, for a smoke run.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the report (Markdown) to FILE.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Namespaces in the fan-out phase [default: 500, 100 with --quick].
+    #[arg(long, value_name = "N")]
+    fanout: Option<usize>,
+    /// Phases to run (repeatable, or comma-separated), always in the order of the possible
+    /// values [default: all].
+    #[arg(long = "phase", value_name = "NAME", value_enum, value_delimiter = ',')]
+    phases: Vec<Phase>,
+    /// All phases but memory (5,000 namespaces, 50,000 Secrets) and resync, which is measured
+    /// on memory's load.
+    #[arg(long, conflicts_with = "phases")]
+    no_memory: bool,
+    /// Lists nothing and exits (`cargo bench -- --list`).
+    #[arg(long)]
+    list: bool,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// The phases, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+enum Phase {
+    /// A ~1 MiB Secret fanned out: time and peak RSS (a copyrator of its own)
+    BigPayload,
+    /// CopyRule selector sources: copy latency and API-server CPU of unrelated writes
+    SelectorSources,
+    /// New namespace -> copy latency
+    NewNamespace,
+    /// Namespace storm; source created / updated -> N copies
+    Fanout,
+    /// AdmissionReviews over TLS at rising concurrency
+    Admission,
+    /// RSS as the cluster grows to 5,000 namespaces and 50,000 Secrets
+    Memory,
+    /// Cost of one steady-state resync (at memory's load when both run)
+    Resync,
+}
+
+impl Args {
+    fn phases(&self) -> BTreeSet<Phase> {
+        if !self.phases.is_empty() {
+            self.phases.iter().copied().collect()
+        } else if self.no_memory {
+            Phase::value_variants()
+                .iter()
+                .copied()
+                .filter(|p| !matches!(p, Phase::Memory | Phase::Resync))
+                .collect()
+        } else {
+            Phase::value_variants().iter().copied().collect()
+        }
+    }
+}
+
+pub struct Sizes {
+    latency_namespaces: usize,
+    fanout: usize,
+    memory_namespaces: usize,
+    memory_secrets: usize,
+    admission_seconds: f64,
+    big_payload: usize,
+    selector_sources: usize,
+    selector_writes: usize,
+}
+
+fn sizes(quick: bool) -> Sizes {
+    if quick {
+        Sizes {
+            latency_namespaces: 40,
+            fanout: 100,
+            memory_namespaces: 500,
+            memory_secrets: 2_000,
+            admission_seconds: 1.0,
+            big_payload: 50,
+            selector_sources: 20,
+            selector_writes: 500,
+        }
+    } else {
+        Sizes {
+            latency_namespaces: 200,
+            fanout: 500,
+            memory_namespaces: 5_000,
+            memory_secrets: 50_000,
+            admission_seconds: 3.0,
+            big_payload: 500,
+            selector_sources: 100,
+            selector_writes: 4000,
+        }
+    }
+}
+
+fn payload(i: usize) -> String {
+    // A realistic registry credential: ~1 KiB.
+    format!(
+        "{{\"auths\":{{\"registry.example.com\":{{\"auth\":\"{}\"}}}}}}-{i}",
+        "x".repeat(1000)
+    )
+}
+
+fn base64_of(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn main() {
+    let args = Args::parse();
+    if args.list {
+        // `cargo bench -- --list` style discovery: nothing to list.
+        return;
+    }
+    let mut sz = sizes(args.quick);
+    if let Some(n) = args.fanout {
+        sz.fanout = n;
+    }
+    let phases = args.phases();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = rt.block_on(run(&sz, &phases));
+    let md = report.markdown();
+    println!("\n{md}");
+    if let Some(path) = args.out {
+        std::fs::write(&path, md).expect("writing the report");
+        println!("written to {}", path.display());
+    }
+}
+
+async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
+    let mut report = Report::default();
+    Report::header();
+    // The phases with a copyrator of their own come first, on a cluster not loaded yet.
+    if phases.contains(&Phase::BigPayload) || phases.contains(&Phase::SelectorSources) {
+        let env = TestEnv::new().await;
+        if phases.contains(&Phase::BigPayload) {
+            big_payload::run(&mut report, &env, sz.big_payload).await;
+        }
+        if phases.contains(&Phase::SelectorSources) {
+            selector_sources::run(&mut report, &env, sz.selector_sources, sz.selector_writes).await;
+        }
+        env.cleanup().await;
+    }
+    if phases.iter().any(|p| *p >= Phase::NewNamespace) {
+        long_run(&mut report, sz, phases).await;
+    }
+    report
+}
+
+/// What phases new-namespace to resync share: their corner of the cluster, the long-running
+/// copyrator (the release binary, its webhooks registered, resyncs an hour apart), its RSS on
+/// the empty cluster, the namespace of the sources.
+pub struct LongRun {
+    pub env: TestEnv,
+    pub client: Client,
+    pub namespaces: Api<Namespace>,
+    pub p: Process,
+    pub rss_empty: f64,
+    pub src: String,
+    stopped: bool,
+}
+
+impl LongRun {
+    async fn start() -> Self {
+        let env = TestEnv::new().await;
+        let client = env.client.clone();
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let log_level =
+            std::env::var("COPYRATOR_BENCH_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
+        let mut p = Process::spawn(&[
+            "--leader-election=false",
+            "--resync-interval",
+            "1h",
+            "--log-level",
+            &log_level,
+        ]);
+        p.wait_up().await;
+        p.register_webhooks(&client).await;
+        wait_resyncs(&p, 1.0, Duration::from_secs(60)).await;
+        let (rss_empty, _) = rss(p.child.id());
+        let src = env.namespace("bench-src", &[]).await;
+        Self {
+            env,
+            client,
+            namespaces,
+            p,
+            rss_empty,
+            src,
+            stopped: false,
+        }
+    }
+
+    /// Stops the long-running copyrator and unregisters its webhooks, once.
+    pub async fn stop(&mut self) {
+        if !self.stopped {
+            self.p.terminate();
+            unregister_webhooks(&self.client).await;
+            self.stopped = true;
+        }
+    }
+}
+
+async fn long_run(report: &mut Report, sz: &Sizes, phases: &BTreeSet<Phase>) {
+    let mut lr = LongRun::start().await;
+    if phases.contains(&Phase::NewNamespace) {
+        new_namespace::run(report, &lr, sz.latency_namespaces).await;
+    }
+    if phases.contains(&Phase::Fanout) {
+        fanout::run(report, &lr, sz.fanout).await;
+    }
+    if let Ok(keep) = std::env::var("COPYRATOR_BENCH_KEEP_LOG") {
+        std::fs::copy(&lr.p.log, keep).unwrap();
+    }
+    if phases.contains(&Phase::Admission) {
+        admission::run(report, &lr.p, sz.admission_seconds).await;
+    }
+    if !phases.contains(&Phase::Memory) && !phases.contains(&Phase::Resync) {
+        lr.stop().await;
+        std::mem::forget(lr.env);
+        return;
+    }
+    // The long-running process so far; then the cluster grows without copyrator and a fresh
+    // process meets it: first with the namespaces only, then with the unrelated Secrets as well.
+    let loaded = if phases.contains(&Phase::Memory) {
+        Some(memory::load(report, &mut lr, sz).await)
+    } else {
+        lr.stop().await;
+        None
+    };
+    let total_ns = match &loaded {
+        Some(l) => l.total_ns,
+        None => {
+            let all = lr.namespaces.list_metadata(&Default::default()).await;
+            all.unwrap().items.len()
+        }
+    };
+    let fresh = resync::fresh_process().await;
+    if let Some(loaded) = &loaded {
+        memory::rows(report, loaded, lr.rss_empty, &fresh);
+    }
+    if phases.contains(&Phase::Resync) {
+        resync::rows(report, &fresh, total_ns);
+    }
+    report.note(
+        "cleanup of the benchmark's namespaces is left to the throwaway control plane".into(),
+    );
+    std::mem::forget(lr.env); // deleting 5,000 namespaces one by one would double the run time
+}

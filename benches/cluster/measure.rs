@@ -1,0 +1,278 @@
+//! Measuring instruments shared by the phases: watches that time when objects appear, CPU
+//! time and memory of processes from /proc, copyrator's /metrics (API calls, idleness,
+//! resyncs), and namespace creation timed at its response.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{
+    Api, ResourceExt,
+    api::{ObjectMeta, PostParams, WatchEvent, WatchParams},
+};
+
+use crate::common::{Process, metric_value};
+
+/// Records when each Secret matching `selector` was first seen with `check` true, by
+/// `namespace/name`.
+/// Returns once the watch's starting point is fixed, so nothing written after it is missed.
+pub async fn watch_secrets(
+    api: Api<Secret>,
+    selector: String,
+    check: impl Fn(&Secret) -> bool + Send + 'static,
+) -> (
+    Arc<Mutex<HashMap<String, Instant>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    watch_objects(api, selector, check).await
+}
+
+/// [`watch_secrets`] for any kind.
+pub async fn watch_objects<K>(
+    api: Api<K>,
+    selector: String,
+    check: impl Fn(&K) -> bool + Send + 'static,
+) -> (
+    Arc<Mutex<HashMap<String, Instant>>>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let seen = Arc::new(Mutex::new(HashMap::new()));
+    let out = Arc::clone(&seen);
+    let mut rv = api
+        .list_metadata(&kube::api::ListParams::default().labels(&selector).limit(1))
+        .await
+        .expect("listing for the watch")
+        .metadata
+        .resource_version
+        .expect("a list resourceVersion");
+    let task = tokio::spawn(async move {
+        loop {
+            let wp = WatchParams::default().labels(&selector).timeout(290);
+            let stream = match api.watch(&wp, &rv).await {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("watch failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let mut stream = stream.boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                let now = Instant::now();
+                match event {
+                    WatchEvent::Added(s) | WatchEvent::Modified(s) => {
+                        if let Some(v) = s.resource_version() {
+                            rv = v;
+                        }
+                        if check(&s) {
+                            let key =
+                                format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any());
+                            out.lock().unwrap().entry(key).or_insert(now);
+                        }
+                    }
+                    WatchEvent::Deleted(s) => {
+                        if let Some(v) = s.resource_version() {
+                            rv = v;
+                        }
+                    }
+                    WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
+                    WatchEvent::Error(e) => {
+                        eprintln!("watch error: {e:?}");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (seen, task)
+}
+
+pub async fn wait_count(
+    seen: &Mutex<HashMap<String, Instant>>,
+    n: usize,
+    timeout: Duration,
+) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if seen.lock().unwrap().len() >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    eprintln!("watch saw {} of {n}", seen.lock().unwrap().len());
+    false
+}
+
+/// Waits until `seen` holds `n` objects; how long after `start` the last one was seen.
+pub async fn all_seen(
+    seen: &Mutex<HashMap<String, Instant>>,
+    n: usize,
+    timeout: Duration,
+    start: Instant,
+    what: &str,
+) -> Duration {
+    assert!(wait_count(seen, n, timeout).await, "{what} complete");
+    let last = *seen.lock().unwrap().values().max().unwrap();
+    last.saturating_duration_since(start)
+}
+
+/// CPU used by the meter's processes since `before` was sampled.
+pub fn cpu_since(cpu: Option<&CpuMeter>, before: Option<[Duration; 4]>) -> [Duration; 4] {
+    match (cpu, before) {
+        (Some(m), Some(b)) => cpu_delta(b, m.sample()),
+        _ => Default::default(),
+    }
+}
+
+pub async fn create_namespace(
+    api: &Api<Namespace>,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Instant {
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    Instant::now()
+}
+
+/// Total API calls in a /metrics text.
+pub fn api_calls(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("copyrator_api_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// CPU time of the processes that share the machine during a fan-out: the API server, etcd,
+/// copyrator and this benchmark (the raw writer, and the watch that times both).
+#[derive(Clone)]
+pub struct CpuMeter {
+    pids: [u32; 4],
+}
+
+pub const CPU_PARTS: [&str; 4] = ["kube-apiserver", "etcd", "copyrator", "benchmark client"];
+
+impl CpuMeter {
+    /// The control plane's pids from the pid files beside its kubeconfig (scripts/control-plane.sh).
+    pub fn new(copyrator: u32) -> Option<Self> {
+        let kubeconfig = std::env::var("COPYRATOR_KUBECONFIG").ok()?;
+        let dir = std::path::Path::new(&kubeconfig).parent()?;
+        let pid = |f: &str| -> Option<u32> {
+            std::fs::read_to_string(dir.join(f))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(Self {
+            pids: [
+                pid("apiserver.pid")?,
+                pid("etcd.pid")?,
+                copyrator,
+                std::process::id(),
+            ],
+        })
+    }
+
+    pub fn sample(&self) -> [Duration; 4] {
+        self.pids.map(cpu_time)
+    }
+}
+
+fn cpu_delta(before: [Duration; 4], after: [Duration; 4]) -> [Duration; 4] {
+    std::array::from_fn(|i| after[i].saturating_sub(before[i]))
+}
+
+/// Process CPU time (user + system) of `pid`, from /proc.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // Fields after the command: state(0) ... utime(11) stime(12); clock ticks are 100 Hz.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// (VmRSS, VmHWM) of `pid` in MiB.
+pub fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
+}
+
+/// API calls by verb and resource between two /metrics snapshots.
+pub fn call_breakdown(before: &str, after: &str) -> String {
+    after
+        .lines()
+        .filter(|l| l.starts_with("copyrator_api_requests_total{"))
+        .filter_map(|l| {
+            let (sample, _) = l.rsplit_once(' ')?;
+            let d = metric_value(after, sample) - metric_value(before, sample);
+            (d > 0.0).then(|| {
+                format!(
+                    "{} {d:.0}",
+                    sample.trim_start_matches("copyrator_api_requests_total")
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Waits until `sample` reached `at_least` and the queue is empty.
+pub async fn wait_idle(p: &Process, sample: &str, at_least: f64) {
+    let start = Instant::now();
+    loop {
+        let m = p.metrics().await;
+        if metric_value(&m, sample) >= at_least && metric_value(&m, "copyrator_queue_depth") == 0.0
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "copyrator not idle after 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn resyncs(p: &Process) -> f64 {
+    p.metric("copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}")
+        .await
+}
+
+pub async fn wait_resyncs(p: &Process, at_least: f64, timeout: Duration) {
+    let start = Instant::now();
+    while resyncs(p).await < at_least {
+        assert!(start.elapsed() < timeout, "no resync within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,163 @@
+//! Phase memory: copyrator's RSS with many namespaces and unrelated Secrets, from the
+//! long-running process after the earlier phases to fresh processes as the cluster grows.
+
+use std::time::{Duration, Instant};
+
+use copyrator::marks;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, api::PostParams};
+
+use crate::{
+    LongRun, Sizes,
+    common::{Process, secret},
+    measure::{create_namespace, memory, wait_resyncs},
+    report::Report,
+    resync::Fresh,
+};
+
+/// What the load left for the rows, measured before the fresh process at the full load.
+pub struct Loaded {
+    rss_before_load: f64,
+    hwm_long: f64,
+    ns_only_rss: f64,
+    ns_only_peak: f64,
+    pub total_ns: usize,
+    secrets: usize,
+}
+
+/// The long-running process's RSS; then, with copyrator stopped, the cluster grown to
+/// `sz.memory_namespaces` namespaces (the jobs of a 4,000-namespace storm are not what is
+/// measured here) and a fresh process's RSS at it, then `sz.memory_secrets` unrelated Secrets
+/// added for the fresh process at the full load ([`crate::resync::fresh_process`]).
+pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
+    let (rss_before_load, hwm_long) = memory(lr.p.child.id());
+    lr.stop().await;
+    let LongRun {
+        env,
+        client,
+        namespaces,
+        ..
+    } = &*lr;
+    let existing = namespaces
+        .list_metadata(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    let extra_ns = sz.memory_namespaces.saturating_sub(existing);
+    let total_ns = existing + extra_ns;
+    let load_started = Instant::now();
+    let mem_names: Vec<String> = (0..extra_ns)
+        .map(|i| env.name(&format!("mem-{i}")))
+        .collect();
+    stream::iter(mem_names.iter())
+        .map(|name| {
+            let namespaces = namespaces.clone();
+            async move { create_namespace(&namespaces, name, &[("bench", "memory")]).await }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+    for name in &mem_names {
+        env.track_namespace(name);
+    }
+    let (ns_only_rss, ns_only_peak) = fresh_process_memory().await;
+
+    let per_ns = sz.memory_secrets.div_ceil(mem_names.len().max(1));
+    stream::iter(
+        (0..sz.memory_secrets).map(|i| (mem_names[i / per_ns % mem_names.len().max(1)].clone(), i)),
+    )
+    .map(|(ns, i)| {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let s = secret(
+            &format!("unrelated-{i}"),
+            &[("app", "other")],
+            &[],
+            &[("k", "v")],
+        );
+        async move { api.create(&PostParams::default(), &s).await }
+    })
+    .buffer_unordered(64)
+    .try_collect::<Vec<_>>()
+    .await
+    .unwrap();
+    let managed = Api::<Secret>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().labels(marks::MANAGED_SELECTOR))
+        .await
+        .unwrap()
+        .items
+        .len();
+    let sources = Api::<Secret>::all(client.clone())
+        .list_metadata(
+            &kube::api::ListParams::default().labels(&format!("{}=true", marks::SOURCE_LABEL)),
+        )
+        .await
+        .unwrap()
+        .items
+        .len();
+    report.note(format!(
+        "memory: loaded {extra_ns} namespaces (total {total_ns}) and {} unrelated Secrets in {:.0} s, copyrator stopped meanwhile; the cluster also holds the earlier phases' {sources} sources and {managed} copies; RSS read from /proc/<pid>/status (VmRSS, peak VmHWM)",
+        sz.memory_secrets,
+        load_started.elapsed().as_secs_f64()
+    ));
+    Loaded {
+        rss_before_load,
+        hwm_long,
+        ns_only_rss,
+        ns_only_peak,
+        total_ns,
+        secrets: sz.memory_secrets,
+    }
+}
+
+/// The RSS rows: the long-running process beside `rss_empty` (its RSS on the empty cluster),
+/// fresh processes at the namespaces only and (`fresh`) at the full load.
+pub fn rows(report: &mut Report, l: &Loaded, rss_empty: f64, fresh: &Fresh) {
+    let Loaded {
+        rss_before_load,
+        hwm_long,
+        ns_only_rss,
+        ns_only_peak,
+        total_ns,
+        secrets,
+    } = *l;
+    let (fresh_rss, fresh_peak) = (fresh.rss, fresh.peak);
+    report.row(
+        "RSS, long-running process after phases 1-3",
+        format!("{rss_before_load:.1} MiB (peak {hwm_long:.1})"),
+        format!("{rss_empty:.1} MiB (empty cluster)"),
+        format!("{:.2}", rss_before_load / rss_empty),
+        "",
+    );
+    report.row(
+        &format!("RSS, fresh process, {total_ns} ns, no unrelated Secrets"),
+        format!("{ns_only_rss:.1} MiB (peak {ns_only_peak:.1})"),
+        format!("{rss_empty:.1} MiB (empty cluster)"),
+        format!("{:.2}", ns_only_rss / rss_empty),
+        "",
+    );
+    report.row(
+        &format!("RSS, fresh process, {total_ns} ns + {secrets} Secrets"),
+        format!("{fresh_rss:.1} MiB (peak {fresh_peak:.1})"),
+        format!("{ns_only_rss:.1} MiB (same, no Secrets)"),
+        format!("{:.2}", fresh_rss / ns_only_rss),
+        "≤ 32 MiB, flat in Secrets",
+    );
+}
+
+/// RSS (steady after two resyncs, and peak) of a fresh copyrator against the cluster as it is.
+async fn fresh_process_memory() -> (f64, f64) {
+    let mut p = Process::spawn(&[
+        "--leader-election=false",
+        "--resync-interval",
+        "5s",
+        "--log-level",
+        "warn",
+    ]);
+    p.wait_up().await;
+    wait_resyncs(&p, 2.0, Duration::from_secs(120)).await;
+    let m = memory(p.child.id());
+    p.terminate();
+    m
+}

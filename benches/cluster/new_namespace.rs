@@ -1,0 +1,123 @@
+//! Phase new-namespace: from a namespace's create response to its copy's ADDED watch event,
+//! beside a plain client creating the same Secret right after the namespace.
+
+use std::time::Duration;
+
+use copyrator::marks;
+use kube::{Api, ResourceExt, api::PostParams};
+
+use crate::{
+    LongRun,
+    common::secret,
+    measure::{create_namespace, wait_count, watch_secrets},
+    payload,
+    report::{Report, ms, summary},
+};
+
+/// `count` namespaces created one by one, 20 ms apart, each selected by a source in `lr.src`;
+/// then as many with the plain client.
+pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
+    let LongRun {
+        env,
+        client,
+        namespaces,
+        src,
+        ..
+    } = lr;
+    let lat_key = format!("bench-lat-{}", env.id);
+    env.secrets(src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "pull",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(
+                    marks::NAMESPACE_SELECTOR_ANNOTATION,
+                    &format!("{lat_key}=yes"),
+                )],
+                &[("config.json", &payload(0))],
+            ),
+        )
+        .await
+        .unwrap();
+    let uid = env.secrets(src).get("pull").await.unwrap().uid().unwrap();
+    let (seen, watch) = watch_secrets(
+        Api::all(client.clone()),
+        format!("{}={uid}", marks::SOURCE_UID_LABEL),
+        |_| true,
+    )
+    .await;
+    let mut created = Vec::new();
+    for i in 0..count {
+        let name = env.name(&format!("lat-{i}"));
+        let t = create_namespace(namespaces, &name, &[(&lat_key, "yes")]).await;
+        env.track_namespace(&name);
+        created.push((name, t));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        wait_count(&seen, created.len(), Duration::from_secs(30)).await,
+        "copies for every namespace"
+    );
+    watch.abort();
+    let copy_lat: Vec<Duration> = {
+        let seen = seen.lock().unwrap();
+        created
+            .iter()
+            .map(|(n, t)| seen[&format!("{n}/pull")].saturating_duration_since(*t))
+            .collect()
+    };
+
+    // Baseline: a plain client creating the Secret itself right after the namespace.
+    let raw_key = format!("bench-raw-{}", env.id);
+    let (seen, watch) =
+        watch_secrets(Api::all(client.clone()), format!("{raw_key}=yes"), |_| true).await;
+    let mut raw_created = Vec::new();
+    for i in 0..count {
+        let name = env.name(&format!("raw-{i}"));
+        let t = create_namespace(namespaces, &name, &[]).await;
+        env.track_namespace(&name);
+        env.secrets(&name)
+            .create(
+                &PostParams::default(),
+                &secret(
+                    "pull",
+                    &[(&raw_key, "yes")],
+                    &[],
+                    &[("config.json", &payload(0))],
+                ),
+            )
+            .await
+            .unwrap();
+        raw_created.push((name, t));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(wait_count(&seen, raw_created.len(), Duration::from_secs(30)).await);
+    watch.abort();
+    let raw_lat: Vec<Duration> = {
+        let seen = seen.lock().unwrap();
+        raw_created
+            .iter()
+            .map(|(n, t)| seen[&format!("{n}/pull")].saturating_duration_since(*t))
+            .collect()
+    };
+    let (c50, c90, c99, cmax) = summary(copy_lat);
+    let (r50, r90, r99, rmax) = summary(raw_lat);
+    for (label, c, r, target) in [
+        ("new namespace -> copy, p50", c50, r50, "≤ 30 ms"),
+        ("new namespace -> copy, p90", c90, r90, ""),
+        ("new namespace -> copy, p99", c99, r99, "≤ 100 ms"),
+        ("new namespace -> copy, max", cmax, rmax, ""),
+    ] {
+        report.row(
+            label,
+            ms(c),
+            ms(r),
+            format!("{:.2}", c.as_secs_f64() / r.as_secs_f64().max(1e-9)),
+            target,
+        );
+    }
+    report.note(format!(
+        "latency: {count} namespaces created one by one, 20 ms apart; from the namespace create response to the copy's ADDED watch event; baseline: the same client creating the Secret itself after the namespace"
+    ));
+}
