@@ -1,53 +1,37 @@
-//! copyrator's plain HTTP port as tests read it: a minimal GET, Prometheus samples, and free
-//! ports to put servers on.
+//! copyrator's plain HTTP port as tests read it: a GET with hyper's HTTP/1.1 client, Prometheus
+//! samples, and free ports to put servers on.
 
-/// Minimal HTTP/1.1 GET against the plain port; returns (status, body).
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+
+/// HTTP/1.1 GET of `path` on `addr` (the plain port: `/metrics`, `/healthz`, `/readyz`) over a
+/// connection of its own; returns (status, body), or status 0 if no response came.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = match text.split_once("\r\n\r\n") {
-        Some((head, body))
-            if head
-                .to_ascii_lowercase()
-                .contains("transfer-encoding: chunked") =>
-        {
-            dechunk(body)
-        }
-        Some((_, body)) => body.to_string(),
-        None => String::new(),
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .expect("HTTP handshake");
+    let conn = tokio::spawn(conn);
+    let request = hyper::Request::get(path)
+        .header("host", "localhost")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    // As a server that closes the connection without an answer: status 0, no body.
+    let Ok(response) = sender.send_request(request).await else {
+        return (0, String::new());
     };
+    let status = response.status().as_u16();
+    let body = match response.into_body().collect().await {
+        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        Err(_) => String::new(),
+    };
+    drop(sender);
+    let _ = conn.await;
     (status, body)
 }
 
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// Parses one sample value out of Prometheus text.
+/// Parses one sample value out of Prometheus text (0 if absent).
 pub fn metric_value(text: &str, sample: &str) -> f64 {
     text.lines()
         .find_map(|l| {

@@ -1,7 +1,8 @@
 //! copyrator's webhooks in the API server: the e2e ValidatingWebhookConfiguration, waiting
-//! until the API server calls them, and AdmissionReviews as the API server sends them.
+//! until the API server calls them, and AdmissionReviews as the API server sends them (from
+//! the reviews captured in `tests/data/`).
 
-use std::{future::Future, time::Duration};
+use std::{future::Future, sync::OnceLock, time::Duration};
 
 use copyrator::manifests::{self, WebhookOptions, WebhookTarget};
 use k8s_openapi::{
@@ -12,7 +13,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, PostParams},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{env::unique_suffix, wait::eventually};
 
@@ -79,23 +80,22 @@ where
     .await;
 }
 
-/// An AdmissionReview of a Namespace CREATE, as the API server would send it.
-pub fn namespace_create_review(name: &str, labels: serde_json::Value) -> String {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": format!("uid-{name}"),
-            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
-            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
-            "name": name,
-            "operation": "CREATE",
-            "userInfo": {"username": "admin"},
-            "object": {"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": name, "labels": labels}},
-            "oldObject": null,
-            "dryRun": false
-        }
-    })
-    .to_string()
+/// An AdmissionReview of a Namespace CREATE, as the API server sends it: the review captured
+/// in `tests/data/review-namespace-create.json`, for namespace `name` with `labels`.
+pub fn namespace_create_review(name: &str, labels: Value) -> String {
+    static CAPTURED: OnceLock<Value> = OnceLock::new();
+    let mut review = CAPTURED
+        .get_or_init(|| {
+            serde_json::from_str(include_str!("../data/review-namespace-create.json"))
+                .expect("tests/data/review-namespace-create.json is JSON")
+        })
+        .clone();
+    let request = &mut review["request"];
+    request["uid"] = json!(format!("uid-{name}"));
+    request["name"] = json!(name);
+    request["namespace"] = json!(name);
+    let metadata = &mut request["object"]["metadata"];
+    metadata["name"] = json!(name);
+    metadata["labels"] = labels;
+    review.to_string()
 }
