@@ -14,6 +14,7 @@ use super::{
     env::{client, kubeconfig},
     http::{http_get, metric_value},
     tls::test_certs,
+    wait,
     webhooks::{DRY_RUN_PROBES, register_webhooks, unregister_webhooks, wait_for_webhooks},
 };
 
@@ -93,6 +94,12 @@ impl Copyrator {
         metric_value(&self.metrics().await, sample)
     }
 
+    /// Waits (up to [`CONVERGE`](super::CONVERGE)) until `sample`'s value satisfies `check`;
+    /// returns the value.
+    pub async fn wait_metric(&self, sample: &str, what: &str, check: impl Fn(f64) -> bool) -> f64 {
+        wait::wait_metric(what, || self.metric(sample), check).await
+    }
+
     /// Stops copyrator and removes its webhook configuration.
     pub async fn stop(mut self) {
         unregister_webhooks(&self.client).await;
@@ -110,6 +117,8 @@ impl Copyrator {
     }
 }
 
+/// `copyrator serve` arguments for the in-process copyrator: ports chosen by the OS, the test
+/// cluster, certificates from `certs`, every namespace trusted unless `opts` says otherwise.
 pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs> {
     let mut argv: Vec<String> = vec![
         "copyrator".into(),

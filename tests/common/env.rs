@@ -5,11 +5,17 @@
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    sync::{Mutex, OnceLock},
+    sync::{
+        Mutex, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
-use copyrator::app as serve;
+use copyrator::{
+    app as serve,
+    copyrule::{CopyRule, CopyRuleSpec},
+};
 use k8s_openapi::{
     api::core::v1::{ConfigMap, Namespace, Secret},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -20,7 +26,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::wait::eventually;
+use super::{process::Process, wait::eventually, webhooks};
 
 /// The kubeconfig of the cluster under test, starting a local control plane if needed.
 pub fn kubeconfig() -> PathBuf {
@@ -51,6 +57,7 @@ pub fn kubeconfig() -> PathBuf {
         .clone()
 }
 
+/// An admin client of the cluster under test, the CopyRule CRD installed.
 pub async fn client() -> Client {
     let client = serve::kube_client(Some(&kubeconfig()))
         .await
@@ -64,7 +71,7 @@ async fn install_crd(client: &Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = copyrator::copyrule::CopyRule::crd();
+    let crd = CopyRule::crd();
     let name = crd.name_any();
     crds.patch(
         &name,
@@ -73,7 +80,7 @@ async fn install_crd(client: &Client) {
     )
     .await
     .expect("installing the CopyRule CRD");
-    let rules: Api<copyrator::copyrule::CopyRule> = Api::all(client.clone());
+    let rules: Api<CopyRule> = Api::all(client.clone());
     eventually(
         Duration::from_secs(30),
         "the CopyRule CRD being served",
@@ -93,7 +100,7 @@ async fn install_crd(client: &Client) {
 
 /// A suffix no other name in this cluster has.
 pub(crate) fn unique_suffix() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::AtomicU32;
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -112,6 +119,8 @@ pub struct TestEnv {
     pub id: String,
     namespaces: Mutex<Vec<String>>,
     copy_rules: Mutex<Vec<String>>,
+    /// The e2e webhook configuration is registered on this test's behalf.
+    webhooks: AtomicBool,
 }
 
 impl TestEnv {
@@ -121,6 +130,7 @@ impl TestEnv {
             id: unique_suffix(),
             namespaces: Mutex::new(Vec::new()),
             copy_rules: Mutex::new(Vec::new()),
+            webhooks: AtomicBool::new(false),
         }
     }
 
@@ -158,8 +168,20 @@ impl TestEnv {
         self.namespaces.lock().unwrap().push(name.to_string());
     }
 
+    /// Remembers a CopyRule (cluster-scoped), for cleanup.
     pub fn track_copy_rule(&self, name: &str) {
         self.copy_rules.lock().unwrap().push(name.to_string());
+    }
+
+    /// Creates CopyRule `base-<id>` with `spec`; returns its name.
+    pub async fn copy_rule(&self, base: &str, spec: CopyRuleSpec) -> String {
+        let name = self.name(base);
+        self.rules()
+            .create(&PostParams::default(), &CopyRule::new(&name, spec))
+            .await
+            .unwrap_or_else(|e| panic!("creating CopyRule {name}: {e}"));
+        self.track_copy_rule(&name);
+        name
     }
 
     pub async fn label_namespace(&self, name: &str, labels: serde_json::Value) {
@@ -181,24 +203,61 @@ impl TestEnv {
         Api::namespaced(self.client.clone(), ns)
     }
 
-    /// Deletes what the test made: sources and CopyRules first (so nothing is left for later
-    /// tests to copy), then its namespaces.
+    /// CopyRules (cluster-scoped).
+    pub fn rules(&self) -> Api<CopyRule> {
+        Api::all(self.client.clone())
+    }
+
+    /// Registers `process`'s webhooks (and waits until the API server calls them); they are
+    /// removed by [`TestEnv::cleanup`], or by `Drop` if the test panics.
+    pub async fn register_webhooks(&self, process: &Process) {
+        self.webhooks_registered();
+        process.register_webhooks(&self.client).await;
+    }
+
+    /// Removes the webhook configuration now (before the end of the test).
+    pub async fn unregister_webhooks(&self) {
+        webhooks::unregister_webhooks(&self.client).await;
+        self.webhooks.store(false, Ordering::Relaxed);
+    }
+
+    /// The e2e webhook configuration is (about to be) registered for this test: remove it at
+    /// the end, and first of all if the test panics.
+    pub(crate) fn webhooks_registered(&self) {
+        self.webhooks.store(true, Ordering::Relaxed);
+    }
+
+    /// Deletes what the test made: the webhook configuration, sources and CopyRules first (so
+    /// nothing is left for later tests to copy), then its namespaces.
     pub async fn cleanup(self) {
-        let copy_rules = std::mem::take(&mut *self.copy_rules.lock().unwrap());
-        let namespaces = std::mem::take(&mut *self.namespaces.lock().unwrap());
-        delete_all(&self.client, copy_rules, namespaces).await;
+        self.clean().await;
+    }
+
+    pub(crate) async fn clean(&self) {
+        let leftovers = self.take();
+        leftovers.delete(&self.client).await;
+    }
+
+    fn take(&self) -> Leftovers {
+        let take = |m: &Mutex<Vec<String>>| {
+            std::mem::take(&mut *m.lock().unwrap_or_else(|e| e.into_inner()))
+        };
+        Leftovers {
+            webhooks: self.webhooks.swap(false, Ordering::Relaxed),
+            copy_rules: take(&self.copy_rules),
+            namespaces: take(&self.namespaces),
+        }
     }
 }
 
-/// A test that panicked never reaches `cleanup()`: clean up anyway, on a runtime of our own
-/// (the test's is unwinding), so later tests sharing the cluster do not see its sources.
+/// A test that panicked never reaches `cleanup()`: clean up anyway, on a runtime of our own in
+/// a thread of its own (the test's runtime is unwinding, and it would be the one to answer
+/// webhook calls), so later tests sharing the cluster see neither its webhooks nor its sources.
+/// Best effort: errors are ignored, and this never panics.
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        let copy_rules =
-            std::mem::take(&mut *self.copy_rules.lock().unwrap_or_else(|e| e.into_inner()));
-        let namespaces =
-            std::mem::take(&mut *self.namespaces.lock().unwrap_or_else(|e| e.into_inner()));
-        if copy_rules.is_empty() && namespaces.is_empty() {
+        let leftovers = self.take();
+        if leftovers.is_empty() {
             return;
         }
         let _ = std::thread::spawn(move || {
@@ -208,16 +267,50 @@ impl Drop for TestEnv {
                 .ok()?;
             rt.block_on(async move {
                 let client = serve::kube_client(Some(&kubeconfig())).await.ok()?;
-                delete_all(&client, copy_rules, namespaces).await;
-                Some(())
+                tokio::time::timeout(
+                    Duration::from_secs(60),
+                    leftovers.delete_after_panic(&client),
+                )
+                .await
+                .ok()
             })
         })
         .join();
     }
 }
 
+/// What a test leaves behind in the cluster.
+struct Leftovers {
+    webhooks: bool,
+    copy_rules: Vec<String>,
+    namespaces: Vec<String>,
+}
+
+impl Leftovers {
+    fn is_empty(&self) -> bool {
+        !self.webhooks && self.copy_rules.is_empty() && self.namespaces.is_empty()
+    }
+
+    async fn delete(self, client: &Client) {
+        if self.webhooks {
+            webhooks::unregister_webhooks(client).await;
+        }
+        delete_all(client, self.copy_rules, self.namespaces).await;
+    }
+
+    /// As [`Leftovers::delete`]; the webhooks' server (the test's runtime) no longer answers,
+    /// so the deletes wait until the API server has dropped the webhook configuration.
+    async fn delete_after_panic(self, client: &Client) {
+        if self.webhooks {
+            webhooks::unregister_webhooks(client).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        delete_all(client, self.copy_rules, self.namespaces).await;
+    }
+}
+
 async fn delete_all(client: &Client, copy_rules: Vec<String>, namespaces: Vec<String>) {
-    let rules: Api<copyrator::copyrule::CopyRule> = Api::all(client.clone());
+    let rules: Api<CopyRule> = Api::all(client.clone());
     for r in copy_rules {
         let _ = rules.delete(&r, &DeleteParams::default()).await;
     }

@@ -1,13 +1,19 @@
 //! End-to-end test harness: a real kube-apiserver + etcd (started once per test process, or the
 //! cluster in `COPYRATOR_KUBECONFIG`), per-test namespaces with unique names, and copyrator
-//! running in-process ([`Copyrator`]) or as a child process ([`Process`]), its webhooks
+//! running in-process ([`Harness`]) or as a child process ([`Process`]), its webhooks
 //! registered in the API server over TLS.
+//!
+//! A test starts with [`Harness::start`] (or [`TestEnv::new`] when it runs copyrator some other
+//! way), waits with [`TestEnv::wait_for`] / [`TestEnv::wait_gone`] / [`TestEnv::wait_for_any`],
+//! and ends with [`Harness::finish`] (or [`TestEnv::cleanup`]); a test that panics is cleaned up
+//! by [`TestEnv`]'s `Drop`.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
 mod auth;
 mod copyrator;
 mod env;
+mod harness;
 mod http;
 mod objects;
 mod process;
@@ -19,11 +25,12 @@ mod webhooks;
 pub use auth::{service_account_token, write_token_kubeconfig};
 pub use copyrator::{Copyrator, Options, serve_args};
 pub use env::{TestEnv, client, kubeconfig};
+pub use harness::Harness;
 pub use http::{free_port, http_get, metric_value};
-pub use objects::{config_map, name_of, secret, secret_value};
+pub use objects::{Data, config_map, holding, name_of, secret, secret_value};
 pub use process::Process;
 pub use tls::{WebhookClient, test_certs, webhook_tls};
-pub use wait::{CONVERGE, eventually, stays};
+pub use wait::{CONVERGE, Object, Scope, eventually, stays, wait_for, wait_for_any, wait_gone};
 pub use webhooks::{
     WEBHOOK_CONFIG_NAME, namespace_create_review, register_webhooks, unregister_webhooks,
 };

@@ -9,7 +9,7 @@ use k8s_openapi::{
 };
 use kube::Resource;
 
-/// A Secret source with the shell-operator style inline rule.
+/// A Secret, e.g. a source with the shell-operator style inline rule (labels and annotations).
 pub fn secret(
     name: &str,
     labels: &[(&str, &str)],
@@ -68,6 +68,29 @@ pub fn secret_value(s: &Secret, key: &str) -> Option<String> {
         .as_ref()?
         .get(key)
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+/// An object holding string values by key: a Secret (decoded `data`) or a ConfigMap (`data`).
+pub trait Data {
+    fn value(&self, key: &str) -> Option<String>;
+}
+
+impl Data for Secret {
+    fn value(&self, key: &str) -> Option<String> {
+        secret_value(self, key)
+    }
+}
+
+impl Data for ConfigMap {
+    fn value(&self, key: &str) -> Option<String> {
+        self.data.as_ref()?.get(key).cloned()
+    }
+}
+
+/// A predicate for the waits: the object holds `key` = `want`.
+pub fn holding<K: Data>(key: &str, want: &str) -> impl Fn(&K) -> bool {
+    let (key, want) = (key.to_string(), want.to_string());
+    move |o| o.value(&key).as_deref() == Some(want.as_str())
 }
 
 /// Name of an object, for messages.

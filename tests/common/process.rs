@@ -13,6 +13,7 @@ use super::{
     env::kubeconfig,
     http::{free_port, http_get, metric_value},
     tls::test_certs,
+    wait,
     webhooks::{DRY_RUN_PROBES, register_webhooks, wait_for_webhooks},
 };
 
@@ -25,6 +26,7 @@ pub struct Process {
     pub certs: PathBuf,
     pub ca: Vec<u8>,
     extra: Vec<String>,
+    envs: Vec<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
@@ -36,12 +38,28 @@ impl Process {
         Self::spawn_with(dir, ca, extra)
     }
 
+    /// Spawns `copyrator serve` serving the certificate in `dir` (`tls.crt`, `tls.key`, signed
+    /// by `ca`), logging to `dir/copyrator.log`.
     pub fn spawn_with(dir: tempfile::TempDir, ca: Vec<u8>, extra: &[&str]) -> Self {
+        Self::spawn_with_env(dir, ca, extra, &[])
+    }
+
+    /// As [`Process::spawn_with`], with environment variables `envs` (e.g. `POD_NAME`).
+    pub fn spawn_with_env(
+        dir: tempfile::TempDir,
+        ca: Vec<u8>,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         let webhook_port = free_port();
         let http_port = free_port();
         let log = dir.path().join("copyrator.log");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let child = Self::start_child(dir.path(), webhook_port, http_port, &log, &extra);
+        let envs: Vec<(String, String)> = envs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let child = Self::start_child(dir.path(), webhook_port, http_port, &log, &extra, &envs);
         Self {
             child,
             webhook_port,
@@ -50,6 +68,7 @@ impl Process {
             certs: dir.path().to_path_buf(),
             ca,
             extra,
+            envs,
             _dir: dir,
         }
     }
@@ -60,6 +79,7 @@ impl Process {
         http_port: u16,
         log: &Path,
         extra: &[String],
+        envs: &[(String, String)],
     ) -> std::process::Child {
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -79,6 +99,7 @@ impl Process {
             .arg("--tls-key")
             .arg(dir.join("tls.key"))
             .args(extra)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_LOG")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -96,6 +117,7 @@ impl Process {
             self.http_port,
             &self.log,
             &self.extra,
+            &self.envs,
         );
     }
 
@@ -125,8 +147,30 @@ impl Process {
         metric_value(&self.metrics().await, sample)
     }
 
+    /// Waits (up to [`CONVERGE`](super::CONVERGE)) until `sample`'s value satisfies `check`;
+    /// returns the value.
+    pub async fn wait_metric(&self, sample: &str, what: &str, check: impl Fn(f64) -> bool) -> f64 {
+        wait::wait_metric(what, || self.metric(sample), check).await
+    }
+
+    /// GET `path` on the plain HTTP port; (status, body).
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.http_addr(), path).await
+    }
+
     /// Waits until `/healthz` answers.
     pub async fn wait_up(&mut self) {
+        self.wait_answering("/healthz", "come up").await;
+    }
+
+    /// Waits until `/readyz` answers (certificate loaded, first resync done).
+    pub async fn wait_ready(&mut self) {
+        self.wait_answering("/readyz", "get ready").await;
+    }
+
+    /// Waits (30 s at most) until `path` answers 200; panics with the logs if the process
+    /// exits first or it never does.
+    async fn wait_answering(&mut self, path: &str, what: &str) {
         let addr = self.http_addr();
         let start = Instant::now();
         loop {
@@ -134,13 +178,13 @@ impl Process {
                 panic!("copyrator exited with {status}:\n{}", self.logs());
             }
             if tokio::net::TcpStream::connect(addr).await.is_ok()
-                && http_get(addr, "/healthz").await.0 == 200
+                && http_get(addr, path).await.0 == 200
             {
                 return;
             }
             assert!(
                 start.elapsed() < Duration::from_secs(30),
-                "copyrator did not come up:\n{}",
+                "copyrator did not {what}:\n{}",
                 self.logs()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
