@@ -12,18 +12,14 @@ use copyrator::{
     model::Kind,
 };
 use k8s_openapi::{
-    api::{core::v1::ConfigMap, events::v1::Event},
+    api::{
+        core::v1::{ConfigMap, Secret},
+        events::v1::Event,
+    },
     apimachinery::pkg::apis::meta::v1::LabelSelector,
 };
-use kube::{
-    Api,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-fn rules(env: &TestEnv) -> Api<CopyRule> {
-    Api::all(env.client.clone())
-}
 
 fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
     CopyRuleSpec {
@@ -47,16 +43,6 @@ fn match_labels(k: &str, v: &str) -> Option<LabelSelector> {
     })
 }
 
-async fn create_rule(env: &TestEnv, name: &str, spec: CopyRuleSpec) -> String {
-    let name = env.name(name);
-    rules(env)
-        .create(&PostParams::default(), &CopyRule::new(&name, spec))
-        .await
-        .unwrap_or_else(|e| panic!("creating CopyRule {name}: {e}"));
-    env.track_copy_rule(&name);
-    name
-}
-
 async fn cm_data(env: &TestEnv, ns: &str, name: &str, key: &str) -> Option<String> {
     env.config_maps(ns)
         .get_opt(name)
@@ -66,44 +52,9 @@ async fn cm_data(env: &TestEnv, ns: &str, name: &str, key: &str) -> Option<Strin
         .and_then(|c| c.data?.get(key).cloned())
 }
 
-async fn wait_cm(env: &TestEnv, ns: &str, name: &str, key: &str, want: &str) -> ConfigMap {
-    eventually(
-        CONVERGE,
-        &format!("ConfigMap {ns}/{name} with {key}={want}"),
-        || async {
-            env.config_maps(ns)
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .filter(|c| {
-                    c.data.as_ref().and_then(|d| d.get(key)).map(String::as_str) == Some(want)
-                })
-        },
-    )
-    .await
-}
-
-async fn wait_cm_gone(env: &TestEnv, ns: &str, name: &str) {
-    eventually(
-        CONVERGE,
-        &format!("ConfigMap {ns}/{name} deleted"),
-        || async { matches!(env.config_maps(ns).get_opt(name).await, Ok(None)).then_some(()) },
-    )
-    .await
-}
-
-/// Waits until the rule's status satisfies `check`.
-async fn wait_status(
-    env: &TestEnv,
-    name: &str,
-    what: &str,
-    check: impl Fn(&CopyRuleStatus) -> bool,
-) -> CopyRuleStatus {
-    eventually(CONVERGE, &format!("CopyRule {name}: {what}"), || async {
-        rules(env).get(name).await.ok()?.status.filter(|s| check(s))
-    })
-    .await
+/// A predicate for the waits: the CopyRule has a status, satisfying `check`.
+fn status_is(check: impl Fn(&CopyRuleStatus) -> bool) -> impl Fn(&CopyRule) -> bool {
+    move |r| r.status.as_ref().is_some_and(&check)
 }
 
 fn ready(s: &CopyRuleStatus) -> Option<(&str, &str, &str)> {
@@ -113,41 +64,46 @@ fn ready(s: &CopyRuleStatus) -> Option<(&str, &str, &str)> {
         .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
 }
 
+/// A predicate for the waits: an Event with `reason` about CopyRule `rule`.
+fn about_rule(rule: &str, reason: &str) -> impl Fn(&Event) -> bool {
+    let (rule, reason) = (rule.to_string(), reason.to_string());
+    move |e| {
+        e.regarding.as_ref().is_some_and(|r| {
+            r.kind.as_deref() == Some("CopyRule") && r.name.as_deref() == Some(rule.as_str())
+        }) && e.reason.as_deref() == Some(reason.as_str())
+    }
+}
+
 async fn rule_events(env: &TestEnv, rule: &str, reason: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(env.client.clone(), "default")
+    env.api::<Event>("default")
         .list(&ListParams::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().is_some_and(|r| {
-                r.kind.as_deref() == Some("CopyRule") && r.name.as_deref() == Some(rule)
-            }) && e.reason.as_deref() == Some(reason)
-        })
+        .filter(about_rule(rule, reason))
         .collect()
 }
 
 /// SPEC §8.2: a Copyrator-style rule copies every matching ConfigMap and follows changes.
 #[tokio::test]
 async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options {
+    let t = Harness::start(Options {
         resync_interval: "2s",
         ..Default::default()
     })
     .await;
-    let src = env.namespace("cr-src", &[]).await;
-    let t1 = env.namespace("cr-t1", &[("copies", &env.id)]).await;
-    let t2 = env.namespace("cr-t2", &[("copies", &env.id)]).await;
-    let other = env.namespace("cr-other", &[]).await;
+    let src = t.namespace("cr-src", &[]).await;
+    let t1 = t.namespace("cr-t1", &[("copies", &t.id)]).await;
+    let t2 = t.namespace("cr-t2", &[("copies", &t.id)]).await;
+    let other = t.namespace("cr-other", &[]).await;
     for (name, selected) in [("alpha", true), ("beta", true), ("gamma", false)] {
         let labels: &[(&str, &str)] = if selected {
             &[("copyrator", "true")]
         } else {
             &[]
         };
-        env.config_maps(&src)
+        t.config_maps(&src)
             .create(
                 &PostParams::default(),
                 &config_map(name, labels, &[], &[("v", name)]),
@@ -155,27 +111,27 @@ async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
             .await
             .unwrap();
     }
-    let name = create_rule(
-        &env,
-        "selector",
-        CopyRuleSpec {
-            source_selector: match_labels("copyrator", "true"),
-            namespace_selector: match_labels("copies", &env.id),
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
+    let name = t
+        .copy_rule(
+            "selector",
+            CopyRuleSpec {
+                source_selector: match_labels("copyrator", "true"),
+                namespace_selector: match_labels("copies", &t.id),
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
     for ns in [&t1, &t2] {
-        wait_cm(&env, ns, "alpha", "v", "alpha").await;
-        wait_cm(&env, ns, "beta", "v", "beta").await;
+        t.wait_value::<ConfigMap>(ns, "alpha", "v", "alpha").await;
+        t.wait_value::<ConfigMap>(ns, "beta", "v", "beta").await;
         assert!(
-            cm_data(&env, ns, "gamma", "v").await.is_none(),
+            cm_data(&t, ns, "gamma", "v").await.is_none(),
             "gamma is not selected"
         );
     }
-    assert!(cm_data(&env, &other, "alpha", "v").await.is_none());
+    assert!(cm_data(&t, &other, "alpha", "v").await.is_none());
     // copyrator labelled the selected sources so their changes reach the webhook.
-    let alpha = env.config_maps(&src).get("alpha").await.unwrap();
+    let alpha = t.config_maps(&src).get("alpha").await.unwrap();
     assert_eq!(
         alpha
             .metadata
@@ -186,7 +142,7 @@ async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
         Some("true")
     );
 
-    env.config_maps(&src)
+    t.config_maps(&src)
         .patch(
             "beta",
             &PatchParams::default(),
@@ -195,19 +151,28 @@ async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
         .await
         .unwrap();
     for ns in [&t1, &t2] {
-        wait_cm(&env, ns, "beta", "v", "beta-2").await;
+        t.wait_value::<ConfigMap>(ns, "beta", "v", "beta-2").await;
     }
     // A new matching ConfigMap (not labelled as a source) is picked up by the resync.
-    env.config_maps(&src)
+    t.config_maps(&src)
         .create(
             &PostParams::default(),
             &config_map("delta", &[("copyrator", "true")], &[], &[("v", "delta")]),
         )
         .await
         .unwrap();
-    wait_cm(&env, &t2, "delta", "v", "delta").await;
+    t.wait_value::<ConfigMap>(&t2, "delta", "v", "delta").await;
 
-    let status = wait_status(&env, &name, "6 copies in sync", |s| s.synced_copies == 6).await;
+    let status = t
+        .wait_for::<CopyRule>(
+            "",
+            &name,
+            "6 copies in sync",
+            status_is(|s| s.synced_copies == 6),
+        )
+        .await
+        .status
+        .unwrap();
     assert_eq!(status.target_namespaces, 2);
     assert_eq!(
         ready(&status),
@@ -217,43 +182,43 @@ async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
         status.source.as_deref(),
         Some(format!("{src}/{{copyrator=true}}").as_str())
     );
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// SPEC §8.3: a ConfigMapSync-style rule keeps one ConfigMap in sync in one namespace.
 #[tokio::test]
 async fn named_rule_keeps_one_config_map_in_sync_in_one_namespace() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("sync-src", &[]).await;
-    let dest = env.namespace("sync-dest", &[]).await;
-    let bystander = env.namespace("sync-bystander", &[]).await;
-    env.config_maps(&src)
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("sync-src", &[]).await;
+    let dest = t.namespace("sync-dest", &[]).await;
+    let bystander = t.namespace("sync-bystander", &[]).await;
+    t.config_maps(&src)
         .create(
             &PostParams::default(),
             &config_map("app-config", &[], &[], &[("mode", "blue")]),
         )
         .await
         .unwrap();
-    let name = create_rule(
-        &env,
-        "sync",
-        CopyRuleSpec {
-            source_name: Some("app-config".into()),
-            namespaces: vec![dest.clone()],
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    let copy = wait_cm(&env, &dest, "app-config", "mode", "blue").await;
+    let name = t
+        .copy_rule(
+            "sync",
+            CopyRuleSpec {
+                source_name: Some("app-config".into()),
+                namespaces: vec![dest.clone()],
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    let copy = t
+        .wait_value::<ConfigMap>(&dest, "app-config", "mode", "blue")
+        .await;
     let annotations = copy.metadata.annotations.unwrap();
     assert_eq!(
         annotations.get(marks::RULE_ANNOTATION),
         Some(&format!("copyrule/{name}"))
     );
     for change in ["green", "red"] {
-        env.config_maps(&src)
+        t.config_maps(&src)
             .patch(
                 "app-config",
                 &PatchParams::default(),
@@ -261,30 +226,35 @@ async fn named_rule_keeps_one_config_map_in_sync_in_one_namespace() {
             )
             .await
             .unwrap();
-        wait_cm(&env, &dest, "app-config", "mode", change).await;
+        t.wait_value::<ConfigMap>(&dest, "app-config", "mode", change)
+            .await;
     }
     assert!(
-        cm_data(&env, &bystander, "app-config", "mode")
+        cm_data(&t, &bystander, "app-config", "mode")
             .await
             .is_none()
     );
-    let status = wait_status(&env, &name, "Ready", |s| {
-        ready(s).is_some_and(|r| r.0 == "True")
-    })
-    .await;
+    let status = t
+        .wait_for::<CopyRule>(
+            "",
+            &name,
+            "Ready",
+            status_is(|s| ready(s).is_some_and(|r| r.0 == "True")),
+        )
+        .await
+        .status
+        .unwrap();
     assert_eq!((status.target_namespaces, status.synced_copies), (1, 1));
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn deleting_a_rule_deletes_or_retains_its_copies_per_policy() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("del-src", &[]).await;
-    let dest = env.namespace("del-dest", &[]).await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("del-src", &[]).await;
+    let dest = t.namespace("del-dest", &[]).await;
     for name in ["gone", "kept"] {
-        env.config_maps(&src)
+        t.config_maps(&src)
             .create(
                 &PostParams::default(),
                 &config_map(name, &[], &[], &[("v", name)]),
@@ -292,127 +262,121 @@ async fn deleting_a_rule_deletes_or_retains_its_copies_per_policy() {
             .await
             .unwrap();
     }
-    let delete_rule = create_rule(
-        &env,
-        "deleter",
-        CopyRuleSpec {
-            source_name: Some("gone".into()),
-            namespaces: vec![dest.clone()],
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    let retain_rule = create_rule(
-        &env,
-        "retainer",
-        CopyRuleSpec {
-            source_name: Some("kept".into()),
-            namespaces: vec![dest.clone()],
-            deletion_policy: DeletionPolicy::Retain,
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    wait_cm(&env, &dest, "gone", "v", "gone").await;
-    wait_cm(&env, &dest, "kept", "v", "kept").await;
+    let delete_rule = t
+        .copy_rule(
+            "deleter",
+            CopyRuleSpec {
+                source_name: Some("gone".into()),
+                namespaces: vec![dest.clone()],
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    let retain_rule = t
+        .copy_rule(
+            "retainer",
+            CopyRuleSpec {
+                source_name: Some("kept".into()),
+                namespaces: vec![dest.clone()],
+                deletion_policy: DeletionPolicy::Retain,
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    t.wait_value::<ConfigMap>(&dest, "gone", "v", "gone").await;
+    t.wait_value::<ConfigMap>(&dest, "kept", "v", "kept").await;
 
-    rules(&env)
+    t.rules()
         .delete(&delete_rule, &DeleteParams::default())
         .await
         .unwrap();
-    rules(&env)
+    t.rules()
         .delete(&retain_rule, &DeleteParams::default())
         .await
         .unwrap();
-    wait_cm_gone(&env, &dest, "gone").await;
+    t.wait_gone::<ConfigMap>(&dest, "gone").await;
     stays(
         Duration::from_millis(800),
         "a Retain rule's copy stays",
-        || async { cm_data(&env, &dest, "kept", "v").await.as_deref() == Some("kept") },
+        || async { cm_data(&t, &dest, "kept", "v").await.as_deref() == Some("kept") },
     )
     .await;
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn namespace_leaving_the_selector_loses_its_copy_and_excluded_namespaces_get_none() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("sel-src", &[]).await;
-    let stay = env.namespace("sel-stay", &[("tier", &env.id)]).await;
-    let leave = env.namespace("sel-leave", &[("tier", &env.id)]).await;
-    let excluded = env.namespace("sel-excluded", &[("tier", &env.id)]).await;
-    env.secrets(&src)
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("sel-src", &[]).await;
+    let stay = t.namespace("sel-stay", &[("tier", &t.id)]).await;
+    let leave = t.namespace("sel-leave", &[("tier", &t.id)]).await;
+    let excluded = t.namespace("sel-excluded", &[("tier", &t.id)]).await;
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret("token", &[], &[], &[("t", "x")]),
         )
         .await
         .unwrap();
-    let name = create_rule(
-        &env,
-        "tier",
-        CopyRuleSpec {
-            source_name: Some("token".into()),
-            target_name: Some("pull-secret".into()),
-            namespace_selector: match_labels("tier", &env.id),
-            exclude_namespaces: vec![excluded.clone()],
-            ..spec(Kind::Secret, &src)
-        },
-    )
-    .await;
-    for ns in [&stay, &leave] {
-        eventually(CONVERGE, "renamed copy", || async {
-            env.secrets(ns).get_opt("pull-secret").await.ok().flatten()
-        })
+    let name = t
+        .copy_rule(
+            "tier",
+            CopyRuleSpec {
+                source_name: Some("token".into()),
+                target_name: Some("pull-secret".into()),
+                namespace_selector: match_labels("tier", &t.id),
+                exclude_namespaces: vec![excluded.clone()],
+                ..spec(Kind::Secret, &src)
+            },
+        )
         .await;
+    for ns in [&stay, &leave] {
+        t.wait_for::<Secret>(ns, "pull-secret", "renamed copy", |_| true)
+            .await;
     }
     assert!(
-        env.secrets(&excluded)
+        t.secrets(&excluded)
             .get_opt("pull-secret")
             .await
             .unwrap()
             .is_none()
     );
     assert!(
-        env.secrets(&stay).get_opt("token").await.unwrap().is_none(),
+        t.secrets(&stay).get_opt("token").await.unwrap().is_none(),
         "copies carry the targetName"
     );
 
-    env.label_namespace(&leave, json!({"tier": null})).await;
-    eventually(
-        CONVERGE,
-        "copy removed from the namespace that left",
-        || async {
-            matches!(env.secrets(&leave).get_opt("pull-secret").await, Ok(None)).then_some(())
-        },
-    )
-    .await;
+    t.label_namespace(&leave, json!({"tier": null})).await;
+    // The copy is removed from the namespace that left.
+    t.wait_gone::<Secret>(&leave, "pull-secret").await;
     assert!(
-        env.secrets(&stay)
+        t.secrets(&stay)
             .get_opt("pull-secret")
             .await
             .unwrap()
             .is_some()
     );
-    let status = wait_status(&env, &name, "1 target", |s| {
-        s.target_namespaces == 1 && s.synced_copies == 1
-    })
-    .await;
+    let status = t
+        .wait_for::<CopyRule>(
+            "",
+            &name,
+            "1 target",
+            status_is(|s| s.target_namespaces == 1 && s.synced_copies == 1),
+        )
+        .await
+        .status
+        .unwrap();
     assert_eq!(ready(&status).map(|r| r.0), Some("True"));
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn two_rules_for_one_target_do_not_fight_and_the_second_reports_a_conflict() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("fight-src", &[]).await;
-    let dest = env.namespace("fight-dest", &[]).await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("fight-src", &[]).await;
+    let dest = t.namespace("fight-dest", &[]).await;
     for (name, v) in [("one", "1"), ("two", "2")] {
-        env.config_maps(&src)
+        t.config_maps(&src)
             .create(
                 &PostParams::default(),
                 &config_map(name, &[], &[], &[("v", v)]),
@@ -420,30 +384,39 @@ async fn two_rules_for_one_target_do_not_fight_and_the_second_reports_a_conflict
             .await
             .unwrap();
     }
-    let first = create_rule(
-        &env,
-        "first",
-        CopyRuleSpec {
-            source_name: Some("one".into()),
-            target_name: Some("shared".into()),
-            namespaces: vec![dest.clone()],
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    wait_cm(&env, &dest, "shared", "v", "1").await;
-    let second = create_rule(
-        &env,
-        "second",
-        CopyRuleSpec {
-            source_name: Some("two".into()),
-            target_name: Some("shared".into()),
-            namespaces: vec![dest.clone()],
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    let status = wait_status(&env, &second, "a conflict", |s| !s.conflicts.is_empty()).await;
+    let first = t
+        .copy_rule(
+            "first",
+            CopyRuleSpec {
+                source_name: Some("one".into()),
+                target_name: Some("shared".into()),
+                namespaces: vec![dest.clone()],
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    t.wait_value::<ConfigMap>(&dest, "shared", "v", "1").await;
+    let second = t
+        .copy_rule(
+            "second",
+            CopyRuleSpec {
+                source_name: Some("two".into()),
+                target_name: Some("shared".into()),
+                namespaces: vec![dest.clone()],
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    let status = t
+        .wait_for::<CopyRule>(
+            "",
+            &second,
+            "a conflict",
+            status_is(|s| !s.conflicts.is_empty()),
+        )
+        .await
+        .status
+        .unwrap();
     assert_eq!(status.conflicts[0].namespace, dest);
     assert_eq!(status.conflicts[0].name, "shared");
     assert!(
@@ -457,7 +430,7 @@ async fn two_rules_for_one_target_do_not_fight_and_the_second_reports_a_conflict
     );
 
     // No ping-pong: the copy keeps the first rule's content and is not rewritten.
-    let rv = env
+    let rv = t
         .config_maps(&dest)
         .get("shared")
         .await
@@ -468,53 +441,59 @@ async fn two_rules_for_one_target_do_not_fight_and_the_second_reports_a_conflict
         Duration::from_millis(800),
         "the first rule keeps the target",
         || async {
-            let c = env.config_maps(&dest).get("shared").await.unwrap();
+            let c = t.config_maps(&dest).get("shared").await.unwrap();
             c.metadata.resource_version == rv
                 && c.data.unwrap().get("v").map(String::as_str) == Some("1")
         },
     )
     .await;
-    let first_status = wait_status(&env, &first, "Ready", |s| {
-        ready(s).is_some_and(|r| r.0 == "True")
-    })
-    .await;
+    let first_status = t
+        .wait_for::<CopyRule>(
+            "",
+            &first,
+            "Ready",
+            status_is(|s| ready(s).is_some_and(|r| r.0 == "True")),
+        )
+        .await
+        .status
+        .unwrap();
     assert!(first_status.conflicts.is_empty());
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn overwrite_policy_adopts_an_unmanaged_object_and_says_so() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("adopt-src", &[]).await;
-    let dest = env.namespace("adopt-dest", &[]).await;
-    env.config_maps(&dest)
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("adopt-src", &[]).await;
+    let dest = t.namespace("adopt-dest", &[]).await;
+    t.config_maps(&dest)
         .create(
             &PostParams::default(),
             &config_map("settings", &[], &[], &[("v", "hand made")]),
         )
         .await
         .unwrap();
-    env.config_maps(&src)
+    t.config_maps(&src)
         .create(
             &PostParams::default(),
             &config_map("settings", &[], &[], &[("v", "managed")]),
         )
         .await
         .unwrap();
-    let name = create_rule(
-        &env,
-        "adopter",
-        CopyRuleSpec {
-            source_name: Some("settings".into()),
-            namespaces: vec![dest.clone()],
-            conflict_policy: ConflictPolicy::Overwrite,
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    let adopted = wait_cm(&env, &dest, "settings", "v", "managed").await;
+    let name = t
+        .copy_rule(
+            "adopter",
+            CopyRuleSpec {
+                source_name: Some("settings".into()),
+                namespaces: vec![dest.clone()],
+                conflict_policy: ConflictPolicy::Overwrite,
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    let adopted = t
+        .wait_value::<ConfigMap>(&dest, "settings", "v", "managed")
+        .await;
     assert_eq!(
         adopted
             .metadata
@@ -524,55 +503,61 @@ async fn overwrite_policy_adopts_an_unmanaged_object_and_says_so() {
             .map(String::as_str),
         Some("copyrator")
     );
-    eventually(CONVERGE, "a CopyAdopted event on the rule", || async {
-        (!rule_events(&env, &name, "CopyAdopted").await.is_empty()).then_some(())
-    })
+    t.wait_for_any::<Event>(
+        "default",
+        "a CopyAdopted event on the rule",
+        about_rule(&name, "CopyAdopted"),
+    )
     .await;
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn skip_policy_reports_the_unmanaged_object_in_status_and_events_once() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options {
+    let t = Harness::start(Options {
         resync_interval: "1s",
         ..Default::default()
     })
     .await;
-    let src = env.namespace("skip-src", &[]).await;
-    let dest = env.namespace("skip-dest", &[]).await;
-    let ok = env.namespace("skip-ok", &[]).await;
-    env.secrets(&dest)
+    let src = t.namespace("skip-src", &[]).await;
+    let dest = t.namespace("skip-dest", &[]).await;
+    let ok = t.namespace("skip-ok", &[]).await;
+    t.secrets(&dest)
         .create(
             &PostParams::default(),
             &secret("pull-secret", &[], &[], &[("mine", "yes")]),
         )
         .await
         .unwrap();
-    let before = env.secrets(&dest).get("pull-secret").await.unwrap();
-    env.secrets(&src)
+    let before = t.secrets(&dest).get("pull-secret").await.unwrap();
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret("registry", &[], &[], &[("auth", "token")]),
         )
         .await
         .unwrap();
-    let name = create_rule(
-        &env,
-        "skipper",
-        CopyRuleSpec {
-            source_name: Some("registry".into()),
-            target_name: Some("pull-secret".into()),
-            namespaces: vec![dest.clone(), ok.clone()],
-            ..spec(Kind::Secret, &src)
-        },
-    )
-    .await;
-    let status = wait_status(&env, &name, "a conflict", |s| {
-        !s.conflicts.is_empty() && s.synced_copies == 1
-    })
-    .await;
+    let name = t
+        .copy_rule(
+            "skipper",
+            CopyRuleSpec {
+                source_name: Some("registry".into()),
+                target_name: Some("pull-secret".into()),
+                namespaces: vec![dest.clone(), ok.clone()],
+                ..spec(Kind::Secret, &src)
+            },
+        )
+        .await;
+    let status = t
+        .wait_for::<CopyRule>(
+            "",
+            &name,
+            "a conflict",
+            status_is(|s| !s.conflicts.is_empty() && s.synced_copies == 1),
+        )
+        .await
+        .status
+        .unwrap();
     assert_eq!(status.target_namespaces, 2);
     assert_eq!(
         status.conflicts[0].reason,
@@ -589,18 +574,18 @@ async fn skip_policy_reports_the_unmanaged_object_in_status_and_events_once() {
     let status_writes =
         "copyrator_api_requests_total{verb=\"patch\",resource=\"copyrules/status\"}";
     let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
-    let writes_before = copyrator.metric(status_writes).await;
-    let resyncs_before = copyrator.metric(resyncs).await;
+    let writes_before = t.metric(status_writes).await;
+    let resyncs_before = t.metric(resyncs).await;
     eventually(Duration::from_secs(15), "three more resyncs", || async {
-        (copyrator.metric(resyncs).await >= resyncs_before + 3.0).then_some(())
+        (t.metric(resyncs).await >= resyncs_before + 3.0).then_some(())
     })
     .await;
     assert_eq!(
-        copyrator.metric(status_writes).await,
+        t.metric(status_writes).await,
         writes_before,
         "unchanged status is not rewritten"
     );
-    let events = rule_events(&env, &name, "CopyConflict").await;
+    let events = rule_events(&t, &name, "CopyConflict").await;
     assert_eq!(
         events.len(),
         1,
@@ -610,20 +595,18 @@ async fn skip_policy_reports_the_unmanaged_object_in_status_and_events_once() {
         events[0].series.is_none(),
         "not re-published on every resync"
     );
-    let after = env.secrets(&dest).get("pull-secret").await.unwrap();
+    let after = t.secrets(&dest).get("pull-secret").await.unwrap();
     assert_eq!(
         after.metadata.resource_version,
         before.metadata.resource_version
     );
     assert_eq!(after.data, before.data);
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn invalid_rules_are_denied_at_admission_naming_the_field() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
+    let t = Harness::start(Options::default()).await;
     let cases: Vec<(CopyRuleSpec, &str)> = vec![
         (
             CopyRuleSpec {
@@ -677,80 +660,82 @@ async fn invalid_rules_are_denied_at_admission_naming_the_field() {
         ),
     ];
     for (i, (spec, field)) in cases.into_iter().enumerate() {
-        let name = env.name(&format!("invalid-{i}"));
-        let err = rules(&env)
+        let name = t.name(&format!("invalid-{i}"));
+        let err = t
+            .rules()
             .create(&PostParams::default(), &CopyRule::new(&name, spec))
             .await
             .expect_err("denied");
         let msg = err.to_string();
         assert!(msg.contains(field), "case {i}: {msg} should name {field}");
-        assert!(rules(&env).get_opt(&name).await.unwrap().is_none());
+        assert!(t.rules().get_opt(&name).await.unwrap().is_none());
     }
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn invalid_rule_that_got_in_while_the_webhook_was_down_is_not_ready() {
-    let env = TestEnv::new().await;
     // No webhooks: the API server stores whatever passes the schema.
-    let copyrator = Copyrator::start(Options {
+    let t = Harness::start(Options {
         webhooks: false,
         resync_interval: "1s",
         ..Default::default()
     })
     .await;
-    let name = create_rule(
-        &env,
-        "sneaked-in",
-        CopyRuleSpec {
-            source_name: Some("a".into()),
-            source_selector: match_labels("x", "y"),
-            namespaces: vec!["dest".into()],
-            ..spec(Kind::ConfigMap, "platform")
-        },
-    )
-    .await;
-    let status = wait_status(&env, &name, "Ready=False", |s| ready(s).is_some()).await;
+    let name = t
+        .copy_rule(
+            "sneaked-in",
+            CopyRuleSpec {
+                source_name: Some("a".into()),
+                source_selector: match_labels("x", "y"),
+                namespaces: vec!["dest".into()],
+                ..spec(Kind::ConfigMap, "platform")
+            },
+        )
+        .await;
+    let status = t
+        .wait_for::<CopyRule>("", &name, "Ready=False", status_is(|s| ready(s).is_some()))
+        .await
+        .status
+        .unwrap();
     let (state, reason, message) = ready(&status).unwrap();
     assert_eq!((state, reason), ("False", "Invalid"));
     assert!(message.contains("spec.sourceName"), "{message}");
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn kubectl_get_copyrules_shows_the_columns_with_real_values() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("cols-src", &[]).await;
-    let d1 = env.namespace("cols-d1", &[]).await;
-    let d2 = env.namespace("cols-d2", &[]).await;
-    env.secrets(&src)
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("cols-src", &[]).await;
+    let d1 = t.namespace("cols-d1", &[]).await;
+    let d2 = t.namespace("cols-d2", &[]).await;
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret("cred", &[], &[], &[("k", "v")]),
         )
         .await
         .unwrap();
-    let name = create_rule(
-        &env,
-        "cols",
-        CopyRuleSpec {
-            source_name: Some("cred".into()),
-            namespaces: vec![d1, d2],
-            ..spec(Kind::Secret, &src)
-        },
-    )
-    .await;
-    wait_status(&env, &name, "2 synced", |s| s.synced_copies == 2).await;
+    let name = t
+        .copy_rule(
+            "cols",
+            CopyRuleSpec {
+                source_name: Some("cred".into()),
+                namespaces: vec![d1, d2],
+                ..spec(Kind::Secret, &src)
+            },
+        )
+        .await;
+    t.wait_for::<CopyRule>("", &name, "2 synced", status_is(|s| s.synced_copies == 2))
+        .await;
 
     // What `kubectl get copyrules` prints comes from the API server's Table output.
     let req = axum::http::Request::get(format!("/apis/copyrator.io/v1alpha1/copyrules/{name}"))
         .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
         .body(Vec::new())
         .unwrap();
-    let table: serde_json::Value = env.client.request(req).await.unwrap();
+    let table: serde_json::Value = t.client.request(req).await.unwrap();
     let columns: Vec<&str> = table["columnDefinitions"]
         .as_array()
         .unwrap()
@@ -770,38 +755,44 @@ async fn kubectl_get_copyrules_shows_the_columns_with_real_values() {
     assert_eq!(cells[3], json!(2));
     assert_eq!(cells[4], json!(2));
     assert_eq!(cells[5], json!("True"));
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn rule_for_a_missing_source_is_not_ready_until_the_source_appears() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("missing-src", &[]).await;
-    let dest = env.namespace("missing-dest", &[]).await;
-    let name = create_rule(
-        &env,
-        "waiting",
-        CopyRuleSpec {
-            source_name: Some("later".into()),
-            namespaces: vec![dest.clone()],
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    let status = wait_status(&env, &name, "SourceNotFound", |s| {
-        ready(s).is_some_and(|r| r.1 == "SourceNotFound")
-    })
-    .await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("missing-src", &[]).await;
+    let dest = t.namespace("missing-dest", &[]).await;
+    let name = t
+        .copy_rule(
+            "waiting",
+            CopyRuleSpec {
+                source_name: Some("later".into()),
+                namespaces: vec![dest.clone()],
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    let status = t
+        .wait_for::<CopyRule>(
+            "",
+            &name,
+            "SourceNotFound",
+            status_is(|s| ready(s).is_some_and(|r| r.1 == "SourceNotFound")),
+        )
+        .await
+        .status
+        .unwrap();
     assert_eq!(ready(&status).unwrap().0, "False");
-    eventually(CONVERGE, "a SourceNotFound event on the rule", || async {
-        (!rule_events(&env, &name, "SourceNotFound").await.is_empty()).then_some(())
-    })
+    t.wait_for_any::<Event>(
+        "default",
+        "a SourceNotFound event on the rule",
+        about_rule(&name, "SourceNotFound"),
+    )
     .await;
 
     // Created with the opt-in label, the source reaches the webhook at once.
-    env.config_maps(&src)
+    t.config_maps(&src)
         .create(
             &PostParams::default(),
             &config_map(
@@ -813,41 +804,42 @@ async fn rule_for_a_missing_source_is_not_ready_until_the_source_appears() {
         )
         .await
         .unwrap();
-    wait_cm(&env, &dest, "later", "v", "here").await;
-    wait_status(&env, &name, "Ready", |s| {
-        ready(s).is_some_and(|r| r.0 == "True")
-    })
+    t.wait_value::<ConfigMap>(&dest, "later", "v", "here").await;
+    t.wait_for::<CopyRule>(
+        "",
+        &name,
+        "Ready",
+        status_is(|s| ready(s).is_some_and(|r| r.0 == "True")),
+    )
     .await;
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn changing_a_rule_moves_its_copies() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("move-src", &[]).await;
-    let before = env.namespace("move-before", &[]).await;
-    let after = env.namespace("move-after", &[]).await;
-    env.config_maps(&src)
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("move-src", &[]).await;
+    let before = t.namespace("move-before", &[]).await;
+    let after = t.namespace("move-after", &[]).await;
+    t.config_maps(&src)
         .create(
             &PostParams::default(),
             &config_map("cfg", &[], &[], &[("v", "1")]),
         )
         .await
         .unwrap();
-    let name = create_rule(
-        &env,
-        "mover",
-        CopyRuleSpec {
-            source_name: Some("cfg".into()),
-            namespaces: vec![before.clone()],
-            ..spec(Kind::ConfigMap, &src)
-        },
-    )
-    .await;
-    wait_cm(&env, &before, "cfg", "v", "1").await;
-    rules(&env)
+    let name = t
+        .copy_rule(
+            "mover",
+            CopyRuleSpec {
+                source_name: Some("cfg".into()),
+                namespaces: vec![before.clone()],
+                ..spec(Kind::ConfigMap, &src)
+            },
+        )
+        .await;
+    t.wait_value::<ConfigMap>(&before, "cfg", "v", "1").await;
+    t.rules()
         .patch(
             &name,
             &PatchParams::default(),
@@ -855,15 +847,20 @@ async fn changing_a_rule_moves_its_copies() {
         )
         .await
         .unwrap();
-    wait_cm(&env, &after, "cfg", "v", "1").await;
-    wait_cm_gone(&env, &before, "cfg").await;
-    let status = wait_status(&env, &name, "generation 2 observed", |s| {
-        s.observed_generation == Some(2)
-    })
-    .await;
+    t.wait_value::<ConfigMap>(&after, "cfg", "v", "1").await;
+    t.wait_gone::<ConfigMap>(&before, "cfg").await;
+    let status = t
+        .wait_for::<CopyRule>(
+            "",
+            &name,
+            "generation 2 observed",
+            status_is(|s| s.observed_generation == Some(2)),
+        )
+        .await
+        .status
+        .unwrap();
     assert_eq!((status.target_namespaces, status.synced_copies), (1, 1));
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// A ConfigMap or Secret created after the rule with the matching label is copied at once (not
@@ -871,16 +868,14 @@ async fn changing_a_rule_moves_its_copies() {
 /// without the label, or in other namespaces, cause copyrator no work at all.
 #[tokio::test]
 async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await; // resync every hour
-    let src = env.namespace("sel-src", &[]).await;
-    let elsewhere = env.namespace("sel-elsewhere", &[]).await;
-    let target_label = ("sel-target", env.id.as_str());
-    let a = env.namespace("sel-a", &[target_label]).await;
-    let b = env.namespace("sel-b", &[target_label]).await;
+    let t = Harness::start(Options::default()).await; // resync every hour
+    let src = t.namespace("sel-src", &[]).await;
+    let elsewhere = t.namespace("sel-elsewhere", &[]).await;
+    let target_label = ("sel-target", t.id.as_str());
+    let a = t.namespace("sel-a", &[target_label]).await;
+    let b = t.namespace("sel-b", &[target_label]).await;
     for (name, kind) in [("cm", Kind::ConfigMap), ("secret", Kind::Secret)] {
-        create_rule(
-            &env,
+        t.copy_rule(
             &format!("sel-{name}"),
             CopyRuleSpec {
                 source_selector: match_labels("copyrator", "true"),
@@ -891,10 +886,8 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
         .await;
     }
     let selector_watches = "copyrator_selector_watches";
-    eventually(CONVERGE, "both selectors watched", || async {
-        (copyrator.metric(selector_watches).await == 2.0).then_some(())
-    })
-    .await;
+    t.wait_metric(selector_watches, "both selectors watched", |v| v == 2.0)
+        .await;
 
     // Objects no rule selects: no admission call, no watch event, no job.
     let quiet = [
@@ -904,11 +897,11 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
     ];
     let mut before = Vec::new();
     for sample in quiet {
-        before.push(copyrator.metric(sample).await);
+        before.push(t.metric(sample).await);
     }
     for i in 0..10 {
         for ns in [&src, &elsewhere] {
-            env.secrets(ns)
+            t.secrets(ns)
                 .create(
                     &PostParams::default(),
                     &secret(
@@ -922,7 +915,7 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
                 .unwrap();
         }
     }
-    env.secrets(&elsewhere)
+    t.secrets(&elsewhere)
         .create(
             &PostParams::default(),
             &secret(
@@ -937,14 +930,14 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
 
     // The new sources, labelled only as the rules' selectors ask.
     let created = std::time::Instant::now();
-    env.config_maps(&src)
+    t.config_maps(&src)
         .create(
             &PostParams::default(),
             &config_map("later-cm", &[("copyrator", "true")], &[], &[("v", "1")]),
         )
         .await
         .unwrap();
-    env.secrets(&src)
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret("later-secret", &[("copyrator", "true")], &[], &[("v", "1")]),
@@ -952,19 +945,15 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
         .await
         .unwrap();
     for ns in [&a, &b] {
-        wait_cm(&env, ns, "later-cm", "v", "1").await;
-        eventually(CONVERGE, "the Secret's copy", || async {
-            let s = env.secrets(ns).get_opt("later-secret").await.ok()??;
-            (secret_value(&s, "v").as_deref() == Some("1")).then_some(())
-        })
-        .await;
+        t.wait_value::<ConfigMap>(ns, "later-cm", "v", "1").await;
+        t.wait_value::<Secret>(ns, "later-secret", "v", "1").await;
     }
     eprintln!(
         "copies of sources created later: all present {:?} after the creates",
         created.elapsed()
     );
     assert!(
-        !env.secrets(&elsewhere)
+        !t.secrets(&elsewhere)
             .get_opt("labelled-elsewhere")
             .await
             .unwrap()
@@ -977,20 +966,20 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
     );
     // Only the two new sources caused work: a job each (and the sources webhook once they
     // carry the opt-in label their first job gave them).
-    let after_events = copyrator.metric(quiet[1]).await;
+    let after_events = t.metric(quiet[1]).await;
     assert!(
         after_events - before[1] <= 4.0,
         "unrelated objects caused watch events: {} -> {after_events}",
         before[1]
     );
     assert_eq!(
-        copyrator.metric(quiet[0]).await,
+        t.metric(quiet[0]).await,
         before[0],
         "no sources-webhook call for CREATEs of objects without the opt-in label"
     );
 
     // Its changes follow, now through the label the first job added.
-    env.config_maps(&src)
+    t.config_maps(&src)
         .patch(
             "later-cm",
             &PatchParams::default(),
@@ -998,10 +987,10 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
         )
         .await
         .unwrap();
-    wait_cm(&env, &a, "later-cm", "v", "2").await;
+    t.wait_value::<ConfigMap>(&a, "later-cm", "v", "2").await;
 
     // The selector's label removed: the copies go.
-    env.config_maps(&src)
+    t.config_maps(&src)
         .patch(
             "later-cm",
             &PatchParams::default(),
@@ -1009,9 +998,8 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
         )
         .await
         .unwrap();
-    wait_cm_gone(&env, &a, "later-cm").await;
-    wait_cm_gone(&env, &b, "later-cm").await;
+    t.wait_gone::<ConfigMap>(&a, "later-cm").await;
+    t.wait_gone::<ConfigMap>(&b, "later-cm").await;
 
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use copyrator::marks;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -45,18 +46,18 @@ async fn one_leader_runs_the_reconciler_and_a_killed_leader_is_replaced() {
 
     let mut a = Process::spawn(&args);
     a.wait_up().await;
-    eventually(CONVERGE, "the first replica leading", || async {
-        (a.metric("copyrator_leader").await == 1.0).then_some(())
+    a.wait_metric("copyrator_leader", "the first replica leading", |v| {
+        v == 1.0
     })
     .await;
     let mut b = Process::spawn(&args);
     b.wait_up().await;
     // The follower is ready (it sees a leader) but does not lead.
     eventually(CONVERGE, "the follower ready", || async {
-        (http_get(b.http_addr(), "/readyz").await.0 == 200).then_some(())
+        (b.get("/readyz").await.0 == 200).then_some(())
     })
     .await;
-    b.register_webhooks(&env.client).await;
+    env.register_webhooks(&b).await;
 
     let src = env.namespace("ha-src", &[]).await;
     let sel = format!("ha={}", env.id);
@@ -77,10 +78,7 @@ async fn one_leader_runs_the_reconciler_and_a_killed_leader_is_replaced() {
         .await
         .unwrap();
     for ns in &targets {
-        eventually(CONVERGE, "copies", || async {
-            env.secrets(ns).get_opt("cred").await.ok().flatten()
-        })
-        .await;
+        env.wait_for::<Secret>(ns, "cred", "copies", |_| true).await;
     }
 
     // Steady state: only the leader resyncs (the follower ran its startup resync only), and
@@ -88,10 +86,8 @@ async fn one_leader_runs_the_reconciler_and_a_killed_leader_is_replaced() {
     let (wa, wb, ra) = (writes(&a).await, writes(&b).await, a.metric(RESYNCS).await);
     let rb = b.metric(RESYNCS).await;
     assert!(rb <= 1.0, "a follower resyncs once, when it starts");
-    eventually(CONVERGE, "three more leader resyncs", || async {
-        (a.metric(RESYNCS).await >= ra + 3.0).then_some(())
-    })
-    .await;
+    a.wait_metric(RESYNCS, "three more leader resyncs", |v| v >= ra + 3.0)
+        .await;
     assert_eq!(
         b.metric(RESYNCS).await,
         rb,
@@ -115,17 +111,11 @@ async fn one_leader_runs_the_reconciler_and_a_killed_leader_is_replaced() {
         .await
         .unwrap();
     for ns in &targets {
-        eventually(CONVERGE, "updated copies", || async {
-            let s = env.secrets(ns).get("cred").await.ok()?;
-            (secret_value(&s, "v").as_deref() == Some("2")).then_some(())
-        })
-        .await;
+        env.wait_value::<Secret>(ns, "cred", "v", "2").await;
     }
     let ra = a.metric(RESYNCS).await;
-    eventually(CONVERGE, "two more leader resyncs", || async {
-        (a.metric(RESYNCS).await >= ra + 2.0).then_some(())
-    })
-    .await;
+    a.wait_metric(RESYNCS, "two more leader resyncs", |v| v >= ra + 2.0)
+        .await;
     assert_eq!(
         writes(&a).await + writes(&b).await,
         wa + wb + targets.len() as f64,
@@ -147,18 +137,13 @@ async fn one_leader_runs_the_reconciler_and_a_killed_leader_is_replaced() {
     );
 
     // Copies keep converging: the new leader resyncs, its webhooks keep working.
-    eventually(CONVERGE, "the new leader resyncing", || async {
-        (b.metric(RESYNCS).await >= rb + 1.0).then_some(())
-    })
-    .await;
+    b.wait_metric(RESYNCS, "the new leader resyncing", |v| v >= rb + 1.0)
+        .await;
     let late = env.namespace("ha-late", &[("ha", &env.id)]).await;
-    eventually(CONVERGE, "a copy after failover", || async {
-        env.secrets(&late).get_opt("cred").await.ok().flatten()
-    })
-    .await;
+    env.wait_for::<Secret>(&late, "cred", "a copy after failover", |_| true)
+        .await;
 
     assert!(b.terminate().success(), "clean exit on SIGTERM");
-    unregister_webhooks(&env.client).await;
     env.cleanup().await;
 }
 
@@ -170,14 +155,14 @@ async fn a_leader_that_stops_cleanly_hands_over_at_once() {
     let args = replica_args(&lease_ns, &lease_name, "30s");
     let mut a = Process::spawn(&args);
     a.wait_up().await;
-    eventually(CONVERGE, "the first replica leading", || async {
-        (a.metric("copyrator_leader").await == 1.0).then_some(())
+    a.wait_metric("copyrator_leader", "the first replica leading", |v| {
+        v == 1.0
     })
     .await;
     let mut b = Process::spawn(&args);
     b.wait_up().await;
     eventually(CONVERGE, "the follower ready", || async {
-        (http_get(b.http_addr(), "/readyz").await.0 == 200).then_some(())
+        (b.get("/readyz").await.0 == 200).then_some(())
     })
     .await;
 

@@ -7,34 +7,25 @@ mod common;
 #[path = "helm/support.rs"]
 mod support;
 
-use std::{
-    collections::BTreeSet,
-    net::SocketAddr,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
 use base64::Engine;
-use common::{TestEnv, eventually};
+use common::{Process, TestEnv, eventually};
 use copyrator::copyrule::CopyRule;
 use k8s_openapi::{
     api::{
         coordination::v1::Lease,
-        core::v1::{Event, Secret},
+        core::v1::{ConfigMap, Event, Secret},
         rbac::v1::PolicyRule,
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
-use kube::{
-    Api,
-    api::{ListParams, PostParams},
-};
+use kube::{Api, api::PostParams};
 use serde_json::{Value, json};
 use support::{
-    ChildGuard, CopyRuleGuard, Installed, Release, assert_contains, b64, binary_webhooks,
-    chart_dir, find, find_all, find_named, helm, helm_ok, kinds, openssl, render, root,
-    secret_data, service_account_token, temp_file, write_token_kubeconfig,
+    Installed, Release, assert_contains, b64, binary_webhooks, chart_dir, find, find_all,
+    find_named, helm, helm_ok, kinds, openssl, render, root, secret_data, service_account_token,
+    temp_file, write_token_kubeconfig,
 };
 
 /// An RBAC rule as a comparable (apiGroups, resources, resourceNames, verbs) tuple.
@@ -1237,15 +1228,15 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
         }
     }))
     .unwrap();
-    let rules: Api<CopyRule> = Api::all(env.client.clone());
-    rules.create(&create, &rule).await.unwrap();
-    let _rule_guard = CopyRuleGuard(rule_name.clone());
+    env.rules().create(&create, &rule).await.unwrap();
+    env.track_copy_rule(&rule_name);
 
     let token = service_account_token(&env.client, &ns, &fullname).await;
     // The source namespace is trusted, as the chart's trustedNamespaces value would say.
-    let mut copyrator = CopyratorAs::start(
+    let mut copyrator = copyrator_as(
         &token,
         installed.tls.as_ref().unwrap(),
+        &installed.ca(),
         &ns,
         &fullname,
         &source_ns,
@@ -1259,7 +1250,7 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
     let handshake = openssl(&[
         "s_client",
         "-connect",
-        &copyrator.webhook.to_string(),
+        &format!("127.0.0.1:{}", copyrator.webhook_port),
         "-servername",
         &host,
         "-verify_hostname",
@@ -1284,40 +1275,28 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
     .await;
     assert!(holder.starts_with(&fullname), "{holder}");
 
-    eventually(common::CONVERGE, "the inline-rule copy", || async {
-        env.secrets(&target_ns).get_opt("shared").await.ok()?
+    env.wait_for::<Secret>(&target_ns, "shared", "the inline-rule copy", |_| true)
+        .await;
+    env.wait_for_any::<Event>(&source_ns, "a CopyConflict Event", |e| {
+        e.reason.as_deref() == Some("CopyConflict")
     })
     .await;
-    eventually(common::CONVERGE, "a CopyConflict Event", || async {
-        Api::<Event>::namespaced(env.client.clone(), &source_ns)
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("CopyConflict"))
+    env.wait_for::<ConfigMap>(&target_ns, "settings", "the CopyRule's copy", |_| true)
+        .await;
+    env.wait_for::<ConfigMap>(&source_ns, "settings", "labelled as a source", |cm| {
+        cm.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("copyrator.io/source"))
+            .is_some_and(|v| v == "true")
     })
     .await;
-    eventually(common::CONVERGE, "the CopyRule's copy", || async {
-        env.config_maps(&target_ns).get_opt("settings").await.ok()?
-    })
-    .await;
-    eventually(
-        common::CONVERGE,
-        "the CopyRule's source labelled",
-        || async {
-            let cm = env.config_maps(&source_ns).get("settings").await.ok()?;
-            (cm.metadata.labels?.get("copyrator.io/source")? == "true").then_some(())
-        },
-    )
-    .await;
-    eventually(common::CONVERGE, "the CopyRule's status", || async {
-        let status = rules.get(&rule_name).await.ok()?.status?;
-        (status.synced_copies >= 1).then_some(())
+    env.wait_for::<CopyRule>("", &rule_name, "the CopyRule's status", |r| {
+        r.status.as_ref().is_some_and(|s| s.synced_copies >= 1)
     })
     .await;
 
-    let metrics = common::http_get(copyrator.http, "/metrics").await.1;
+    let metrics = copyrator.metrics().await;
     assert_eq!(
         common::metric_value(&metrics, "copyrator_api_errors_total{code=\"403\"}"),
         0.0,
@@ -1330,94 +1309,40 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
     );
 
     drop(copyrator);
-    drop(_rule_guard);
     release.uninstall();
     env.cleanup().await;
 }
 
-/// The copyrator binary running out of cluster as a ServiceAccount (its token), serving the
-/// given TLS Secret's pair, with the chart's Lease; logs kept in a temporary directory.
-struct CopyratorAs {
-    process: ChildGuard,
-    http: SocketAddr,
-    webhook: SocketAddr,
-    dir: tempfile::TempDir,
-}
-
-impl CopyratorAs {
-    fn start(
-        token: &str,
-        tls: &Secret,
-        lease_namespace: &str,
-        lease_name: &str,
-        trusted_namespaces: &str,
-    ) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let file = |name: &str| dir.path().join(name);
-        for key in ["tls.crt", "tls.key"] {
-            std::fs::write(file(key), secret_data(tls, key)).unwrap();
-        }
-        write_token_kubeconfig(&common::kubeconfig(), token, &file("kubeconfig"));
-        let free = || -> SocketAddr {
-            format!("127.0.0.1:{}", common::free_port())
-                .parse()
-                .unwrap()
-        };
-        let (http, webhook) = (free(), free());
-        let log = |name: &str| Stdio::from(std::fs::File::create(file(name)).unwrap());
-        let child = Command::new(env!("CARGO_BIN_EXE_copyrator"))
-            .arg("serve")
-            .arg(format!("--kubeconfig={}", file("kubeconfig").display()))
-            .arg(format!("--webhook-addr={webhook}"))
-            .arg(format!("--http-addr={http}"))
-            .arg(format!("--tls-cert={}", file("tls.crt").display()))
-            .arg(format!("--tls-key={}", file("tls.key").display()))
-            .arg(format!("--lease-namespace={lease_namespace}"))
-            .arg(format!("--lease-name={lease_name}"))
-            .arg("--resync-interval=1s")
-            .arg(format!("--trusted-namespaces={trusted_namespaces}"))
-            .arg("--log-format=json")
-            .env("POD_NAME", format!("{lease_name}-test-pod"))
-            .env_remove("RUST_LOG")
-            .stdout(log("stdout.log"))
-            .stderr(log("stderr.log"))
-            .spawn()
-            .expect("starting copyrator");
-        Self {
-            process: ChildGuard(child),
-            http,
-            webhook,
-            dir,
-        }
+/// The copyrator binary running out of cluster as a ServiceAccount (its `token`), serving the
+/// given TLS Secret's pair (signed by `ca`), with the chart's Lease and the Pod name a replica
+/// of the release would have.
+fn copyrator_as(
+    token: &str,
+    tls: &Secret,
+    ca: &[u8],
+    lease_namespace: &str,
+    lease_name: &str,
+    trusted_namespaces: &str,
+) -> Process {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name);
+    for key in ["tls.crt", "tls.key"] {
+        std::fs::write(file(key), secret_data(tls, key)).unwrap();
     }
-
-    fn logs(&self) -> String {
-        ["stdout.log", "stderr.log"]
-            .iter()
-            .map(|f| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default())
-            .collect()
-    }
-
-    /// Waits for `/readyz` (certificate loaded, first resync done); panics with the logs if
-    /// it never comes or the process exits.
-    async fn wait_ready(&mut self) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = self.process.0.try_wait() {
-                panic!("copyrator exited ({status}); logs:\n{}", self.logs());
-            }
-            if tokio::net::TcpStream::connect(self.http).await.is_ok()
-                && common::http_get(self.http, "/readyz").await.0 == 200
-            {
-                return;
-            }
-            if std::time::Instant::now() > deadline {
-                panic!(
-                    "copyrator under the chart's RBAC never got ready; logs:\n{}",
-                    self.logs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    write_token_kubeconfig(&common::kubeconfig(), token, &file("kubeconfig"));
+    let kubeconfig = format!("--kubeconfig={}", file("kubeconfig").display());
+    let pod_name = format!("{lease_name}-test-pod");
+    Process::spawn_with_env(
+        dir,
+        ca.to_vec(),
+        &[
+            &kubeconfig,
+            &format!("--lease-namespace={lease_namespace}"),
+            &format!("--lease-name={lease_name}"),
+            "--resync-interval=1s",
+            &format!("--trusted-namespaces={trusted_namespaces}"),
+            "--log-format=json",
+        ],
+        &[("POD_NAME", &pod_name)],
+    )
 }

@@ -13,22 +13,13 @@ use common::*;
 use copyrator::marks;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::{
-    Api, Client,
+    Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
 fn plain_serve<'a>() -> Vec<&'a str> {
     vec!["--leader-election=false", "--resync-interval", "1h"]
-}
-
-async fn wait_copy(client: &Client, ns: &str, name: &str, want: &str) {
-    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    eventually(CONVERGE, &format!("{ns}/{name} holding {want}"), || async {
-        let s = api.get_opt(name).await.ok()??;
-        (secret_value(&s, "v").as_deref() == Some(want)).then_some(())
-    })
-    .await;
 }
 
 /// Anyone who may create a ConfigMap may label it as copyrator's: such objects are left alone,
@@ -41,7 +32,7 @@ async fn forged_marks_neither_stop_the_resync_nor_get_touched() {
     let forged_ns = env.namespace("forge-x", &[]).await;
     let mut p = Process::spawn(&plain_serve());
     p.wait_up().await;
-    p.register_webhooks(&env.client).await;
+    env.register_webhooks(&p).await;
     let sel = format!("forge={}", env.id);
     env.secrets(&src)
         .create(
@@ -55,7 +46,7 @@ async fn forged_marks_neither_stop_the_resync_nor_get_touched() {
         )
         .await
         .unwrap();
-    wait_copy(&env.client, &a, "cred", "1").await;
+    env.wait_value::<Secret>(&a, "cred", "v", "1").await;
 
     let forgeries = ["x/a b", "x/", "nonsense", "a/b/c/d", "../../x/y"];
     for (i, forged) in forgeries.iter().enumerate() {
@@ -98,11 +89,13 @@ async fn forged_marks_neither_stop_the_resync_nor_get_touched() {
     let b = env.namespace("forge-b", &[("forge", &env.id)]).await;
     p.restart();
     p.wait_up().await;
-    wait_copy(&env.client, &a, "cred", "1").await;
-    wait_copy(&env.client, &b, "cred", "1").await;
-    eventually(CONVERGE, "each forged object counted once", || async {
-        (p.metric("copyrator_malformed_marks_total").await == forgeries.len() as f64).then_some(())
-    })
+    env.wait_value::<Secret>(&a, "cred", "v", "1").await;
+    env.wait_value::<Secret>(&b, "cred", "v", "1").await;
+    p.wait_metric(
+        "copyrator_malformed_marks_total",
+        "each forged object counted once",
+        |v| v == forgeries.len() as f64,
+    )
     .await;
     let after = versions(
         env.config_maps(&forged_ns)
@@ -114,7 +107,6 @@ async fn forged_marks_neither_stop_the_resync_nor_get_touched() {
     assert_eq!(before, after, "forged objects are never written");
 
     p.terminate();
-    unregister_webhooks(&env.client).await;
     env.cleanup().await;
 }
 
@@ -143,7 +135,7 @@ async fn a_restart_in_the_middle_of_a_fan_out_converges_at_once() {
         "15s",
     ]);
     p.wait_up().await;
-    p.register_webhooks(&env.client).await;
+    env.register_webhooks(&p).await;
     let sel = format!("fan={}", env.id);
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &src);
     secrets
@@ -227,7 +219,6 @@ async fn a_restart_in_the_middle_of_a_fan_out_converges_at_once() {
     );
 
     p.terminate();
-    unregister_webhooks(&env.client).await;
     env.cleanup().await;
 }
 
@@ -319,7 +310,7 @@ async fn copyrator_outlives_an_api_server_crash() {
         )
         .await
         .unwrap();
-    wait_copy(&client, "a", "cred", "1").await;
+    wait_for::<Secret>(&client, "a", "cred", "v=1", holding("v", "1")).await;
 
     cp.script("restart-apiserver");
 
@@ -331,7 +322,7 @@ async fn copyrator_outlives_an_api_server_crash() {
         )
         .await
         .unwrap();
-    wait_copy(&client, "b", "cred", "1").await;
+    wait_for::<Secret>(&client, "b", "cred", "v=1", holding("v", "1")).await;
     source
         .patch(
             "cred",
@@ -340,8 +331,8 @@ async fn copyrator_outlives_an_api_server_crash() {
         )
         .await
         .unwrap();
-    wait_copy(&client, "a", "cred", "2").await;
-    wait_copy(&client, "b", "cred", "2").await;
+    wait_for::<Secret>(&client, "a", "cred", "v=2", holding("v", "2")).await;
+    wait_for::<Secret>(&client, "b", "cred", "v=2", holding("v", "2")).await;
     assert!(
         p.child.try_wait().unwrap().is_none(),
         "copyrator kept running:\n{}",
@@ -440,7 +431,7 @@ async fn fake_namespace_reviews_do_not_delay_a_real_namespace() {
     }
     let mut p = Process::spawn(&args);
     p.wait_up().await;
-    p.register_webhooks(&env.client).await;
+    env.register_webhooks(&p).await;
     let sel = format!("ghost={}", env.id);
     env.secrets(&src)
         .create(
@@ -480,7 +471,7 @@ async fn fake_namespace_reviews_do_not_delay_a_real_namespace() {
     }
     let created = Instant::now();
     let real = env.namespace("ghost-real", &[("ghost", &env.id)]).await;
-    wait_copy(&env.client, &real, "cred", "1").await;
+    env.wait_value::<Secret>(&real, "cred", "v", "1").await;
     let latency = created.elapsed();
     eprintln!(
         "{FAKES} fake reviews posted in {posting:?}; the real namespace's copy {latency:?} after its create; {} namespace GETs",
@@ -496,6 +487,5 @@ async fn fake_namespace_reviews_do_not_delay_a_real_namespace() {
     );
     assert_eq!(p.metric("copyrator_queue_dropped_total").await, 0.0);
     p.terminate();
-    unregister_webhooks(&env.client).await;
     env.cleanup().await;
 }

@@ -16,49 +16,20 @@ use k8s_openapi::{
 };
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
 const SOURCE_NS: &str = "default";
 
-async fn wait_secret_value(env: &TestEnv, ns: &str, name: &str, key: &str, want: &str) -> Secret {
-    eventually(
-        CONVERGE,
-        &format!("{ns}/{name} holding {key}={want}"),
-        || async {
-            env.secrets(ns)
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .filter(|s| secret_value(s, key).as_deref() == Some(want))
-        },
-    )
-    .await
-}
-
-async fn wait_secret_gone(env: &TestEnv, ns: &str, name: &str) {
-    eventually(CONVERGE, &format!("{ns}/{name} deleted"), || async {
-        matches!(env.secrets(ns).get_opt(name).await, Ok(None)).then_some(())
-    })
-    .await
-}
-
-async fn warning_events(env: &TestEnv, ns: &str, regarding: &str, reason: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
-                && e.reason.as_deref() == Some(reason)
-                && e.type_.as_deref() == Some("Warning")
-        })
-        .collect()
+/// A predicate for the waits: a Warning Event with `reason` about the object `regarding`.
+fn warning(regarding: &str, reason: &str) -> impl Fn(&Event) -> bool {
+    let (regarding, reason) = (regarding.to_string(), reason.to_string());
+    move |e| {
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding.as_str())
+            && e.reason.as_deref() == Some(reason.as_str())
+            && e.type_.as_deref() == Some("Warning")
+    }
 }
 
 /// Removes leftovers of an earlier, interrupted run of the shell-operator scenario.
@@ -67,7 +38,7 @@ async fn forget_mysecret(env: &TestEnv) {
         .secrets(SOURCE_NS)
         .delete("mysecret", &DeleteParams::default())
         .await;
-    wait_secret_gone(env, SOURCE_NS, "mysecret").await;
+    env.wait_gone::<Secret>(SOURCE_NS, "mysecret").await;
 }
 
 fn mysecret(password: &str) -> Secret {
@@ -87,17 +58,19 @@ fn mysecret(password: &str) -> Secret {
 async fn shell_operator_secret_copier() {
     let env = TestEnv::new().await;
     forget_mysecret(&env).await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let a = env.namespace("team-a", &[("secret", "yes")]).await;
-    let b = env.namespace("team-b", &[]).await;
+    let t = Harness::start_in(env, Options::default()).await;
+    let a = t.namespace("team-a", &[("secret", "yes")]).await;
+    let b = t.namespace("team-b", &[]).await;
 
     // The source appears: labelled namespaces get it, others do not.
-    env.secrets(SOURCE_NS)
+    t.secrets(SOURCE_NS)
         .create(&PostParams::default(), &mysecret("s3cret"))
         .await
         .unwrap();
-    let source = env.secrets(SOURCE_NS).get("mysecret").await.unwrap();
-    let copy = wait_secret_value(&env, &a, "mysecret", "password", "s3cret").await;
+    let source = t.secrets(SOURCE_NS).get("mysecret").await.unwrap();
+    let copy = t
+        .wait_value::<Secret>(&a, "mysecret", "password", "s3cret")
+        .await;
     let labels = copy.metadata.labels.clone().unwrap();
     let annotations = copy.metadata.annotations.clone().unwrap();
     assert_eq!(
@@ -132,37 +105,40 @@ async fn shell_operator_secret_copier() {
     assert!(!annotations.contains_key(marks::NAMESPACE_SELECTOR_ANNOTATION));
     assert_eq!(copy.type_.as_deref(), Some("Opaque"));
     assert!(copy.metadata.owner_references.is_none());
-    assert!(env.secrets(&b).get_opt("mysecret").await.unwrap().is_none());
+    assert!(t.secrets(&b).get_opt("mysecret").await.unwrap().is_none());
 
     // A namespace created later gets it.
-    let c = env.namespace("team-c", &[("secret", "yes")]).await;
-    wait_secret_value(&env, &c, "mysecret", "password", "s3cret").await;
+    let c = t.namespace("team-c", &[("secret", "yes")]).await;
+    t.wait_value::<Secret>(&c, "mysecret", "password", "s3cret")
+        .await;
 
     // Removing the label deletes the copy.
-    env.label_namespace(&a, json!({"secret": null})).await;
-    wait_secret_gone(&env, &a, "mysecret").await;
+    t.label_namespace(&a, json!({"secret": null})).await;
+    t.wait_gone::<Secret>(&a, "mysecret").await;
 
     // Changing the source updates every copy.
-    let mut changed = env.secrets(SOURCE_NS).get("mysecret").await.unwrap();
+    let mut changed = t.secrets(SOURCE_NS).get("mysecret").await.unwrap();
     changed.data = Some(BTreeMap::from([(
         "password".to_string(),
         ByteString(b"rotated".to_vec()),
     )]));
-    env.secrets(SOURCE_NS)
+    t.secrets(SOURCE_NS)
         .replace("mysecret", &PostParams::default(), &changed)
         .await
         .unwrap();
-    wait_secret_value(&env, &c, "mysecret", "password", "rotated").await;
+    t.wait_value::<Secret>(&c, "mysecret", "password", "rotated")
+        .await;
 
     // Deleting a copy by hand restores it.
-    env.secrets(&c)
+    t.secrets(&c)
         .delete("mysecret", &DeleteParams::default())
         .await
         .unwrap();
-    wait_secret_value(&env, &c, "mysecret", "password", "rotated").await;
+    t.wait_value::<Secret>(&c, "mysecret", "password", "rotated")
+        .await;
 
     // Editing a copy by hand restores it.
-    env.secrets(&c)
+    t.secrets(&c)
         .patch(
             "mysecret",
             &PatchParams::default(),
@@ -170,36 +146,34 @@ async fn shell_operator_secret_copier() {
         )
         .await
         .unwrap();
-    let restored = wait_secret_value(&env, &c, "mysecret", "password", "rotated").await;
+    let restored = t
+        .wait_value::<Secret>(&c, "mysecret", "password", "rotated")
+        .await;
     assert!(
         secret_value(&restored, "extra").is_none(),
         "keys added by hand are removed"
     );
 
     // Deleting the source deletes the copies.
-    env.secrets(SOURCE_NS)
+    t.secrets(SOURCE_NS)
         .delete("mysecret", &DeleteParams::default())
         .await
         .unwrap();
-    wait_secret_gone(&env, &c, "mysecret").await;
+    t.wait_gone::<Secret>(&c, "mysecret").await;
 
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// The copy of a new namespace comes from the webhook, not from a resync.
 #[tokio::test]
 async fn new_namespace_gets_its_copy_through_the_webhook_without_a_resync() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await; // resync every hour
+    let t = Harness::start(Options::default()).await; // resync every hour
     let resync_sample = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
-    eventually(CONVERGE, "the startup resync", || async {
-        (copyrator.metric(resync_sample).await >= 1.0).then_some(())
-    })
-    .await;
-    let src = env.namespace("fast-src", &[]).await;
-    let selector = format!("fast={}", env.id);
-    env.secrets(&src)
+    t.wait_metric(resync_sample, "the startup resync", |v| v >= 1.0)
+        .await;
+    let src = t.namespace("fast-src", &[]).await;
+    let selector = format!("fast={}", t.id);
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -214,10 +188,8 @@ async fn new_namespace_gets_its_copy_through_the_webhook_without_a_resync() {
 
     for i in 0..3 {
         let started = std::time::Instant::now();
-        let ns = env
-            .namespace(&format!("fast-{i}"), &[("fast", &env.id)])
-            .await;
-        wait_secret_value(&env, &ns, "pull", "k", "v").await;
+        let ns = t.namespace(&format!("fast-{i}"), &[("fast", &t.id)]).await;
+        t.wait_value::<Secret>(&ns, "pull", "k", "v").await;
         eprintln!(
             "namespace {ns}: copy observed {:?} after the create returned",
             started.elapsed()
@@ -226,32 +198,29 @@ async fn new_namespace_gets_its_copy_through_the_webhook_without_a_resync() {
     // Opting in by a label added after creation takes the webhook path too (the job waits
     // for the admitted label to be persisted).
     for i in 0..3 {
-        let ns = env.namespace(&format!("later-{i}"), &[]).await;
-        env.label_namespace(&ns, json!({"fast": env.id})).await;
-        wait_secret_value(&env, &ns, "pull", "k", "v").await;
+        let ns = t.namespace(&format!("later-{i}"), &[]).await;
+        t.label_namespace(&ns, json!({"fast": t.id})).await;
+        t.wait_value::<Secret>(&ns, "pull", "k", "v").await;
     }
     assert_eq!(
-        copyrator.metric(resync_sample).await,
+        t.metric(resync_sample).await,
         1.0,
         "only the startup resync ran"
     );
     assert!(
-        copyrator
-            .metric("copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}")
+        t.metric("copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}")
             .await
             >= 3.0
     );
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn config_map_source_is_copied_with_data_and_binary_data() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("cm-src", &[]).await;
-    let d1 = env.namespace("cm-d1", &[]).await;
-    let d2 = env.namespace("cm-d2", &[]).await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("cm-src", &[]).await;
+    let d1 = t.namespace("cm-d1", &[]).await;
+    let d2 = t.namespace("cm-d2", &[]).await;
     let mut cm = config_map(
         "settings",
         &[(marks::SOURCE_LABEL, "true")],
@@ -262,16 +231,15 @@ async fn config_map_source_is_copied_with_data_and_binary_data() {
         "blob".to_string(),
         ByteString(vec![0, 1, 2, 255]),
     )]));
-    env.config_maps(&src)
+    t.config_maps(&src)
         .create(&PostParams::default(), &cm)
         .await
         .unwrap();
 
     for ns in [&d1, &d2] {
-        let copy: ConfigMap = eventually(CONVERGE, &format!("settings in {ns}"), || async {
-            env.config_maps(ns).get_opt("settings").await.ok().flatten()
-        })
-        .await;
+        let copy = t
+            .wait_for::<ConfigMap>(ns, "settings", "copied", |_| true)
+            .await;
         assert_eq!(
             copy.data
                 .as_ref()
@@ -299,7 +267,7 @@ async fn config_map_source_is_copied_with_data_and_binary_data() {
         );
     }
 
-    env.config_maps(&src)
+    t.config_maps(&src)
         .patch(
             "settings",
             &PatchParams::default(),
@@ -310,7 +278,7 @@ async fn config_map_source_is_copied_with_data_and_binary_data() {
     eventually(CONVERGE, "the ConfigMap change in every copy", || async {
         let mut all = true;
         for ns in [&d1, &d2] {
-            let v = env
+            let v = t
                 .config_maps(ns)
                 .get("settings")
                 .await
@@ -321,23 +289,17 @@ async fn config_map_source_is_copied_with_data_and_binary_data() {
         all.then_some(())
     })
     .await;
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// SPEC §8.4: a same-name Secret copyrator does not own survives byte for byte and is reported.
 #[tokio::test]
 async fn unmanaged_secret_with_the_copy_name_survives_byte_for_byte() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("conflict-src", &[]).await;
-    let sel = format!("conflict={}", env.id);
-    let taken = env
-        .namespace("conflict-taken", &[("conflict", &env.id)])
-        .await;
-    let free = env
-        .namespace("conflict-free", &[("conflict", &env.id)])
-        .await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("conflict-src", &[]).await;
+    let sel = format!("conflict={}", t.id);
+    let taken = t.namespace("conflict-taken", &[("conflict", &t.id)]).await;
+    let free = t.namespace("conflict-free", &[("conflict", &t.id)]).await;
 
     let mine = secret(
         "shared",
@@ -345,13 +307,13 @@ async fn unmanaged_secret_with_the_copy_name_survives_byte_for_byte() {
         &[("note", "hand made")],
         &[("password", "theirs")],
     );
-    env.secrets(&taken)
+    t.secrets(&taken)
         .create(&PostParams::default(), &mine)
         .await
         .unwrap();
-    let before = env.secrets(&taken).get("shared").await.unwrap();
+    let before = t.secrets(&taken).get("shared").await.unwrap();
 
-    env.secrets(&src)
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -364,26 +326,28 @@ async fn unmanaged_secret_with_the_copy_name_survives_byte_for_byte() {
         .await
         .unwrap();
     // The free namespace gets its copy: the job ran.
-    wait_secret_value(&env, &free, "shared", "password", "ours").await;
-    let events = eventually(CONVERGE, "a CopyConflict warning on the source", || async {
-        let e = warning_events(&env, &src, "shared", "CopyConflict").await;
-        (!e.is_empty()).then_some(e)
-    })
-    .await;
-    let note = events[0].note.clone().unwrap_or_default();
+    t.wait_value::<Secret>(&free, "shared", "password", "ours")
+        .await;
+    let event = t
+        .wait_for_any::<Event>(
+            &src,
+            "a CopyConflict warning on the source",
+            warning("shared", "CopyConflict"),
+        )
+        .await;
+    let note = event.note.clone().unwrap_or_default();
     assert!(
         note.contains(&taken) && note.contains("not managed by copyrator"),
         "{note}"
     );
     assert!(
-        copyrator
-            .metric("copyrator_conflicts_total{reason=\"unmanaged\"}")
+        t.metric("copyrator_conflicts_total{reason=\"unmanaged\"}")
             .await
             >= 1.0
     );
 
     // A later change of the source and a resync do not touch it either.
-    env.secrets(&src)
+    t.secrets(&src)
         .patch(
             "shared",
             &PatchParams::default(),
@@ -391,8 +355,9 @@ async fn unmanaged_secret_with_the_copy_name_survives_byte_for_byte() {
         )
         .await
         .unwrap();
-    wait_secret_value(&env, &free, "shared", "password", "ours2").await;
-    let after = env.secrets(&taken).get("shared").await.unwrap();
+    t.wait_value::<Secret>(&free, "shared", "password", "ours2")
+        .await;
+    let after = t.secrets(&taken).get("shared").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, before.metadata.resource_version,
         "never written"
@@ -400,21 +365,19 @@ async fn unmanaged_secret_with_the_copy_name_survives_byte_for_byte() {
     assert_eq!(after.data, before.data);
     assert_eq!(after.metadata.labels, before.metadata.labels);
     assert_eq!(after.metadata.annotations, before.metadata.annotations);
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// SPEC §8.5: changes while copyrator is down converge after it starts, with no manual step.
 #[tokio::test]
 async fn converges_after_a_restart_when_things_changed_while_it_was_down() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("down-src", &[]).await;
-    let sel = format!("down={}", env.id);
-    let kept = env.namespace("down-kept", &[("down", &env.id)]).await;
-    let leaving = env.namespace("down-leaving", &[("down", &env.id)]).await;
-    let edited = env.namespace("down-edited", &[("down", &env.id)]).await;
-    env.secrets(&src)
+    let mut t = Harness::start(Options::default()).await;
+    let src = t.namespace("down-src", &[]).await;
+    let sel = format!("down={}", t.id);
+    let kept = t.namespace("down-kept", &[("down", &t.id)]).await;
+    let leaving = t.namespace("down-leaving", &[("down", &t.id)]).await;
+    let edited = t.namespace("down-edited", &[("down", &t.id)]).await;
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -427,14 +390,14 @@ async fn converges_after_a_restart_when_things_changed_while_it_was_down() {
         .await
         .unwrap();
     for ns in [&kept, &leaving, &edited] {
-        wait_secret_value(&env, ns, "cred", "v", "1").await;
+        t.wait_value::<Secret>(ns, "cred", "v", "1").await;
     }
 
     // Down, with its webhooks still registered: the API server's calls fail and are ignored.
-    copyrator.kill().await;
-    let arrived = env.namespace("down-arrived", &[("down", &env.id)]).await;
-    env.label_namespace(&leaving, json!({"down": null})).await;
-    env.secrets(&src)
+    t.kill().await;
+    let arrived = t.namespace("down-arrived", &[("down", &t.id)]).await;
+    t.label_namespace(&leaving, json!({"down": null})).await;
+    t.secrets(&src)
         .patch(
             "cred",
             &PatchParams::default(),
@@ -442,7 +405,7 @@ async fn converges_after_a_restart_when_things_changed_while_it_was_down() {
         )
         .await
         .unwrap();
-    env.secrets(&edited)
+    t.secrets(&edited)
         .patch(
             "cred",
             &PatchParams::default(),
@@ -450,42 +413,34 @@ async fn converges_after_a_restart_when_things_changed_while_it_was_down() {
         )
         .await
         .unwrap();
-    let lost = env.namespace("down-lost", &[("down", &env.id)]).await;
-    env.secrets(&lost)
+    let lost = t.namespace("down-lost", &[("down", &t.id)]).await;
+    t.secrets(&lost)
         .delete("cred", &DeleteParams::default())
         .await
         .ok();
-    assert!(
-        env.secrets(&arrived)
-            .get_opt("cred")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(t.secrets(&arrived).get_opt("cred").await.unwrap().is_none());
 
-    let copyrator = Copyrator::start(Options::default()).await;
+    t.restart(Options::default()).await;
     for ns in [&kept, &arrived, &edited, &lost] {
-        wait_secret_value(&env, ns, "cred", "v", "2").await;
+        t.wait_value::<Secret>(ns, "cred", "v", "2").await;
     }
-    wait_secret_gone(&env, &leaving, "cred").await;
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.wait_gone::<Secret>(&leaving, "cred").await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn terminating_namespace_gets_no_copy_and_causes_no_failures() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("term-src", &[]).await;
-    let sel = format!("term={}", env.id);
-    let doomed = env.namespace("term-doomed", &[("term", &env.id)]).await;
-    let alive = env.namespace("term-alive", &[("term", &env.id)]).await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("term-src", &[]).await;
+    let sel = format!("term={}", t.id);
+    let doomed = t.namespace("term-doomed", &[("term", &t.id)]).await;
+    let alive = t.namespace("term-alive", &[("term", &t.id)]).await;
     // Without a namespace controller a deleted namespace stays Terminating.
-    Api::<Namespace>::all(env.client.clone())
+    Api::<Namespace>::all(t.client.clone())
         .delete(&doomed, &DeleteParams::default())
         .await
         .unwrap();
-    env.secrets(&src)
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -497,36 +452,26 @@ async fn terminating_namespace_gets_no_copy_and_causes_no_failures() {
         )
         .await
         .unwrap();
-    wait_secret_value(&env, &alive, "cred", "v", "1").await;
-    assert!(
-        env.secrets(&doomed)
-            .get_opt("cred")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    t.wait_value::<Secret>(&alive, "cred", "v", "1").await;
+    assert!(t.secrets(&doomed).get_opt("cred").await.unwrap().is_none());
     assert_eq!(
-        copyrator
-            .metric("copyrator_jobs_total{kind=\"source\",outcome=\"retry\"}")
+        t.metric("copyrator_jobs_total{kind=\"source\",outcome=\"retry\"}")
             .await,
         0.0
     );
     assert_eq!(
-        copyrator
-            .metric("copyrator_jobs_total{kind=\"source\",outcome=\"failed\"}")
+        t.metric("copyrator_jobs_total{kind=\"source\",outcome=\"failed\"}")
             .await,
         0.0
     );
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn service_account_token_secret_is_never_copied() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("sa-src", &[]).await;
-    let dest = env.namespace("sa-dest", &[]).await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("sa-src", &[]).await;
+    let dest = t.namespace("sa-dest", &[]).await;
     let mut token = secret(
         "sa-token",
         &[(marks::SOURCE_LABEL, "true")],
@@ -537,36 +482,31 @@ async fn service_account_token_secret_is_never_copied() {
         &[("token", "not-really")],
     );
     token.type_ = Some("kubernetes.io/service-account-token".into());
-    env.secrets(&src)
+    t.secrets(&src)
         .create(&PostParams::default(), &token)
         .await
         .unwrap();
-    eventually(
-        CONVERGE,
+    t.wait_for_any::<Event>(
+        &src,
         "a warning that the token is not copied",
-        || async {
-            let e = warning_events(&env, &src, "sa-token", "ServiceAccountTokenNotCopied").await;
-            (!e.is_empty()).then_some(())
-        },
+        warning("sa-token", "ServiceAccountTokenNotCopied"),
     )
     .await;
     assert!(
-        env.secrets(&dest)
+        t.secrets(&dest)
             .get_opt("sa-token")
             .await
             .unwrap()
             .is_none()
     );
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn immutable_source_replaced_by_a_new_version_recreates_the_copies() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("imm-src", &[]).await;
-    let dest = env.namespace("imm-dest", &[]).await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("imm-src", &[]).await;
+    let dest = t.namespace("imm-dest", &[]).await;
     let make = |v: &str| {
         let mut s = secret(
             "frozen",
@@ -577,39 +517,37 @@ async fn immutable_source_replaced_by_a_new_version_recreates_the_copies() {
         s.immutable = Some(true);
         s
     };
-    env.secrets(&src)
+    t.secrets(&src)
         .create(&PostParams::default(), &make("1"))
         .await
         .unwrap();
-    let first = wait_secret_value(&env, &dest, "frozen", "v", "1").await;
+    let first = t.wait_value::<Secret>(&dest, "frozen", "v", "1").await;
     assert_eq!(first.immutable, Some(true));
     // An immutable Secret changes by being replaced.
-    env.secrets(&src)
+    t.secrets(&src)
         .delete("frozen", &DeleteParams::default())
         .await
         .unwrap();
-    env.secrets(&src)
+    t.secrets(&src)
         .create(&PostParams::default(), &make("2"))
         .await
         .unwrap();
-    let second = wait_secret_value(&env, &dest, "frozen", "v", "2").await;
+    let second = t.wait_value::<Secret>(&dest, "frozen", "v", "2").await;
     assert_eq!(second.immutable, Some(true));
     assert_ne!(
         first.metadata.uid, second.metadata.uid,
         "recreated, not updated"
     );
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// The API server refuses to update an immutable copy, or to change a Secret's type in place
 /// (422 Invalid with a cause on that field): such a copy is deleted and created again.
 #[tokio::test]
 async fn a_copy_that_cannot_change_in_place_is_recreated() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("inplace-src", &[]).await;
-    let dest = env.namespace("inplace-dest", &[]).await;
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("inplace-src", &[]).await;
+    let dest = t.namespace("inplace-dest", &[]).await;
     let make = |v: &str, immutable: bool, type_: &str| {
         let mut s = secret(
             "cred",
@@ -622,50 +560,44 @@ async fn a_copy_that_cannot_change_in_place_is_recreated() {
         s
     };
     let replace_source = |s: Secret| {
-        let api = env.secrets(&src);
+        let api = t.secrets(&src);
         async move {
             api.delete("cred", &DeleteParams::default()).await.ok();
             api.create(&PostParams::default(), &s).await.unwrap();
         }
     };
-    env.secrets(&src)
+    t.secrets(&src)
         .create(&PostParams::default(), &make("1", true, "Opaque"))
         .await
         .unwrap();
-    let frozen = wait_secret_value(&env, &dest, "cred", "v", "1").await;
+    let frozen = t.wait_value::<Secret>(&dest, "cred", "v", "1").await;
     assert_eq!(frozen.immutable, Some(true));
 
     // Immutable -> mutable with new data: the update is refused (data and immutable are
     // forbidden to change), so the copy is replaced.
     replace_source(make("2", false, "Opaque")).await;
-    let thawed = wait_secret_value(&env, &dest, "cred", "v", "2").await;
+    let thawed = t.wait_value::<Secret>(&dest, "cred", "v", "2").await;
     assert_eq!(thawed.immutable, Some(false));
     assert_ne!(frozen.metadata.uid, thawed.metadata.uid, "recreated");
 
     // Another type: a Secret's type never changes in place.
     replace_source(make("3", false, "example.com/token")).await;
-    let retyped = wait_secret_value(&env, &dest, "cred", "v", "3").await;
+    let retyped = t.wait_value::<Secret>(&dest, "cred", "v", "3").await;
     assert_eq!(retyped.type_.as_deref(), Some("example.com/token"));
     assert_ne!(thawed.metadata.uid, retyped.metadata.uid, "recreated");
     for outcome in ["retry", "failed"] {
         let sample = format!("copyrator_jobs_total{{kind=\"source\",outcome=\"{outcome}\"}}");
-        assert_eq!(
-            copyrator.metric(&sample).await,
-            0.0,
-            "handled, not {outcome}"
-        );
+        assert_eq!(t.metric(&sample).await, 0.0, "handled, not {outcome}");
     }
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn source_opting_out_by_label_removes_its_copies() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("optout-src", &[]).await;
-    let dest = env.namespace("optout-dest", &[]).await;
-    env.secrets(&src)
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("optout-src", &[]).await;
+    let dest = t.namespace("optout-dest", &[]).await;
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -677,8 +609,8 @@ async fn source_opting_out_by_label_removes_its_copies() {
         )
         .await
         .unwrap();
-    wait_secret_value(&env, &dest, "cred", "v", "1").await;
-    env.secrets(&src)
+    t.wait_value::<Secret>(&dest, "cred", "v", "1").await;
+    t.secrets(&src)
         .patch(
             "cred",
             &PatchParams::default(),
@@ -686,29 +618,27 @@ async fn source_opting_out_by_label_removes_its_copies() {
         )
         .await
         .unwrap();
-    wait_secret_gone(&env, &dest, "cred").await;
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.wait_gone::<Secret>(&dest, "cred").await;
+    t.finish().await;
 }
 
 #[tokio::test]
 async fn steady_state_resync_writes_nothing() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options {
+    let t = Harness::start(Options {
         resync_interval: "1s",
         ..Default::default()
     })
     .await;
-    let src = env.namespace("steady-src", &[]).await;
-    let sel = format!("steady={}", env.id);
+    let src = t.namespace("steady-src", &[]).await;
+    let sel = format!("steady={}", t.id);
     let mut targets = Vec::new();
     for i in 0..3 {
         targets.push(
-            env.namespace(&format!("steady-{i}"), &[("steady", &env.id)])
+            t.namespace(&format!("steady-{i}"), &[("steady", &t.id)])
                 .await,
         );
     }
-    env.secrets(&src)
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -721,13 +651,13 @@ async fn steady_state_resync_writes_nothing() {
         .await
         .unwrap();
     for ns in &targets {
-        wait_secret_value(&env, ns, "cred", "v", "1").await;
+        t.wait_value::<Secret>(ns, "cred", "v", "1").await;
     }
     let versions = || async {
         let mut out = Vec::new();
         for ns in &targets {
             out.push(
-                env.secrets(ns)
+                t.secrets(ns)
                     .get("cred")
                     .await
                     .unwrap()
@@ -745,33 +675,31 @@ async fn steady_state_resync_writes_nothing() {
             .map(|v| metric_value(m, &format!("copyrator_copy_writes_total{{verb=\"{v}\"}}")))
             .sum::<f64>()
     };
-    let before = copyrator.metrics().await;
+    let before = t.metrics().await;
     let resyncs_before = metric_value(&before, resyncs);
     eventually(Duration::from_secs(15), "three more resyncs", || async {
-        (copyrator.metric(resyncs).await >= resyncs_before + 3.0).then_some(())
+        (t.metric(resyncs).await >= resyncs_before + 3.0).then_some(())
     })
     .await;
-    let after = copyrator.metrics().await;
+    let after = t.metrics().await;
     assert_eq!(
         writes(&after),
         writes(&before),
         "resyncs in steady state write nothing"
     );
     assert_eq!(rv, versions().await);
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// A copy edited by hand while copyrator was down is found by the resync from metadata alone
 /// (another field manager owns its data) and restored, though the source never changed.
 #[tokio::test]
 async fn hand_edit_made_while_down_is_restored_by_the_startup_resync() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("tamper-src", &[]).await;
-    let dest = env.namespace("tamper-dest", &[]).await;
-    let untouched = env.namespace("tamper-untouched", &[]).await;
-    env.secrets(&src)
+    let mut t = Harness::start(Options::default()).await;
+    let src = t.namespace("tamper-src", &[]).await;
+    let dest = t.namespace("tamper-dest", &[]).await;
+    let untouched = t.namespace("tamper-untouched", &[]).await;
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -783,14 +711,15 @@ async fn hand_edit_made_while_down_is_restored_by_the_startup_resync() {
         )
         .await
         .unwrap();
-    wait_secret_value(&env, &dest, "cred", "v", "original").await;
-    let untouched_rv = wait_secret_value(&env, &untouched, "cred", "v", "original")
+    t.wait_value::<Secret>(&dest, "cred", "v", "original").await;
+    let untouched_rv = t
+        .wait_value::<Secret>(&untouched, "cred", "v", "original")
         .await
         .metadata
         .resource_version;
-    copyrator.kill().await;
+    t.kill().await;
 
-    env.secrets(&dest)
+    t.secrets(&dest)
         .patch(
             "cred",
             &PatchParams::default(),
@@ -801,11 +730,11 @@ async fn hand_edit_made_while_down_is_restored_by_the_startup_resync() {
         .await
         .unwrap();
 
-    let copyrator = Copyrator::start(Options::default()).await;
-    let restored = wait_secret_value(&env, &dest, "cred", "v", "original").await;
+    t.restart(Options::default()).await;
+    let restored = t.wait_value::<Secret>(&dest, "cred", "v", "original").await;
     assert!(!restored.metadata.labels.unwrap().contains_key("sneaky"));
     assert_eq!(
-        env.secrets(&untouched)
+        t.secrets(&untouched)
             .get("cred")
             .await
             .unwrap()
@@ -814,6 +743,5 @@ async fn hand_edit_made_while_down_is_restored_by_the_startup_resync() {
         untouched_rv,
         "copies nobody touched are not rewritten"
     );
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }

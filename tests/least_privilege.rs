@@ -119,7 +119,7 @@ async fn whole_job(env: &TestEnv, rbac: &Rbac, kubeconfig: &str, run: usize) -> 
         "1h",
     ]);
     p.wait_up().await;
-    p.register_webhooks(&env.client).await;
+    env.register_webhooks(&p).await;
     let result = whole_job_steps(env, &p, run).await;
     let result = match result {
         Ok(()) => {
@@ -136,14 +136,14 @@ async fn whole_job(env: &TestEnv, rbac: &Rbac, kubeconfig: &str, run: usize) -> 
         eprintln!("--- copyrator logs (run {run}) ---\n{}", p.logs());
     }
     p.terminate();
-    unregister_webhooks(&env.client).await;
+    env.unregister_webhooks().await;
     result
 }
 
 async fn whole_job_steps(env: &TestEnv, p: &Process, run: usize) -> Result<(), String> {
     let started = Instant::now();
     step(p, "leading and ready after the first resync", || async {
-        http_get(p.http_addr(), "/readyz").await.0 == 200
+        p.get("/readyz").await.0 == 200
     })
     .await?;
 

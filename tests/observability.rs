@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine;
 use common::*;
 use copyrator::marks;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
@@ -17,27 +17,24 @@ use serde_json::json;
 
 #[tokio::test]
 async fn metrics_move_by_exactly_what_happened() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    eventually(CONVERGE, "the startup resync", || async {
-        (copyrator
-            .metric("copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}")
-            .await
-            >= 1.0)
-            .then_some(())
-    })
+    let t = Harness::start(Options::default()).await;
+    t.wait_metric(
+        "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
+        "the startup resync",
+        |v| v >= 1.0,
+    )
     .await;
-    let src = env.namespace("metrics-src", &[]).await;
-    let sel = format!("metrics={}", env.id);
-    let taken = env.namespace("metrics-taken", &[]).await;
-    env.secrets(&taken)
+    let src = t.namespace("metrics-src", &[]).await;
+    let sel = format!("metrics={}", t.id);
+    let taken = t.namespace("metrics-taken", &[]).await;
+    t.secrets(&taken)
         .create(
             &PostParams::default(),
             &secret("cred", &[], &[], &[("x", "y")]),
         )
         .await
         .unwrap();
-    env.secrets(&src)
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -49,7 +46,7 @@ async fn metrics_move_by_exactly_what_happened() {
         )
         .await
         .unwrap();
-    let before = copyrator.metrics().await;
+    let before = t.metrics().await;
     let delta =
         |after: &str, sample: &str| metric_value(after, sample) - metric_value(&before, sample);
 
@@ -57,37 +54,31 @@ async fn metrics_move_by_exactly_what_happened() {
     let mut targets = Vec::new();
     for i in 0..N {
         targets.push(
-            env.namespace(&format!("metrics-{i}"), &[("metrics", &env.id)])
+            t.namespace(&format!("metrics-{i}"), &[("metrics", &t.id)])
                 .await,
         );
     }
     for ns in &targets {
-        eventually(CONVERGE, "copy", || async {
-            env.secrets(ns).get_opt("cred").await.ok().flatten()
-        })
-        .await;
+        t.wait_for::<Secret>(ns, "cred", "copy", |_| true).await;
     }
-    env.label_namespace(&taken, json!({"metrics": env.id}))
-        .await;
-    eventually(CONVERGE, "the conflict counted", || async {
-        (copyrator
-            .metric("copyrator_conflicts_total{reason=\"unmanaged\"}")
-            .await
-            >= 1.0)
-            .then_some(())
-    })
+    t.label_namespace(&taken, json!({"metrics": t.id})).await;
+    t.wait_metric(
+        "copyrator_conflicts_total{reason=\"unmanaged\"}",
+        "the conflict counted",
+        |v| v >= 1.0,
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Counted once per sync that had to skip the target: the namespace job.
     assert_eq!(
         delta(
-            &copyrator.metrics().await,
+            &t.metrics().await,
             "copyrator_conflicts_total{reason=\"unmanaged\"}"
         ),
         1.0
     );
     // One update of the source: N copy updates. One opt-out: one delete.
-    env.secrets(&src)
+    t.secrets(&src)
         .patch(
             "cred",
             &PatchParams::default(),
@@ -95,10 +86,10 @@ async fn metrics_move_by_exactly_what_happened() {
         )
         .await
         .unwrap();
-    env.label_namespace(&targets[0], json!({"metrics": null}))
+    t.label_namespace(&targets[0], json!({"metrics": null}))
         .await;
     eventually(CONVERGE, "update and delete", || async {
-        let m = copyrator.metrics().await;
+        let m = t.metrics().await;
         (delta(&m, "copyrator_copy_writes_total{verb=\"update\"}") >= (N - 1) as f64
             && delta(&m, "copyrator_copy_writes_total{verb=\"delete\"}") >= 1.0)
             .then_some(())
@@ -106,7 +97,7 @@ async fn metrics_move_by_exactly_what_happened() {
     .await;
     // Let anything still in flight land before reading the final numbers.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = copyrator.metrics().await;
+    let after = t.metrics().await;
 
     assert_eq!(
         delta(&after, "copyrator_copy_writes_total{verb=\"create\"}"),
@@ -163,15 +154,14 @@ async fn metrics_move_by_exactly_what_happened() {
     // Jobs still waiting in the queue (the namespaces' second looks) finish, and nothing is
     // left behind.
     eventually(CONVERGE, "an empty queue", || async {
-        (copyrator.metric("copyrator_queue_depth").await == 0.0
-            && copyrator.metric("copyrator_queue_delayed").await == 0.0)
+        (t.metric("copyrator_queue_depth").await == 0.0
+            && t.metric("copyrator_queue_delayed").await == 0.0)
             .then_some(())
     })
     .await;
     assert!(after.contains("# TYPE copyrator_resync_duration_seconds histogram"));
     assert!(after.ends_with("# EOF\n"));
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// With the most verbose logging, a Secret's data never shows up in logs, Events or metrics.
@@ -191,7 +181,7 @@ async fn secret_data_never_appears_in_logs_events_or_metrics() {
         "1s",
     ]);
     process.wait_up().await;
-    process.register_webhooks(&env.client).await;
+    env.register_webhooks(&process).await;
 
     let src = env.namespace("canary-src", &[]).await;
     let sel = format!("canary={}", env.id);
@@ -217,11 +207,9 @@ async fn secret_data_never_appears_in_logs_events_or_metrics() {
         )
         .await
         .unwrap();
-    eventually(CONVERGE, "the canary copied", || async {
-        let s = env.secrets(&dest).get_opt("leaky").await.ok()??;
-        (secret_value(&s, "password").as_deref() == Some(canary.as_str())).then_some(())
-    })
-    .await;
+    // The canary copied...
+    env.wait_value::<Secret>(&dest, "leaky", "password", &canary)
+        .await;
     // ... updated, conflicted, hand-edited, deleted.
     env.secrets(&src)
         .patch(
@@ -233,11 +221,9 @@ async fn secret_data_never_appears_in_logs_events_or_metrics() {
         .unwrap();
     env.label_namespace(&conflict, json!({"canary": env.id}))
         .await;
-    eventually(CONVERGE, "the update copied", || async {
-        let s = env.secrets(&dest).get_opt("leaky").await.ok()??;
-        (secret_value(&s, "password").as_deref() == Some(canary2.as_str())).then_some(())
-    })
-    .await;
+    // ... the update copied ...
+    env.wait_value::<Secret>(&dest, "leaky", "password", &canary2)
+        .await;
     env.secrets(&dest)
         .patch(
             "leaky",
@@ -246,19 +232,15 @@ async fn secret_data_never_appears_in_logs_events_or_metrics() {
         )
         .await
         .unwrap();
-    eventually(CONVERGE, "the hand edit reverted", || async {
-        let s = env.secrets(&dest).get_opt("leaky").await.ok()??;
-        (secret_value(&s, "password").as_deref() == Some(canary2.as_str())).then_some(())
-    })
-    .await;
+    // ... the hand edit reverted ...
+    env.wait_value::<Secret>(&dest, "leaky", "password", &canary2)
+        .await;
     env.secrets(&src)
         .delete("leaky", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(CONVERGE, "the copy deleted", || async {
-        matches!(env.secrets(&dest).get_opt("leaky").await, Ok(None)).then_some(())
-    })
-    .await;
+    // ... and the copy deleted.
+    env.wait_gone::<Secret>(&dest, "leaky").await;
     // A couple of resyncs at trace level too.
     tokio::time::sleep(Duration::from_millis(2500)).await;
 
@@ -291,7 +273,6 @@ async fn secret_data_never_appears_in_logs_events_or_metrics() {
         );
     }
     process.terminate();
-    unregister_webhooks(&env.client).await;
     env.cleanup().await;
 }
 
@@ -315,9 +296,9 @@ async fn readyz_follows_the_first_resync_and_the_certificate() {
     ]);
     lonely.wait_up().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (status, body) = http_get(lonely.http_addr(), "/readyz").await;
+    let (status, body) = lonely.get("/readyz").await;
     assert_eq!((status, body.as_str()), (503, "first resync not finished"));
-    assert_eq!(http_get(lonely.http_addr(), "/healthz").await.0, 200);
+    assert_eq!(lonely.get("/healthz").await.0, 200);
     lonely.kill();
 
     // Against the real API server: ready after the first resync...
@@ -325,7 +306,7 @@ async fn readyz_follows_the_first_resync_and_the_certificate() {
         Process::spawn(&["--leader-election=false", "--tls-reload-interval", "200ms"]);
     process.wait_up().await;
     eventually(CONVERGE, "ready", || async {
-        (http_get(process.http_addr(), "/readyz").await.0 == 200).then_some(())
+        (process.get("/readyz").await.0 == 200).then_some(())
     })
     .await;
     assert!(
@@ -339,8 +320,7 @@ async fn readyz_follows_the_first_resync_and_the_certificate() {
     // ... unready while the certificate files are unusable, still serving the old pair ...
     std::fs::write(process.certs.join("tls.crt"), "garbage").unwrap();
     eventually(CONVERGE, "unready on a broken certificate", || async {
-        (http_get(process.http_addr(), "/readyz").await
-            == (503, "serving certificate not usable".to_string()))
+        (process.get("/readyz").await == (503, "serving certificate not usable".to_string()))
             .then_some(())
     })
     .await;
@@ -362,7 +342,7 @@ async fn readyz_follows_the_first_resync_and_the_certificate() {
         std::fs::copy(fresh.path().join(f), process.certs.join(f)).unwrap();
     }
     eventually(CONVERGE, "ready after rotation", || async {
-        (http_get(process.http_addr(), "/readyz").await.0 == 200).then_some(())
+        (process.get("/readyz").await.0 == 200).then_some(())
     })
     .await;
     let served_after = served_certificate(process.webhook_port);

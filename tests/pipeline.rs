@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use copyrator::marks;
 use futures::future::join_all;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -12,18 +13,17 @@ use serde_json::json;
 /// up with the last persisted content.
 #[tokio::test]
 async fn burst_of_updates_to_one_source_coalesces() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options::default()).await;
-    let src = env.namespace("burst-src", &[]).await;
-    let sel = format!("burst={}", env.id);
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("burst-src", &[]).await;
+    let sel = format!("burst={}", t.id);
     let mut targets = Vec::new();
     for i in 0..5 {
         targets.push(
-            env.namespace(&format!("burst-{i}"), &[("burst", &env.id)])
+            t.namespace(&format!("burst-{i}"), &[("burst", &t.id)])
                 .await,
         );
     }
-    env.secrets(&src)
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -36,19 +36,17 @@ async fn burst_of_updates_to_one_source_coalesces() {
         .await
         .unwrap();
     for ns in &targets {
-        eventually(CONVERGE, "first copies", || async {
-            env.secrets(ns).get_opt("cred").await.ok().flatten()
-        })
-        .await;
+        t.wait_for::<Secret>(ns, "cred", "first copies", |_| true)
+            .await;
     }
     // Namespace jobs take a second look a second after their admission: let them pass.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let jobs = "copyrator_jobs_total{kind=\"source\",outcome=\"ok\"}";
     let updates = "copyrator_copy_writes_total{verb=\"update\"}";
-    let jobs_before = copyrator.metric(jobs).await;
-    let updates_before = copyrator.metric(updates).await;
+    let jobs_before = t.metric(jobs).await;
+    let updates_before = t.metric(updates).await;
 
-    let api = env.secrets(&src);
+    let api = t.secrets(&src);
     join_all((1..=100).map(|i| {
         let api = api.clone();
         async move {
@@ -62,32 +60,22 @@ async fn burst_of_updates_to_one_source_coalesces() {
         }
     }))
     .await;
-    let last = secret_value(&env.secrets(&src).get("cred").await.unwrap(), "n").unwrap();
+    let last = secret_value(&t.secrets(&src).get("cred").await.unwrap(), "n").unwrap();
     for ns in &targets {
-        eventually(
-            CONVERGE,
-            &format!("{ns} holding the last update ({last})"),
-            || async {
-                let s = env.secrets(ns).get("cred").await.ok()?;
-                (secret_value(&s, "n").as_deref() == Some(last.as_str())).then_some(())
-            },
-        )
-        .await;
+        t.wait_value::<Secret>(ns, "cred", "n", &last).await;
     }
-    let fanouts = copyrator.metric(jobs).await - jobs_before;
-    let writes = copyrator.metric(updates).await - updates_before;
+    let fanouts = t.metric(jobs).await - jobs_before;
+    let writes = t.metric(updates).await - updates_before;
     eprintln!("100 updates -> {fanouts} source jobs, {writes} copy updates for 5 copies");
     assert!(fanouts < 100.0 / 4.0, "100 updates ran {fanouts} fan-outs");
     assert!(writes <= fanouts * 5.0);
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// When the queue is full, jobs are dropped and a full resync catches up: nothing is lost.
 #[tokio::test]
 async fn full_queue_drops_jobs_and_the_resync_catches_up() {
-    let env = TestEnv::new().await;
-    let copyrator = Copyrator::start(Options {
+    let t = Harness::start(Options {
         extra: vec![
             "--queue-capacity".into(),
             "2".into(),
@@ -97,9 +85,9 @@ async fn full_queue_drops_jobs_and_the_resync_catches_up() {
         ..Default::default()
     })
     .await;
-    let src = env.namespace("full-src", &[]).await;
-    let sel = format!("full={}", env.id);
-    env.secrets(&src)
+    let src = t.namespace("full-src", &[]).await;
+    let sel = format!("full={}", t.id);
+    t.secrets(&src)
         .create(
             &PostParams::default(),
             &secret(
@@ -112,31 +100,23 @@ async fn full_queue_drops_jobs_and_the_resync_catches_up() {
         .await
         .unwrap();
     let names: Vec<String> = join_all((0..30).map(|i| {
-        let env = &env;
-        async move {
-            env.namespace(&format!("full-{i}"), &[("full", &env.id)])
-                .await
-        }
+        let t = &t;
+        async move { t.namespace(&format!("full-{i}"), &[("full", &t.id)]).await }
     }))
     .await;
     for ns in &names {
-        eventually(CONVERGE, &format!("copy in {ns}"), || async {
-            env.secrets(ns).get_opt("cred").await.ok().flatten()
-        })
-        .await;
+        t.wait_for::<Secret>(ns, "cred", "copied", |_| true).await;
     }
-    let dropped = copyrator.metric("copyrator_queue_dropped_total").await;
+    let dropped = t.metric("copyrator_queue_dropped_total").await;
     assert!(
         dropped > 0.0,
         "the test must overflow the queue to prove anything"
     );
-    eventually(CONVERGE, "a resync after the drops", || async {
-        let resyncs = copyrator
-            .metric("copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}")
-            .await;
-        (resyncs >= 2.0).then_some(())
-    })
+    t.wait_metric(
+        "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
+        "a resync after the drops",
+        |resyncs| resyncs >= 2.0,
+    )
     .await;
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }

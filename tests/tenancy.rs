@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use common::{tenant::Tenant, *};
 use copyrator::{
-    copyrule::{CopyRule, CopyRuleSpec, DeletionPolicy},
+    copyrule::{CopyRuleSpec, DeletionPolicy},
     marks,
     model::Kind,
 };
@@ -23,12 +23,15 @@ use kube::{
 };
 use serde_json::json;
 
-/// copyrator trusting only `platform`.
-async fn copyrator_trusting(namespaces: &str) -> Copyrator {
-    Copyrator::start(Options {
-        extra: vec![format!("--trusted-namespaces={namespaces}")],
-        ..Default::default()
-    })
+/// copyrator for `env`, trusting only `namespaces`.
+async fn copyrator_trusting(env: TestEnv, namespaces: &str) -> Harness {
+    Harness::start_in(
+        env,
+        Options {
+            extra: vec![format!("--trusted-namespaces={namespaces}")],
+            ..Default::default()
+        },
+    )
     .await
 }
 
@@ -46,22 +49,6 @@ async fn copy_value(env: &TestEnv, ns: &str) -> Option<String> {
     secret_value(&s, "ca.crt")
 }
 
-async fn wait_copy(env: &TestEnv, ns: &str, want: &str) -> Secret {
-    eventually(
-        CONVERGE,
-        &format!("{ns}/cacerts holding {want}"),
-        || async {
-            env.secrets(ns)
-                .get_opt("cacerts")
-                .await
-                .ok()
-                .flatten()
-                .filter(|s| secret_value(s, "ca.crt").as_deref() == Some(want))
-        },
-    )
-    .await
-}
-
 async fn assert_no_copy(env: &TestEnv, namespaces: &[&str]) {
     for ns in namespaces {
         assert!(
@@ -71,35 +58,19 @@ async fn assert_no_copy(env: &TestEnv, namespaces: &[&str]) {
     }
 }
 
-/// Warning Events with `reason` on the source `cacerts` in `ns`, newest last.
-async fn source_events(env: &TestEnv, ns: &str, reason: &str) -> Vec<Event> {
-    let mut events: Vec<Event> = Api::<Event>::namespaced(env.client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some("cacerts")
-                && e.reason.as_deref() == Some(reason)
-                && e.type_.as_deref() == Some("Warning")
-        })
-        .collect();
-    events.sort_by_key(|e| e.metadata.creation_timestamp.clone());
-    events
+/// A predicate for the waits: a Warning Event with `reason` on the source `cacerts` whose
+/// message satisfies `check` (the sign that copyrator planned the source and decided, before
+/// asserting what it did not write).
+fn source_event(reason: &str, check: impl Fn(&str) -> bool) -> impl Fn(&Event) -> bool {
+    let reason = reason.to_string();
+    move |e| source_warning(e, &reason) && e.message.as_deref().is_some_and(&check)
 }
 
-/// Waits for a Warning Event on the tenant's source whose message satisfies `check`: the sign
-/// that copyrator planned the source and decided, before asserting what it did not write.
-async fn wait_event(env: &TestEnv, ns: &str, reason: &str, check: impl Fn(&str) -> bool) -> String {
-    eventually(CONVERGE, &format!("a {reason} Event in {ns}"), || async {
-        source_events(env, ns, reason)
-            .await
-            .into_iter()
-            .filter_map(|e| e.message)
-            .find(|m| check(m))
-    })
-    .await
+/// A Warning Event with `reason` on the source `cacerts`.
+fn source_warning(e: &Event, reason: &str) -> bool {
+    e.involved_object.name.as_deref() == Some("cacerts")
+        && e.reason.as_deref() == Some(reason)
+        && e.type_.as_deref() == Some("Warning")
 }
 
 async fn annotate(env: &TestEnv, ns: &str, accept_from: Option<&str>) {
@@ -122,7 +93,7 @@ async fn a_tenant_cannot_push_into_namespaces_that_did_not_consent() {
     let platform = env.namespace("platform", &[]).await;
     let istio = env.namespace("istio-system", &[]).await;
     let labelled = env.namespace("labelled", &[("registry", "enabled")]).await;
-    let copyrator = copyrator_trusting(&platform).await;
+    let t = copyrator_trusting(env, &platform).await;
 
     // The identity is real: the API server refuses the tenant outside its namespace.
     let refused = tenant
@@ -148,15 +119,22 @@ async fn a_tenant_cannot_push_into_namespaces_that_did_not_consent() {
         )),
         "kubectl shows the refusal: {stderr}"
     );
-    let note = wait_event(&env, &tenant.namespace, "CopyRefused", |m| {
-        m.starts_with("1 target namespace gets no copy")
-    })
-    .await;
+    let note = t
+        .wait_for_any::<Event>(
+            &tenant.namespace,
+            "a CopyRefused Event on cacerts",
+            source_event("CopyRefused", |m| {
+                m.starts_with("1 target namespace gets no copy")
+            }),
+        )
+        .await
+        .message
+        .unwrap();
     assert!(
         !note.contains(&istio),
         "the Event names no namespace: {note}"
     );
-    assert_no_copy(&env, &[&istio]).await;
+    assert_no_copy(&t, &[&istio]).await;
 
     // A match-all selector: refused everywhere, also in namespaces that match by label.
     tenant
@@ -171,30 +149,30 @@ async fn a_tenant_cannot_push_into_namespaces_that_did_not_consent() {
         )
         .await
         .unwrap();
-    wait_event(&env, &tenant.namespace, "CopyRefused", |m| {
-        m.split(' ')
-            .next()
-            .and_then(|n| n.parse::<u32>().ok())
-            .is_some_and(|n| n >= 4)
-    })
+    t.wait_for_any::<Event>(
+        &tenant.namespace,
+        "a CopyRefused Event on cacerts",
+        source_event("CopyRefused", |m| {
+            m.split(' ')
+                .next()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n >= 4)
+        }),
+    )
     .await;
-    assert_no_copy(&env, &[&istio, &labelled, &platform, "default"]).await;
-    assert!(copyrator.metric("copyrator_refused_targets_total").await >= 5.0);
+    assert_no_copy(&t, &[&istio, &labelled, &platform, "default"]).await;
+    assert!(t.metric("copyrator_refused_targets_total").await >= 5.0);
 
     // Consent: istio-system accepts tenant-a, and gets its copy; the others still do not.
-    annotate(&env, &istio, Some(&format!("other, {}", tenant.namespace))).await;
-    wait_copy(&env, &istio, "tenant").await;
-    assert_no_copy(&env, &[&labelled, &platform]).await;
+    annotate(&t, &istio, Some(&format!("other, {}", tenant.namespace))).await;
+    t.wait_value::<Secret>(&istio, "cacerts", "ca.crt", "tenant")
+        .await;
+    assert_no_copy(&t, &[&labelled, &platform]).await;
 
     // Consent withdrawn: the copy goes.
-    annotate(&env, &istio, None).await;
-    eventually(CONVERGE, "the copy in istio-system deleted", || async {
-        copy_value(&env, &istio).await.is_none().then_some(())
-    })
-    .await;
-
-    copyrator.stop().await;
-    env.cleanup().await;
+    annotate(&t, &istio, None).await;
+    t.wait_gone::<Secret>(&istio, "cacerts").await;
+    t.finish().await;
 }
 
 #[tokio::test]
@@ -205,7 +183,7 @@ async fn the_platform_source_wins_a_name_a_tenant_took_first() {
     let shared = env.namespace("shared", &[]).await;
     let apps = env.namespace("apps", &[]).await;
     annotate(&env, &shared, Some("tenant-*")).await;
-    let copyrator = copyrator_trusting(&platform).await;
+    let t = copyrator_trusting(env, &platform).await;
     let targets = format!("{shared},{apps}");
 
     // The tenant is first, in a namespace that accepts it and in one that does not.
@@ -217,26 +195,35 @@ async fn the_platform_source_wins_a_name_a_tenant_took_first() {
         )
         .await
         .unwrap();
-    wait_copy(&env, &shared, "tenant").await;
-    wait_event(&env, &tenant.namespace, "CopyRefused", |_| true).await;
-    assert_no_copy(&env, &[&apps]).await;
+    t.wait_value::<Secret>(&shared, "cacerts", "ca.crt", "tenant")
+        .await;
+    t.wait_for_any::<Event>(
+        &tenant.namespace,
+        "a CopyRefused Event on cacerts",
+        source_event("CopyRefused", |_| true),
+    )
+    .await;
+    assert_no_copy(&t, &[&apps]).await;
 
     // The platform's source for the same name: it takes both over, the tenant's copy too.
-    env.secrets(&platform)
+    t.secrets(&platform)
         .create(
             &PostParams::default(),
             &cacerts("platform", &[(marks::NAMESPACES_ANNOTATION, &targets)]),
         )
         .await
         .unwrap();
-    let taken = wait_copy(&env, &shared, "platform").await;
-    wait_copy(&env, &apps, "platform").await;
+    let taken = t
+        .wait_value::<Secret>(&shared, "cacerts", "ca.crt", "platform")
+        .await;
+    t.wait_value::<Secret>(&apps, "cacerts", "ca.crt", "platform")
+        .await;
     let annotations = taken.metadata.annotations.unwrap_or_default();
     assert_eq!(
         annotations.get(marks::SOURCE_ANNOTATION),
         Some(&format!("{platform}/cacerts"))
     );
-    let platform_uid = env
+    let platform_uid = t
         .secrets(&platform)
         .get("cacerts")
         .await
@@ -253,7 +240,15 @@ async fn the_platform_source_wins_a_name_a_tenant_took_first() {
     );
 
     // The tenant hears that it lost the name, without learning who has it.
-    let note = wait_event(&env, &tenant.namespace, "CopyConflict", |_| true).await;
+    let note = t
+        .wait_for_any::<Event>(
+            &tenant.namespace,
+            "a CopyConflict Event on cacerts",
+            source_event("CopyConflict", |_| true),
+        )
+        .await
+        .message
+        .unwrap();
     assert!(
         note.contains("higher precedence") && !note.contains(&platform) && !note.contains(&shared),
         "{note}"
@@ -261,7 +256,7 @@ async fn the_platform_source_wins_a_name_a_tenant_took_first() {
 
     // Changing its source gets the tenant nothing back.
     let conflicts = "copyrator_conflicts_total{reason=\"other_rule\"}";
-    let before = copyrator.metric(conflicts).await;
+    let before = t.metric(conflicts).await;
     let mut changed = tenant
         .secrets(&tenant.namespace)
         .get("cacerts")
@@ -276,14 +271,10 @@ async fn the_platform_source_wins_a_name_a_tenant_took_first() {
         .replace("cacerts", &PostParams::default(), &changed)
         .await
         .unwrap();
-    eventually(CONVERGE, "the tenant's change planned", || async {
-        (copyrator.metric(conflicts).await > before).then_some(())
-    })
-    .await;
-    assert_eq!(copy_value(&env, &shared).await.as_deref(), Some("platform"));
-
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.wait_metric(conflicts, "the tenant's change planned", |v| v > before)
+        .await;
+    assert_eq!(copy_value(&t, &shared).await.as_deref(), Some("platform"));
+    t.finish().await;
 }
 
 #[tokio::test]
@@ -293,48 +284,40 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
     let platform = env.namespace("platform", &[]).await;
     let shared = env.namespace("shared", &[]).await;
     annotate(&env, &shared, Some(&tenant.namespace)).await;
-    let copyrator = copyrator_trusting(&platform).await;
+    let t = copyrator_trusting(env, &platform).await;
 
     // A CopyRule copies the platform's cacerts with Retain, then goes away: the copy stays.
-    env.secrets(&platform)
+    t.secrets(&platform)
         .create(
             &PostParams::default(),
             &secret("cacerts", &[], &[], &[("ca.crt", "platform")]),
         )
         .await
         .unwrap();
-    let rules: Api<CopyRule> = Api::all(env.client.clone());
-    let name = env.name("retain");
-    env.track_copy_rule(&name);
-    rules
-        .create(
-            &PostParams::default(),
-            &CopyRule::new(
-                &name,
-                CopyRuleSpec {
-                    kind: Kind::Secret,
-                    source_namespace: platform.clone(),
-                    source_name: Some("cacerts".into()),
-                    source_selector: None,
-                    namespace_selector: None,
-                    namespaces: vec![shared.clone()],
-                    exclude_namespaces: vec![],
-                    target_name: None,
-                    deletion_policy: DeletionPolicy::Retain,
-                    conflict_policy: Default::default(),
-                },
-            ),
+    let name = t
+        .copy_rule(
+            "retain",
+            CopyRuleSpec {
+                kind: Kind::Secret,
+                source_namespace: platform.clone(),
+                source_name: Some("cacerts".into()),
+                source_selector: None,
+                namespace_selector: None,
+                namespaces: vec![shared.clone()],
+                exclude_namespaces: vec![],
+                target_name: None,
+                deletion_policy: DeletionPolicy::Retain,
+                conflict_policy: Default::default(),
+            },
         )
-        .await
-        .unwrap();
-    wait_copy(&env, &shared, "platform").await;
+        .await;
+    t.wait_value::<Secret>(&shared, "cacerts", "ca.crt", "platform")
+        .await;
     let rule_jobs = "copyrator_jobs_total{kind=\"rule\",outcome=\"ok\"}";
-    let before = copyrator.metric(rule_jobs).await;
-    rules.delete(&name, &Default::default()).await.unwrap();
-    eventually(CONVERGE, "the deleted rule synced", || async {
-        (copyrator.metric(rule_jobs).await > before).then_some(())
-    })
-    .await;
+    let before = t.metric(rule_jobs).await;
+    t.rules().delete(&name, &Default::default()).await.unwrap();
+    t.wait_metric(rule_jobs, "the deleted rule synced", |v| v > before)
+        .await;
 
     // The tenant, welcome in `shared`, asks for the same name: the retained copy is kept.
     tenant
@@ -345,12 +328,20 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
         )
         .await
         .unwrap();
-    let note = wait_event(&env, &tenant.namespace, "CopyConflict", |_| true).await;
+    let note = t
+        .wait_for_any::<Event>(
+            &tenant.namespace,
+            "a CopyConflict Event on cacerts",
+            source_event("CopyConflict", |_| true),
+        )
+        .await
+        .message
+        .unwrap();
     assert!(
         note.contains("retained copy of higher precedence") && !note.contains(&name),
         "{note}"
     );
-    let copy = env.secrets(&shared).get("cacerts").await.unwrap();
+    let copy = t.secrets(&shared).get("cacerts").await.unwrap();
     assert_eq!(secret_value(&copy, "ca.crt").as_deref(), Some("platform"));
     assert_eq!(
         copy.metadata
@@ -359,9 +350,7 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
             .get(marks::RULE_ANNOTATION),
         Some(&format!("copyrule/{name}"))
     );
-
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// `--trusted-namespaces '*'`: every source is trusted, as on a single-team cluster.
@@ -370,7 +359,7 @@ async fn trusting_every_namespace_copies_without_consent() {
     let env = TestEnv::new().await;
     let tenant = Tenant::new(&env, "team").await;
     let apps = env.namespace("apps", &[]).await;
-    let copyrator = copyrator_trusting("*").await;
+    let t = copyrator_trusting(env, "*").await;
     tenant
         .secrets(&tenant.namespace)
         .create(
@@ -379,21 +368,21 @@ async fn trusting_every_namespace_copies_without_consent() {
         )
         .await
         .unwrap();
-    wait_copy(&env, &apps, "team").await;
+    t.wait_value::<Secret>(&apps, "cacerts", "ca.crt", "team")
+        .await;
     // The job that wrote the copy has finished (and published what it had to say).
-    eventually(CONVERGE, "the source job finished", || async {
-        (copyrator
-            .metric("copyrator_jobs_total{kind=\"source\",outcome=\"ok\"}")
-            .await
-            >= 1.0)
-            .then_some(())
-    })
+    t.wait_metric(
+        "copyrator_jobs_total{kind=\"source\",outcome=\"ok\"}",
+        "the source job finished",
+        |v| v >= 1.0,
+    )
     .await;
-    assert!(
-        source_events(&env, &tenant.namespace, "CopyRefused")
-            .await
-            .is_empty()
-    );
-    copyrator.stop().await;
-    env.cleanup().await;
+    let events = t
+        .api::<Event>(&tenant.namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(!events.iter().any(|e| source_warning(e, "CopyRefused")));
+    t.finish().await;
 }

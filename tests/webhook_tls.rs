@@ -4,7 +4,7 @@ mod common;
 
 use std::{process::Command, time::Duration};
 
-use common::{Copyrator, Options, TestEnv, eventually, secret};
+use common::{Harness, Options, eventually, secret};
 use copyrator::marks;
 use kube::api::PostParams;
 
@@ -22,15 +22,14 @@ async fn api_server_calls_the_webhooks_over_tls_with_certs_from_copyrator_certs(
 
     // start_with_certs registers the webhooks with this CA and waits until the API server
     // has called the namespaces webhook for real.
-    let copyrator = Copyrator::start_with_certs(Options::default(), dir, ca).await;
-    let env = TestEnv::new().await;
+    let t = Harness::start_with_certs(Options::default(), dir, ca).await;
     let sample = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"}";
-    let before = copyrator.metric(sample).await;
-    let ns = env.namespace("tls", &[]).await;
+    let before = t.metric(sample).await;
+    let ns = t.namespace("tls", &[]).await;
     eventually(
         Duration::from_secs(10),
         "an allowed namespace admission",
-        || async { (copyrator.metric(sample).await > before).then_some(()) },
+        || async { (t.metric(sample).await > before).then_some(()) },
     )
     .await;
 
@@ -41,7 +40,7 @@ async fn api_server_calls_the_webhooks_over_tls_with_certs_from_copyrator_certs(
         &[(marks::NAMESPACE_SELECTOR_ANNOTATION, "env in prod")],
         &[("k", "v")],
     );
-    let err = env
+    let err = t
         .secrets(&ns)
         .create(&PostParams::default(), &bad)
         .await
@@ -49,7 +48,7 @@ async fn api_server_calls_the_webhooks_over_tls_with_certs_from_copyrator_certs(
     let msg = err.to_string();
     assert!(msg.contains("copyrator.io/namespace-selector"), "{msg}");
     assert!(
-        env.secrets(&ns)
+        t.secrets(&ns)
             .get_opt("bad-source")
             .await
             .unwrap()
@@ -57,8 +56,7 @@ async fn api_server_calls_the_webhooks_over_tls_with_certs_from_copyrator_certs(
         "the denied Secret was not stored"
     );
 
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }
 
 /// `--client-ca`: the API server, presenting the webhook client certificate its admission
@@ -76,24 +74,23 @@ async fn with_a_client_ca_only_the_api_server_gets_in() {
         );
         return;
     }
-    let copyrator = Copyrator::start(Options {
+    let t = Harness::start(Options {
         extra: vec![format!("--client-ca={}", client_ca.display())],
         ..Default::default()
     })
     .await; // it waited for the API server's calls to arrive: the API server gets in
-    let env = TestEnv::new().await;
     let sample = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"}";
-    let before = copyrator.metric(sample).await;
-    env.namespace("mtls", &[]).await;
+    let before = t.metric(sample).await;
+    t.namespace("mtls", &[]).await;
     eventually(
         Duration::from_secs(10),
         "the API server's review",
-        || async { (copyrator.metric(sample).await > before).then_some(()) },
+        || async { (t.metric(sample).await > before).then_some(()) },
     )
     .await;
 
-    let port = copyrator.running().webhook_addr.port();
-    let server_ca = copyrator.certs.path().join("ca.crt");
+    let port = t.copyrator().running().webhook_addr.port();
+    let server_ca = t.copyrator().certs.path().join("ca.crt");
     // curl on a blocking thread: the in-process copyrator answers on this test's runtime.
     let refused = |args: Vec<String>| {
         let server_ca = server_ca.clone();
@@ -150,6 +147,5 @@ async fn with_a_client_ca_only_the_api_server_gets_in() {
         "the API server's client certificate is accepted"
     );
 
-    copyrator.stop().await;
-    env.cleanup().await;
+    t.finish().await;
 }

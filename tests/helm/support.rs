@@ -7,7 +7,7 @@ use std::{
     collections::BTreeSet,
     io::Write,
     path::{Path, PathBuf},
-    process::{Child, Command, Output},
+    process::{Command, Output},
 };
 
 use base64::Engine;
@@ -17,11 +17,7 @@ use k8s_openapi::api::{
     core::v1::{Secret, Service, ServiceAccount},
     rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
 };
-use kube::{
-    Api, Client,
-    api::{DeleteParams, DynamicObject},
-    discovery,
-};
+use kube::{Api, Client, api::DynamicObject, discovery};
 use serde_json::Value;
 
 use crate::common;
@@ -373,41 +369,4 @@ async fn pdb_api(client: &Client, ns: &str) -> Api<DynamicObject> {
 
 pub fn secret_data(secret: &Secret, key: &str) -> Vec<u8> {
     secret.data.as_ref().unwrap()[key].0.clone()
-}
-
-/// Kills and reaps a child process this test started.
-pub struct ChildGuard(pub Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Deletes a cluster-scoped CopyRule when dropped, also when the test panics (TestEnv's
-/// cleanup only runs when a test gets to its end). The test's own runtime is unwinding then,
-/// so the delete runs on a fresh client in a thread of its own.
-pub struct CopyRuleGuard(pub String);
-
-impl Drop for CopyRuleGuard {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let client = copyrator::app::kube_client(Some(&common::kubeconfig()))
-                    .await
-                    .ok()?;
-                Api::<copyrator::copyrule::CopyRule>::all(client)
-                    .delete(&name, &DeleteParams::default())
-                    .await
-                    .ok()
-            })
-        })
-        .join();
-    }
 }

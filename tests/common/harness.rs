@@ -1,0 +1,108 @@
+//! The one way an end-to-end test runs copyrator in-process: [`Harness::start`] gives a fresh
+//! [`TestEnv`] (reached through the harness, which dereferences to it) and a running
+//! [`Copyrator`] whose webhooks the API server calls; [`Harness::finish`] stops copyrator and
+//! deletes what the test made. A test that panics first is cleaned up by [`TestEnv`]'s `Drop`
+//! (webhook configuration, CopyRules, namespaces).
+
+use std::ops::Deref;
+
+use super::{
+    copyrator::{Copyrator, Options},
+    env::TestEnv,
+    tls::test_certs,
+};
+
+/// A test's cluster corner and the copyrator serving it.
+pub struct Harness {
+    env: TestEnv,
+    copyrator: Option<Copyrator>,
+}
+
+impl Harness {
+    /// A new [`TestEnv`] and copyrator started with `opts`.
+    pub async fn start(opts: Options) -> Self {
+        Self::start_in(TestEnv::new().await, opts).await
+    }
+
+    /// copyrator started with `opts` for `env`, prepared beforehand (namespaces that must
+    /// exist before copyrator starts, or whose names `opts` carries).
+    pub async fn start_in(env: TestEnv, opts: Options) -> Self {
+        let (certs, ca) = test_certs();
+        Self::start_with(env, opts, certs, ca).await
+    }
+
+    /// As [`Harness::start`], copyrator serving the certificate in `certs` (`tls.crt`,
+    /// `tls.key`), which the webhook configuration trusts through `ca`.
+    pub async fn start_with_certs(opts: Options, certs: tempfile::TempDir, ca: Vec<u8>) -> Self {
+        Self::start_with(TestEnv::new().await, opts, certs, ca).await
+    }
+
+    async fn start_with(
+        env: TestEnv,
+        opts: Options,
+        certs: tempfile::TempDir,
+        ca: Vec<u8>,
+    ) -> Self {
+        if opts.webhooks {
+            env.webhooks_registered();
+        }
+        let copyrator = Copyrator::start_with_certs(opts, certs, ca).await;
+        Self {
+            env,
+            copyrator: Some(copyrator),
+        }
+    }
+
+    /// The running copyrator.
+    pub fn copyrator(&self) -> &Copyrator {
+        self.copyrator.as_ref().expect("copyrator is not running")
+    }
+
+    /// Prometheus text from copyrator's `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.copyrator().metrics().await
+    }
+
+    /// Value of one sample (`name{labels}`) of copyrator's metrics, 0 if absent.
+    pub async fn metric(&self, sample: &str) -> f64 {
+        self.copyrator().metric(sample).await
+    }
+
+    /// Waits (up to [`CONVERGE`](super::CONVERGE)) until `sample`'s value satisfies `check`.
+    pub async fn wait_metric(&self, sample: &str, what: &str, check: impl Fn(f64) -> bool) -> f64 {
+        self.copyrator().wait_metric(sample, what, check).await
+    }
+
+    /// Stops copyrator but leaves its webhook configuration: the API server's calls fail and
+    /// are ignored, as with a crashed deployment.
+    pub async fn kill(&mut self) {
+        if let Some(copyrator) = self.copyrator.take() {
+            copyrator.kill().await;
+        }
+    }
+
+    /// Starts copyrator again (after [`Harness::kill`]), with `opts` and new certificates.
+    pub async fn restart(&mut self, opts: Options) {
+        self.kill().await;
+        if opts.webhooks {
+            self.env.webhooks_registered();
+        }
+        self.copyrator = Some(Copyrator::start(opts).await);
+    }
+
+    /// Stops copyrator (removing its webhook configuration) and deletes what the test made.
+    pub async fn finish(mut self) {
+        if let Some(copyrator) = self.copyrator.take() {
+            copyrator.stop().await;
+        }
+        self.env.clean().await;
+    }
+}
+
+impl Deref for Harness {
+    type Target = TestEnv;
+
+    fn deref(&self) -> &TestEnv {
+        &self.env
+    }
+}
