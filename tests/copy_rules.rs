@@ -33,6 +33,7 @@ fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
         target_name: None,
         deletion_policy: DeletionPolicy::Delete,
         conflict_policy: ConflictPolicy::Skip,
+        image_pull_secret: false,
     }
 }
 

@@ -308,6 +308,7 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
                 target_name: None,
                 deletion_policy: DeletionPolicy::Retain,
                 conflict_policy: Default::default(),
+                image_pull_secret: false,
             },
         )
         .await;

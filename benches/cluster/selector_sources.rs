@@ -105,6 +105,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
             target_name: None,
             deletion_policy: Default::default(),
             conflict_policy: Default::default(),
+            image_pull_secret: false,
         },
     );
     let watches = |n: f64| {

@@ -230,6 +230,7 @@ mod tests {
             target_name: None,
             deletion_policy: Default::default(),
             conflict_policy: Default::default(),
+            image_pull_secret: false,
         };
         Rule::from_copy_rule(&CopyRule::new(name, spec)).unwrap()
     }

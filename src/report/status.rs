@@ -141,6 +141,7 @@ mod tests {
                 target_name: None,
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: ConflictPolicy::Skip,
+                image_pull_secret: false,
             },
         );
         r.metadata.generation = Some(3);

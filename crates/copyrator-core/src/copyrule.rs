@@ -60,6 +60,11 @@ pub struct CopyRuleSpec {
     /// Skip (default: leave it alone and report a conflict) or Overwrite (adopt it).
     #[serde(default)]
     pub conflict_policy: ConflictPolicy,
+    /// The copies are image pull secrets: every Pod created in a target namespace gets the copy
+    /// in spec.imagePullSecrets. Only for Secrets of type kubernetes.io/dockerconfigjson or
+    /// kubernetes.io/dockercfg.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub image_pull_secret: bool,
 }
 
 /// What happens to copies no rule wants any more.

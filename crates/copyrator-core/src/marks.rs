@@ -7,6 +7,16 @@ pub const NAMESPACE_SELECTOR_ANNOTATION: &str = "copyrator.io/namespace-selector
 /// Inline rule: comma-separated explicit namespace names, OR'ed with the selector.
 pub const NAMESPACES_ANNOTATION: &str = "copyrator.io/namespaces";
 
+/// Inline rule: `"true"` makes the copies image pull secrets: Pods in target namespaces get
+/// the copy in `spec.imagePullSecrets` (SPEC §10). Only for Secrets of a [`PULL_SECRET_TYPES`]
+/// type.
+pub const IMAGE_PULL_SECRET_ANNOTATION: &str = "copyrator.io/image-pull-secret";
+/// Pod annotation: `"false"` leaves the Pod's `spec.imagePullSecrets` alone.
+pub const INJECT_ANNOTATION: &str = "copyrator.io/inject";
+/// Secret types a kubelet reads registry credentials from.
+pub const PULL_SECRET_TYPES: [&str; 2] =
+    ["kubernetes.io/dockerconfigjson", "kubernetes.io/dockercfg"];
+
 /// Namespace annotation: comma-separated names or `*` patterns of the namespaces whose
 /// untrusted sources may copy into this namespace (SPEC §9.2).
 pub const ACCEPT_FROM_ANNOTATION: &str = "copyrator.io/accept-from";

@@ -73,6 +73,8 @@ pub struct Rule {
     pub created: i64,
     /// Precedence and trust (SPEC §9): CopyRule, trusted inline or consented inline.
     pub tier: Tier,
+    /// The copies are image pull secrets, injected into Pods of target namespaces (SPEC §10).
+    pub image_pull_secret: bool,
 }
 
 impl Rule {
@@ -180,6 +182,26 @@ impl Rule {
                 namespaces.insert(name.to_string());
             }
         }
+        let image_pull_secret = match source
+            .annotations
+            .get(marks::IMAGE_PULL_SECRET_ANNOTATION)
+            .map(|v| v.trim())
+        {
+            None | Some("false") => false,
+            Some("true") if source.key.kind == Kind::Secret => true,
+            Some("true") => {
+                return Err(RuleError::new(
+                    marks::IMAGE_PULL_SECRET_ANNOTATION,
+                    "is only for Secrets (of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg), not ConfigMaps",
+                ));
+            }
+            Some(other) => {
+                return Err(RuleError::new(
+                    marks::IMAGE_PULL_SECRET_ANNOTATION,
+                    format!("must be \"true\" or \"false\", not {other:?}"),
+                ));
+            }
+        };
         Ok(Some(Rule {
             id: RuleId::Inline(source.key.clone()),
             kind: source.key.kind,
@@ -193,6 +215,7 @@ impl Rule {
             conflict_policy: ConflictPolicy::Skip,
             created: source.created,
             tier: Tier::ConsentedInline,
+            image_pull_secret,
         }))
     }
 
@@ -264,6 +287,12 @@ impl Rule {
                 ),
             ));
         }
+        if spec.image_pull_secret && spec.kind != Kind::Secret {
+            return Err(RuleError::new(
+                "spec.imagePullSecret",
+                "is only for kind Secret (of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg)",
+            ));
+        }
         if namespace_selector.is_none() && namespaces.is_empty() {
             return Err(RuleError::new(
                 "spec.namespaceSelector",
@@ -288,6 +317,7 @@ impl Rule {
                 .map(|t| t.0.as_second())
                 .unwrap_or_default(),
             tier: Tier::CopyRule,
+            image_pull_secret: spec.image_pull_secret,
         })
     }
 }
@@ -392,6 +422,10 @@ impl RuleSet {
         self.rules.iter().filter(move |r| r.applies_to(source))
     }
 
+    pub fn get(&self, id: &RuleId) -> Option<&Rule> {
+        self.rules.iter().find(|r| &r.id == id)
+    }
+
     pub fn copy_rule(&self, name: &str) -> Option<&Rule> {
         self.rules
             .iter()
@@ -456,6 +490,7 @@ mod tests {
             target_name: None,
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
+            image_pull_secret: false,
         }
     }
 
@@ -499,6 +534,49 @@ mod tests {
         let s = source("default", "s", &[(marks::SOURCE_LABEL, "true")], &[]);
         let rule = Rule::inline(&s).unwrap().unwrap();
         assert!(!rule.has_targets());
+    }
+
+    #[test]
+    fn image_pull_secret_is_asked_by_annotation_or_spec_and_only_for_secrets() {
+        let with = |kind: Kind, value: &str| {
+            let mut s = source(
+                "default",
+                "s",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::IMAGE_PULL_SECRET_ANNOTATION, value)],
+            );
+            s.key.kind = kind;
+            Rule::inline(&s)
+        };
+        assert!(
+            with(Kind::Secret, "true")
+                .unwrap()
+                .unwrap()
+                .image_pull_secret
+        );
+        assert!(
+            !with(Kind::Secret, "false")
+                .unwrap()
+                .unwrap()
+                .image_pull_secret
+        );
+        let plain = source("default", "s", &[(marks::SOURCE_LABEL, "true")], &[]);
+        assert!(!Rule::inline(&plain).unwrap().unwrap().image_pull_secret);
+        let e = with(Kind::ConfigMap, "true").unwrap_err();
+        assert_eq!(e.field, marks::IMAGE_PULL_SECRET_ANNOTATION);
+        assert!(e.to_string().contains("only for Secrets"), "{e}");
+        let e = with(Kind::Secret, "yes").unwrap_err();
+        assert!(e.to_string().contains("\"true\" or \"false\""), "{e}");
+
+        let mut secret = spec();
+        secret.kind = Kind::Secret;
+        secret.image_pull_secret = true;
+        let rule = Rule::from_copy_rule(&CopyRule::new("r", secret)).unwrap();
+        assert!(rule.image_pull_secret);
+        let mut config_map = spec();
+        config_map.image_pull_secret = true;
+        let e = Rule::from_copy_rule(&CopyRule::new("r", config_map)).unwrap_err();
+        assert_eq!(e.field, "spec.imagePullSecret");
     }
 
     #[test]

@@ -210,6 +210,7 @@ fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
         target_name: None,
         deletion_policy: DeletionPolicy::Delete,
         conflict_policy: ConflictPolicy::Skip,
+        image_pull_secret: false,
     }
 }
 

@@ -22,6 +22,13 @@ pub struct Policy {
     pub trust: TrustPolicy,
 }
 
+impl Policy {
+    /// Whether `namespace` is excluded from copying altogether.
+    pub fn is_excluded(&self, namespace: &str) -> bool {
+        self.excluded_namespaces.contains(namespace)
+    }
+}
+
 /// Sources, namespaces and copies a job failed to read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unreadable {
