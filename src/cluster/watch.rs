@@ -22,7 +22,10 @@ use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
     model::{Kind, MetaItem, Object, ObjectKey},
-    pipeline::waiters::{Feed, Waiters, Watched},
+    pipeline::{
+        ready::ReadyIndex,
+        waiters::{Feed, Waiters, Watched},
+    },
 };
 
 /// Server-side timeout of one watch request: below the client's read timeout, so a quiet
@@ -76,6 +79,7 @@ impl Feed {
 pub fn spawn(
     cluster: &Cluster,
     waiters: &Arc<Waiters>,
+    ready: &Arc<ReadyIndex>,
     metrics: &Arc<Metrics>,
     rules_changed: &Arc<Notify>,
     shutdown: &watch::Receiver<bool>,
@@ -86,6 +90,7 @@ pub fn spawn(
             let feed_state = FeedState {
                 feed,
                 waiters: Arc::clone(waiters),
+                ready: Arc::clone(ready),
                 metrics: Arc::clone(metrics),
                 on_event: (feed == Feed::CopyRules).then(|| Arc::clone(rules_changed)),
             };
@@ -98,6 +103,8 @@ pub fn spawn(
 struct FeedState {
     feed: Feed,
     waiters: Arc<Waiters>,
+    /// Forgets what events may have changed (the Pod gate's memory).
+    ready: Arc<ReadyIndex>,
     metrics: Arc<Metrics>,
     /// Told about every event of this feed.
     on_event: Option<Arc<Notify>>,
@@ -106,6 +113,9 @@ struct FeedState {
 impl FeedState {
     fn set_live(&self, live: bool) {
         self.waiters.set_live(self.feed, live);
+        if live {
+            self.ready.connected(self.feed);
+        }
         self.metrics
             .watch_live
             .get_or_create(&FeedLabels {
@@ -133,12 +143,14 @@ async fn run(cluster: Cluster, state: FeedState, mut shutdown: watch::Receiver<b
             }
             Ended::Expired => {
                 // Events since `version` are gone: start over, and let waiters look again.
+                state.ready.disconnected(feed);
                 version = "0".into();
                 waiters.notify_feed(feed);
                 failures = 0;
                 continue;
             }
             Ended::Failed(why) => {
+                state.ready.disconnected(feed);
                 failures += 1;
                 if failures == 1 || failures.is_power_of_two() {
                     tracing::warn!(feed = feed.name(), error = %why, failures, "watch failed; waiting jobs poll meanwhile");
@@ -153,6 +165,7 @@ async fn run(cluster: Cluster, state: FeedState, mut shutdown: watch::Receiver<b
         }
     }
     state.set_live(false);
+    state.ready.disconnected(feed);
 }
 
 enum Ended {
@@ -197,6 +210,7 @@ async fn watch_once(cluster: &Cluster, state: &FeedState, version: &mut String) 
                 }
                 events.inc();
                 if let Some(watched) = feed.watched(&item) {
+                    state.ready.observe(feed, &watched);
                     state.waiters.notify(&watched);
                 }
                 if let Some(on_event) = &state.on_event {

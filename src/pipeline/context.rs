@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use moka::sync::Cache;
 
-use super::{queue::WorkQueue, waiters::Waiters};
+use super::{queue::WorkQueue, ready::ReadyIndex, waiters::Waiters};
 use crate::{
     cluster::{Cluster, apply::WriteBudget},
     copyrule::CopyRuleStatus,
@@ -14,6 +14,9 @@ use crate::{
     plan::Policy,
     report::events::Events,
 };
+
+/// Most namespaces the Pod gate remembers as settled (~100 bytes each).
+const READY_CAPACITY: u64 = 100_000;
 
 /// Settings the sync logic needs.
 #[derive(Clone, Debug)]
@@ -46,6 +49,8 @@ pub struct Context {
     pub malformed_seen: Cache<ObjectKey, ()>,
     /// Bytes of copy writes in flight, across all jobs (see `apply.rs`).
     pub write_budget: WriteBudget,
+    /// Namespaces known to hold every copy they should (the Pod gate's memory).
+    pub ready: Arc<ReadyIndex>,
 }
 
 impl Context {
@@ -69,6 +74,7 @@ impl Context {
             written_status: Cache::builder().max_capacity(10_000).build(),
             malformed_seen: Cache::builder().max_capacity(10_000).build(),
             write_budget: WriteBudget::new(fanout_bytes),
+            ready: Arc::new(ReadyIndex::new(READY_CAPACITY)),
         }
     }
 }

@@ -74,6 +74,8 @@ pub enum Trigger {
     SecondLook,
     /// A watch event (a copy deleted or edited by someone else).
     Watch,
+    /// A Pod about to be admitted into a namespace not known to be settled (SPEC §10).
+    PodGate,
 }
 
 impl Trigger {
@@ -84,6 +86,7 @@ impl Trigger {
             Trigger::FollowUp => "follow-up",
             Trigger::SecondLook => "second-look",
             Trigger::Watch => "watch",
+            Trigger::PodGate => "pod-gate",
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod context;
 pub mod job;
 pub mod leader;
 pub mod queue;
+pub mod ready;
 pub mod reconcile;
 pub mod waiters;
 pub mod worker;

@@ -56,7 +56,7 @@ impl Feed {
         Feed::CopyRules,
     ];
 
-    fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         match self {
             Feed::Namespaces => 0,
             Feed::Sources(Kind::Secret) => 1,

@@ -7,6 +7,7 @@ mod converge;
 mod follow_up;
 mod jobs;
 pub mod persisted;
+pub mod pods;
 mod sources;
 
 use crate::{

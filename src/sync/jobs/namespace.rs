@@ -1,28 +1,63 @@
 //! A namespace job: every copy that should or does live in one namespace (SPEC §4.1, §4.3).
+//! The Pod gate runs the same sync in the admission path (`sync::pods`).
 
 use crate::{
     cluster::{
         Freshness,
+        apply::Applied,
         load::{self, Found},
     },
     marks,
     model::Kind,
     pipeline::{context::Context, job::Job},
-    plan::{Contents, Scope},
+    plan::{Action, Contents, Scope, World},
     sync::{
         Outcome, SyncError,
         converge::{converge, finish_loading},
         follow_up::after,
         persisted::{namespace_persisted, read_persisted},
+        pods,
     },
 };
 
+/// What syncing one namespace came to.
+pub(in crate::sync) enum Synced {
+    /// The admitted change the job waits for is not visible yet.
+    NotPersisted,
+    /// The namespace does not exist or is being deleted: its copies go with it.
+    Gone,
+    Done {
+        world: Box<World>,
+        outcomes: Vec<(Action, Applied)>,
+    },
+}
+
 /// A namespace job: every copy that should or does live in one namespace (SPEC §4.1, §4.3).
+/// A clean run tells the Pod gate the namespace is settled.
 pub(in crate::sync) async fn run(
     ctx: &Context,
     job: &Job,
     name: &str,
 ) -> Result<Outcome, SyncError> {
+    let since = ctx.ready.begin();
+    match sync(ctx, job, name).await? {
+        Synced::NotPersisted => Ok(Outcome::NotPersisted),
+        Synced::Gone => Ok(Outcome::Done),
+        Synced::Done { world, outcomes } => {
+            if let Some(ready) = pods::readiness(ctx, name, &world, &outcomes).await {
+                ctx.ready.record(name, since, ready);
+            }
+            after(ctx, job, &outcomes)
+        }
+    }
+}
+
+/// Reads, plans and writes every copy that should or does live in namespace `name`.
+pub(in crate::sync) async fn sync(
+    ctx: &Context,
+    job: &Job,
+    name: &str,
+) -> Result<Synced, SyncError> {
     let cluster = &ctx.cluster;
     let Some(ns) = read_persisted(
         ctx,
@@ -32,11 +67,10 @@ pub(in crate::sync) async fn run(
     )
     .await?
     else {
-        return Ok(Outcome::NotPersisted);
+        return Ok(Synced::NotPersisted);
     };
     let Some(ns) = ns.filter(|n| !n.terminating) else {
-        // Gone or going: its copies go with it.
-        return Ok(Outcome::Done);
+        return Ok(Synced::Gone);
     };
     let mut found = Found::default();
     let fresh = Freshness::Cached;
@@ -70,5 +104,8 @@ pub(in crate::sync) async fn run(
         Contents::default(),
     )
     .await?;
-    after(ctx, job, &outcomes)
+    Ok(Synced::Done {
+        world: Box::new(world),
+        outcomes,
+    })
 }

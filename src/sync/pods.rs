@@ -1,0 +1,125 @@
+//! What the Pod gate needs from a namespace sync (SPEC §10): the namespace synced in the
+//! admission path, whether it settled, and which of its copies are image pull secrets.
+
+use std::collections::BTreeSet;
+
+use super::{
+    SyncError,
+    follow_up::after,
+    jobs::namespace::{Synced, sync},
+};
+use crate::{
+    cluster::apply::Applied,
+    marks,
+    model::{Kind, ObjectKey},
+    pipeline::{
+        context::Context,
+        job::{Job, JobKey, Trigger},
+        ready::Ready,
+    },
+    plan::{Action, ClaimRef, World},
+};
+
+/// What a Pod gate sync of one namespace came to.
+#[derive(Debug)]
+pub struct Settled {
+    /// `Some` when every copy the namespace should hold exists in its source's version:
+    /// what the namespace's Pods get.
+    pub ready: Option<Ready>,
+    /// Copies created or updated by this sync.
+    pub written: usize,
+}
+
+/// Syncs namespace `name` now, for a Pod about to be admitted there; a settled namespace is
+/// remembered (unless something changed while it was read).
+pub async fn settle_namespace(ctx: &Context, name: &str) -> Result<Settled, SyncError> {
+    let since = ctx.ready.begin();
+    let job = Job::new(JobKey::Namespace(name.to_string()), Trigger::PodGate);
+    match sync(ctx, &job, name).await? {
+        // Awaits nothing: never "not persisted". A namespace being deleted takes no Pods.
+        Synced::NotPersisted | Synced::Gone => Ok(Settled {
+            ready: Some(Ready::default()),
+            written: 0,
+        }),
+        Synced::Done { world, outcomes } => {
+            let written = outcomes
+                .iter()
+                .filter(|(a, r)| a.is_write() && matches!(r, Applied::Done))
+                .count();
+            let ready = readiness(ctx, name, &world, &outcomes).await;
+            if let Some(ready) = &ready {
+                ctx.ready.record(name, since, ready.clone());
+            }
+            after(ctx, &job, &outcomes)?;
+            Ok(Settled { ready, written })
+        }
+    }
+}
+
+/// Whether a namespace sync left every copy in place (`None`: something failed, went stale or
+/// could not be read), and which copies its Pods get as image pull secrets.
+pub(super) async fn readiness(
+    ctx: &Context,
+    namespace: &str,
+    world: &World,
+    outcomes: &[(Action, Applied)],
+) -> Option<Ready> {
+    if !world.unreadable().is_empty() {
+        return None;
+    }
+    let asks = |by: &ClaimRef| {
+        world
+            .rules()
+            .get(&by.rule)
+            .is_some_and(|r| r.image_pull_secret && r.kind == Kind::Secret)
+    };
+    let mut pull_secrets = BTreeSet::new();
+    let mut to_check = Vec::new();
+    for (action, applied) in outcomes {
+        match (action, applied) {
+            (_, Applied::Failed(_) | Applied::Stale) | (Action::NeedSource { .. }, _) => {
+                return None;
+            }
+            (
+                Action::Create { copy, by }
+                | Action::Update { copy, by, .. }
+                | Action::Recreate { copy, by, .. },
+                Applied::Done,
+            ) if copy.key.namespace == namespace && asks(by) => {
+                if is_pull_secret_type(copy.template.payload.type_.as_deref()) {
+                    pull_secrets.insert(copy.key.name.clone());
+                } else {
+                    log_not_a_pull_secret(&copy.key);
+                }
+            }
+            (Action::InSync { target, by }, _) if target.namespace == namespace && asks(by) => {
+                to_check.push(target.clone());
+            }
+            _ => {}
+        }
+    }
+    // A copy in sync was not read in full: its type decides whether it can be a pull secret.
+    for target in to_check {
+        match ctx.cluster.get(&target).await {
+            Ok(Some(copy)) if is_pull_secret_type(copy.payload.type_.as_deref()) => {
+                pull_secrets.insert(target.name.clone());
+            }
+            Ok(_) => log_not_a_pull_secret(&target),
+            Err(e) => {
+                tracing::debug!(copy = %target, error = %e, "could not read a pull secret's type");
+                return None;
+            }
+        }
+    }
+    Some(Ready {
+        pull_secrets: pull_secrets.into_iter().collect(),
+    })
+}
+
+fn is_pull_secret_type(type_: Option<&str>) -> bool {
+    type_.is_some_and(|t| marks::PULL_SECRET_TYPES.contains(&t))
+}
+
+fn log_not_a_pull_secret(target: &ObjectKey) {
+    tracing::debug!(copy = %target, "its rule asks for an image pull secret, but it is not of a pull-secret type: not injected");
+}
