@@ -164,7 +164,34 @@ run kubectl get configmap shared-config -n team-a -o jsonpath='{.data}'; echo
 run kubectl get copyrules
 pause
 
+bold "A Pod created the instant after its namespace finds its pull secret (the Pod gate)"
+kubectl apply -f - <<'EOF'
+apiVersion: v1
+kind: Secret
+metadata:
+  name: pull-cred
+  namespace: platform
+  labels:
+    copyrator.io/source: "true"
+  annotations:
+    copyrator.io/namespace-selector: "registry=enabled"
+    copyrator.io/image-pull-secret: "true"
+type: kubernetes.io/dockerconfigjson
+stringData:
+  .dockerconfigjson: '{"auths":{"registry.example":{"auth":"dTpw"}}}'
+EOF
+# One apply makes the namespace already labelled; no controller-manager runs here, so the
+# ServiceAccount the Pod needs is made by hand. The Pod follows at once.
+kubectl create namespace ci-1 --dry-run=client -o yaml \
+  | kubectl label --local -f - registry=enabled -o yaml | kubectl apply -f -
+kubectl create serviceaccount default -n ci-1
+run kubectl run app -n ci-1 --image=registry.example/app:1 \
+  --overrides='{"spec":{"automountServiceAccountToken":false}}'
+run kubectl get pod app -n ci-1 -o jsonpath='{.spec.imagePullSecrets}'; echo
+run kubectl get secret pull-cred -n ci-1
+pause
+
 bold "What copyrator counted"
-curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^copyrator_(copy_writes|admission_requests|jobs)_total' | head -20
+curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^copyrator_(copy_writes|admission_requests|jobs|pod_gate)_total' | head -30
 echo
 echo "Done. Everything is torn down now."

@@ -18,6 +18,7 @@ use crate::{
     cli::ServeArgs,
     cluster::ratelimit::RateLimiter,
     cluster::{ApiLimits, Cluster},
+    gate::PodGate,
     listener::tls::{CertFiles, ClientCa, ReloadingCert},
     listener::{self, ConnectionLimits, Readiness},
     metrics::Metrics,
@@ -200,6 +201,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         policy: Arc::new(policy.clone()),
         advisor: Some(Advisor::new(ctx.cluster.clone(), policy)),
         waiters: Arc::clone(&ctx.waiters),
+        gate: Some(PodGate::new(Arc::clone(&ctx), args.pod_gate_timeout)),
         limits: Limits::new(
             args.max_body_bytes,
             args.webhook_max_in_flight,
@@ -241,6 +243,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     tasks.extend(crate::cluster::watch::spawn(
         &ctx.cluster,
         &ctx.waiters,
+        &ctx.ready,
         &metrics,
         &rules_changed,
         &shutdown_rx,

@@ -147,6 +147,11 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_LIST_PAGE_SIZE", default_value_t = 500)]
     pub list_page_size: u32,
 
+    /// Longest a Pod CREATE waits for the copies of its namespace to be written (SPEC §10);
+    /// past it the Pod is admitted anyway. Keep it below the webhook's timeoutSeconds.
+    #[arg(long, env = "COPYRATOR_POD_GATE_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub pod_gate_timeout: Duration,
+
     /// Interval of the full resync that catches anything the webhooks missed.
     #[arg(long, env = "COPYRATOR_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub resync_interval: Duration,

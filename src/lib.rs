@@ -9,6 +9,9 @@
 //!                                                         ▼
 //!   pipeline/worker ─▶ sync/jobs/*: cluster/load (persisted state) ─▶ plan (pure, core crate)
 //!                                   ─▶ cluster/apply (the only writes) ─▶ report (Events, status)
+//!
+//! kube-apiserver ─Pod CREATE─▶ admission/pods ─▶ gate: pipeline/ready (memory) or
+//!                                                sync/pods (the namespace synced now)
 //! ```
 
 pub use copyrator_core::{content, copyrule, marks, model, plan, rules, selector, tenancy};
@@ -18,6 +21,7 @@ pub mod app;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod gate;
 pub mod listener;
 pub mod manifests;
 pub mod metrics;

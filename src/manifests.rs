@@ -1,13 +1,14 @@
 //! Kubernetes manifests generated from the code, so they cannot drift from it: the CopyRule
-//! CRD and the ValidatingWebhookConfiguration for the admission endpoints (SPEC §6.1, §6.3).
+//! CRD, the ValidatingWebhookConfiguration for the admission endpoints and the
+//! MutatingWebhookConfiguration of the Pod gate (SPEC §6.1, §6.3, §10).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
     ByteString,
     api::admissionregistration::v1::{
-        RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
-        WebhookClientConfig,
+        MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+        ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta},
 };
@@ -100,26 +101,43 @@ fn match_labels(key: &str, value: &str) -> LabelSelector {
     }
 }
 
-/// The ValidatingWebhookConfiguration for every endpoint: `failurePolicy: Ignore` (copyrator
-/// never blocks the cluster), `sideEffects: NoneOnDryRun`, a short timeout, object selectors
-/// so the API server only calls for sources and copies, and excluded namespaces (by the
-/// `kubernetes.io/metadata.name` label of Kubernetes >= 1.21; on older servers the selector
-/// matches everything and the exclusion is a no-op).
-pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfiguration {
+/// Leaves out the excluded namespaces and copyrator's own (by the `kubernetes.io/metadata.name`
+/// label of Kubernetes >= 1.21; on older servers the selector matches everything and the
+/// exclusion is a no-op: copyrator still does nothing there).
+fn namespace_selector(opts: &WebhookOptions) -> Option<LabelSelector> {
     let mut excluded: Vec<String> = opts.exclude_namespaces.clone();
     if let Some(own) = opts.target.own_namespace() {
         excluded.push(own.to_string());
     }
     excluded.sort();
     excluded.dedup();
-    let namespace_selector = (!excluded.is_empty()).then(|| LabelSelector {
+    (!excluded.is_empty()).then(|| LabelSelector {
         match_labels: None,
         match_expressions: Some(vec![LabelSelectorRequirement {
             key: "kubernetes.io/metadata.name".into(),
             operator: "NotIn".into(),
-            values: Some(excluded.clone()),
+            values: Some(excluded),
         }]),
-    });
+    })
+}
+
+fn metadata(opts: &WebhookOptions) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(opts.name.clone()),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/name".to_string(),
+            "copyrator".to_string(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// The ValidatingWebhookConfiguration for every endpoint but the Pod gate: `failurePolicy:
+/// Ignore` (copyrator never blocks the cluster), `sideEffects: NoneOnDryRun`, a short timeout,
+/// object selectors so the API server only calls for sources and copies, and excluded
+/// namespaces (see `namespace_selector`).
+pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfiguration {
+    let namespace_selector = namespace_selector(opts);
     let webhook = |endpoint: Endpoint,
                    rules: Vec<RuleWithOperations>,
                    object_selector: Option<LabelSelector>| ValidatingWebhook {
@@ -136,14 +154,7 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
         match_conditions: None,
     };
     ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(opts.name.clone()),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/name".to_string(),
-                "copyrator".to_string(),
-            )])),
-            ..Default::default()
-        },
+        metadata: metadata(opts),
         webhooks: Some(vec![
             webhook(
                 Endpoint::Namespaces,
@@ -187,7 +198,30 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
     }
 }
 
-/// YAML of the webhook configuration.
+/// The MutatingWebhookConfiguration of the Pod gate (SPEC §10): Pod CREATE, `failurePolicy:
+/// Ignore` (copyrator down: Pods are admitted unchanged), `sideEffects: NoneOnDryRun` (a dryRun
+/// Pod writes no copy), `reinvocationPolicy: Never`, excluded namespaces left out. Every Pod
+/// CREATE in the other namespaces reaches it (no objectSelector can tell which need copies).
+pub fn pod_gate_configuration(opts: &WebhookOptions) -> MutatingWebhookConfiguration {
+    MutatingWebhookConfiguration {
+        metadata: metadata(opts),
+        webhooks: Some(vec![MutatingWebhook {
+            name: format!("{}.copyrator.io", Endpoint::Pods.name()),
+            admission_review_versions: vec!["v1".into()],
+            client_config: opts.target.client_config(Endpoint::Pods, &opts.ca_bundle),
+            failure_policy: Some("Ignore".into()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: namespace_selector(opts),
+            object_selector: None,
+            reinvocation_policy: Some("Never".into()),
+            rules: Some(vec![rule(&[""], "v1", &["pods"], &["CREATE"])]),
+            side_effects: "NoneOnDryRun".into(),
+            timeout_seconds: Some(opts.timeout_seconds),
+            match_conditions: None,
+        }]),
+    }
+}
+
 /// A manifest could not be rendered.
 #[derive(Debug, thiserror::Error)]
 #[error("rendering YAML: {0}")]
@@ -197,10 +231,9 @@ fn yaml<T: serde::Serialize>(value: &T) -> Result<String, YamlError> {
     serde_saphyr::to_string(value).map_err(|e| YamlError(e.to_string()))
 }
 
-/// YAML of the webhook configuration.
-pub fn webhooks_yaml(opts: &WebhookOptions) -> Result<String, YamlError> {
-    let mut value =
-        serde_json::to_value(webhook_configuration(opts)).map_err(|e| YamlError(e.to_string()))?;
+/// YAML of `value` as a manifest of `kind`.
+fn manifest<T: serde::Serialize>(kind: &str, value: &T) -> Result<String, YamlError> {
+    let mut value = serde_json::to_value(value).map_err(|e| YamlError(e.to_string()))?;
     if let serde_json::Value::Object(m) = &mut value {
         // k8s-openapi leaves apiVersion/kind to the client; a manifest needs them. (Keys are
         // rendered in order: apiVersion and kind come first.)
@@ -208,9 +241,24 @@ pub fn webhooks_yaml(opts: &WebhookOptions) -> Result<String, YamlError> {
             "apiVersion".into(),
             "admissionregistration.k8s.io/v1".into(),
         );
-        m.insert("kind".into(), "ValidatingWebhookConfiguration".into());
+        m.insert("kind".into(), kind.into());
     }
     yaml(&value)
+}
+
+/// YAML of both webhook configurations, as two documents.
+pub fn webhooks_yaml(opts: &WebhookOptions) -> Result<String, YamlError> {
+    Ok(format!(
+        "{}---\n{}",
+        manifest(
+            "ValidatingWebhookConfiguration",
+            &webhook_configuration(opts)
+        )?,
+        manifest(
+            "MutatingWebhookConfiguration",
+            &pod_gate_configuration(opts)
+        )?,
+    ))
 }
 
 /// YAML of the CopyRule CRD, as committed under `deploy/`.
@@ -294,9 +342,51 @@ mod tests {
     }
 
     #[test]
-    fn yaml_starts_with_api_version_and_kind() {
+    fn yaml_documents_start_with_api_version_and_kind() {
         let y = webhooks_yaml(&opts(WebhookTarget::Url("https://x".into()))).unwrap();
-        assert!(y.starts_with("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n"), "{y}");
+        let docs: Vec<&str> = y.split("---\n").collect();
+        assert_eq!(docs.len(), 2, "{y}");
+        assert!(docs[0].starts_with("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n"), "{y}");
+        assert!(
+            docs[1].starts_with(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n"
+            ),
+            "{y}"
+        );
+    }
+
+    #[test]
+    fn the_pod_gate_is_mutating_ignore_none_on_dry_run_and_never_reinvoked() {
+        let cfg = pod_gate_configuration(&opts(
+            WebhookTarget::service("copyrator-system/copyrator").unwrap(),
+        ));
+        let hooks = cfg.webhooks.unwrap();
+        assert_eq!(hooks.len(), 1);
+        let h = &hooks[0];
+        assert_eq!(h.failure_policy.as_deref(), Some("Ignore"));
+        assert_eq!(h.side_effects, "NoneOnDryRun");
+        assert_eq!(h.reinvocation_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            h.client_config.service.as_ref().unwrap().path.as_deref(),
+            Some("/admission/pods")
+        );
+        let rule = &h.rules.as_ref().unwrap()[0];
+        assert_eq!(rule.resources.as_deref(), Some(&["pods".to_string()][..]));
+        assert_eq!(
+            rule.operations.as_deref(),
+            Some(&["CREATE".to_string()][..])
+        );
+        let excluded = h
+            .namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_expressions
+            .as_ref()
+            .unwrap()[0]
+            .values
+            .clone()
+            .unwrap();
+        assert_eq!(excluded, ["copyrator-system", "kube-system"]);
     }
 
     #[test]

@@ -106,6 +106,7 @@ pub struct Metrics {
     pub webhook_connections_refused: Counter,
     pub webhook_connections_idle_closed: Counter,
     pub leader: Gauge,
+    pub pod_gate: Family<OutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -281,6 +282,12 @@ impl Metrics {
             "1 when this replica holds the lease and runs the reconciler",
             leader.clone(),
         );
+        let pod_gate = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "pod_gate",
+            "Pod admissions by the Pod gate, by outcome (cached, settled, wrote, unsettled, timeout, error, dry_run, excluded)",
+            pod_gate.clone(),
+        );
         Self {
             registry,
             admission_requests,
@@ -310,6 +317,7 @@ impl Metrics {
             webhook_connections_refused,
             webhook_connections_idle_closed,
             leader,
+            pod_gate,
         }
     }
 

@@ -1,11 +1,13 @@
 //! The admission webhooks (SPEC §6.1): AdmissionReview v1 over HTTPS. Each endpoint turns a
 //! review into a verdict (allow, or deny invalid copyrator configuration) and at most one job
 //! for the queue. Handlers never wait for the work: they answer in microseconds, and dryRun
-//! requests cause no work (SPEC §4.7).
+//! requests cause no work (SPEC §4.7). The one exception is the Pod gate (`pods`, SPEC §10),
+//! which answers once the Pod's namespace holds its copies.
 
 pub mod advice;
 mod copies;
 mod namespaces;
+pub mod pods;
 pub mod review;
 mod rules;
 mod sources;
@@ -31,6 +33,7 @@ use tracing::Instrument;
 use review::Operation;
 
 use crate::{
+    gate::PodGate,
     metrics::Metrics,
     pipeline::{job::Job, queue::WorkQueue, waiters::Waiters},
     plan::Policy,
@@ -48,14 +51,17 @@ pub enum Endpoint {
     Sources,
     Copies,
     Rules,
+    /// Mutating: Pod CREATE.
+    Pods,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 4] = [
+    pub const ALL: [Endpoint; 5] = [
         Endpoint::Namespaces,
         Endpoint::Sources,
         Endpoint::Copies,
         Endpoint::Rules,
+        Endpoint::Pods,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +70,7 @@ impl Endpoint {
             Endpoint::Sources => "sources",
             Endpoint::Copies => "copies",
             Endpoint::Rules => "rules",
+            Endpoint::Pods => "pods",
         }
     }
 
@@ -74,6 +81,7 @@ impl Endpoint {
             Endpoint::Sources => "/admission/sources",
             Endpoint::Copies => "/admission/copies",
             Endpoint::Rules => "/admission/rules",
+            Endpoint::Pods => "/admission/pods",
         }
     }
 }
@@ -89,6 +97,8 @@ pub struct Verdict {
     pub warnings: Vec<String>,
     /// An inline rule to look at more closely for warnings ([`advice`]).
     pub advise: Option<Box<Rule>>,
+    /// A Pod to hold until its namespace's copies exist ([`pods`]).
+    pub pod: Option<pods::PodCheck>,
 }
 
 impl Verdict {
@@ -123,6 +133,8 @@ pub struct AdmissionState {
     pub limits: Arc<Limits>,
     /// Where jobs wait for the changes under review to be persisted.
     pub waiters: Arc<Waiters>,
+    /// The Pod gate; `None`: Pods are admitted unchanged.
+    pub gate: Option<Arc<PodGate>>,
 }
 
 /// What one client can take of the webhook server (SPEC §6.1): these are settings with
@@ -294,6 +306,7 @@ async fn handle(
             Endpoint::Sources => sources::review(&request, &state.policy),
             Endpoint::Copies => copies::review(&request),
             Endpoint::Rules => rules::review(&request),
+            Endpoint::Pods => pods::review(&request),
         };
         if let Some(rule) = verdict.advise.take() {
             match &state.advisor {
@@ -307,6 +320,14 @@ async fn handle(
         }
         let mut response = review::Response::allow(&request.uid);
         response.warnings = std::mem::take(&mut verdict.warnings);
+        if let (Some(check), Some(gate)) = (verdict.pod.take(), &state.gate) {
+            let (outcome, ready) = gate.check(&check.namespace, request.is_dry_run()).await;
+            tracing::debug!(outcome = outcome.as_str(), "Pod gate");
+            if let Some(patch) = ready.and_then(|r| pods::patch(&check, &r)) {
+                response.patch = Some(patch);
+                response.patch_type = Some("JSONPatch");
+            }
+        }
         let outcome = if let Some(message) = verdict.deny {
             tracing::info!(%message, "denied");
             response = response.deny(message);

@@ -38,6 +38,14 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                 Some(Ok(rule)) => rule,
                 None => None,
             };
+            if rule.as_ref().is_some_and(|r| r.image_pull_secret) && !is_pull_secret_type(obj) {
+                return Verdict::deny(format!(
+                    "copyrator: invalid annotation {}: only a Secret of type {} can be an image pull secret; this one is of type {}",
+                    marks::IMAGE_PULL_SECRET_ANNOTATION,
+                    marks::PULL_SECRET_TYPES.join(" or "),
+                    secret_type(obj),
+                ));
+            }
             // Warnings about targets that will get no copy, when the rule is new or changed.
             let advise = rule
                 .filter(|r| r.has_targets())
@@ -67,13 +75,25 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
     }
 }
 
+/// A Secret's `type` (`Opaque` when unset).
+fn secret_type(obj: &Object<'_>) -> String {
+    obj.type_
+        .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+        .unwrap_or_else(|| "Opaque".into())
+}
+
+fn is_pull_secret_type(obj: &Object<'_>) -> bool {
+    marks::PULL_SECRET_TYPES.contains(&secret_type(obj).as_str())
+}
+
 /// The parts of an object that make up its inline rule.
-fn rule_config<'o>(obj: Option<&'o Object<'_>>) -> [Option<&'o String>; 3] {
+fn rule_config<'o>(obj: Option<&'o Object<'_>>) -> [Option<&'o String>; 4] {
     let label = obj.and_then(|o| o.labels().get(marks::SOURCE_LABEL));
     let annotation = |key: &str| obj.and_then(|o| o.annotation(key));
     [
         label,
         annotation(marks::NAMESPACE_SELECTOR_ANNOTATION),
         annotation(marks::NAMESPACES_ANNOTATION),
+        annotation(marks::IMAGE_PULL_SECRET_ANNOTATION),
     ]
 }

@@ -22,6 +22,7 @@ fn state() -> AdmissionState {
             },
         }),
         advisor: None,
+        gate: None,
         limits: Limits::new(64 * 1024, 8, 256 * 1024, Duration::from_millis(200)),
     }
 }
@@ -487,4 +488,46 @@ async fn every_captured_review_is_answered_as_sent() {
         assert_eq!(body["response"]["allowed"], true, "{captured}: {body}");
         assert_eq!(st.queue.depth(), jobs, "{captured}: jobs queued");
     }
+}
+
+#[tokio::test]
+async fn the_pull_secret_annotation_is_denied_on_secrets_kubelets_cannot_pull_with() {
+    let st = state();
+    let mut opaque = secret(
+        json!({"copyrator.io/image-pull-secret": "true", "copyrator.io/namespaces": "team-a"}),
+    );
+    let (_, body) = post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "CREATE", opaque.clone(), None),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let msg = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("copyrator.io/image-pull-secret"), "{msg}");
+    assert!(msg.contains("kubernetes.io/dockerconfigjson"), "{msg}");
+    assert!(msg.contains("type Opaque"), "{msg}");
+
+    opaque["type"] = json!("kubernetes.io/dockerconfigjson");
+    let (_, body) = post_review(
+        &st,
+        "/admission/sources",
+        review("Secret", "CREATE", opaque, None),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+}
+
+#[tokio::test]
+async fn without_a_gate_a_pod_is_admitted_unchanged() {
+    let st = state();
+    let file = format!(
+        "{}/tests/data/review-pod-create.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (status, body) = post(&st, "/admission/pods", std::fs::read(&file).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["response"]["allowed"], true);
+    assert!(body["response"].get("patch").is_none(), "{body}");
+    assert_eq!(st.queue.depth(), 0, "the gate queues nothing");
 }
