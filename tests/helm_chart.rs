@@ -192,42 +192,76 @@ fn rendered_webhook_configuration_is_what_copyrator_manifests_prints() {
     ];
     for (values, service, name, timeout, excluded) in cases {
         let docs = render("demo", "platform-system", values);
-        let mut rendered = find(&docs, "ValidatingWebhookConfiguration").clone();
-        let ca = b64(rendered["webhooks"][0]["clientConfig"]["caBundle"]
-            .as_str()
-            .expect("an inline caBundle"));
-        let mut expected = binary_webhooks(
+        let ca = b64(
+            find(&docs, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]
+                ["caBundle"]
+                .as_str()
+                .expect("an inline caBundle"),
+        );
+        let (validating, mutating) = binary_webhooks(
             &format!("platform-system/{service}"),
             name,
             &ca,
             timeout,
             excluded,
         );
-        // The chart adds its standard labels to the binary's.
-        let rendered_labels = rendered["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("labels")
-            .unwrap();
-        let expected_labels = expected["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("labels")
-            .unwrap();
-        assert_contains(&rendered_labels, &expected_labels, "metadata.labels");
-        assert_eq!(
-            rendered, expected,
-            "the chart's webhook configuration differs from `copyrator manifests webhooks` ({values:?})"
-        );
+        for mut expected in [validating, mutating] {
+            let kind = expected["kind"].as_str().unwrap().to_string();
+            let mut rendered = find(&docs, &kind).clone();
+            // The chart adds its standard labels to the binary's.
+            let rendered_labels = rendered["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("labels")
+                .unwrap();
+            let expected_labels = expected["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("labels")
+                .unwrap();
+            assert_contains(&rendered_labels, &expected_labels, "metadata.labels");
+            assert_eq!(
+                rendered, expected,
+                "the chart's {kind} differs from `copyrator manifests webhooks` ({values:?})"
+            );
+        }
     }
+}
+
+#[test]
+fn the_pod_gate_can_be_left_out_of_the_chart() {
+    let docs = render("demo", "platform-system", &[]);
+    let gate = find(&docs, "MutatingWebhookConfiguration");
+    assert_eq!(
+        gate["webhooks"][0]["clientConfig"]["service"]["path"],
+        "/admission/pods"
+    );
+    assert_eq!(gate["webhooks"][0]["reinvocationPolicy"], "Never");
+    let args =
+        find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--pod-gate-timeout=2s"), "{args}");
+
+    let docs = render(
+        "demo",
+        "platform-system",
+        &["--set", "podGate.enabled=false"],
+    );
+    assert!(find_all(&docs, "MutatingWebhookConfiguration").is_empty());
+    assert_eq!(find_all(&docs, "ValidatingWebhookConfiguration").len(), 1);
 }
 
 #[test]
 fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
     let docs = render("demo", "platform-system", &[]);
     let vwc = find(&docs, "ValidatingWebhookConfiguration");
-    let hooks = vwc["webhooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 4);
+    let mwc = find(&docs, "MutatingWebhookConfiguration");
+    let hooks: Vec<&Value> = vwc["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(mwc["webhooks"].as_array().unwrap())
+        .collect();
+    assert_eq!(hooks.len(), 5);
     for h in hooks {
         assert_eq!(h["failurePolicy"], "Ignore", "{h}");
         assert_eq!(h["sideEffects"], "NoneOnDryRun", "{h}");
@@ -250,7 +284,13 @@ fn chart_made_certificate_is_signed_by_the_webhook_ca_for_the_service_names() {
     assert_eq!(secret["type"], "kubernetes.io/tls");
     assert_eq!(secret["metadata"]["name"], "demo-copyrator-tls");
     let vwc = find(&docs, "ValidatingWebhookConfiguration");
-    for h in vwc["webhooks"].as_array().unwrap() {
+    let mwc = find(&docs, "MutatingWebhookConfiguration");
+    for h in vwc["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(mwc["webhooks"].as_array().unwrap())
+    {
         assert_eq!(
             h["clientConfig"]["caBundle"], secret["data"]["ca.crt"],
             "the webhooks trust the CA stored with the certificate"
@@ -333,21 +373,28 @@ fn cert_manager_mode_issues_the_same_secret_and_injects_the_ca() {
         )
     );
     // Apart from the CA, which cert-manager fills in, the same webhooks as the binary's.
-    let mut expected = binary_webhooks(
+    let (validating, mutating) = binary_webhooks(
         "platform-system/demo-copyrator",
         "demo-copyrator",
         b"-",
         3,
         "kube-system",
     );
-    for h in expected["webhooks"].as_array_mut().unwrap() {
-        h["clientConfig"]
-            .as_object_mut()
-            .unwrap()
-            .remove("caBundle");
+    for mut expected in [validating, mutating] {
+        let rendered = find(&docs, expected["kind"].as_str().unwrap());
+        assert_eq!(
+            rendered["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        );
+        for h in expected["webhooks"].as_array_mut().unwrap() {
+            h["clientConfig"]
+                .as_object_mut()
+                .unwrap()
+                .remove("caBundle");
+        }
+        assert_eq!(rendered["webhooks"], expected["webhooks"]);
+        assert_eq!(rendered["metadata"]["name"], expected["metadata"]["name"]);
     }
-    assert_eq!(vwc["webhooks"], expected["webhooks"]);
-    assert_eq!(vwc["metadata"]["name"], expected["metadata"]["name"]);
 }
 
 #[test]
@@ -490,6 +537,7 @@ fn deployment_runs_two_hardened_replicas_with_probes() {
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
+            "MutatingWebhookConfiguration",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",
@@ -1016,21 +1064,23 @@ async fn helm_install_creates_a_working_setup_and_uninstall_removes_it() {
     let installed = Installed::read(&env.client, &ns, &fullname).await;
     assert_eq!(
         installed.present().len(),
-        10,
+        11,
         "installed: {:?}",
         installed.present()
     );
 
     // The webhook configuration is the binary's, trusting the CA stored in the TLS Secret.
     let vwc = serde_json::to_value(installed.vwc.as_ref().unwrap()).unwrap();
-    let expected = binary_webhooks(
+    let mwc = serde_json::to_value(installed.mwc.as_ref().unwrap()).unwrap();
+    let (validating, mutating) = binary_webhooks(
         &format!("{ns}/{fullname}"),
         &fullname,
         &installed.ca(),
         3,
         "kube-system",
     );
-    assert_contains(&vwc, &expected, "ValidatingWebhookConfiguration");
+    assert_contains(&vwc, &validating, "ValidatingWebhookConfiguration");
+    assert_contains(&mwc, &mutating, "MutatingWebhookConfiguration");
 
     let cluster_rules = rule_set(
         &installed
@@ -1148,14 +1198,22 @@ async fn helm_upgrade_keeps_the_webhook_ca() {
         serving_cert,
         "and the serving certificate"
     );
-    let hooks = after.vwc.as_ref().unwrap().webhooks.clone().unwrap();
-    for h in &hooks {
-        assert_eq!(h.timeout_seconds, Some(2), "the upgrade was applied");
+    let validating = after.vwc.as_ref().unwrap().webhooks.clone().unwrap();
+    let mutating = after.mwc.as_ref().unwrap().webhooks.clone().unwrap();
+    let hooks = validating
+        .iter()
+        .map(|h| (&h.name, h.timeout_seconds, &h.client_config))
+        .chain(
+            mutating
+                .iter()
+                .map(|h| (&h.name, h.timeout_seconds, &h.client_config)),
+        );
+    for (name, timeout, client_config) in hooks {
+        assert_eq!(timeout, Some(2), "the upgrade was applied to {name}");
         assert_eq!(
-            h.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
+            client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
             Some(ca.clone()),
-            "webhook {} trusts the same CA",
-            h.name
+            "webhook {name} trusts the same CA"
         );
     }
 

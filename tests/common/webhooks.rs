@@ -1,12 +1,15 @@
-//! copyrator's webhooks in the API server: the e2e ValidatingWebhookConfiguration, waiting
-//! until the API server calls them, and AdmissionReviews as the API server sends them (from
-//! the reviews captured in `tests/data/`).
+//! copyrator's webhooks in the API server: the e2e Validating- and MutatingWebhookConfiguration
+//! (the Pod gate), waiting until the API server calls them, and AdmissionReviews as the API
+//! server sends them (from the reviews captured in `tests/data/`).
 
 use std::{future::Future, sync::OnceLock, time::Duration};
 
 use copyrator::manifests::{self, WebhookOptions, WebhookTarget};
 use k8s_openapi::{
-    api::{admissionregistration::v1::ValidatingWebhookConfiguration, core::v1::Namespace},
+    api::{
+        admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
+        core::v1::Namespace,
+    },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
@@ -19,18 +22,51 @@ use super::{env::unique_suffix, wait::eventually};
 
 pub const WEBHOOK_CONFIG_NAME: &str = "copyrator-e2e";
 
-/// Registers (or replaces) the e2e webhook configuration pointing at `base_url`.
+/// Registers (or replaces) the e2e webhook configurations, both pointing at `base_url`.
 pub async fn register_webhooks(client: &Client, base_url: &str, ca: &[u8]) {
-    let mut cfg = manifests::webhook_configuration(&WebhookOptions {
+    register_split(client, (base_url, ca), (base_url, ca)).await;
+}
+
+/// The options of the e2e webhook configurations, pointing at `base_url`.
+pub fn webhook_options(base_url: &str, ca: &[u8]) -> WebhookOptions {
+    WebhookOptions {
         name: WEBHOOK_CONFIG_NAME.into(),
         target: WebhookTarget::Url(base_url.into()),
         ca_bundle: ca.to_vec(),
         exclude_namespaces: vec!["kube-system".into()],
         timeout_seconds: 5,
-    });
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    }
+}
+
+/// Registers the validating webhooks pointing at one copyrator and the Pod gate at another,
+/// each `(base URL, CA)`: the replica that sees a Namespace need not be the one that admits its
+/// Pods.
+pub async fn register_split(client: &Client, validating: (&str, &[u8]), pods: (&str, &[u8])) {
+    let cfg = manifests::webhook_configuration(&webhook_options(validating.0, validating.1));
+    apply(
+        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        cfg,
+    )
+    .await;
+    register_pod_gate(client, pods.0, pods.1).await;
+}
+
+/// Registers (or replaces) the Pod gate's configuration alone, pointing at `base_url`.
+pub async fn register_pod_gate(client: &Client, base_url: &str, ca: &[u8]) {
+    let cfg = manifests::pod_gate_configuration(&webhook_options(base_url, ca));
+    apply(
+        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        cfg,
+    )
+    .await;
+}
+
+async fn apply<K>(api: &Api<K>, mut cfg: K)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     if let Some(existing) = api.get_opt(WEBHOOK_CONFIG_NAME).await.unwrap() {
-        cfg.metadata.resource_version = existing.resource_version();
+        cfg.meta_mut().resource_version = existing.resource_version();
         api.replace(WEBHOOK_CONFIG_NAME, &PostParams::default(), &cfg)
             .await
             .unwrap();
@@ -39,11 +75,20 @@ pub async fn register_webhooks(client: &Client, base_url: &str, ca: &[u8]) {
     }
 }
 
-pub async fn unregister_webhooks(client: &Client) {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+/// Removes the Pod gate's configuration alone (the validating webhooks stay).
+pub async fn unregister_pod_gate(client: &Client) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let _ = api
         .delete(WEBHOOK_CONFIG_NAME, &DeleteParams::default())
         .await;
+}
+
+pub async fn unregister_webhooks(client: &Client) {
+    let dp = DeleteParams::default();
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let _ = api.delete(WEBHOOK_CONFIG_NAME, &dp).await;
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let _ = api.delete(WEBHOOK_CONFIG_NAME, &dp).await;
 }
 
 /// Dry-run namespace creates seen by copyrator's namespaces webhook.

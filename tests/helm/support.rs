@@ -12,7 +12,7 @@ use std::{
 
 use base64::Engine;
 use k8s_openapi::api::{
-    admissionregistration::v1::ValidatingWebhookConfiguration,
+    admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
     apps::v1::Deployment,
     core::v1::{Secret, Service, ServiceAccount},
     rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
@@ -110,14 +110,15 @@ pub fn kinds(docs: &[Value]) -> BTreeSet<String> {
         .collect()
 }
 
-/// What `copyrator manifests webhooks --service NS/NAME ...` prints, as JSON.
+/// What `copyrator manifests webhooks --service NS/NAME ...` prints, as JSON: the
+/// ValidatingWebhookConfiguration and the Pod gate's MutatingWebhookConfiguration.
 pub fn binary_webhooks(
     service: &str,
     name: &str,
     ca_pem: &[u8],
     timeout_seconds: u32,
     exclude_namespaces: &str,
-) -> Value {
+) -> (Value, Value) {
     let ca = temp_file(ca_pem);
     let out = Command::new(env!("CARGO_BIN_EXE_copyrator"))
         .args(["manifests", "webhooks", "--service", service, "--ca-bundle"])
@@ -133,8 +134,11 @@ pub fn binary_webhooks(
         String::from_utf8_lossy(&out.stderr)
     );
     let docs = parse_yaml_stream(&String::from_utf8(out.stdout).unwrap());
-    assert_eq!(docs.len(), 1);
-    docs.into_iter().next().unwrap()
+    assert_eq!(docs.len(), 2, "{docs:?}");
+    (
+        find(&docs, "ValidatingWebhookConfiguration").clone(),
+        find(&docs, "MutatingWebhookConfiguration").clone(),
+    )
 }
 
 pub fn b64(s: &str) -> Vec<u8> {
@@ -287,6 +291,7 @@ impl Drop for Release {
 /// What the chart installs, as read back from the API server.
 pub struct Installed {
     pub vwc: Option<ValidatingWebhookConfiguration>,
+    pub mwc: Option<MutatingWebhookConfiguration>,
     pub cluster_role: Option<ClusterRole>,
     pub cluster_role_binding: Option<ClusterRoleBinding>,
     pub role: Option<Role>,
@@ -303,6 +308,7 @@ impl Installed {
         let pdbs = pdb_api(client, ns).await;
         Self {
             vwc: Api::all(client.clone()).get_opt(fullname).await.unwrap(),
+            mwc: Api::all(client.clone()).get_opt(fullname).await.unwrap(),
             cluster_role: Api::all(client.clone()).get_opt(fullname).await.unwrap(),
             cluster_role_binding: Api::all(client.clone()).get_opt(fullname).await.unwrap(),
             role: Api::namespaced(client.clone(), ns)
@@ -336,6 +342,7 @@ impl Installed {
     pub fn present(&self) -> Vec<&'static str> {
         [
             ("ValidatingWebhookConfiguration", self.vwc.is_some()),
+            ("MutatingWebhookConfiguration", self.mwc.is_some()),
             ("ClusterRole", self.cluster_role.is_some()),
             ("ClusterRoleBinding", self.cluster_role_binding.is_some()),
             ("Role", self.role.is_some()),

@@ -105,6 +105,15 @@ impl Store {
         ))
     }
 
+    /// Deletes an object (as someone else would, by hand).
+    pub fn remove(&mut self, resource: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.take(&(
+            resource.to_string(),
+            namespace.map(str::to_string),
+            name.to_string(),
+        ))
+    }
+
     fn take(&mut self, key: &Key) -> Option<Value> {
         self.objects.remove(key)
     }

@@ -4,6 +4,7 @@
 //! requests it received. The happy paths and the real API server are the end-to-end tests'.
 
 mod fake_api;
+mod gate;
 
 use std::sync::Arc;
 

@@ -1,0 +1,130 @@
+//! The Pod gate against the in-memory API: one namespace sync however many Pods wait on it,
+//! answers from memory only while the watches vouch for them, no writes for dryRun Pods, and
+//! no remembered answer after a failed write.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+
+use super::{context, copy_in, count, fake_api::Step, scene, status};
+use crate::{
+    gate::{Outcome, PodGate},
+    pipeline::{
+        context::Context,
+        waiters::{Feed, Watched},
+    },
+};
+
+const BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A context whose watches are all connected: settled namespaces may be remembered.
+fn live(ctx: Context) -> Arc<Context> {
+    for feed in Feed::ALL {
+        ctx.ready.connected(feed);
+    }
+    Arc::new(ctx)
+}
+
+fn outcomes(answers: &[(Outcome, Option<Arc<crate::pipeline::ready::Ready>>)]) -> Vec<Outcome> {
+    answers.iter().map(|(o, _)| *o).collect()
+}
+
+#[tokio::test]
+async fn pods_of_one_namespace_share_one_sync_and_later_ones_are_answered_from_memory() {
+    let api = scene();
+    let ctx = live(context(&api));
+    let gate = PodGate::new(Arc::clone(&ctx), BUDGET);
+
+    let answers = join_all((0..20).map(|_| gate.check("team-a", false))).await;
+    assert_eq!(outcomes(&answers), vec![Outcome::Wrote; 20]);
+    assert!(copy_in(&api, "team-a").is_some(), "the copy exists");
+    assert_eq!(
+        count(&api, "POST secrets team-a/*"),
+        1,
+        "{:#?}",
+        api.lines()
+    );
+
+    let requests = api.lines().len();
+    let (outcome, ready) = gate.check("team-a", false).await;
+    assert_eq!(outcome, Outcome::Cached);
+    assert!(ready.unwrap().pull_secrets.is_empty(), "an Opaque source");
+    assert_eq!(api.lines().len(), requests, "answered without an API call");
+}
+
+#[tokio::test]
+async fn an_event_that_can_change_the_answer_makes_the_next_pod_sync_again() {
+    let api = scene();
+    let ctx = live(context(&api));
+    let gate = PodGate::new(Arc::clone(&ctx), BUDGET);
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Wrote);
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Cached);
+
+    // The namespace's own event: synced again (nothing to write now).
+    ctx.ready
+        .observe(Feed::Namespaces, &Watched::Namespace("team-a".into()));
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Settled);
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Cached);
+
+    // A copy deleted by hand (its watch event): written again before the Pod is admitted.
+    api.store(|s| s.remove("secrets", Some("team-a"), "registry"));
+    ctx.ready.observe(
+        Feed::Copies(crate::model::Kind::Secret),
+        &Watched::Object(crate::model::ObjectKey::new(
+            crate::model::Kind::Secret,
+            "team-a",
+            "registry",
+        )),
+    );
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Wrote);
+    assert!(copy_in(&api, "team-a").is_some());
+
+    // A watch down: nothing is answered from memory until it is back.
+    ctx.ready
+        .disconnected(Feed::Sources(crate::model::Kind::Secret));
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Settled);
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Settled);
+    ctx.ready
+        .connected(Feed::Sources(crate::model::Kind::Secret));
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Settled);
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Cached);
+}
+
+#[tokio::test]
+async fn a_dry_run_pod_writes_nothing_and_a_failed_write_is_not_remembered() {
+    let api = scene();
+    let ctx = live(context(&api));
+    let gate = PodGate::new(Arc::clone(&ctx), BUDGET);
+
+    assert_eq!(gate.check("team-a", true).await.0, Outcome::DryRun);
+    assert!(api.lines().is_empty(), "{:#?}", api.lines());
+
+    let mut failures = 1;
+    api.hook(move |req, _| {
+        if req.line() == "POST secrets team-a/*" && failures > 0 {
+            failures -= 1;
+            let mut err = status("not-found", "registry");
+            err["code"] = 500.into();
+            err["reason"] = "InternalError".into();
+            return Step::Answer(500, err);
+        }
+        Step::Continue
+    });
+    // A server error ends the sync (the job is retried): the Pod is admitted without the
+    // promise.
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Error);
+    assert!(copy_in(&api, "team-a").is_none());
+    // Not remembered: the next Pod syncs again, and this time the write lands.
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Wrote);
+    assert!(copy_in(&api, "team-a").is_some());
+}
+
+#[tokio::test]
+async fn excluded_namespaces_are_not_synced() {
+    let api = scene();
+    let mut ctx = context(&api);
+    ctx.settings.policy.excluded_namespaces = ["team-a".to_string()].into();
+    let gate = PodGate::new(live(ctx), BUDGET);
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Excluded);
+    assert!(api.lines().is_empty());
+}
