@@ -1,17 +1,25 @@
 //! In-process microbenchmarks (criterion): the admission handler and the planner.
 //! `cargo bench --bench micro`
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::{body::Body, http::Request};
 use copyrator::{
     admission::{AdmissionState, Limits, router},
+    cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
     content::{DesiredCopy, source_hash},
+    gate::PodGate,
     marks,
     metrics::Metrics,
     model::{Kind, NamespaceInfo, ObjectKey, Payload, SourceInfo},
     pipeline::queue::WorkQueue,
+    pipeline::{
+        context::{Context, SyncSettings},
+        ready::Ready,
+        waiters::Feed,
+    },
     plan::{Contents, Existing, ManagedCopy, Policy, Scope, World, plan},
+    report::events::Events,
     rules::Rule,
     tenancy::TrustPolicy,
 };
@@ -51,6 +59,7 @@ fn admission(c: &mut Criterion) {
             ..Default::default()
         }),
         advisor: None,
+        gate: None,
         limits: Limits::new(6 << 20, 256, 32 << 20, std::time::Duration::from_secs(10)),
     };
     let app = router(state);
@@ -78,7 +87,94 @@ fn admission(c: &mut Criterion) {
             }
         })
     });
+    // The Pod gate's no-op path: a Pod in a namespace known settled, answered from memory and
+    // patched with its pull secret. (The gate's API client goes nowhere: any call would fail.)
+    let ctx = rt.block_on(async { offline_context() });
+    for feed in Feed::ALL {
+        ctx.ready.connected(feed);
+    }
+    let since = ctx.ready.begin();
+    assert!(ctx.ready.record(
+        "team-a",
+        since,
+        Ready {
+            pull_secrets: vec!["mirror".into()]
+        }
+    ));
+    let queue = WorkQueue::new(10_000);
+    let pods = router(AdmissionState {
+        waiters: copyrator::pipeline::waiters::Waiters::new(Arc::clone(&queue)),
+        queue,
+        metrics: Arc::clone(&ctx.metrics),
+        policy: Arc::new(ctx.settings.policy.clone()),
+        advisor: None,
+        gate: Some(PodGate::new(Arc::clone(&ctx), Duration::from_secs(2))),
+        limits: Limits::new(6 << 20, 256, 32 << 20, Duration::from_secs(10)),
+    });
+    let pod = bytes::Bytes::from_static(include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/review-pod-create.json"
+    )));
+    g.bench_function("pod_create_settled_namespace", |b| {
+        b.to_async(&rt).iter(|| {
+            let app = pods.clone();
+            let body = pod.clone();
+            async move {
+                let resp = app
+                    .oneshot(
+                        Request::post("/admission/pods")
+                            .header("content-type", "application/json")
+                            .body(Body::from(body))
+                            .unwrap(),
+                    )
+                    .await
+                    .unwrap();
+                let body = http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
+                assert!(body.windows(5).any(|w| w == b"patch"), "patched");
+                body
+            }
+        })
+    });
     g.finish();
+}
+
+/// A sync context whose API client answers every call with an error.
+fn offline_context() -> Arc<Context> {
+    let service = tower::service_fn(|_req: axum::http::Request<kube::client::Body>| async {
+        Err::<axum::http::Response<http_body_util::Full<bytes::Bytes>>, _>(std::io::Error::other(
+            "no API server in this benchmark",
+        ))
+    });
+    let client = kube::Client::new(service, "default");
+    let metrics = Arc::new(Metrics::new());
+    let cluster = Cluster::new(
+        client.clone(),
+        Arc::clone(&metrics),
+        ApiLimits {
+            writes: RateLimiter::unlimited(),
+            reads: RateLimiter::unlimited(),
+            read_concurrency: 1,
+        },
+        500,
+    );
+    let settings = SyncSettings {
+        policy: Policy {
+            trust: TrustPolicy::trust_all(),
+            ..Default::default()
+        },
+        fanout_concurrency: 1,
+        fanout_bytes: 1 << 20,
+    };
+    Arc::new(Context::new(
+        cluster,
+        Events::new(client, "bench".into(), Arc::clone(&metrics)),
+        metrics,
+        WorkQueue::new(10),
+        settings,
+    ))
 }
 
 /// A cluster of `n` namespaces, one inline rule selecting all of them, every copy in sync.

@@ -19,24 +19,6 @@ use crate::{
 /// Two reviews (a source Secret UPDATE, a Namespace CREATE) posted to copyrator `p` over TLS,
 /// `seconds` at each concurrency.
 pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
-    use http_body_util::{BodyExt, Full};
-    use hyper::Request;
-    use hyper_util::rt::TokioIo;
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&p.ca) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let tls = Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth(),
-    );
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "registry", "namespace": "bench-nowhere", "resourceVersion": "12345",
@@ -63,64 +45,13 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
             ),
         ),
     ];
-    let pid = p.child.id();
     for (path, what, body) in reviews {
-        let body = bytes::Bytes::from(serde_json::to_vec(&body).unwrap());
         for concurrency in [1usize, 4, 16, 64] {
-            let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-            let cpu_before = cpu_time(pid);
-            let started = Instant::now();
-            let tasks: Vec<_> = (0..concurrency)
-                .map(|_| {
-                    let tls = Arc::clone(&tls);
-                    let body = body.clone();
-                    let port = p.webhook_port;
-                    tokio::spawn(async move {
-                        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-                            .await
-                            .unwrap();
-                        tcp.set_nodelay(true).unwrap();
-                        let conn = tokio_rustls::TlsConnector::from(tls)
-                            .connect(ServerName::try_from("localhost").unwrap(), tcp)
-                            .await
-                            .unwrap();
-                        let (mut sender, connection) =
-                            hyper::client::conn::http1::handshake(TokioIo::new(conn))
-                                .await
-                                .unwrap();
-                        tokio::spawn(connection);
-                        let mut lat = Vec::new();
-                        while Instant::now() < deadline {
-                            let req = Request::post(path)
-                                .header("content-type", "application/json")
-                                .header("host", "localhost")
-                                .body(Full::new(body.clone()))
-                                .unwrap();
-                            let t = Instant::now();
-                            let resp = sender.send_request(req).await.unwrap();
-                            assert!(resp.status().is_success());
-                            let _ = resp.into_body().collect().await.unwrap();
-                            lat.push(t.elapsed());
-                        }
-                        lat
-                    })
-                })
-                .collect();
-            let mut all = Vec::new();
-            for t in tasks {
-                all.extend(t.await.unwrap());
-            }
-            let wall = started.elapsed();
-            let cpu = cpu_time(pid).saturating_sub(cpu_before);
-            let rps = all.len() as f64 / wall.as_secs_f64();
-            let (p50, _, p99, _) = summary(all);
+            let load = load(p, path, &body, concurrency, seconds).await;
             report.row(
                 &format!("admission {what}, {concurrency} conn"),
-                format!("{rps:.0}/s p50 {} p99 {}", ms(p50), ms(p99)),
-                format!(
-                    "copyrator CPU {:.0}%",
-                    100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
-                ),
+                load.figure(),
+                load.cpu(),
                 "".into(),
                 if concurrency == 64 {
                     "≥ 20,000/s, p99 ≤ 2 ms"
@@ -131,6 +62,121 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
         }
     }
     report.note("admission: the load generator runs on the same 2 cores (HTTP/1.1 keep-alive over TLS, one connection per concurrent client); CPU share in % of one core".into());
+}
+
+/// What one load of reviews measured.
+pub struct Load {
+    pub rps: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    /// copyrator's CPU time over the wall time.
+    pub cpu_share: f64,
+}
+
+impl Load {
+    pub fn figure(&self) -> String {
+        format!(
+            "{:.0}/s p50 {} p99 {}",
+            self.rps,
+            ms(self.p50),
+            ms(self.p99)
+        )
+    }
+
+    pub fn cpu(&self) -> String {
+        format!("copyrator CPU {:.0}%", 100.0 * self.cpu_share)
+    }
+}
+
+/// `body` posted to `path` of copyrator `p` for `seconds`, from `concurrency` clients, each on
+/// its own HTTP/1.1 keep-alive connection over TLS; every answer must be 2xx.
+pub async fn load(
+    p: &Process,
+    path: &'static str,
+    body: &Value,
+    concurrency: usize,
+    seconds: f64,
+) -> Load {
+    use http_body_util::{BodyExt, Full};
+    use hyper::Request;
+    use hyper_util::rt::TokioIo;
+    use rustls::pki_types::ServerName;
+
+    let tls = tls_config(p);
+    let body = bytes::Bytes::from(serde_json::to_vec(body).unwrap());
+    let pid = p.child.id();
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let cpu_before = cpu_time(pid);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let tls = Arc::clone(&tls);
+            let body = body.clone();
+            let port = p.webhook_port;
+            tokio::spawn(async move {
+                let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .unwrap();
+                tcp.set_nodelay(true).unwrap();
+                let conn = tokio_rustls::TlsConnector::from(tls)
+                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                    .await
+                    .unwrap();
+                let (mut sender, connection) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(conn))
+                        .await
+                        .unwrap();
+                tokio::spawn(connection);
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let req = Request::post(path)
+                        .header("content-type", "application/json")
+                        .header("host", "localhost")
+                        .body(Full::new(body.clone()))
+                        .unwrap();
+                    let t = Instant::now();
+                    let resp = sender.send_request(req).await.unwrap();
+                    assert!(resp.status().is_success());
+                    let _ = resp.into_body().collect().await.unwrap();
+                    lat.push(t.elapsed());
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let wall = started.elapsed();
+    let cpu = cpu_time(pid).saturating_sub(cpu_before);
+    let rps = all.len() as f64 / wall.as_secs_f64();
+    let (p50, _, p99, _) = summary(all);
+    Load {
+        rps,
+        p50,
+        p99,
+        cpu_share: cpu.as_secs_f64() / wall.as_secs_f64(),
+    }
+}
+
+/// A TLS client trusting copyrator `p`'s CA.
+fn tls_config(p: &Process) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&p.ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
 }
 
 /// Reviews captured from the API server (scripts/capture-fixtures.sh): the envelope, kinds,
@@ -146,7 +192,7 @@ const NAMESPACE_CREATE: &str = include_str!(concat!(
 
 /// The captured review `fixture` carrying the benchmark's request instead: its uid,
 /// `operation`, `object` and `old`, and the object's name and namespace.
-fn review(fixture: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
+pub fn review(fixture: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
     let mut review: Value = serde_json::from_str(fixture).expect("a captured AdmissionReview");
     let request = &mut review["request"];
     // The rest of the request (kind, resource, options) stays the fixture's.

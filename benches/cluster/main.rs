@@ -13,6 +13,8 @@
 //! - fanout: source create / update with N matching namespaces -> every copy observed;
 //!   baseline: a plain kube-rs client writing N Secrets at the same concurrency;
 //! - admission: throughput over TLS at rising concurrency, with copyrator's CPU;
+//! - pod-gate: the Pod gate's no-op path over TLS; Pods created right after their new
+//!   namespace, with the gate and with it unregistered (create time, copies present);
 //! - memory: RSS with many namespaces and unrelated Secrets vs none;
 //! - resync: cost of one steady-state resync.
 //!
@@ -27,6 +29,7 @@ mod fanout;
 mod measure;
 mod memory;
 mod new_namespace;
+mod pod_gate;
 mod report;
 mod resync;
 mod selector_sources;
@@ -85,6 +88,8 @@ enum Phase {
     Fanout,
     /// AdmissionReviews over TLS at rising concurrency
     Admission,
+    /// The Pod gate: its no-op path, and Pods created right after their namespace
+    PodGate,
     /// RSS as the cluster grows to 5,000 namespaces and 50,000 Secrets
     Memory,
     /// Cost of one steady-state resync (at memory's load when both run)
@@ -116,6 +121,7 @@ pub struct Sizes {
     big_payload: usize,
     selector_sources: usize,
     selector_writes: usize,
+    gate_namespaces: usize,
 }
 
 fn sizes(quick: bool) -> Sizes {
@@ -129,6 +135,7 @@ fn sizes(quick: bool) -> Sizes {
             big_payload: 50,
             selector_sources: 20,
             selector_writes: 500,
+            gate_namespaces: 20,
         }
     } else {
         Sizes {
@@ -140,6 +147,7 @@ fn sizes(quick: bool) -> Sizes {
             big_payload: 500,
             selector_sources: 100,
             selector_writes: 4000,
+            gate_namespaces: 100,
         }
     }
 }
@@ -267,6 +275,9 @@ async fn long_run(report: &mut Report, sz: &Sizes, phases: &BTreeSet<Phase>) {
     }
     if phases.contains(&Phase::Admission) {
         admission::run(report, &lr.p, sz.admission_seconds).await;
+    }
+    if phases.contains(&Phase::PodGate) {
+        pod_gate::run(report, &lr, sz.gate_namespaces, sz.admission_seconds).await;
     }
     if !phases.contains(&Phase::Memory) && !phases.contains(&Phase::Resync) {
         lr.stop().await;
