@@ -3,13 +3,13 @@
 # against it with the raw API-server limit measured in the same run, then the in-process
 # microbenchmarks. Results are printed and written to bench-results/.
 #
-#   scripts/bench.sh                        full run (~5 min after the first build)
+#   scripts/bench.sh                        full run (~9 min after the first build)
 #   scripts/bench.sh --quick                small sizes, for a smoke run
 #   scripts/bench.sh --no-memory            all phases but memory (5,000 namespaces, 50,000
 #                                           Secrets) and resync, which runs on its load
 #   scripts/bench.sh --phase NAME[,NAME]    only these phases (repeatable): big-payload,
 #                                           selector-sources, new-namespace, fanout, admission,
-#                                           memory, resync; they always run in that order
+#                                           pod-gate, memory, resync; always in that order
 #   scripts/bench.sh --fanout N             namespaces in the fan-out phase (500; 100 --quick)
 #
 # The arguments go to the cluster benchmark (benches/cluster/, `cargo bench --bench cluster --
