@@ -238,7 +238,9 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     }));
 
     let workers = worker::spawn(Arc::clone(&ctx), args.workers);
-    // Watches that end waits for admitted changes without polling (src/pipeline/waiters.rs).
+    let (leading_tx, leading_rx) = watch::channel(false);
+    // Watches that end waits for admitted changes without polling (src/pipeline/waiters.rs)
+    // and queue copies deleted or edited by someone else (on the leader).
     let rules_changed = Arc::new(tokio::sync::Notify::new());
     tasks.extend(crate::cluster::watch::spawn(
         &ctx.cluster,
@@ -246,10 +248,13 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         &ctx.ready,
         &metrics,
         &rules_changed,
+        &crate::cluster::watch::CopyEdits {
+            queue: Arc::clone(&queue),
+            leading: leading_rx.clone(),
+        },
         &shutdown_rx,
     ));
 
-    let (leading_tx, leading_rx) = watch::channel(false);
     let (observed_tx, observed_rx) = watch::channel(false);
     if args.leader_election {
         let config = ElectionConfig {

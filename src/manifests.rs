@@ -132,10 +132,11 @@ fn metadata(opts: &WebhookOptions) -> ObjectMeta {
     }
 }
 
-/// The ValidatingWebhookConfiguration for every endpoint but the Pod gate: `failurePolicy:
+/// The ValidatingWebhookConfiguration for namespaces, sources and CopyRules: `failurePolicy:
 /// Ignore` (copyrator never blocks the cluster), `sideEffects: NoneOnDryRun`, a short timeout,
-/// object selectors so the API server only calls for sources and copies, and excluded
-/// namespaces (see `namespace_selector`).
+/// an object selector so the API server only calls for sources, and excluded namespaces (see
+/// `namespace_selector`). Copies are not here: their edits and deletions come from copyrator's
+/// watch of them (SPEC §5), which costs the API server nothing per copy write.
 pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfiguration {
     let namespace_selector = namespace_selector(opts);
     let webhook = |endpoint: Endpoint,
@@ -170,19 +171,6 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
                     &["CREATE", "UPDATE", "DELETE"],
                 )],
                 Some(match_labels(marks::SOURCE_LABEL, "true")),
-            ),
-            webhook(
-                Endpoint::Copies,
-                vec![rule(
-                    &[""],
-                    "v1",
-                    &["secrets", "configmaps"],
-                    &["UPDATE", "DELETE"],
-                )],
-                Some(match_labels(
-                    marks::MANAGED_BY_LABEL,
-                    marks::MANAGED_BY_VALUE,
-                )),
             ),
             webhook(
                 Endpoint::Rules,
@@ -285,7 +273,7 @@ mod tests {
         let cfg =
             webhook_configuration(&opts(WebhookTarget::Url("https://127.0.0.1:8443/".into())));
         let hooks = cfg.webhooks.unwrap();
-        assert_eq!(hooks.len(), 4);
+        assert_eq!(hooks.len(), 3);
         for h in &hooks {
             assert_eq!(h.failure_policy.as_deref(), Some("Ignore"));
             assert_eq!(h.side_effects, "NoneOnDryRun");
@@ -303,9 +291,9 @@ mod tests {
             hooks[1].object_selector,
             Some(match_labels("copyrator.io/source", "true"))
         );
-        assert_eq!(
-            hooks[2].object_selector,
-            Some(match_labels("app.kubernetes.io/managed-by", "copyrator"))
+        assert!(
+            hooks.iter().all(|h| h.name != "copies.copyrator.io"),
+            "copy edits come from the watch of copies"
         );
     }
 

@@ -261,7 +261,7 @@ fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
         .iter()
         .chain(mwc["webhooks"].as_array().unwrap())
         .collect();
-    assert_eq!(hooks.len(), 5);
+    assert_eq!(hooks.len(), 4);
     for h in hooks {
         assert_eq!(h["failurePolicy"], "Ignore", "{h}");
         assert_eq!(h["sideEffects"], "NoneOnDryRun", "{h}");

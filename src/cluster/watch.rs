@@ -23,6 +23,8 @@ use crate::{
     metrics::{FeedLabels, Metrics},
     model::{Kind, MetaItem, Object, ObjectKey},
     pipeline::{
+        job::{Job, JobKey, Trigger},
+        queue::{WorkQueue, enqueue},
         ready::ReadyIndex,
         waiters::{Feed, Waiters, Watched},
     },
@@ -74,14 +76,23 @@ impl Feed {
     }
 }
 
+/// Where copy events that need work go: a copy deleted, or edited by someone else, is queued
+/// for restoring by the replica that leads (SPEC §4.4); the others only watch.
+#[derive(Clone)]
+pub struct CopyEdits {
+    pub queue: Arc<WorkQueue>,
+    pub leading: watch::Receiver<bool>,
+}
+
 /// Starts one watch per feed; they run until `shutdown` fires. `rules_changed` is told about
-/// every CopyRule event (see `selectors.rs`).
+/// every CopyRule event (see `selectors.rs`); copy events go to `copy_edits`.
 pub fn spawn(
     cluster: &Cluster,
     waiters: &Arc<Waiters>,
     ready: &Arc<ReadyIndex>,
     metrics: &Arc<Metrics>,
     rules_changed: &Arc<Notify>,
+    copy_edits: &CopyEdits,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     Feed::ALL
@@ -93,6 +104,7 @@ pub fn spawn(
                 ready: Arc::clone(ready),
                 metrics: Arc::clone(metrics),
                 on_event: (feed == Feed::CopyRules).then(|| Arc::clone(rules_changed)),
+                copy_edits: matches!(feed, Feed::Copies(_)).then(|| copy_edits.clone()),
             };
             tokio::spawn(run(cluster.clone(), feed_state, shutdown.clone()))
         })
@@ -108,6 +120,8 @@ struct FeedState {
     metrics: Arc<Metrics>,
     /// Told about every event of this feed.
     on_event: Option<Arc<Notify>>,
+    /// Copies feeds: where deleted and hand-edited copies are queued.
+    copy_edits: Option<CopyEdits>,
 }
 
 impl FeedState {
@@ -168,6 +182,19 @@ async fn run(cluster: Cluster, state: FeedState, mut shutdown: watch::Receiver<b
     state.ready.disconnected(feed);
 }
 
+/// Queues a copy job for a copy deleted or edited by someone else, on the leading replica.
+fn restore(edits: &CopyEdits, metrics: &Metrics, key: &ObjectKey) {
+    if !*edits.leading.borrow() {
+        return;
+    }
+    tracing::debug!(copy = %key, "copy deleted or edited by someone else");
+    enqueue(
+        &edits.queue,
+        metrics,
+        Job::new(JobKey::Copy(key.clone()), Trigger::Watch),
+    );
+}
+
 enum Ended {
     /// The server ended the watch after its timeout: resume.
     Timeout,
@@ -203,15 +230,30 @@ async fn watch_once(cluster: &Cluster, state: &FeedState, version: &mut String) 
     while let Some(event) = stream.next().await {
         match event {
             Ok(
-                WatchEvent::Added(item) | WatchEvent::Modified(item) | WatchEvent::Deleted(item),
+                WatchEvent::Added(ref item)
+                | WatchEvent::Modified(ref item)
+                | WatchEvent::Deleted(ref item),
             ) => {
                 if let Some(rv) = &item.metadata.resource_version {
                     version.clone_from(rv);
                 }
                 events.inc();
-                if let Some(watched) = feed.watched(&item) {
-                    state.ready.observe(feed, &watched);
+                // A copy deleted, or written by a field manager other than copyrator: not the
+                // echo of copyrator's own write.
+                let foreign =
+                    matches!(event, Ok(WatchEvent::Deleted(_))) || item.metadata.edited_by_others;
+                if let Some(watched) = feed.watched(item) {
+                    // copyrator's own copy writes follow a change the index already saw (a
+                    // source, a namespace, a rule): they change no namespace's answer.
+                    if foreign || !matches!(feed, Feed::Copies(_)) {
+                        state.ready.observe(feed, &watched);
+                    }
                     state.waiters.notify(&watched);
+                    if let (Some(edits), Watched::Object(key), true) =
+                        (&state.copy_edits, &watched, foreign)
+                    {
+                        restore(edits, &state.metrics, key);
+                    }
                 }
                 if let Some(on_event) = &state.on_event {
                     on_event.notify_one();

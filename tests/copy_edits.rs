@@ -1,0 +1,105 @@
+//! Copies deleted or edited by someone else are restored (SPEC §4.4): copyrator learns of it
+//! from its watch of managed copies (no webhook is registered for copies).
+
+mod common;
+
+use common::*;
+use copyrator::marks;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+#[tokio::test]
+async fn hand_deleted_and_hand_edited_copies_are_restored_from_the_copies_watch() {
+    let t = Harness::start(Options::default()).await;
+    let key = t.name("edits");
+    let src = t.namespace("edits-src", &[]).await;
+    let dest = t.namespace("edits", &[(&key, "yes")]).await;
+    // The namespace jobs' second looks (a second after their admission) would make a deleted
+    // copy again: let them run first, so that only the copies watch can restore what follows.
+    t.wait_metric(
+        "copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}",
+        "both namespaces' jobs and their second looks",
+        |v| v >= 4.0,
+    )
+    .await;
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &format!("{key}=yes"))],
+                &[("password", "s3cret")],
+            ),
+        )
+        .await
+        .unwrap();
+    let copy = t
+        .wait_value::<Secret>(&dest, "cred", "password", "s3cret")
+        .await;
+    let jobs = "copyrator_jobs_total{kind=\"copy\",outcome=\"ok\"}";
+    let before = t.metric(jobs).await;
+
+    // Deleted by hand: back, as a new object.
+    t.secrets(&dest)
+        .delete("cred", &DeleteParams::default())
+        .await
+        .unwrap();
+    let restored = t
+        .wait_for::<Secret>(&dest, "cred", "recreated", |s| s.uid() != copy.uid())
+        .await;
+    assert_eq!(
+        secret_value(&restored, "password").as_deref(),
+        Some("s3cret")
+    );
+
+    // Edited by hand: its content restored, keys added by hand removed.
+    t.secrets(&dest)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"password": "aGFja2Vk", "extra": "eA=="}})),
+        )
+        .await
+        .unwrap();
+    let restored = t
+        .wait_for::<Secret>(&dest, "cred", "restored", |s| {
+            secret_value(s, "password").as_deref() == Some("s3cret")
+                && secret_value(s, "extra").is_none()
+        })
+        .await;
+    assert_eq!(
+        restored
+            .labels()
+            .get(marks::MANAGED_BY_LABEL)
+            .map(String::as_str),
+        Some("copyrator")
+    );
+    // Both came from copy jobs, which only the copies watch queues.
+    assert!(t.metric(jobs).await >= before + 2.0);
+
+    // copyrator's own writes are not taken for edits: a source update fans out and the copy
+    // jobs stay where they are.
+    let after_edits = t.metric(jobs).await;
+    t.secrets(&src)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "rotated"}})),
+        )
+        .await
+        .unwrap();
+    t.wait_value::<Secret>(&dest, "cred", "password", "rotated")
+        .await;
+    stays(
+        std::time::Duration::from_millis(500),
+        "no copy job for copyrator's own update",
+        || async { t.metric(jobs).await == after_edits },
+    )
+    .await;
+    t.finish().await;
+}
