@@ -45,9 +45,9 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
             ),
         ),
     ];
-    for (path, what, body) in reviews {
+    for (path, what, body) in &reviews {
         for concurrency in [1usize, 4, 16, 64] {
-            let load = load(p, path, &body, concurrency, seconds).await;
+            let load = load(p, path, body, concurrency, seconds).await;
             report.row(
                 &format!("admission {what}, {concurrency} conn"),
                 load.figure(),
@@ -62,6 +62,58 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
         }
     }
     report.note("admission: the load generator runs on the same 2 cores (HTTP/1.1 keep-alive over TLS, one connection per concurrent client); CPU share in % of one core".into());
+
+    // Diagnostic: is the tail at 64 connections copyrator's, or the load generator's on the
+    // same cores? The same load with copyrator on one core and the benchmark on the other.
+    if let Some(_pinned) = Pinned::split(p.child.id()) {
+        let (path, what, body) = &reviews[0];
+        for concurrency in [16usize, 64] {
+            let load = load(p, path, body, concurrency, seconds).await;
+            report.row(
+                &format!(
+                    "diagnostic: admission {what}, {concurrency} conn, copyrator and load generator on a core each"
+                ),
+                load.figure(),
+                load.cpu(),
+                "".into(),
+                "",
+            );
+        }
+    }
+}
+
+/// copyrator on CPU 1 and this benchmark process on CPU 0 (taskset), until dropped.
+struct Pinned {
+    copyrator: u32,
+}
+
+impl Pinned {
+    fn split(copyrator: u32) -> Option<Self> {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return None;
+        }
+        let pin = |cpus: &str, pid: u32| {
+            std::process::Command::new("taskset")
+                .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        (pin("1", copyrator) && pin("0", std::process::id())).then_some(Self { copyrator })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let all = format!(
+            "0-{}",
+            std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+        );
+        for pid in [self.copyrator, std::process::id()] {
+            let _ = std::process::Command::new("taskset")
+                .args(["-a", "-p", "-c", &all, &pid.to_string()])
+                .output();
+        }
+    }
 }
 
 /// What one load of reviews measured.

@@ -12,9 +12,13 @@
 //!   creating the same Secret right after the namespace;
 //! - fanout: source create / update with N matching namespaces -> every copy observed;
 //!   baseline: a plain kube-rs client writing N Secrets at the same concurrency;
+//! - restore: a copy deleted or edited by hand -> restored (watch event of the copy back);
 //! - admission: throughput over TLS at rising concurrency, with copyrator's CPU;
 //! - pod-gate: the Pod gate's no-op path over TLS; Pods created right after their new
 //!   namespace, with the gate and with it unregistered (create time, copies present);
+//! - apiserver-profile: kube-apiserver CPU profiles while update fan-outs run back to back:
+//!   a plain client, the same with copyrator's marks, copyrator, and copyrator with a copies
+//!   webhook registered as well (the earlier design; needs `go` for `go tool pprof`);
 //! - memory: RSS with many namespaces and unrelated Secrets vs none;
 //! - resync: cost of one steady-state resync.
 //!
@@ -30,7 +34,9 @@ mod measure;
 mod memory;
 mod new_namespace;
 mod pod_gate;
+mod profile;
 mod report;
+mod restore;
 mod resync;
 mod selector_sources;
 
@@ -86,10 +92,14 @@ enum Phase {
     NewNamespace,
     /// Namespace storm; source created / updated -> N copies
     Fanout,
+    /// Copies deleted or edited by hand -> restored
+    Restore,
     /// AdmissionReviews over TLS at rising concurrency
     Admission,
     /// The Pod gate: its no-op path, and Pods created right after their namespace
     PodGate,
+    /// kube-apiserver CPU profiles of update fan-outs: plain client vs copyrator
+    ApiserverProfile,
     /// RSS as the cluster grows to 5,000 namespaces and 50,000 Secrets
     Memory,
     /// Cost of one steady-state resync (at memory's load when both run)
@@ -122,6 +132,9 @@ pub struct Sizes {
     selector_sources: usize,
     selector_writes: usize,
     gate_namespaces: usize,
+    restore: usize,
+    /// The report's path: files of the phases (profiles) go beside it.
+    out: PathBuf,
 }
 
 fn sizes(quick: bool) -> Sizes {
@@ -136,6 +149,8 @@ fn sizes(quick: bool) -> Sizes {
             selector_sources: 20,
             selector_writes: 500,
             gate_namespaces: 20,
+            restore: 20,
+            out: PathBuf::new(),
         }
     } else {
         Sizes {
@@ -148,6 +163,8 @@ fn sizes(quick: bool) -> Sizes {
             selector_sources: 100,
             selector_writes: 4000,
             gate_namespaces: 100,
+            restore: 100,
+            out: PathBuf::new(),
         }
     }
 }
@@ -161,8 +178,12 @@ fn payload(i: usize) -> String {
 }
 
 fn base64_of(s: &str) -> String {
+    base64_of_bytes(s.as_bytes())
+}
+
+fn base64_of_bytes(b: &[u8]) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(s)
+    base64::engine::general_purpose::STANDARD.encode(b)
 }
 
 fn main() {
@@ -175,6 +196,10 @@ fn main() {
     if let Some(n) = args.fanout {
         sz.fanout = n;
     }
+    sz.out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench-results/cluster.md"));
     let phases = args.phases();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -270,6 +295,9 @@ async fn long_run(report: &mut Report, sz: &Sizes, phases: &BTreeSet<Phase>) {
     if phases.contains(&Phase::Fanout) {
         fanout::run(report, &lr, sz.fanout).await;
     }
+    if phases.contains(&Phase::Restore) {
+        restore::run(report, &lr, sz.restore).await;
+    }
     if let Ok(keep) = std::env::var("COPYRATOR_BENCH_KEEP_LOG") {
         std::fs::copy(&lr.p.log, keep).unwrap();
     }
@@ -278,6 +306,9 @@ async fn long_run(report: &mut Report, sz: &Sizes, phases: &BTreeSet<Phase>) {
     }
     if phases.contains(&Phase::PodGate) {
         pod_gate::run(report, &lr, sz.gate_namespaces, sz.admission_seconds).await;
+    }
+    if phases.contains(&Phase::ApiserverProfile) {
+        profile::run(report, &lr, sz.fanout, &sz.out).await;
     }
     if !phases.contains(&Phase::Memory) && !phases.contains(&Phase::Resync) {
         lr.stop().await;

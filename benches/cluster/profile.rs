@@ -1,0 +1,513 @@
+//! Phase apiserver-profile: where the API server's CPU goes in an update fan-out. For each
+//! variant, update rounds run back to back for a fixed time while the API server records a
+//! CPU profile (`/debug/pprof/profile`); the profiles are saved beside the report, with the
+//! API server's CPU per round and `go tool pprof -top -diff_base` between the variants.
+//!
+//! Variants: a plain client updating N Secrets; the same with copyrator's marks (as many labels
+//! and annotations of the same sizes as a copy carries, under other keys); copyrator fanning a
+//! source update out to the same N namespaces; the same with a validating webhook on every copy
+//! UPDATE/DELETE registered as well (the earlier design, replaced by the watch of copies).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use copyrator::marks;
+use futures::{StreamExt, TryStreamExt, stream};
+use http_body_util::BodyExt;
+use k8s_openapi::api::{
+    admissionregistration::v1::ValidatingWebhookConfiguration, core::v1::Secret,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+use crate::{
+    CONCURRENCY, LongRun,
+    common::{self, Process, secret},
+    measure::{all_seen, create_namespace, wait_idle, watch_secrets},
+    payload,
+    report::Report,
+};
+
+/// Seconds each variant's profile covers.
+const PROFILE_SECONDS: u64 = 10;
+
+/// The variants, in the order they run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Variant {
+    Raw,
+    RawWithMarks,
+    Copyrator,
+    CopyratorWithCopiesWebhook,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Raw => "raw",
+            Variant::RawWithMarks => "raw-with-marks",
+            Variant::Copyrator => "copyrator",
+            Variant::CopyratorWithCopiesWebhook => "copyrator-with-copies-webhook",
+        }
+    }
+}
+
+pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
+    let LongRun {
+        env,
+        client,
+        namespaces,
+        p,
+        src,
+        ..
+    } = lr;
+    let key = format!("bench-prof-{}", env.id);
+    let names: Vec<String> = (0..n).map(|i| env.name(&format!("prof-{i}"))).collect();
+    let ns_jobs = "copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}";
+    let before = p.metric(ns_jobs).await;
+    stream::iter(names.iter())
+        .map(|name| {
+            let namespaces = namespaces.clone();
+            let key = key.clone();
+            async move { create_namespace(&namespaces, name, &[(&key, "yes")]).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    for name in &names {
+        env.track_namespace(name);
+    }
+    wait_idle(p, ns_jobs, before + 2.0 * n as f64).await;
+
+    // The plain client's Secrets: one label; with marks: a copy's labels and annotations.
+    let plain = raw_secrets(client, &names, &format!("{key}-raw"), false).await;
+    let marked = raw_secrets(client, &names, &format!("{key}-marked"), true).await;
+    // copyrator's source, fanned out once before profiling.
+    let label = format!("{key}-src");
+    env.secrets(src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "prof",
+                &[(marks::SOURCE_LABEL, "true"), (&label, "yes")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &format!("{key}=yes"))],
+                &[("config.json", &payload(0))],
+            ),
+        )
+        .await
+        .unwrap();
+    let copies = format!("{label}=yes,{}", marks::MANAGED_SELECTOR);
+    let (seen, watch) = watch_secrets(Api::all(client.clone()), copies.clone(), |_| true).await;
+    all_seen(
+        &seen,
+        n,
+        Duration::from_secs(120),
+        Instant::now(),
+        "profile source",
+    )
+    .await;
+    watch.abort();
+
+    let stamp = out
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("profile")
+        .trim_end_matches(".md");
+    let dir = out.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let mut raw_sets = [plain, marked];
+    let mut results = Vec::new();
+    for variant in [
+        Variant::Raw,
+        Variant::RawWithMarks,
+        Variant::Copyrator,
+        Variant::CopyratorWithCopiesWebhook,
+    ] {
+        let extra = if variant == Variant::CopyratorWithCopiesWebhook {
+            Some(register_copies_webhook(client, p).await)
+        } else {
+            None
+        };
+        let file = dir.join(format!("{stamp}-apiserver-{}.pb.gz", variant.name()));
+        let profile = tokio::spawn(fetch_profile(client.clone(), file.clone()));
+        // Let the profile start before the first round.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let deadline =
+            Instant::now() + Duration::from_secs(PROFILE_SECONDS) - Duration::from_millis(600);
+        let mut rounds = 0usize;
+        let mut round_times = Vec::new();
+        while Instant::now() < deadline {
+            let value = format!("{}-{}-{rounds}", payload(0), variant.name());
+            let t = Instant::now();
+            match variant {
+                Variant::Raw => {
+                    raw_round(client, &mut raw_sets[0], &format!("{key}-raw"), &value).await
+                }
+                Variant::RawWithMarks => {
+                    raw_round(client, &mut raw_sets[1], &format!("{key}-marked"), &value).await
+                }
+                Variant::Copyrator | Variant::CopyratorWithCopiesWebhook => {
+                    copyrator_round(lr, &copies, n, &value).await
+                }
+            }
+            round_times.push(t.elapsed());
+            rounds += 1;
+        }
+        profile.await.unwrap();
+        if let Some(extra) = extra {
+            unregister_copies_webhook(client, extra).await;
+        }
+        let cpu = profile_cpu(&file);
+        results.push((variant, file, rounds, cpu, round_times));
+    }
+
+    for (variant, _, rounds, cpu, times) in &results {
+        let per_round = cpu.map(|c| c / *rounds as f64);
+        let median = {
+            let mut t = times.clone();
+            t.sort();
+            t[t.len() / 2]
+        };
+        report.row(
+            &format!("API-server CPU per update round of {n}: {}", variant.name()),
+            match per_round {
+                Some(ms) => format!(
+                    "{:.0} ms ({rounds} rounds, median {} ms)",
+                    ms * 1e3,
+                    median.as_millis()
+                ),
+                None => format!("no profile ({rounds} rounds)"),
+            },
+            "".into(),
+            "".into(),
+            "",
+        );
+    }
+    // Where the CPU goes, per round: the API server's request paths, by cumulative time.
+    let per_path: Vec<(Variant, BTreeMap<&str, f64>)> = results
+        .iter()
+        .map(|(variant, file, rounds, _, _)| {
+            let cum = cumulative(file);
+            let paths = PATHS
+                .iter()
+                .map(|(label, func)| {
+                    let total: f64 = cum
+                        .iter()
+                        .filter(|(f, _)| f.ends_with(func))
+                        .map(|(_, v)| v)
+                        .sum();
+                    (*label, total * 1e3 / *rounds as f64)
+                })
+                .collect();
+            (*variant, paths)
+        })
+        .collect();
+    for (label, _) in PATHS {
+        report.note(format!(
+            "API-server CPU per round in {label}: {}",
+            per_path
+                .iter()
+                .map(|(v, p)| format!("{} {:.1} ms", v.name(), p[label]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let find = |v: Variant| results.iter().find(|r| r.0 == v).map(|r| r.1.clone());
+    for (base, other) in [
+        (Variant::Raw, Variant::RawWithMarks),
+        (Variant::RawWithMarks, Variant::Copyrator),
+        (Variant::Copyrator, Variant::CopyratorWithCopiesWebhook),
+    ] {
+        if let (Some(b), Some(o)) = (find(base), find(other)) {
+            let diff = dir.join(format!(
+                "{stamp}-apiserver-diff-{}-vs-{}.txt",
+                other.name(),
+                base.name()
+            ));
+            let base_arg = format!("-diff_base={}", b.display());
+            let text = pprof(&["-top", "-nodecount=40", &base_arg], &[&o]);
+            std::fs::write(&diff, &text).unwrap();
+            report.note(format!(
+                "API-server profile {} minus {} (whole {PROFILE_SECONDS} s profiles, not per round): {}",
+                other.name(),
+                base.name(),
+                diff.display()
+            ));
+        }
+    }
+    report.note(format!(
+        "apiserver-profile: {PROFILE_SECONDS} s CPU profile of kube-apiserver (/debug/pprof/profile) per variant while update rounds of {n} run back to back; CPU per round = profile samples / rounds; profiles in {}",
+        dir.display()
+    ));
+}
+
+/// `n` Secrets written by a plain client, one per namespace; `marked`: with as many labels
+/// and annotations, of the same sizes, as a copy carries.
+async fn raw_secrets(
+    client: &kube::Client,
+    names: &[String],
+    label: &str,
+    marked: bool,
+) -> Vec<Secret> {
+    stream::iter(names.iter())
+        .map(|ns| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+            let uid = "8b7c3c2e-5c1a-4a8e-9a5e-1f2b3c4d5e6f";
+            let hash = "0".repeat(64);
+            let labels: Vec<(&str, &str)> = if marked {
+                vec![
+                    (label, "yes"),
+                    ("bench.example/managed-by", "copyrator"),
+                    ("bench.example/source-uid", uid),
+                ]
+            } else {
+                vec![(label, "yes")]
+            };
+            let annotations: Vec<(&str, &str)> = if marked {
+                vec![
+                    ("bench.example/source", "bench-src-abcdef/prof"),
+                    ("bench.example/content-hash", &hash),
+                    ("bench.example/rule", "inline:bench-src-abcdef/prof"),
+                    ("bench.example/deletion-policy", "Delete"),
+                ]
+            } else {
+                vec![]
+            };
+            let s = secret(
+                if marked {
+                    "raw-prof-marked"
+                } else {
+                    "raw-prof"
+                },
+                &labels,
+                &annotations,
+                &[("config.json", &payload(0))],
+            );
+            async move { api.create(&PostParams::default(), &s).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+/// The plain client updates every Secret of `set` to `value`, `CONCURRENCY` in flight, until
+/// a watch saw them all (as copyrator's rounds are timed: the watch costs both alike).
+async fn raw_round(client: &kube::Client, set: &mut Vec<Secret>, label: &str, value: &str) {
+    let n = set.len();
+    let wanted = value.as_bytes().to_vec();
+    let (seen, watch) = watch_secrets(Api::all(client.clone()), format!("{label}=yes"), move |s| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("config.json"))
+            .is_some_and(|v| v.0 == wanted)
+    })
+    .await;
+    let updated: Vec<Secret> = stream::iter(std::mem::take(set))
+        .map(|mut s| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &s.namespace().unwrap());
+            s.data = None;
+            s.string_data = Some(BTreeMap::from([(
+                "config.json".to_string(),
+                value.to_string(),
+            )]));
+            async move { api.replace(&s.name_any(), &PostParams::default(), &s).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await
+        .unwrap();
+    *set = updated;
+    all_seen(
+        &seen,
+        n,
+        Duration::from_secs(60),
+        Instant::now(),
+        "raw round",
+    )
+    .await;
+    watch.abort();
+}
+
+/// copyrator's source updated to `value`, until a watch saw all `n` copies with it.
+async fn copyrator_round(lr: &LongRun, copies: &str, n: usize, value: &str) {
+    let wanted = value.as_bytes().to_vec();
+    let (seen, watch) = watch_secrets(Api::all(lr.client.clone()), copies.to_string(), move |s| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("config.json"))
+            .is_some_and(|v| v.0 == wanted)
+    })
+    .await;
+    lr.env
+        .secrets(&lr.src)
+        .patch(
+            "prof",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"config.json": value}})),
+        )
+        .await
+        .unwrap();
+    all_seen(
+        &seen,
+        n,
+        Duration::from_secs(60),
+        Instant::now(),
+        "profile round",
+    )
+    .await;
+    watch.abort();
+}
+
+/// Registers, as a configuration of its own, the webhook copyrator used to have for copies
+/// (UPDATE and DELETE of managed Secrets and ConfigMaps, to `/admission/copies`, which still
+/// answers); returns its name.
+pub async fn register_copies_webhook(client: &kube::Client, p: &Process) -> String {
+    let name = format!("{}-copies", common::WEBHOOK_CONFIG_NAME);
+    let cfg: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "copies.copyrator.io",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{}/admission/copies", p.webhook_port),
+                "caBundle": crate::base64_of_bytes(&p.ca),
+            },
+            "failurePolicy": "Ignore",
+            "sideEffects": "NoneOnDryRun",
+            "timeoutSeconds": 3,
+            "objectSelector": {"matchLabels": {marks::MANAGED_BY_LABEL: marks::MANAGED_BY_VALUE}},
+            "rules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE", "DELETE"], "resources": ["secrets", "configmaps"]
+            }]
+        }]
+    }))
+    .unwrap();
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    api.create(&PostParams::default(), &cfg).await.unwrap();
+    // The API server picks up webhook configurations from its informer.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    name
+}
+
+pub async fn unregister_copies_webhook(client: &kube::Client, name: String) {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    api.delete(&name, &Default::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// The API server's CPU profile over `PROFILE_SECONDS`, saved to `file`.
+async fn fetch_profile(client: kube::Client, file: PathBuf) {
+    let req = hyper::Request::get(format!("/debug/pprof/profile?seconds={PROFILE_SECONDS}"))
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let resp = client
+        .send(req)
+        .await
+        .expect("the API server's pprof endpoint");
+    assert!(resp.status().is_success(), "pprof: {}", resp.status());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    std::fs::write(&file, &bytes).unwrap();
+}
+
+/// Request paths of the API server whose cumulative CPU the report shows (label, the end of
+/// the function's name in the profile).
+const PATHS: [(&str, &str); 8] = [
+    (
+        "updates (PUT handler)",
+        "endpoints.restfulUpdateResource.func1",
+    ),
+    (
+        "managedFields",
+        "fieldmanager.(*FieldManager).UpdateNoErrors",
+    ),
+    (
+        "validating admission webhooks",
+        "validating.(*validatingDispatcher).Dispatch.func1",
+    ),
+    ("watches served", "handlers.serveWatch"),
+    (
+        "lists (incl. watch requests)",
+        "endpoints.restfulListResource.func1",
+    ),
+    ("gets", "endpoints.restfulGetResource.func1"),
+    ("patches", "endpoints.restfulPatchResource.func1"),
+    ("garbage collection", "runtime.gcBgMarkWorker"),
+];
+
+/// Cumulative CPU seconds of every function in a profile.
+fn cumulative(file: &Path) -> Vec<(String, f64)> {
+    let text = pprof(
+        &[
+            "-top",
+            "-cum",
+            "-nodecount=100000",
+            "-nodefraction=0",
+            "-edgefraction=0",
+        ],
+        &[file],
+    );
+    text.lines()
+        .filter_map(|line| {
+            // flat flat% sum% cum cum% name
+            let mut parts = line.split_whitespace();
+            let _flat = parts.next()?;
+            let flat_pct = parts.next()?;
+            let _sum = parts.next()?;
+            let cum = parts.next()?;
+            let _cum_pct = parts.next()?;
+            let name: Vec<&str> = parts.collect();
+            if !flat_pct.ends_with('%') || name.is_empty() {
+                return None;
+            }
+            Some((name.join(" "), parse_duration(cum)?))
+        })
+        .collect()
+}
+
+/// Total CPU seconds in a profile (`Total samples = …` of `go tool pprof -top`).
+fn profile_cpu(file: &Path) -> Option<f64> {
+    let text = pprof(&["-top", "-nodecount=1"], &[file]);
+    let total = text.split("Total samples = ").nth(1)?;
+    let value = total.split_whitespace().next()?;
+    parse_duration(value)
+}
+
+fn parse_duration(s: &str) -> Option<f64> {
+    if s == "0" {
+        return Some(0.0);
+    }
+    let (num, unit) = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| s.split_at(i))?;
+    let v: f64 = num.parse().ok()?;
+    Some(match unit {
+        "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "mins" | "min" => v * 60.0,
+        _ => return None,
+    })
+}
+
+/// `go tool pprof ARGS FILES`: its output, or why it could not run.
+fn pprof(args: &[&str], files: &[&Path]) -> String {
+    let mut cmd = Command::new("go");
+    cmd.args(["tool", "pprof"]).args(args).args(files);
+    match cmd.output() {
+        Ok(o) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("go tool pprof could not run: {e}"),
+    }
+}
