@@ -9,9 +9,10 @@
 //! UPDATE/DELETE registered as well (the earlier design, replaced by the watch of copies).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
     process::Command,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -23,7 +24,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, ResourceExt,
-    api::{Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams, VersionMatch, WatchEvent, WatchParams},
 };
 use serde_json::json;
 
@@ -133,6 +134,15 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
         } else {
             None
         };
+        let seen = Latest::start(
+            client,
+            &match variant {
+                Variant::Raw => format!("{key}-raw=yes"),
+                Variant::RawWithMarks => format!("{key}-marked=yes"),
+                Variant::Copyrator | Variant::CopyratorWithCopiesWebhook => copies.clone(),
+            },
+        )
+        .await;
         let file = dir.join(format!("{stamp}-apiserver-{}.pb.gz", variant.name()));
         let profile = tokio::spawn(fetch_profile(client.clone(), file.clone()));
         // Let the profile start before the first round.
@@ -145,20 +155,17 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
             let value = format!("{}-{}-{rounds}", payload(0), variant.name());
             let t = Instant::now();
             match variant {
-                Variant::Raw => {
-                    raw_round(client, &mut raw_sets[0], &format!("{key}-raw"), &value).await
-                }
-                Variant::RawWithMarks => {
-                    raw_round(client, &mut raw_sets[1], &format!("{key}-marked"), &value).await
-                }
+                Variant::Raw => raw_round(client, &mut raw_sets[0], &seen, &value).await,
+                Variant::RawWithMarks => raw_round(client, &mut raw_sets[1], &seen, &value).await,
                 Variant::Copyrator | Variant::CopyratorWithCopiesWebhook => {
-                    copyrator_round(lr, &copies, n, &value).await
+                    copyrator_round(lr, &seen, n, &value).await
                 }
             }
             round_times.push(t.elapsed());
             rounds += 1;
         }
         profile.await.unwrap();
+        drop(seen);
         if let Some(extra) = extra {
             unregister_copies_webhook(client, extra).await;
         }
@@ -296,18 +303,83 @@ async fn raw_secrets(
         .unwrap()
 }
 
+/// The latest `config.json` of every Secret a selector matches, by namespace, from one watch
+/// started before the profile: rounds then cost the API server their writes and events only.
+struct Latest {
+    values: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Latest {
+    async fn start(client: &kube::Client, selector: &str) -> Self {
+        let api: Api<Secret> = Api::all(client.clone());
+        // From the watch cache (resourceVersion 0): not a read of every Secret from etcd.
+        let lp = ListParams::default()
+            .labels(selector)
+            .at("0")
+            .matching(VersionMatch::NotOlderThan);
+        let rv = api
+            .list_metadata(&lp)
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+        let stream = api
+            .watch(&WatchParams::default().labels(selector).timeout(290), &rv)
+            .await
+            .unwrap();
+        let values = Arc::new(Mutex::new(HashMap::new()));
+        let out = Arc::clone(&values);
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                if let WatchEvent::Added(s) | WatchEvent::Modified(s) = event {
+                    let value = s
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("config.json"))
+                        .map(|v| v.0.clone())
+                        .unwrap_or_default();
+                    out.lock()
+                        .unwrap()
+                        .insert(s.namespace().unwrap_or_default(), value);
+                }
+            }
+        });
+        Self { values, task }
+    }
+
+    /// Waits until `n` Secrets hold `value`.
+    async fn wait(&self, n: usize, value: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let holding = self
+                .values
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|v| v.as_slice() == value.as_bytes())
+                .count();
+            if holding >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{holding} of {n} updated");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+impl Drop for Latest {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// The plain client updates every Secret of `set` to `value`, `CONCURRENCY` in flight, until
-/// a watch saw them all (as copyrator's rounds are timed: the watch costs both alike).
-async fn raw_round(client: &kube::Client, set: &mut Vec<Secret>, label: &str, value: &str) {
+/// the watch saw them all (as copyrator's rounds are timed).
+async fn raw_round(client: &kube::Client, set: &mut Vec<Secret>, seen: &Latest, value: &str) {
     let n = set.len();
-    let wanted = value.as_bytes().to_vec();
-    let (seen, watch) = watch_secrets(Api::all(client.clone()), format!("{label}=yes"), move |s| {
-        s.data
-            .as_ref()
-            .and_then(|d| d.get("config.json"))
-            .is_some_and(|v| v.0 == wanted)
-    })
-    .await;
     let updated: Vec<Secret> = stream::iter(std::mem::take(set))
         .map(|mut s| {
             let api: Api<Secret> = Api::namespaced(client.clone(), &s.namespace().unwrap());
@@ -323,27 +395,11 @@ async fn raw_round(client: &kube::Client, set: &mut Vec<Secret>, label: &str, va
         .await
         .unwrap();
     *set = updated;
-    all_seen(
-        &seen,
-        n,
-        Duration::from_secs(60),
-        Instant::now(),
-        "raw round",
-    )
-    .await;
-    watch.abort();
+    seen.wait(n, value).await;
 }
 
-/// copyrator's source updated to `value`, until a watch saw all `n` copies with it.
-async fn copyrator_round(lr: &LongRun, copies: &str, n: usize, value: &str) {
-    let wanted = value.as_bytes().to_vec();
-    let (seen, watch) = watch_secrets(Api::all(lr.client.clone()), copies.to_string(), move |s| {
-        s.data
-            .as_ref()
-            .and_then(|d| d.get("config.json"))
-            .is_some_and(|v| v.0 == wanted)
-    })
-    .await;
+/// copyrator's source updated to `value`, until the watch saw all `n` copies with it.
+async fn copyrator_round(lr: &LongRun, seen: &Latest, n: usize, value: &str) {
     lr.env
         .secrets(&lr.src)
         .patch(
@@ -353,15 +409,7 @@ async fn copyrator_round(lr: &LongRun, copies: &str, n: usize, value: &str) {
         )
         .await
         .unwrap();
-    all_seen(
-        &seen,
-        n,
-        Duration::from_secs(60),
-        Instant::now(),
-        "profile round",
-    )
-    .await;
-    watch.abort();
+    seen.wait(n, value).await;
 }
 
 /// Registers, as a configuration of its own, the webhook copyrator used to have for copies
