@@ -300,6 +300,31 @@ impl Release {
         ]))
     }
 
+    /// The chart rendered against the cluster with `values`, as an upgrade to them would.
+    pub fn render_live_with(&self, values: &[&str]) -> Vec<Value> {
+        let chart = chart_dir().display().to_string();
+        let mut args = vec![
+            "template",
+            &chart,
+            "--release",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--kubeconfig",
+            &self.kubeconfig,
+            "--is-upgrade",
+        ];
+        args.extend_from_slice(values);
+        parse_yaml_stream(&helm_ok(&args))
+            .into_iter()
+            .filter(|d| !is_hook(d))
+            .collect()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn uninstall(&mut self) {
         self.installed = false;
         helm_ok(&[
