@@ -10,6 +10,8 @@ mod support;
 #[path = "helm/options.rs"]
 mod options;
 
+#[path = "helm/monitoring.rs"]
+mod monitoring;
 
 use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
