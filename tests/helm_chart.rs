@@ -13,6 +13,9 @@ mod options;
 #[path = "helm/monitoring.rs"]
 mod monitoring;
 
+#[path = "helm/test_hook.rs"]
+mod test_hook;
+
 use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
 use base64::Engine;
