@@ -569,3 +569,186 @@ fn chart_renders_for_kubernetes_1_20_and_1_30() {
         "{out:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Against the test API server
+
+/// Everything the test API server can take at once (monitoring and cert-manager objects need
+/// CRDs: tests/helm/monitoring.rs installs those), installed for real: the API server accepts
+/// every field (the stored objects hold what was rendered), and uninstall removes it all.
+#[tokio::test]
+async fn helm_install_takes_every_option_the_api_server_serves() {
+    use k8s_openapi::api::{apps::v1::Deployment, networking::v1::NetworkPolicy};
+    use kube::Api;
+
+    let env = crate::common::TestEnv::new().await;
+    let ns = env.namespace("helm-opts", &[]).await;
+    let name = format!("o{}", env.id);
+    let fullname = format!("{name}-copyrator");
+    let ca = some_ca_pem();
+    let digest = format!("sha256:{}", "cd".repeat(32));
+    let values: Vec<String> = [
+        "--set",
+        "hostNetwork=true",
+        "--set",
+        "webhook.port=9443",
+        "--set",
+        "metrics.port=9091",
+        "--set",
+        &format!("image.digest={digest}"),
+        "--set",
+        "podSecurityContext.runAsUser=null",
+        "--set",
+        "podSecurityContext.fsGroup=null",
+        "--set-json",
+        r#"topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]"#,
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set-json",
+        r#"networkPolicy.metricsFrom=[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]"#,
+        "--set",
+        "monitoring.dashboard.enabled=true",
+        "--set",
+        "tls.existingSecret=byo-webhook-tls",
+        "--set-string",
+        &format!("tls.caBundle={ca}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let mut release = crate::support::Release::install(&name, &ns, &values);
+    let rendered = release.render_live_with(&values);
+
+    let deployment = Api::<Deployment>::namespaced(env.client.clone(), &ns)
+        .get(&fullname)
+        .await
+        .unwrap();
+    let stored = serde_json::to_value(&deployment).unwrap();
+    crate::support::assert_contains(
+        &stored["spec"]["template"]["spec"],
+        &find(&rendered, "Deployment")["spec"]["template"]["spec"],
+        "Deployment.spec.template.spec",
+    );
+    assert_eq!(stored["spec"]["template"]["spec"]["hostNetwork"], true);
+    let policy = Api::<NetworkPolicy>::namespaced(env.client.clone(), &ns)
+        .get(&fullname)
+        .await
+        .unwrap();
+    crate::support::assert_contains(
+        &serde_json::to_value(&policy).unwrap()["spec"],
+        &find(&rendered, "NetworkPolicy")["spec"],
+        "NetworkPolicy.spec",
+    );
+    let installed = crate::support::Installed::read(&env.client, &ns, &fullname).await;
+    assert!(installed.tls.is_none(), "the chart made no certificate");
+    for hook in installed.vwc.as_ref().unwrap().webhooks.as_ref().unwrap() {
+        assert_eq!(
+            hook.client_config.ca_bundle.as_ref().unwrap().0,
+            ca.as_bytes(),
+            "{}",
+            hook.name
+        );
+    }
+
+    release.uninstall();
+    let after = crate::support::Installed::read(&env.client, &ns, &fullname).await;
+    assert!(after.present().is_empty(), "{:?}", after.present());
+    env.cleanup().await;
+}
+
+/// The chart README's CRD upgrade step works as written: Helm never upgrades `crds/`.
+#[tokio::test]
+async fn documented_crd_upgrade_step_applies_the_charts_crd() {
+    let readme = std::fs::read_to_string(chart_dir().join("README.md")).unwrap();
+    let step = "kubectl apply --server-side --force-conflicts -f deploy/helm/copyrator/crds/";
+    assert!(readme.contains(step), "the chart README shows: {step}");
+    let _env = crate::common::TestEnv::new().await;
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(crate::common::kubeconfig())
+        .args(step.split_whitespace().skip(1))
+        .current_dir(crate::support::root())
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("copyrules.copyrator.io serverside-applied"),
+        "{out:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The values table of the chart README
+
+fn values_table(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(crate::support::root().join(".venv/bin/python"))
+        .arg(crate::support::root().join("scripts/chart-values-table.py"))
+        .args(args)
+        .output()
+        .expect("scripts/chart-values-table.py (run scripts/bootstrap.sh for .venv)")
+}
+
+/// A copy of the chart's values.yaml and README.md in a directory of its own.
+fn chart_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["values.yaml", "README.md"] {
+        std::fs::copy(chart_dir().join(file), dir.path().join(file)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn chart_readme_values_table_is_generated_from_values_yaml() {
+    let out = values_table(&["--check"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let readme = std::fs::read_to_string(chart_dir().join("README.md")).unwrap();
+    for row in [
+        "| `webhook.port` | `8443` |",
+        "| `hostNetwork` | `false` |",
+        "| `image.tag` | the chart's `appVersion` |",
+        "| `monitoring.dashboard.labels` | `{\"grafana_dashboard\": \"1\"}` |",
+    ] {
+        assert!(readme.contains(row), "the values table lacks {row}");
+    }
+
+    // A description changed in values.yaml makes the table stale, until it is regenerated.
+    let copy = chart_copy();
+    let values = copy.path().join("values.yaml");
+    let text = std::fs::read_to_string(&values).unwrap();
+    std::fs::write(
+        &values,
+        text.replace("# -- Worker tasks running copy jobs.", "# -- Copy workers."),
+    )
+    .unwrap();
+    let chart = copy.path().display().to_string();
+    let stale = values_table(&["--check", "--chart", &chart]);
+    assert!(!stale.status.success());
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("the values table is stale"));
+    assert!(values_table(&["--chart", &chart]).status.success());
+    assert!(
+        values_table(&["--check", "--chart", &chart])
+            .status
+            .success()
+    );
+    let regenerated = std::fs::read_to_string(copy.path().join("README.md")).unwrap();
+    assert!(regenerated.contains("| `workers` | `4` | Copy workers. |"));
+
+    // A value nobody documented is refused, by name.
+    std::fs::write(&values, format!("{text}\nundocumented:\n  knob: 1\n")).unwrap();
+    let out = values_table(&["--chart", &chart]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("documents undocumented.knob"),
+        "{out:?}"
+    );
+}
