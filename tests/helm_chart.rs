@@ -7,6 +7,15 @@ mod common;
 #[path = "helm/support.rs"]
 mod support;
 
+#[path = "helm/options.rs"]
+mod options;
+
+#[path = "helm/monitoring.rs"]
+mod monitoring;
+
+#[path = "helm/test_hook.rs"]
+mod test_hook;
+
 use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
 use base64::Engine;
@@ -431,7 +440,14 @@ fn deployment_runs_two_hardened_replicas_with_probes() {
     );
     let sc = &c["securityContext"];
     assert_eq!(sc["runAsNonRoot"], true);
-    assert_eq!(sc["runAsUser"], 65532);
+    // The pod's user and group apply: the container does not repeat them, so that one
+    // value drops them (OpenShift assigns its own).
+    assert!(
+        sc.get("runAsUser").is_none() && sc.get("runAsGroup").is_none(),
+        "{sc}"
+    );
+    assert_eq!(pod["securityContext"]["runAsGroup"], 65532);
+    assert_eq!(pod["securityContext"]["fsGroup"], 65532);
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));

@@ -5,9 +5,11 @@ Debian has no helm binary; this drives the same Go code through `helm_python`:
 
     helm_tool.py lint CHART [--strict] [VALUES...]
     helm_tool.py template CHART --release R --namespace NS [--kubeconfig K] [--notes] [VALUES...]
+                          [--kube-version V [--api-versions G/V[/KIND],...]]
     helm_tool.py install CHART --release R --namespace NS --kubeconfig K [VALUES...]
     helm_tool.py upgrade CHART --release R --namespace NS --kubeconfig K [VALUES...]
     helm_tool.py uninstall --release R --namespace NS --kubeconfig K [--ignore-not-found]
+    helm_tool.py test --release R --namespace NS --kubeconfig K [--timeout S]
 
 VALUES are `--values FILE`, `--set k=v`, `--set-string k=v` and `--set-json k=JSON`, merged as
 the helm CLI does: values files in order, then the --set flags in order; later wins.
@@ -15,8 +17,13 @@ the helm CLI does: values files in order, then the --set flags in order; later w
 `template` validates the values against values.schema.json first, like `helm template`, then
 prints every rendered manifest as one multi-document YAML stream (NOTES.txt only with
 --notes). With --kubeconfig it renders against the cluster, so `lookup` sees live objects;
-without, `lookup` finds nothing. `install` and `upgrade` print a JSON summary of the release
-(name, namespace, revision, status, manifest).
+without, `lookup` finds nothing. With --kube-version it renders as `helm template
+--kube-version V --api-versions ...` does: an install dry run on the client, whose
+`.Capabilities` report that Kubernetes version and Helm's default API versions plus the ones
+given (the chart's kubeVersion constraint is checked; hooks are left out, as in a release
+manifest). `install` and `upgrade` print a JSON summary of the release (name, namespace,
+revision, status, manifest). `test` runs the release's test hooks (`helm test`) and prints
+the release summary.
 
 Exit status: 0 on success, 1 when Helm rejects the chart, the values or the operation (the
 message, naming the offending field, is on stderr), 2 on bad usage.
@@ -123,8 +130,57 @@ def rendered_stream(manifests: dict[str, str], notes: bool) -> str:
     return "---\n" + "\n---\n".join(docs) + "\n"
 
 
+def render_for_kube_version(args: argparse.Namespace, values: dict[str, Any]) -> dict[str, str]:
+    """The chart as `helm template --kube-version` renders it (hooks aside).
+
+    The SDK's render functions do not take capabilities; its install action does (options
+    `kube_version`, `api_versions`), and a client-side dry run renders without a cluster, as
+    `helm template` itself does. Called through the SDK's native entry point because the
+    Python wrapper does not pass these two options on.
+    """
+    from helm_python import _native
+
+    empty_kubeconfig = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n"
+    opts: dict[str, Any] = {
+        "namespace": args.namespace,
+        "dry_run": "client",
+        "kube_version": args.kube_version,
+    }
+    if args.api_versions:
+        opts["api_versions"] = [v for v in args.api_versions.split(",") if v]
+    with helm.Config(kubeconfig_content=empty_kubeconfig, storage_driver="memory") as cfg:
+        payload = _native.call_string(
+            "helm_install",
+            cfg._raw(),
+            _native.HANDLE(0),
+            _native.HANDLE(0),
+            args.chart,
+            args.release,
+            json.dumps(values),
+            json.dumps(opts),
+        )
+    manifest = json.loads(payload)["manifest"]
+    out: dict[str, str] = {}
+    for doc in manifest.split("\n---\n"):
+        doc = doc.strip().removeprefix("---").strip()
+        if not doc:
+            continue
+        first, _, body = doc.partition("\n")
+        path = first.removeprefix("# Source: ") if first.startswith("# Source: ") else "?"
+        out[path] = (out[path] + "\n---\n" + body) if path in out else body
+    return out
+
+
 def cmd_template(args: argparse.Namespace) -> int:
     values = user_values(args.value_sources)
+    if args.kube_version:
+        if args.kubeconfig or args.notes or args.is_upgrade:
+            print("--kube-version renders offline, as an install", file=sys.stderr)
+            return 2
+        with helm.Chart.load(args.chart) as chart:
+            chart.validate_schema(values)
+        sys.stdout.write(rendered_stream(render_for_kube_version(args, values), False))
+        return 0
     with helm.Chart.load(args.chart) as chart:
         # `helm template` validates the merged values against values.schema.json.
         chart.validate_schema(values)
@@ -174,6 +230,13 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_test(args: argparse.Namespace) -> int:
+    with helm.Config(kubeconfig_path=args.kubeconfig, namespace=args.namespace) as cfg:
+        result = cfg.test(args.release, timeout=args.timeout)
+    print(json.dumps({"release": release_summary(result.get("release") or {})}))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="helm_tool.py", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -190,6 +253,10 @@ def parser() -> argparse.ArgumentParser:
     add_release_options(template, kubeconfig_required=False)
     template.add_argument("--notes", action="store_true", help="print NOTES.txt only")
     template.add_argument("--is-upgrade", action="store_true", help=".Release.IsUpgrade")
+    template.add_argument("--kube-version", help="render for this Kubernetes version (v1.30.0)")
+    template.add_argument(
+        "--api-versions", help="with --kube-version: more API versions, comma-separated"
+    )
     add_values_options(template)
     template.set_defaults(run=cmd_template)
 
@@ -206,6 +273,11 @@ def parser() -> argparse.ArgumentParser:
     uninstall.add_argument("--ignore-not-found", action="store_true")
     uninstall.add_argument("--timeout", type=int, default=60, help="seconds")
     uninstall.set_defaults(run=cmd_uninstall)
+
+    test = sub.add_parser("test", help="helm test")
+    add_release_options(test, kubeconfig_required=True)
+    test.add_argument("--timeout", type=int, default=120, help="seconds")
+    test.set_defaults(run=cmd_test)
     return p
 
 

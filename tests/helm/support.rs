@@ -63,8 +63,51 @@ pub fn helm_ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-/// The chart rendered offline (`helm template`, values checked against the schema).
+/// The chart's release objects rendered offline (`helm template`, values checked against the
+/// schema), without its hooks (the `helm test` objects): what `helm install` applies.
 pub fn render(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
+    render_all(release, namespace, extra)
+        .into_iter()
+        .filter(|d| !is_hook(d))
+        .collect()
+}
+
+/// Only the chart's hooks (the `helm test` objects), rendered offline.
+pub fn render_hooks(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
+    render_all(release, namespace, extra)
+        .into_iter()
+        .filter(is_hook)
+        .collect()
+}
+
+pub fn is_hook(doc: &Value) -> bool {
+    doc["metadata"]["annotations"]["helm.sh/hook"].is_string()
+}
+
+/// The release objects as `helm template --kube-version V --api-versions ...` renders them
+/// (hooks are left out, as in a release manifest).
+pub fn render_for(kube_version: &str, api_versions: &[&str], extra: &[&str]) -> Vec<Value> {
+    let chart = chart_dir().display().to_string();
+    let apis = api_versions.join(",");
+    let mut args = vec![
+        "template",
+        &chart,
+        "--release",
+        "demo",
+        "--namespace",
+        "platform-system",
+        "--kube-version",
+        kube_version,
+    ];
+    if !apis.is_empty() {
+        args.extend(["--api-versions", &apis]);
+    }
+    args.extend_from_slice(extra);
+    parse_yaml_stream(&helm_ok(&args))
+}
+
+/// Every document of the chart rendered offline, hooks included.
+pub fn render_all(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
     let chart = chart_dir().display().to_string();
     let mut args = vec![
         "template",
@@ -255,6 +298,31 @@ impl Release {
             &self.kubeconfig,
             "--is-upgrade",
         ]))
+    }
+
+    /// The chart rendered against the cluster with `values`, as an upgrade to them would.
+    pub fn render_live_with(&self, values: &[&str]) -> Vec<Value> {
+        let chart = chart_dir().display().to_string();
+        let mut args = vec![
+            "template",
+            &chart,
+            "--release",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--kubeconfig",
+            &self.kubeconfig,
+            "--is-upgrade",
+        ];
+        args.extend_from_slice(values);
+        parse_yaml_stream(&helm_ok(&args))
+            .into_iter()
+            .filter(|d| !is_hook(d))
+            .collect()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn uninstall(&mut self) {

@@ -38,8 +38,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "copyrator.fullname" .) .Values.serviceAccount.name }}
 {{- end }}
 
+{{/* The Secret the pods serve the webhooks from: the user's (tls.existingSecret), or the one
+the chart or cert-manager writes. */}}
 {{- define "copyrator.tlsSecretName" -}}
+{{- if .Values.tls.existingSecret -}}
+{{- .Values.tls.existingSecret }}
+{{- else -}}
 {{- default (printf "%s-tls" (include "copyrator.fullname" .)) .Values.tls.secretName }}
+{{- end }}
 {{- end }}
 
 {{- define "copyrator.webhookName" -}}
@@ -50,8 +56,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-serving" (include "copyrator.fullname" .) }}
 {{- end }}
 
+{{/* An image reference from {repository, tag, digest}: the digest wins over the tag.
+Takes a dict: image (the values block), defaultTag. */}}
+{{- define "copyrator.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .defaultTag .image.tag) }}
+{{- end }}
+{{- end }}
+
 {{- define "copyrator.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- include "copyrator.imageRef" (dict "image" .Values.image "defaultTag" .Chart.AppVersion) }}
 {{- end }}
 
 {{/* DNS names the API server may use for the webhook Service. */}}
@@ -61,9 +77,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) | toJson }}
 {{- end }}
 
-{{/* PodDisruptionBudget API: policy/v1 from Kubernetes 1.21, policy/v1beta1 before. */}}
+{{/* PodDisruptionBudget API: policy/v1 from Kubernetes 1.21, policy/v1beta1 before. Both
+tests, because `helm template --kube-version 1.20` still lists policy/v1 among its default
+API versions. */}}
 {{- define "copyrator.pdbApiVersion" -}}
-{{- if .Capabilities.APIVersions.Has "policy/v1" -}}
+{{- if and (.Capabilities.APIVersions.Has "policy/v1") (semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version) -}}
 policy/v1
 {{- else -}}
 policy/v1beta1
@@ -100,4 +118,44 @@ namespaceSelector:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ toJson $excluded }}
+{{- end }}
+
+{{/* Labels of the `helm test` objects: the release's, without app.kubernetes.io/name, so that
+no selector of the release (Deployment, Service, PodDisruptionBudget, NetworkPolicy,
+monitors) ever matches the test Pod. */}}
+{{- define "copyrator.testLabels" -}}
+helm.sh/chart: {{ include "copyrator.chart" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Where an optional object goes: its own `namespace` value, or the release namespace. */}}
+{{- define "copyrator.namespaceOr" -}}
+{{- default .root.Release.Namespace .namespace }}
+{{- end }}
+
+{{/* Fails rendering on combinations of values the schema cannot express. */}}
+{{- define "copyrator.validate" -}}
+{{- if eq (int .Values.webhook.port) (int .Values.metrics.port) }}
+{{- fail (printf "webhook.port and metrics.port must differ (both are %d)" (int .Values.webhook.port)) }}
+{{- end }}
+{{- if and .Values.hostNetwork (has (int .Values.webhook.port) (list 10250 10255 10256)) }}
+{{- fail (printf "webhook.port %d is a kubelet or kube-proxy port on the node: with hostNetwork choose another" (int .Values.webhook.port)) }}
+{{- end }}
+{{- if and .Values.monitoring.serviceMonitor.enabled .Values.monitoring.podMonitor.enabled }}
+{{- fail "monitoring.serviceMonitor.enabled and monitoring.podMonitor.enabled: choose one, or every pod is scraped twice" }}
+{{- end }}
+{{- if and .Values.tls.existingSecret .Values.certManager.enabled }}
+{{- fail "tls.existingSecret and certManager.enabled: choose one source of the serving certificate" }}
+{{- end }}
+{{- if and .Values.tls.existingSecret (not (contains "-----BEGIN CERTIFICATE-----" .Values.tls.caBundle)) }}
+{{- fail "tls.existingSecret needs tls.caBundle: the PEM CA that signed its certificate (the API server checks the webhook's certificate against it)" }}
+{{- end }}
+{{- if and .Values.tls.caBundle (not .Values.tls.existingSecret) }}
+{{- fail "tls.caBundle is only used with tls.existingSecret" }}
+{{- end }}
+{{- if and .Values.certManager.issuerRef (not .Values.certManager.enabled) }}
+{{- fail "certManager.issuerRef is only used with certManager.enabled=true" }}
+{{- end }}
 {{- end }}
