@@ -104,10 +104,12 @@ fn match_labels(key: &str, value: &str) -> LabelSelector {
 /// Leaves out the excluded namespaces and copyrator's own (by the `kubernetes.io/metadata.name`
 /// label of Kubernetes >= 1.21; on older servers the selector matches everything and the
 /// exclusion is a no-op: copyrator still does nothing there).
-fn namespace_selector(opts: &WebhookOptions) -> Option<LabelSelector> {
+/// The excluded namespaces, and copyrator's own unless `own` (the sources webhook: the chart
+/// trusts its namespace's sources, whose changes must arrive at once like any source's).
+fn namespace_selector(opts: &WebhookOptions, own: bool) -> Option<LabelSelector> {
     let mut excluded: Vec<String> = opts.exclude_namespaces.clone();
-    if let Some(own) = opts.target.own_namespace() {
-        excluded.push(own.to_string());
+    if let Some(namespace) = opts.target.own_namespace().filter(|_| !own) {
+        excluded.push(namespace.to_string());
     }
     excluded.sort();
     excluded.dedup();
@@ -138,7 +140,6 @@ fn metadata(opts: &WebhookOptions) -> ObjectMeta {
 /// `namespace_selector`). Copies are not here: their edits and deletions come from copyrator's
 /// watch of them (SPEC §5), which costs the API server nothing per copy write.
 pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfiguration {
-    let namespace_selector = namespace_selector(opts);
     let webhook = |endpoint: Endpoint,
                    rules: Vec<RuleWithOperations>,
                    object_selector: Option<LabelSelector>| ValidatingWebhook {
@@ -147,7 +148,7 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
         client_config: opts.target.client_config(endpoint, &opts.ca_bundle),
         failure_policy: Some("Ignore".into()),
         match_policy: Some("Equivalent".into()),
-        namespace_selector: namespace_selector.clone(),
+        namespace_selector: namespace_selector(opts, endpoint == Endpoint::Sources),
         object_selector,
         rules: Some(rules),
         side_effects: "NoneOnDryRun".into(),
@@ -199,7 +200,7 @@ pub fn pod_gate_configuration(opts: &WebhookOptions) -> MutatingWebhookConfigura
             client_config: opts.target.client_config(Endpoint::Pods, &opts.ca_bundle),
             failure_policy: Some("Ignore".into()),
             match_policy: Some("Equivalent".into()),
-            namespace_selector: namespace_selector(opts),
+            namespace_selector: namespace_selector(opts, false),
             object_selector: None,
             reinvocation_policy: Some("Never".into()),
             rules: Some(vec![rule(&[""], "v1", &["pods"], &["CREATE"])]),
@@ -319,6 +320,27 @@ mod tests {
             .clone()
             .unwrap();
         assert_eq!(values, ["copyrator-system", "kube-system"]);
+    }
+
+    #[test]
+    fn sources_in_its_own_namespace_reach_the_sources_webhook() {
+        let cfg = webhook_configuration(&opts(
+            WebhookTarget::service("copyrator-system/copyrator").unwrap(),
+        ));
+        let excluded = |name: &str| {
+            let hooks = cfg.webhooks.as_ref().unwrap();
+            let hook = hooks.iter().find(|h| h.name == name).unwrap();
+            hook.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap()[0]
+                .values
+                .clone()
+                .unwrap()
+        };
+        // The chart trusts its own namespace's inline rules: their changes must arrive at once.
+        assert_eq!(excluded("sources.copyrator.io"), ["kube-system"]);
+        assert_eq!(
+            excluded("namespaces.copyrator.io"),
+            ["copyrator-system", "kube-system"]
+        );
     }
 
     #[test]

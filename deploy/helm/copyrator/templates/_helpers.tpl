@@ -102,17 +102,24 @@ clientConfig:
     port: 443
 {{- end }}
 
-{{/* Settings every webhook shares. */}}
+{{/* Settings every webhook shares. Called with (dict "root" $ "ownNamespace" BOOL):
+ownNamespace true keeps the release namespace in (the sources webhook: the chart trusts the
+inline rules of its own namespace, so their changes must arrive at once). */}}
 {{- define "copyrator.webhookSettings" -}}
-{{- $excluded := concat .Values.webhook.excludeNamespaces (list .Release.Namespace) | uniq | sortAlpha -}}
+{{- $root := .root -}}
+{{- $excluded := $root.Values.webhook.excludeNamespaces -}}
+{{- if not .ownNamespace }}
+{{- $excluded = concat $excluded (list $root.Release.Namespace) -}}
+{{- end }}
+{{- $excluded = $excluded | uniq | sortAlpha -}}
 admissionReviewVersions: ["v1"]
 # copyrator never blocks the cluster: when it is down or slow, the API server goes on.
 failurePolicy: Ignore
 matchPolicy: Equivalent
 # dryRun requests cause no work.
 sideEffects: NoneOnDryRun
-timeoutSeconds: {{ int .Values.webhook.timeoutSeconds }}
-# Never called for objects in these namespaces (the release namespace among them).
+timeoutSeconds: {{ int $root.Values.webhook.timeoutSeconds }}
+# Never called for objects in these namespaces.
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
