@@ -13,7 +13,7 @@ use std::{
 
 pub use action::{Action, ConflictReason};
 pub use existing::{Contents, Existing, ManagedCopy, MarksError};
-pub use world::{Claim, ClaimRef, Claims, Policy, Unreadable, World};
+pub use world::{Claim, ClaimRef, Claims, Policy, Targeting, Unreadable, World};
 
 use crate::{
     content::{CopyTemplate, DesiredCopy, Marks},
