@@ -4,6 +4,7 @@
 
 mod action;
 mod existing;
+pub mod explain;
 mod world;
 
 use std::{
