@@ -30,6 +30,95 @@ pub enum Command {
     /// Print Kubernetes manifests generated from the code.
     #[command(subcommand)]
     Manifests(ManifestsCommand),
+    /// Explain why copies are or are not where you expect them (reads the cluster, writes
+    /// nothing).
+    #[command(subcommand)]
+    Explain(ExplainCommand),
+}
+
+/// How copyrator's own policy is given to the commands that reason like it (`explain`): the
+/// same flags and environment variables as `serve`, which must agree with the running one's.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    /// Namespaces that never receive copies, as `serve --exclude-namespaces`.
+    #[arg(
+        long,
+        env = "COPYRATOR_EXCLUDE_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system,kube-node-lease"
+    )]
+    pub exclude_namespaces: Vec<String>,
+
+    /// Trusted namespaces, as `serve --trusted-namespaces` (the chart trusts its release
+    /// namespace).
+    #[arg(
+        long,
+        env = "COPYRATOR_TRUSTED_NAMESPACES",
+        default_value = "",
+        value_parser = parse_namespace_patterns
+    )]
+    pub trusted_namespaces: NamespacePatterns,
+}
+
+/// Output of `explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExplainOutput {
+    Table,
+    Json,
+}
+
+/// Options every `explain` takes.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainOptions {
+    /// Kubeconfig to use; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account.
+    #[arg(long, env = "COPYRATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Output format: a table, or JSON for scripts (shape: SPEC §11.2).
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: ExplainOutput,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExplainCommand {
+    /// Every rule that could copy into namespace NAMESPACE: whether it applies, why, the
+    /// copy's state and the last Event.
+    Namespace {
+        namespace: String,
+        #[command(flatten)]
+        options: ExplainOptions,
+    },
+    /// Every rule of a source and where its copies go. SOURCE is NAMESPACE/NAME (a Secret,
+    /// or the kind --kind says), or secret/NAMESPACE/NAME or configmap/NAMESPACE/NAME.
+    Source {
+        source: String,
+        /// Kind of the source when SOURCE does not say it.
+        #[arg(long, value_enum)]
+        kind: Option<KindArg>,
+        #[command(flatten)]
+        options: ExplainOptions,
+    },
+}
+
+/// A kind on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    #[value(alias = "secrets")]
+    Secret,
+    #[value(alias = "configmaps", alias = "cm")]
+    Configmap,
+}
+
+impl From<KindArg> for crate::model::Kind {
+    fn from(k: KindArg) -> Self {
+        match k {
+            KindArg::Secret => crate::model::Kind::Secret,
+            KindArg::Configmap => crate::model::Kind::ConfigMap,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -21,6 +21,7 @@ pub mod app;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod explain;
 pub mod gate;
 pub mod listener;
 pub mod manifests;
