@@ -258,7 +258,10 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let (observed_tx, observed_rx) = watch::channel(false);
     if args.leader_election {
         let config = ElectionConfig {
-            namespace: args.lease_namespace.clone(),
+            namespace: args
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(leader::default_lease_namespace),
             name: args.lease_name.clone(),
             identity: identity.clone(),
             lease_duration: args.lease_duration,

@@ -271,9 +271,10 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
 
-    /// Namespace of the leader-election Lease (in-cluster: the pod's namespace).
-    #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE", default_value = "default")]
-    pub lease_namespace: String,
+    /// Namespace of the leader-election Lease. Default: copyrator's own namespace in-cluster
+    /// ($POD_NAMESPACE, else the service account's namespace file), `default` out of cluster.
+    #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
 
     /// Name of the leader-election Lease.
     #[arg(long, env = "COPYRATOR_LEASE_NAME", default_value = "copyrator")]
