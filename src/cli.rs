@@ -245,6 +245,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub resync_interval: Duration,
 
+    /// How often a resync also looks for sources with copyrator annotations but without the
+    /// opt-in label (a LIST of every Secret and ConfigMap, page by page) and warns on each,
+    /// once per version. 0 turns it off.
+    #[arg(long, env = "COPYRATOR_UNLABELLED_SCAN_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    pub unlabelled_scan_interval: Duration,
+
     /// Namespaces that never receive copies (comma-separated).
     #[arg(
         long,
