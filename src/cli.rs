@@ -34,6 +34,9 @@ pub enum Command {
     /// nothing).
     #[command(subcommand)]
     Explain(ExplainCommand),
+    /// Print the copyrator configuration that expresses a peer's annotations (reflector,
+    /// replicator, kubed); with --adopt, take over the peer's copies of the same sources.
+    Migrate(Box<MigrateArgs>),
 }
 
 /// How copyrator's own policy is given to the commands that reason like it (`explain`): the
@@ -119,6 +122,62 @@ impl From<KindArg> for crate::model::Kind {
             KindArg::Configmap => crate::model::Kind::ConfigMap,
         }
     }
+}
+
+/// The peers `migrate` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Peer {
+    /// emberstack kubernetes-reflector (`reflector.v1.k8s.emberstack.com/*`).
+    Reflector,
+    /// mittwald kubernetes-replicator (`replicator.v1.mittwald.de/*`).
+    Replicator,
+    /// appscode kubed / config-syncer (`kubed.appscode.com/*`).
+    Kubed,
+}
+
+/// Output of `migrate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MigrateOutput {
+    /// A shell script of kubectl commands.
+    Kubectl,
+    /// Manifests for `kubectl apply --server-side -f`.
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The peer whose annotations are translated.
+    #[arg(long)]
+    pub from: Peer,
+
+    /// Read these manifest files (YAML, several documents each, or `-` for stdin) instead of
+    /// the cluster.
+    #[arg(short = 'f', long = "filename", conflicts_with = "adopt")]
+    pub files: Vec<PathBuf>,
+
+    /// Only sources in these namespaces (comma-separated; default: every namespace).
+    #[arg(short = 'n', long = "namespace", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Express every intent as a CopyRule instead of labels and annotations on the source.
+    #[arg(long)]
+    pub copy_rules: bool,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "kubectl")]
+    pub output: MigrateOutput,
+
+    /// Take over the peer's existing copies (adds copyrator's ownership marks) when their
+    /// peer annotations name the same source. Writes to the cluster.
+    #[arg(long)]
+    pub adopt: bool,
+
+    /// Kubeconfig to use; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account.
+    #[arg(long, env = "COPYRATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

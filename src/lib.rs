@@ -26,6 +26,7 @@ pub mod gate;
 pub mod listener;
 pub mod manifests;
 pub mod metrics;
+pub mod migrate;
 pub mod pipeline;
 pub mod report;
 pub mod sync;

@@ -1,5 +1,5 @@
-//! The `copyrator` binary: parses the command line and runs `serve`, `certs`, `manifests`
-//! or `explain`.
+//! The `copyrator` binary: parses the command line and runs `serve`, `certs`, `manifests`,
+//! `explain` or `migrate`.
 
 use std::process::ExitCode;
 
@@ -10,7 +10,7 @@ use copyrator::{
     cli::{Cli, Command, ManifestsCommand},
     explain,
     manifests::{self, WebhookOptions, WebhookTarget},
-    telemetry,
+    migrate, telemetry,
 };
 
 fn main() -> ExitCode {
@@ -57,6 +57,7 @@ fn main() -> ExitCode {
                 .map_err(Into::into)
         }
         Command::Explain(command) => one_off(explain::run(command)),
+        Command::Migrate(args) => one_off(migrate::run(*args)),
         Command::Manifests(ManifestsCommand::Crd) => manifests::crd_yaml()
             .map(|y| print!("{y}"))
             .map_err(Into::into),
