@@ -140,7 +140,7 @@ pub enum Peer {
 pub enum MigrateOutput {
     /// A shell script of kubectl commands.
     Kubectl,
-    /// Manifests for `kubectl apply --server-side -f`.
+    /// YAML: merge patches of the sources (one `kubectl patch` each) and CopyRule manifests.
     Yaml,
 }
 

@@ -57,13 +57,16 @@ pub fn kubectl(config: &Config, peer: Peer) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Manifests: the source's opt-in label and annotations as a partial object (server-side
-/// apply adds them and leaves the rest of the object alone), CopyRules whole.
+/// YAML documents: for a source, a merge patch of its opt-in label and annotations (never a
+/// manifest to apply: `kubectl apply` would drop the fields it leaves out, the data first),
+/// each with the `kubectl patch` command that applies it; CopyRules as manifests.
 pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
     let mut out = header(
         config,
         peer,
-        "kubectl apply --server-side --field-manager=copyrator-migrate -f THIS_FILE",
+        "documents of kind Secret or ConfigMap are MERGE PATCHES of the existing sources: \n\
+         #   apply each with the kubectl patch command above it, never with kubectl apply (that \n\
+         #   would remove what they leave out, the data first); CopyRules: kubectl apply -f",
     );
     for item in &config.items {
         out.push_str("---\n");
@@ -74,6 +77,10 @@ pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
                 selector,
                 namespaces,
             } => {
+                let (kind, ns, name) = names(source);
+                out.push_str(&format!(
+                    "# kubectl -n {ns} patch {kind} {name} --type merge --patch-file THIS_DOCUMENT\n"
+                ));
                 let mut annotations = serde_json::Map::new();
                 if let Some(sel) = selector {
                     annotations.insert(marks::NAMESPACE_SELECTOR_ANNOTATION.into(), json!(sel));
