@@ -76,7 +76,7 @@ pub fn build(
 ) -> Config {
     let mut config = Config {
         items: Vec::new(),
-        skipped: translation.skipped,
+        skipped: translation.skipped.into_iter().map(|s| s.note).collect(),
     };
     let mut by_source: BTreeMap<ObjectKey, Vec<Intent>> = BTreeMap::new();
     for mut intent in translation.intents {

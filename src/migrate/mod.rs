@@ -35,6 +35,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         let keep = |ns: &String| args.namespaces.contains(ns);
         translation.intents.retain(|i| keep(&i.source.namespace));
         translation.copies.retain(|c| keep(&c.source.namespace));
+        translation.skipped.retain(|s| keep(&s.source_namespace));
     }
     let sources: BTreeMap<_, _> = read
         .objects

@@ -3,7 +3,7 @@
 //! selector). Copies carry the labels `kubed.appscode.com/origin.name`, `origin.namespace`
 //! and `origin.cluster`, and the annotation `kubed.appscode.com/origin` (a JSON reference).
 
-use super::{Intent, PeerCopy, Targets, Translation, checked_selector, merge};
+use super::{Intent, PeerCopy, Skipped, Targets, Translation, checked_selector, merge};
 use crate::model::{ObjectKey, SourceInfo};
 
 const SYNC: &str = "kubed.appscode.com/sync";
@@ -25,11 +25,14 @@ pub(super) fn translate(objects: &[SourceInfo]) -> Translation {
         }
         let Some(value) = object.annotations.get(SYNC) else {
             if object.annotations.contains_key(SYNC_CONTEXTS) {
-                out.skipped.push(format!(
-                    "{}: {SYNC_CONTEXTS} (copies into other clusters) has no copyrator \
-                     equivalent; not migrated",
-                    object.key
-                ));
+                out.skipped.push(Skipped {
+                    source_namespace: object.key.namespace.clone(),
+                    note: format!(
+                        "{}: {SYNC_CONTEXTS} (copies into other clusters) has no copyrator \
+                         equivalent; not migrated",
+                        object.key
+                    ),
+                });
             }
             continue;
         };
@@ -52,8 +55,10 @@ pub(super) fn translate(objects: &[SourceInfo]) -> Translation {
                     ..Default::default()
                 },
                 None => {
-                    out.skipped
-                        .extend(notes.into_iter().map(|n| format!("{}: {n}", object.key)));
+                    out.skipped.extend(notes.into_iter().map(|n| Skipped {
+                        source_namespace: object.key.namespace.clone(),
+                        note: format!("{}: {n}", object.key),
+                    }));
                     continue;
                 }
             }

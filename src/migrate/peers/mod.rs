@@ -65,7 +65,15 @@ pub struct Translation {
     pub intents: Vec<Intent>,
     pub copies: Vec<PeerCopy>,
     /// Objects with the peer's annotations that give nothing to migrate, and why.
-    pub skipped: Vec<String>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// Something not migrated, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The namespace of the source it is about (for `migrate -n`).
+    pub source_namespace: String,
+    pub note: String,
 }
 
 /// Translates `peer`'s annotations on `objects`; `namespaces` are today's (for the

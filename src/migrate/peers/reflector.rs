@@ -7,7 +7,7 @@
 //! Copies carry `reflects` too (auto-made ones also `auto-reflects: "True"`).
 
 use super::{
-    Intent, PatternList, PeerCopy, Targets, Translation, checked_selector, is_true, merge,
+    Intent, PatternList, PeerCopy, Skipped, Targets, Translation, checked_selector, is_true, merge,
     parse_reference,
 };
 use crate::model::{NamespaceInfo, ObjectKey, SourceInfo};
@@ -156,14 +156,17 @@ fn mirror(
     source: ObjectKey,
     objects: &[SourceInfo],
     namespaces: &[NamespaceInfo],
-    skipped: &mut Vec<String>,
+    skipped: &mut Vec<Skipped>,
 ) -> Option<Intent> {
     let Some(src) = objects.iter().find(|o| o.key == source) else {
-        skipped.push(format!(
-            "{}: reflects {}, which was not found; not migrated",
-            object.key,
-            source.namespaced_name()
-        ));
+        skipped.push(Skipped {
+            source_namespace: source.namespace.clone(),
+            note: format!(
+                "{}: reflects {}, which was not found; not migrated",
+                object.key,
+                source.namespaced_name()
+            ),
+        });
         return None;
     };
     let mut ignored = Vec::new();
@@ -180,13 +183,16 @@ fn mirror(
             terminating: false,
         });
     if !is_true(src.annotations.get(ALLOWED)) || !allowed.matches(&ns) {
-        skipped.push(format!(
-            "{}: reflects {}, which does not permit reflection into {}; reflector does not \
+        skipped.push(Skipped {
+            source_namespace: source.namespace.clone(),
+            note: format!(
+                "{}: reflects {}, which does not permit reflection into {}; reflector does not \
              copy it either, so it is not migrated",
-            object.key,
-            source.namespaced_name(),
-            ns.name
-        ));
+                object.key,
+                source.namespaced_name(),
+                ns.name
+            ),
+        });
         return None;
     }
     Some(Intent {

@@ -7,7 +7,7 @@
 //! object's namespace.
 
 use super::{
-    Intent, PatternList, PeerCopy, Targets, Translation, checked_selector, is_true, merge,
+    Intent, PatternList, PeerCopy, Skipped, Targets, Translation, checked_selector, is_true, merge,
     parse_reference,
 };
 use crate::model::{NamespaceInfo, ObjectKey, SourceInfo};
@@ -70,14 +70,17 @@ fn pull(
     object: &SourceInfo,
     source: ObjectKey,
     objects: &[SourceInfo],
-    skipped: &mut Vec<String>,
+    skipped: &mut Vec<Skipped>,
 ) -> Option<Intent> {
     let Some(src) = objects.iter().find(|o| o.key == source) else {
-        skipped.push(format!(
-            "{}: replicate-from {}, which was not found; not migrated",
-            object.key,
-            source.namespaced_name()
-        ));
+        skipped.push(Skipped {
+            source_namespace: source.namespace.clone(),
+            note: format!(
+                "{}: replicate-from {}, which was not found; not migrated",
+                object.key,
+                source.namespaced_name()
+            ),
+        });
         return None;
     };
     let permitted = is_true(src.annotations.get(ALLOWED))
@@ -86,14 +89,17 @@ fn pull(
             .get(ALLOWED_NAMESPACES)
             .is_some_and(|list| PatternList::parse(list).matches(&object.key.namespace));
     if !permitted {
-        skipped.push(format!(
-            "{}: replicate-from {}, which does not permit replication into {} \
+        skipped.push(Skipped {
+            source_namespace: source.namespace.clone(),
+            note: format!(
+                "{}: replicate-from {}, which does not permit replication into {} \
              (replication-allowed, replication-allowed-namespaces); replicator copies it only \
              when run with --allow-all, so it is not migrated",
-            object.key,
-            source.namespaced_name(),
-            object.key.namespace
-        ));
+                object.key,
+                source.namespaced_name(),
+                object.key.namespace
+            ),
+        });
         return None;
     }
     Some(Intent {

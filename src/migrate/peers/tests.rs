@@ -150,7 +150,7 @@ fn reflector_mirrors_are_copies_and_hand_made_ones_are_pulls() {
     assert!(
         t.skipped
             .iter()
-            .any(|s| s.contains("other/tls") && s.contains("does not permit")),
+            .any(|s| s.note.contains("other/tls") && s.note.contains("does not permit")),
         "{:?}",
         t.skipped
     );
@@ -267,7 +267,7 @@ fn kubed_sync_everywhere_or_by_selector_and_its_copies() {
     assert_eq!(get("sel").targets.selector.as_deref(), Some("app=kubed"));
     assert!(t.intents.iter().all(|i| i.source.name != "bad"));
     assert!(
-        t.skipped.iter().any(|s| s.contains("platform/bad")),
+        t.skipped.iter().any(|s| s.note.contains("platform/bad")),
         "{:?}",
         t.skipped
     );
