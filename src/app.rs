@@ -22,7 +22,7 @@ use crate::{
     listener::tls::{CertFiles, ClientCa, ReloadingCert},
     listener::{self, ConnectionLimits, Readiness},
     metrics::Metrics,
-    pipeline::context::{Context, SyncSettings},
+    pipeline::context::{Context, Periodic, SyncSettings},
     pipeline::leader::{self, ElectionConfig},
     pipeline::queue::WorkQueue,
     pipeline::reconcile,
@@ -163,13 +163,15 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         fanout_concurrency: args.fanout_concurrency,
         fanout_bytes: args.fanout_bytes,
     };
-    let ctx = Arc::new(Context::new(
+    let mut ctx = Context::new(
         cluster,
         events,
         Arc::clone(&metrics),
         Arc::clone(&queue),
         settings,
-    ));
+    );
+    ctx.unlabelled_scan = Periodic::new(args.unlabelled_scan_interval);
+    let ctx = Arc::new(ctx);
 
     let webhook_listener = TcpListener::bind(args.webhook_addr)
         .await
@@ -258,7 +260,10 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let (observed_tx, observed_rx) = watch::channel(false);
     if args.leader_election {
         let config = ElectionConfig {
-            namespace: args.lease_namespace.clone(),
+            namespace: args
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(leader::default_lease_namespace),
             name: args.lease_name.clone(),
             identity: identity.clone(),
             lease_duration: args.lease_duration,

@@ -30,6 +30,154 @@ pub enum Command {
     /// Print Kubernetes manifests generated from the code.
     #[command(subcommand)]
     Manifests(ManifestsCommand),
+    /// Explain why copies are or are not where you expect them (reads the cluster, writes
+    /// nothing).
+    #[command(subcommand)]
+    Explain(ExplainCommand),
+    /// Print the copyrator configuration that expresses a peer's annotations (reflector,
+    /// replicator, kubed); with --adopt, take over the peer's copies of the same sources.
+    Migrate(Box<MigrateArgs>),
+}
+
+/// How copyrator's own policy is given to the commands that reason like it (`explain`): the
+/// same flags and environment variables as `serve`, which must agree with the running one's.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    /// Namespaces that never receive copies, as `serve --exclude-namespaces`.
+    #[arg(
+        long,
+        env = "COPYRATOR_EXCLUDE_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system,kube-node-lease"
+    )]
+    pub exclude_namespaces: Vec<String>,
+
+    /// Trusted namespaces, as `serve --trusted-namespaces` (the chart trusts its release
+    /// namespace).
+    #[arg(
+        long,
+        env = "COPYRATOR_TRUSTED_NAMESPACES",
+        default_value = "",
+        value_parser = parse_namespace_patterns
+    )]
+    pub trusted_namespaces: NamespacePatterns,
+}
+
+/// Output of `explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExplainOutput {
+    Table,
+    Json,
+}
+
+/// Options every `explain` takes.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainOptions {
+    /// Kubeconfig to use; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account.
+    #[arg(long, env = "COPYRATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Output format: a table, or JSON for scripts (shape: SPEC §11.2).
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: ExplainOutput,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExplainCommand {
+    /// Every rule that could copy into namespace NAMESPACE: whether it applies, why, the
+    /// copy's state and the last Event.
+    Namespace {
+        namespace: String,
+        #[command(flatten)]
+        options: ExplainOptions,
+    },
+    /// Every rule of a source and where its copies go. SOURCE is NAMESPACE/NAME (a Secret,
+    /// or the kind --kind says), or secret/NAMESPACE/NAME or configmap/NAMESPACE/NAME.
+    Source {
+        source: String,
+        /// Kind of the source when SOURCE does not say it.
+        #[arg(long, value_enum)]
+        kind: Option<KindArg>,
+        #[command(flatten)]
+        options: ExplainOptions,
+    },
+}
+
+/// A kind on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    #[value(alias = "secrets")]
+    Secret,
+    #[value(alias = "configmaps", alias = "cm")]
+    Configmap,
+}
+
+impl From<KindArg> for crate::model::Kind {
+    fn from(k: KindArg) -> Self {
+        match k {
+            KindArg::Secret => crate::model::Kind::Secret,
+            KindArg::Configmap => crate::model::Kind::ConfigMap,
+        }
+    }
+}
+
+/// The peers `migrate` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Peer {
+    /// emberstack kubernetes-reflector (`reflector.v1.k8s.emberstack.com/*`).
+    Reflector,
+    /// mittwald kubernetes-replicator (`replicator.v1.mittwald.de/*`).
+    Replicator,
+    /// appscode kubed / config-syncer (`kubed.appscode.com/*`).
+    Kubed,
+}
+
+/// Output of `migrate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MigrateOutput {
+    /// A shell script of kubectl commands.
+    Kubectl,
+    /// YAML: merge patches of the sources (one `kubectl patch` each) and CopyRule manifests.
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The peer whose annotations are translated.
+    #[arg(long)]
+    pub from: Peer,
+
+    /// Read these manifest files (YAML, several documents each, or `-` for stdin) instead of
+    /// the cluster.
+    #[arg(short = 'f', long = "filename", conflicts_with = "adopt")]
+    pub files: Vec<PathBuf>,
+
+    /// Only sources in these namespaces (comma-separated; default: every namespace).
+    #[arg(short = 'n', long = "namespace", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Express every intent as a CopyRule instead of labels and annotations on the source.
+    #[arg(long)]
+    pub copy_rules: bool,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "kubectl")]
+    pub output: MigrateOutput,
+
+    /// Take over the peer's existing copies (adds copyrator's ownership marks) when their
+    /// peer annotations name the same source. Writes to the cluster.
+    #[arg(long)]
+    pub adopt: bool,
+
+    /// Kubeconfig to use; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account.
+    #[arg(long, env = "COPYRATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -156,6 +304,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub resync_interval: Duration,
 
+    /// How often a resync also looks for sources with copyrator annotations but without the
+    /// opt-in label (a LIST of every Secret and ConfigMap, page by page) and warns on each,
+    /// once per version. 0 turns it off.
+    #[arg(long, env = "COPYRATOR_UNLABELLED_SCAN_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    pub unlabelled_scan_interval: Duration,
+
     /// Namespaces that never receive copies (comma-separated).
     #[arg(
         long,
@@ -182,9 +336,10 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
 
-    /// Namespace of the leader-election Lease (in-cluster: the pod's namespace).
-    #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE", default_value = "default")]
-    pub lease_namespace: String,
+    /// Namespace of the leader-election Lease. Default: copyrator's own namespace in-cluster
+    /// ($POD_NAMESPACE, else the service account's namespace file), `default` out of cluster.
+    #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
 
     /// Name of the leader-election Lease.
     #[arg(long, env = "COPYRATOR_LEASE_NAME", default_value = "copyrator")]

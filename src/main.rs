@@ -1,4 +1,5 @@
-//! The `copyrator` binary: parses the command line and runs `serve`, `certs` or `manifests`.
+//! The `copyrator` binary: parses the command line and runs `serve`, `certs`, `manifests`,
+//! `explain` or `migrate`.
 
 use std::process::ExitCode;
 
@@ -7,8 +8,9 @@ use copyrator::{
     app,
     certs::{self, CertRequest},
     cli::{Cli, Command, ManifestsCommand},
+    explain,
     manifests::{self, WebhookOptions, WebhookTarget},
-    telemetry,
+    migrate, telemetry,
 };
 
 fn main() -> ExitCode {
@@ -54,6 +56,8 @@ fn main() -> ExitCode {
                 })
                 .map_err(Into::into)
         }
+        Command::Explain(command) => one_off(explain::run(command)),
+        Command::Migrate(args) => one_off(migrate::run(*args)),
         Command::Manifests(ManifestsCommand::Crd) => manifests::crd_yaml()
             .map(|y| print!("{y}"))
             .map_err(Into::into),
@@ -84,6 +88,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs a command that talks to the cluster once, on a small runtime.
+fn one_off(work: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(work)
 }
 
 /// glibc gives threads that allocate concurrently arenas of their own (up to eight per core),

@@ -182,3 +182,39 @@ async fn a_leader_that_stops_cleanly_hands_over_at_once() {
     b.terminate();
     env.cleanup().await;
 }
+
+/// In-cluster, copyrator's pod knows its namespace (POD_NAMESPACE, as the chart sets it):
+/// without --lease-namespace, the Lease lives there, not in `default`.
+#[tokio::test]
+async fn the_lease_lives_in_the_pods_own_namespace_by_default() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = TestEnv::new().await;
+    let own = env.namespace("lease-own", &[]).await;
+    let identity = env.name("lease-default");
+    let (dir, ca) = test_certs();
+    let mut p = Process::spawn_with_env(
+        dir,
+        ca,
+        &["--leader-election=true", "--identity", &identity],
+        &[("POD_NAMESPACE", &own)],
+    );
+    p.wait_up().await;
+    let lease = env
+        .wait_for::<Lease>(&own, "copyrator", "held by this process", |l| {
+            l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(identity.as_str())
+        })
+        .await;
+    assert!(lease.spec.is_some());
+    // Whatever else holds a Lease in `default`, it is not this process.
+    let default = env
+        .api::<Lease>("default")
+        .get_opt("copyrator")
+        .await
+        .unwrap();
+    assert_ne!(
+        default.and_then(|l| l.spec).and_then(|s| s.holder_identity),
+        Some(identity)
+    );
+    p.terminate();
+    env.cleanup().await;
+}

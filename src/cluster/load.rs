@@ -182,6 +182,58 @@ pub async fn load_rules(
     ))
 }
 
+/// Sources CopyRules select that the world does not hold yet: objects without the opt-in
+/// label (copyrator labels them once it sees them). Found by listing each source namespace
+/// once per kind.
+pub async fn unlabelled_rule_sources(
+    cluster: &Cluster,
+    world: &World,
+    fresh: Freshness,
+) -> ApiResult<Vec<SourceInfo>> {
+    let copy_rules = || {
+        world
+            .rules()
+            .rules
+            .iter()
+            .filter(|r| r.id.copy_rule_name().is_some())
+    };
+    let groups: BTreeSet<(Kind, String)> = copy_rules()
+        .map(|r| (r.kind, r.source_namespace.clone()))
+        .collect();
+    let mut out = Vec::new();
+    for (kind, ns) in groups {
+        let infos = cluster
+            .list_meta(kind, Some(&ns), "", fresh, |m| {
+                SourceInfo::from_meta(kind, &m)
+            })
+            .await?;
+        out.extend(infos.into_iter().filter(|info| {
+            !world.sources().contains_key(&info.key) && copy_rules().any(|r| r.applies_to(info))
+        }));
+    }
+    Ok(out)
+}
+
+/// Every Secret and ConfigMap that carries an inline rule's annotations but not the opt-in
+/// label (see [`crate::rules::ignored_annotations`]): a metadata-only LIST of all of them,
+/// page by page from etcd, keeping only those. Its cost grows with the number of objects in
+/// the cluster: callers run it rarely.
+pub async fn unlabelled_annotated_sources(cluster: &Cluster) -> ApiResult<Vec<SourceInfo>> {
+    let mut out = Vec::new();
+    for kind in Kind::ALL {
+        let selector = format!("{}!=true", marks::SOURCE_LABEL);
+        out.extend(
+            cluster
+                .list_meta(kind, None, &selector, Freshness::Consistent, |m| {
+                    SourceInfo::from_meta(kind, &m)
+                        .filter(|s| !crate::rules::ignored_annotations(s).is_empty())
+                })
+                .await?,
+        );
+    }
+    Ok(out)
+}
+
 /// Adds the namespaces `rules` target: one server-side selected LIST per selector, GETs for
 /// explicit names.
 pub async fn load_target_namespaces<'a>(

@@ -1,5 +1,6 @@
 //! The writes that apply a plan: create-if-absent, preconditioned replace and delete of
-//! copies, a CopyRule's status, and the one label copyrator adds to a CopyRule's source.
+//! copies, a CopyRule's status, the one label copyrator adds to a CopyRule's source, and the
+//! marks `migrate --adopt` adds to a peer's copy.
 
 use kube::{
     Api,
@@ -36,6 +37,40 @@ impl Cluster {
                 "patch",
                 "copyrules/status",
                 api.patch_status(name, &pp, &Patch::Merge(&patch)),
+            )
+            .await;
+        written(res)
+    }
+
+    /// Adds copyrator's ownership marks to an object another tool made (`copyrator migrate
+    /// --adopt`): a metadata-only merge patch of these labels and annotations, preconditioned
+    /// on the uid and resourceVersion that were read; nothing else of it is touched.
+    pub async fn add_marks(
+        &self,
+        key: &ObjectKey,
+        uid: &str,
+        resource_version: &str,
+        labels: &serde_json::Value,
+        annotations: &serde_json::Value,
+    ) -> ApiResult<Written> {
+        let api = self.objects(key.kind, Some(&key.namespace));
+        let patch = json!({
+            "metadata": {
+                "uid": uid,
+                "resourceVersion": resource_version,
+                "labels": labels,
+                "annotations": annotations,
+            }
+        });
+        let pp = PatchParams {
+            field_manager: Some(marks::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let res = self
+            .call(
+                "patch",
+                key.kind.plural(),
+                api.patch_metadata(&key.name, &pp, &Patch::Merge(&patch)),
             )
             .await;
         written(res)

@@ -1,7 +1,10 @@
 //! What every job needs, one per process and shared by all workers: the API, Events, metrics,
 //! the queue and its waiters, the settings, and a few small caches.
 
-use std::sync::Arc;
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use moka::sync::Cache;
 
@@ -17,6 +20,9 @@ use crate::{
 
 /// Most namespaces the Pod gate remembers as settled (~100 bytes each).
 const READY_CAPACITY: u64 = 100_000;
+
+/// `--unlabelled-scan-interval`'s default.
+pub const DEFAULT_UNLABELLED_SCAN: Duration = Duration::from_secs(3600);
 
 /// Settings the sync logic needs.
 #[derive(Clone, Debug)]
@@ -51,6 +57,42 @@ pub struct Context {
     pub write_budget: WriteBudget,
     /// Namespaces known to hold every copy they should (the Pod gate's memory).
     pub ready: Arc<ReadyIndex>,
+    /// When resyncs look for sources that are not opted in (`--unlabelled-scan-interval`).
+    pub unlabelled_scan: Periodic,
+    /// Versions of such sources already warned about: (source, resourceVersion).
+    pub unlabelled_warned: Cache<(ObjectKey, String), ()>,
+}
+
+/// Something a job does now and then, not every time: at most once per `every` (never when
+/// it is zero), the first time at once.
+#[derive(Debug)]
+pub struct Periodic {
+    every: Duration,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Periodic {
+    pub fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// Whether it is due at `now`; if so, the next one is due `every` later.
+    pub fn due(&self, now: Instant) -> bool {
+        if self.every.is_zero() {
+            return false;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        match *last {
+            Some(t) if now.saturating_duration_since(t) < self.every => false,
+            _ => {
+                *last = Some(now);
+                true
+            }
+        }
+    }
 }
 
 impl Context {
@@ -75,6 +117,25 @@ impl Context {
             malformed_seen: Cache::builder().max_capacity(10_000).build(),
             write_budget: WriteBudget::new(fanout_bytes),
             ready: Arc::new(ReadyIndex::new(READY_CAPACITY)),
+            unlabelled_scan: Periodic::new(DEFAULT_UNLABELLED_SCAN),
+            unlabelled_warned: Cache::builder().max_capacity(10_000).build(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periodic_work_is_due_at_once_then_once_per_interval() {
+        let t0 = Instant::now();
+        let p = Periodic::new(Duration::from_secs(60));
+        assert!(p.due(t0));
+        assert!(!p.due(t0 + Duration::from_secs(59)));
+        assert!(p.due(t0 + Duration::from_secs(60)));
+        assert!(!p.due(t0 + Duration::from_secs(61)));
+        let never = Periodic::new(Duration::ZERO);
+        assert!(!never.due(t0));
     }
 }

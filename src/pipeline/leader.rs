@@ -262,6 +262,29 @@ impl Elector {
     }
 }
 
+/// Where a pod's namespace is written when it runs with a service account.
+const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The Lease's namespace when `--lease-namespace` is not given: copyrator's own namespace
+/// in-cluster (`$POD_NAMESPACE`, else its service account's namespace file), `default` when
+/// neither is known (out of cluster).
+pub fn default_lease_namespace() -> String {
+    lease_namespace_from(
+        std::env::var("POD_NAMESPACE").ok(),
+        std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE_FILE).ok(),
+    )
+}
+
+fn lease_namespace_from(pod_namespace: Option<String>, service_account: Option<String>) -> String {
+    [pod_namespace, service_account]
+        .into_iter()
+        .flatten()
+        .map(|s| s.trim().to_string())
+        .find(|s| crate::selector::is_dns_label(s))
+        .unwrap_or_else(|| "default".into())
+}
+
 /// A default identity: `$POD_NAME` or the host name, plus a random suffix so two processes on
 /// one host differ.
 pub fn default_identity() -> String {
@@ -289,4 +312,25 @@ pub fn default_identity() -> String {
 fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
     use std::io::Read;
     std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_lives_in_copyrators_own_namespace_when_known() {
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(
+            lease_namespace_from(s("copyrator-system"), s("other")),
+            "copyrator-system"
+        );
+        assert_eq!(
+            lease_namespace_from(None, s("copyrator-system\n")),
+            "copyrator-system"
+        );
+        assert_eq!(lease_namespace_from(s(""), s("from-file")), "from-file");
+        assert_eq!(lease_namespace_from(s("Not A Name"), None), "default");
+        assert_eq!(lease_namespace_from(None, None), "default");
+    }
 }

@@ -81,6 +81,7 @@ pub mod reason {
     pub const SYNCED: &str = "Synced";
     pub const SOURCE_NOT_FOUND: &str = "SourceNotFound";
     pub const REFUSED: &str = "CopyRefused";
+    pub const NOT_OPTED_IN: &str = "SourceNotOptedIn";
 }
 
 #[derive(Clone)]

@@ -9,6 +9,7 @@ mod jobs;
 pub mod persisted;
 pub mod pods;
 mod sources;
+mod unlabelled;
 
 use crate::{
     cluster::ApiError,

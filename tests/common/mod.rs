@@ -11,6 +11,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod auth;
+mod cli;
 mod copyrator;
 mod env;
 mod harness;
@@ -24,6 +25,7 @@ mod wait;
 mod webhooks;
 
 pub use auth::{service_account_token, write_token_kubeconfig};
+pub use cli::{CliOutput, kubectl, run_copyrator, sh};
 pub use copyrator::{Copyrator, Options, serve_args};
 pub use env::{TestEnv, client, kubeconfig};
 pub use harness::Harness;

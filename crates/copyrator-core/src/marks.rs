@@ -71,6 +71,7 @@ pub fn is_carried_key(key: &str) -> bool {
         "kubernetes.io/service-account.",
         "reflector.v1.k8s.emberstack.com/",
         "replicator.v1.mittwald.de/",
+        "kubed.appscode.com/",
     ];
     !EXACT.contains(&key) && !PREFIXES.iter().any(|p| key.starts_with(p))
 }
@@ -100,6 +101,12 @@ mod tests {
             "copyrator.io/source",
             "copyrator.io/namespace-selector",
             "copyrator.io/namespaces",
+            // The peers' configuration and marks (`copyrator migrate`): a copy carrying them
+            // would look like a peer's source or copy.
+            "reflector.v1.k8s.emberstack.com/reflects",
+            "replicator.v1.mittwald.de/replicate-to",
+            "kubed.appscode.com/sync",
+            "kubed.appscode.com/origin.name",
         ] {
             assert!(!is_carried_key(key), "{key} must not be carried");
         }

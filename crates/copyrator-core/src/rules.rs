@@ -54,6 +54,45 @@ pub enum SourceMatch {
     Selector(Selector),
 }
 
+/// How a rule's own namespace clauses (explicit names, selector, exclusions) judge one
+/// namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Selection {
+    /// Named in the rule's explicit namespaces.
+    Listed,
+    /// The rule's namespace selector matches the namespace's labels.
+    SelectorMatches,
+    /// The source's own namespace: never a target (no copy loops).
+    SourceNamespace,
+    /// Named in the rule's `excludeNamespaces`.
+    Excluded,
+    /// Neither named nor matched by the selector.
+    NotSelected,
+}
+
+impl Selection {
+    /// Whether the rule wants a copy there (before global policy, namespace state, consent).
+    pub fn selects(self) -> bool {
+        matches!(self, Selection::Listed | Selection::SelectorMatches)
+    }
+}
+
+/// The annotations of an inline rule that `source` carries although it lacks the opt-in label
+/// `copyrator.io/source: "true"`: copyrator ignores them (its webhooks and lists key on the
+/// label). Empty when the source is labelled or carries none.
+pub fn ignored_annotations(source: &SourceInfo) -> Vec<&'static str> {
+    if source.labels.get(marks::SOURCE_LABEL).map(String::as_str) == Some("true") {
+        return Vec::new();
+    }
+    [
+        marks::NAMESPACE_SELECTOR_ANNOTATION,
+        marks::NAMESPACES_ANNOTATION,
+    ]
+    .into_iter()
+    .filter(|a| source.annotations.contains_key(*a))
+    .collect()
+}
+
 /// A validated copy rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
@@ -100,13 +139,27 @@ impl Rule {
     /// Whether the rule wants copies in `ns` (before global exclusions and namespace state).
     /// The source namespace is never a target: no copy loops.
     pub fn targets_namespace(&self, ns: &NamespaceInfo) -> bool {
-        ns.name != self.source_namespace
-            && !self.exclude_namespaces.contains(&ns.name)
-            && (self.namespaces.contains(&ns.name)
-                || self
-                    .namespace_selector
-                    .as_ref()
-                    .is_some_and(|s| s.matches(&ns.labels)))
+        self.selection(ns).selects()
+    }
+
+    /// How the rule's own namespace clauses judge `ns`, and why (before global exclusions,
+    /// namespace state and consent, which [`crate::plan::World::targeting`] adds).
+    pub fn selection(&self, ns: &NamespaceInfo) -> Selection {
+        if ns.name == self.source_namespace {
+            Selection::SourceNamespace
+        } else if self.exclude_namespaces.contains(&ns.name) {
+            Selection::Excluded
+        } else if self.namespaces.contains(&ns.name) {
+            Selection::Listed
+        } else if self
+            .namespace_selector
+            .as_ref()
+            .is_some_and(|s| s.matches(&ns.labels))
+        {
+            Selection::SelectorMatches
+        } else {
+            Selection::NotSelected
+        }
     }
 
     /// Whether `ns` consents to this rule's copies: always for trusted rules; for the inline
@@ -738,6 +791,44 @@ mod tests {
         assert!(!rule.targets_namespace(&ns("sandbox", &[("team", "a")])));
         assert!(!rule.targets_namespace(&ns("t", &[("team", "b")])));
         assert_eq!(rule.source_description(), "platform/{copyrator=true}");
+    }
+
+    #[test]
+    fn selection_says_why_a_namespace_is_or_is_not_a_target() {
+        let rule = Rule::from_copy_rule(&copy_rule(CopyRuleSpec {
+            namespaces: vec!["explicit".into(), "sandbox".into()],
+            exclude_namespaces: vec!["sandbox".into()],
+            ..spec()
+        }))
+        .unwrap();
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Selection);
+        let cases: &[Case] = &[
+            ("explicit", &[], Selection::Listed),
+            ("t", &[("team", "a")], Selection::SelectorMatches),
+            ("t", &[("team", "b")], Selection::NotSelected),
+            ("platform", &[("team", "a")], Selection::SourceNamespace),
+            ("sandbox", &[("team", "a")], Selection::Excluded),
+        ];
+        for (name, labels, want) in cases {
+            let n = ns(name, labels);
+            assert_eq!(rule.selection(&n), *want, "{name}");
+            assert_eq!(rule.targets_namespace(&n), want.selects(), "{name}");
+        }
+    }
+
+    #[test]
+    fn annotations_without_the_opt_in_label_are_reported_as_ignored() {
+        let annotated = [(marks::NAMESPACES_ANNOTATION, "a")];
+        let unlabelled = source("default", "s", &[], &annotated);
+        assert_eq!(
+            ignored_annotations(&unlabelled),
+            [marks::NAMESPACES_ANNOTATION]
+        );
+        let labelled = source("default", "s", &[(marks::SOURCE_LABEL, "true")], &annotated);
+        assert!(ignored_annotations(&labelled).is_empty());
+        let wrong_value = source("default", "s", &[(marks::SOURCE_LABEL, "yes")], &annotated);
+        assert_eq!(ignored_annotations(&wrong_value).len(), 1);
+        assert!(ignored_annotations(&source("default", "s", &[], &[])).is_empty());
     }
 
     #[test]

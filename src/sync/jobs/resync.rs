@@ -1,6 +1,6 @@
 //! The full resync: everything, from a handful of label-selected, metadata-only LISTs (SPEC §5).
 
-use std::{collections::BTreeSet, time::Instant};
+use std::time::Instant;
 
 use crate::{
     cluster::{
@@ -10,16 +10,16 @@ use crate::{
     },
     marks,
     metrics::ReasonLabels,
-    model::{Kind, SourceInfo},
+    model::Kind,
     pipeline::{context::Context, job::Job},
     plan::{Action, Contents, Scope},
     report::events::{Regarding, reason},
-    rules::Rule,
     sync::{
         Outcome, SyncError,
         converge::{converge, finish_loading},
         follow_up::{after, write_rule_status},
         sources::label_source,
+        unlabelled,
     },
 };
 
@@ -49,40 +49,13 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     found.add_listed(config_maps);
     world.insert_namespaces(namespaces);
 
-    // Sources of CopyRules that lack the opt-in label are found by listing each source
-    // namespace once per kind.
-    let groups: BTreeSet<(Kind, String)> = world
-        .rules()
-        .rules
-        .iter()
-        .filter(|r| r.id.copy_rule_name().is_some())
-        .map(|r| (r.kind, r.source_namespace.clone()))
-        .collect();
-    for (kind, ns) in groups {
-        let infos = cluster
-            .list_meta(kind, Some(&ns), "", cached, |m| {
-                SourceInfo::from_meta(kind, &m)
-            })
-            .await?;
-        let rules: Vec<Rule> = world
-            .rules()
-            .rules
-            .iter()
-            .filter(|r| {
-                r.kind == kind && r.source_namespace == ns && r.id.copy_rule_name().is_some()
-            })
-            .cloned()
-            .collect();
-        let mut unlabelled = Vec::new();
-        for info in infos {
-            if rules.iter().any(|r| r.applies_to(&info)) && !world.sources().contains_key(&info.key)
-            {
-                label_source(ctx, &info).await;
-                unlabelled.push(info);
-            }
-        }
-        world.set_sources(unlabelled.into_iter().map(|s| (s.key.clone(), Some(s))));
+    // Sources of CopyRules that lack the opt-in label get it, so their changes reach the
+    // sources webhook.
+    let unlabelled = load::unlabelled_rule_sources(cluster, &world, cached).await?;
+    for info in &unlabelled {
+        label_source(ctx, info).await;
     }
+    world.set_sources(unlabelled.into_iter().map(|s| (s.key.clone(), Some(s))));
     finish_loading(ctx, &mut world, &mut found, cached).await?;
 
     let outcomes = converge(
@@ -129,5 +102,7 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
         writes = outcomes.iter().filter(|(a, _)| a.is_write()).count(),
         "resync done"
     );
+    // Now and then, after the resync counted (readiness does not wait for it).
+    unlabelled::warn_if_due(ctx).await;
     after(ctx, job, &outcomes)
 }

@@ -4,6 +4,7 @@
 
 mod action;
 mod existing;
+pub mod explain;
 mod world;
 
 use std::{
@@ -13,7 +14,7 @@ use std::{
 
 pub use action::{Action, ConflictReason};
 pub use existing::{Contents, Existing, ManagedCopy, MarksError};
-pub use world::{Claim, ClaimRef, Claims, Policy, Unreadable, World};
+pub use world::{Claim, ClaimRef, Claims, Policy, Targeting, Unreadable, World};
 
 use crate::{
     content::{CopyTemplate, DesiredCopy, Marks},

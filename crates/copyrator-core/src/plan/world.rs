@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::{
     copyrule::CopyRule,
     model::{NamespaceInfo, ObjectKey, SourceInfo},
-    rules::{Rule, RuleId, RuleSet},
+    rules::{Rule, RuleId, RuleSet, Selection},
     tenancy::TrustPolicy,
 };
 
@@ -157,9 +157,22 @@ impl World {
         self.rules = RuleSet::build(self.sources.values(), &self.copy_rules, &self.policy.trust);
     }
 
-    /// Whether a namespace may receive copies at all (SPEC §2.3).
-    fn accepts(&self, ns: &NamespaceInfo) -> bool {
-        !ns.terminating && !self.policy.excluded_namespaces.contains(&ns.name)
+    /// Whether `rule` gets copies in `ns`, and why (SPEC §2.3, §9.2): the rule's own clauses
+    /// first, then the global exclusions, the namespace's state and its consent. The one
+    /// place this is decided: [`World::claims`] and the explanations both ask it.
+    pub fn targeting(&self, rule: &Rule, ns: &NamespaceInfo) -> Targeting {
+        let selection = rule.selection(ns);
+        if !selection.selects() {
+            Targeting::NotSelected(selection)
+        } else if self.policy.is_excluded(&ns.name) {
+            Targeting::ExcludedGlobally
+        } else if ns.terminating {
+            Targeting::Terminating
+        } else if rule.consented_by(ns) {
+            Targeting::Wanted(selection)
+        } else {
+            Targeting::Refused(selection)
+        }
     }
 
     /// Every target some rule wants, with the claims on it in precedence order (the rules
@@ -176,13 +189,10 @@ impl World {
                 continue;
             }
             for ns in self.namespaces.values() {
-                if !self.accepts(ns) || !rule.targets_namespace(ns) {
-                    continue;
-                }
-                let into = if rule.consented_by(ns) {
-                    &mut out.wanted
-                } else {
-                    &mut out.refused
+                let into = match self.targeting(rule, ns) {
+                    Targeting::Wanted(_) => &mut out.wanted,
+                    Targeting::Refused(_) => &mut out.refused,
+                    _ => continue,
                 };
                 for source in &sources {
                     let target =
@@ -193,6 +203,23 @@ impl World {
         }
         out
     }
+}
+
+/// Whether a rule gets copies in a namespace, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Targeting {
+    /// The rule selects the namespace and may write there.
+    Wanted(Selection),
+    /// The rule selects the namespace, but it is the inline rule of an untrusted namespace
+    /// and the namespace did not consent (SPEC §9.2): never written, reported.
+    Refused(Selection),
+    /// The rule's own clauses leave the namespace out (not selected, excluded by the rule,
+    /// the source's namespace).
+    NotSelected(Selection),
+    /// Selected, but excluded by `--exclude-namespaces`.
+    ExcludedGlobally,
+    /// Selected, but the namespace is being deleted: nothing may be created in it.
+    Terminating,
 }
 
 /// Every target some rule wants, with the claims on it in precedence order.

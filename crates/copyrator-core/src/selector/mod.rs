@@ -149,6 +149,38 @@ impl Selector {
     }
 }
 
+impl Selector {
+    /// The `metav1.LabelSelector` form (for a CopyRule): equalities as `matchLabels`, the
+    /// rest as `matchExpressions`. `None` for `>` and `<`, which it cannot express.
+    pub fn to_label_selector(&self) -> Option<LabelSelector> {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+        let mut labels = BTreeMap::new();
+        let mut expressions = Vec::new();
+        for r in &self.requirements {
+            let expr =
+                |operator: &str, values: Option<&BTreeSet<String>>| LabelSelectorRequirement {
+                    key: r.key.clone(),
+                    operator: operator.into(),
+                    values: values.map(|v| v.iter().cloned().collect()),
+                };
+            match &r.op {
+                Operator::In(set) if set.len() == 1 && !labels.contains_key(&r.key) => {
+                    labels.insert(r.key.clone(), set.iter().next()?.clone());
+                }
+                Operator::In(set) => expressions.push(expr("In", Some(set))),
+                Operator::NotIn(set) => expressions.push(expr("NotIn", Some(set))),
+                Operator::Exists => expressions.push(expr("Exists", None)),
+                Operator::DoesNotExist => expressions.push(expr("DoesNotExist", None)),
+                Operator::GreaterThan(_) | Operator::LessThan(_) => return None,
+            }
+        }
+        Some(LabelSelector {
+            match_labels: (!labels.is_empty()).then_some(labels),
+            match_expressions: (!expressions.is_empty()).then_some(expressions),
+        })
+    }
+}
+
 /// Longest selector in the string syntax.
 pub const MAX_SELECTOR_CHARS: usize = 4096;
 /// Most requirements in one selector.
@@ -314,6 +346,44 @@ mod tests {
         assert!(!sel.matches(&labels(&[("registry", "enabled"), ("env", "dev")])));
         assert!(!sel.matches(&labels(&[("env", "prod")])));
         assert_eq!(sel.to_string(), "registry=enabled,env!=dev");
+    }
+
+    #[test]
+    fn string_selectors_convert_to_label_selectors_that_match_the_same() {
+        let namespaces: &[&[(&str, &str)]] = &[
+            &[],
+            &[("env", "prod")],
+            &[("env", "dev"), ("team", "a")],
+            &[("env", "prod"), ("team", "a"), ("legacy", "")],
+        ];
+        for input in [
+            "",
+            "env=prod",
+            "env in (prod,staging),team",
+            "env!=prod,!legacy",
+            "env notin (dev),team=a",
+        ] {
+            let sel = Selector::parse(input).unwrap();
+            let converted = Selector::from_label_selector(&sel.to_label_selector().unwrap())
+                .unwrap_or_else(|e| panic!("{input:?}: {e}"));
+            for l in namespaces {
+                assert_eq!(
+                    converted.matches(&labels(l)),
+                    sel.matches(&labels(l)),
+                    "{input:?} on {l:?}"
+                );
+            }
+        }
+        assert!(
+            Selector::parse("tier>2")
+                .unwrap()
+                .to_label_selector()
+                .is_none()
+        );
+        assert_eq!(
+            Selector::everything().to_label_selector(),
+            Some(LabelSelector::default())
+        );
     }
 
     #[test]

@@ -1,0 +1,317 @@
+//! Why a copy is or is not where someone expects it (`copyrator explain`, SPEC §11): the
+//! planner's own decisions, laid out per rule, source and namespace. Nothing is decided here
+//! that the planner does not decide: whether a rule targets a namespace comes from
+//! [`World::targeting`], what happens to a wanted target from [`plan`], on the same inputs a
+//! job plans from.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{Action, ClaimRef, ConflictReason, Contents, Existing, Scope, Targeting, World, plan};
+use crate::{
+    copyrule::DeletionPolicy,
+    model::{NamespaceInfo, ObjectKey, SourceInfo},
+    rules::{RuleId, Selection},
+    tenancy::Tier,
+};
+use findings::{invalid, judge, missing_namespaces, no_source, not_opted_in, orphan};
+
+/// What is being explained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Focus {
+    /// Every rule that could put a copy into this namespace.
+    Namespace(String),
+    /// Every rule of this source, and where its copies go.
+    Source(ObjectKey),
+}
+
+/// The findings about a [`Focus`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Explanation {
+    pub findings: Vec<Finding>,
+    /// For a source: per rule, how many namespaces its clauses leave out (the source's own and
+    /// the unselected ones); they get no finding each.
+    pub not_selected: BTreeMap<RuleId, usize>,
+}
+
+/// One rule (and source) judged against one target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub rule: RuleId,
+    /// `None` for a rule that is not in force (invalid, not opted in, or gone).
+    pub tier: Option<Tier>,
+    /// `None` when the rule selects no source.
+    pub source: Option<ObjectKey>,
+    /// The copy's key; `None` when there is no one target (an invalid rule, a rule that
+    /// selects no source by name).
+    pub target: Option<ObjectKey>,
+    pub verdict: Verdict,
+    pub copy: CopyState,
+    /// The verdict in words, naming the clause that decided it.
+    pub message: String,
+}
+
+impl Finding {
+    /// Whether the rule gets its copy there (wanted, consented, no conflict).
+    pub fn applies(&self) -> bool {
+        matches!(self.verdict, Verdict::Applies { .. })
+    }
+
+    /// What copyrator's next sync does about this target for this rule.
+    pub fn action(&self) -> Planned {
+        match &self.verdict {
+            Verdict::Applies { action, .. } => *action,
+            Verdict::NoRuleWants(DeletionPolicy::Delete) => Planned::Delete,
+            Verdict::NoRuleWants(DeletionPolicy::Retain) => Planned::Retain,
+            _ => Planned::Nothing,
+        }
+    }
+}
+
+/// Whether a rule applies at a target, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The copy belongs there; `action` is what the next sync does.
+    Applies {
+        selection: Selection,
+        action: Planned,
+    },
+    /// The rule's own clauses leave the namespace out.
+    NotSelected(Selection),
+    /// Selected, but excluded by `--exclude-namespaces`.
+    ExcludedGlobally,
+    /// Selected, but the namespace is terminating.
+    Terminating,
+    /// Named by the rule, but no such namespace exists.
+    NamespaceNotFound,
+    /// An untrusted inline rule, and the namespace does not consent (SPEC §9.2).
+    NotConsented,
+    /// Wanted, but not written (SPEC §4.5, §9.3).
+    Conflict(ConflictReason),
+    /// Wanted, but skipped for now (the planner's reason).
+    Skipped(&'static str),
+    /// The rule selects no existing source.
+    SourceNotFound,
+    /// A copy no rule wants: deleted or kept per its deletion policy.
+    NoRuleWants(DeletionPolicy),
+    /// The rule's configuration is invalid; it is ignored.
+    Invalid(String),
+    /// The source carries these inline-rule annotations but not the opt-in label.
+    NotOptedIn(Vec<&'static str>),
+}
+
+impl Verdict {
+    /// A stable name for scripts (`-o json`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Verdict::Applies {
+                selection: Selection::Listed,
+                ..
+            } => "Listed",
+            Verdict::Applies { .. } => "SelectorMatches",
+            Verdict::NotSelected(Selection::SourceNamespace) => "SourceNamespace",
+            Verdict::NotSelected(Selection::Excluded) => "ExcludedByRule",
+            Verdict::NotSelected(_) => "NotSelected",
+            Verdict::ExcludedGlobally => "ExcludedGlobally",
+            Verdict::Terminating => "NamespaceTerminating",
+            Verdict::NamespaceNotFound => "NamespaceNotFound",
+            Verdict::NotConsented => "NotConsented",
+            Verdict::Conflict(ConflictReason::Unmanaged) => "UnmanagedObject",
+            Verdict::Conflict(ConflictReason::OwnedBy(_)) => "NameTaken",
+            Verdict::Conflict(ConflictReason::HeldByHigherTier(_)) => "HeldByRetainedCopy",
+            Verdict::Conflict(ConflictReason::ServiceAccountToken) => "ServiceAccountToken",
+            Verdict::Skipped(_) => "Skipped",
+            Verdict::SourceNotFound => "SourceNotFound",
+            Verdict::NoRuleWants(_) => "NoRuleWantsCopy",
+            Verdict::Invalid(_) => "InvalidConfiguration",
+            Verdict::NotOptedIn(_) => "SourceNotOptedIn",
+        }
+    }
+}
+
+/// What the next sync does about a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planned {
+    Nothing,
+    Create,
+    Update,
+    /// Delete and create again: the copy is immutable.
+    Recreate,
+    /// Replace an object copyrator does not manage (conflictPolicy: Overwrite).
+    Overwrite,
+    Delete,
+    Retain,
+    /// The source's content must be read first (it could not be).
+    ReadSource,
+}
+
+impl Planned {
+    pub fn code(self) -> &'static str {
+        match self {
+            Planned::Nothing => "None",
+            Planned::Create => "Create",
+            Planned::Update => "Update",
+            Planned::Recreate => "Recreate",
+            Planned::Overwrite => "Overwrite",
+            Planned::Delete => "Delete",
+            Planned::Retain => "Retain",
+            Planned::ReadSource => "ReadSource",
+        }
+    }
+}
+
+/// What is at the target now, as this rule sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyState {
+    Missing,
+    InSync,
+    Stale,
+    /// An object copyrator does not manage holds the name.
+    Unmanaged,
+    /// A copy another rule or source made holds the name.
+    OtherOwner,
+    BeingDeleted,
+    /// copyrator's copy is there (its freshness is not the question).
+    Present,
+}
+
+impl CopyState {
+    pub fn code(self) -> &'static str {
+        match self {
+            CopyState::Missing => "Missing",
+            CopyState::InSync => "InSync",
+            CopyState::Stale => "Stale",
+            CopyState::Unmanaged => "Unmanaged",
+            CopyState::OtherOwner => "OtherOwner",
+            CopyState::BeingDeleted => "BeingDeleted",
+            CopyState::Present => "Present",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            CopyState::Missing => "missing",
+            CopyState::InSync => "in sync",
+            CopyState::Stale => "stale",
+            CopyState::Unmanaged => "unmanaged object",
+            CopyState::OtherOwner => "another rule's copy",
+            CopyState::BeingDeleted => "being deleted",
+            CopyState::Present => "present",
+        }
+    }
+}
+
+/// The planner's actions about the focus, indexed for lookup by claim and by target.
+pub(super) struct Decided {
+    pub(super) by_claim: HashMap<(ObjectKey, ClaimRef), Action>,
+    pub(super) by_target: HashMap<ObjectKey, Vec<Action>>,
+    pub(super) orphans: Vec<Action>,
+}
+
+/// Explains `focus` from the same inputs a job plans from. `unlabelled`: sources that carry
+/// inline-rule annotations without the opt-in label (see [`crate::rules::ignored_annotations`]).
+pub fn explain(
+    world: &World,
+    focus: &Focus,
+    existing: &BTreeMap<ObjectKey, Existing>,
+    contents: &Contents,
+    unlabelled: &[SourceInfo],
+) -> Explanation {
+    let scope = match focus {
+        Focus::Namespace(ns) => Scope::Namespace(ns.clone()),
+        Focus::Source(key) => Scope::Source(key.clone()),
+    };
+    let planned = index(plan(world, &scope, existing, contents));
+    let mut out = Explanation::default();
+    let namespaces: Vec<&NamespaceInfo> = match focus {
+        Focus::Namespace(ns) => world.namespaces().get(ns).into_iter().collect(),
+        Focus::Source(_) => world.namespaces().values().collect(),
+    };
+    for rule in &world.rules().rules {
+        let sources: Vec<&SourceInfo> = world
+            .sources()
+            .values()
+            .filter(|s| !s.deleting && rule.applies_to(s))
+            .filter(|s| match focus {
+                Focus::Source(key) => &s.key == key,
+                Focus::Namespace(_) => true,
+            })
+            .collect();
+        if sources.is_empty() {
+            if let Focus::Namespace(_) = focus {
+                out.findings.extend(
+                    namespaces
+                        .iter()
+                        .map(|ns| no_source(world, rule, ns, existing)),
+                );
+            }
+            continue;
+        }
+        for source in sources {
+            for ns in &namespaces {
+                let target =
+                    ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
+                let targeting = world.targeting(rule, ns);
+                if let (Focus::Source(_), Targeting::NotSelected(sel)) = (focus, targeting)
+                    && sel != Selection::Excluded
+                {
+                    *out.not_selected.entry(rule.id.clone()).or_default() += 1;
+                    continue;
+                }
+                out.findings.push(judge(
+                    rule, source, ns, target, targeting, &planned, existing,
+                ));
+            }
+            if let Focus::Source(_) = focus {
+                out.findings.extend(missing_namespaces(world, rule, source));
+            }
+        }
+    }
+    out.findings
+        .extend(planned.orphans.iter().filter_map(|a| orphan(a, existing)));
+    out.findings.extend(invalid(world, focus));
+    out.findings
+        .extend(not_opted_in(world, focus, unlabelled, existing));
+    out
+}
+
+fn index(actions: Vec<Action>) -> Decided {
+    let mut planned = Decided {
+        by_claim: HashMap::new(),
+        by_target: HashMap::new(),
+        orphans: Vec::new(),
+    };
+    for action in actions {
+        let claim = match &action {
+            Action::Create { copy, by }
+            | Action::Update { copy, by, .. }
+            | Action::Recreate { copy, by, .. } => Some((copy.key.clone(), by.clone())),
+            Action::InSync { target, by }
+            | Action::Conflict { target, by, .. }
+            | Action::Refused { target, by } => Some((target.clone(), by.clone())),
+            Action::Delete { .. } | Action::Retain { .. } => {
+                planned.orphans.push(action);
+                continue;
+            }
+            Action::NeedSource { .. } | Action::Skip { .. } => None,
+        };
+        match claim {
+            Some(key) => {
+                planned.by_claim.insert(key, action);
+            }
+            None => {
+                let target = match &action {
+                    Action::NeedSource { target, .. } | Action::Skip { target, .. } => {
+                        target.clone()
+                    }
+                    _ => continue,
+                };
+                planned.by_target.entry(target).or_default().push(action);
+            }
+        }
+    }
+    planned
+}
+
+mod findings;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+//! Reading what the planner needs to explain a namespace or a source: the same loads a job
+//! makes (`cluster::load`), from etcd (a one-off command wants the latest state, not the
+//! watch cache's), and every target read in full, so that "in sync" means what the copy
+//! really holds and a name held by an object copyrator does not manage is seen before any
+//! write would find it.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use anyhow::{Context as _, anyhow};
+use futures::{StreamExt, stream};
+
+use crate::{
+    cluster::{
+        Cluster, Freshness,
+        load::{self, Found},
+    },
+    model::{Kind, Object, ObjectKey, SourceInfo},
+    plan::{Contents, Existing, Policy, World},
+    rules::{self, SourceMatch},
+};
+
+/// Reads at once.
+const READ_CONCURRENCY: usize = 16;
+
+/// The planner's inputs for one explanation.
+pub struct Inputs {
+    pub world: World,
+    pub existing: BTreeMap<ObjectKey, Existing>,
+    pub contents: Contents,
+    /// Sources that ask for copies without the opt-in label.
+    pub unlabelled: Vec<SourceInfo>,
+}
+
+/// Everything that could put a copy into namespace `name`. Fails if it does not exist.
+pub async fn for_namespace(
+    cluster: &Cluster,
+    policy: &Policy,
+    name: &str,
+) -> anyhow::Result<Inputs> {
+    let ns = cluster
+        .get_namespace(name)
+        .await
+        .with_context(|| format!("reading namespace {name}"))?
+        .ok_or_else(|| anyhow!("namespace {name} not found"))?;
+    let fresh = Freshness::Consistent;
+    let mut world = rules_world(cluster, &Kind::ALL, policy).await?;
+    world.insert_namespaces([ns]);
+    let mut found = Found::default();
+    for kind in Kind::ALL {
+        load::all_copies(cluster, kind, Some(name), fresh, &mut found)
+            .await
+            .context("listing copyrator's copies")?;
+    }
+    load::ensure_sources(cluster, &mut world, found.sources())
+        .await
+        .context("reading the sources of the copies")?;
+    let unlabelled = load::unlabelled_annotated_sources(cluster)
+        .await
+        .context("listing sources that are not opted in")?;
+    let mut targets: BTreeSet<ObjectKey> = found.existing.keys().cloned().collect();
+    let sources = claimed(&world, &mut targets, |_| true);
+    // Names rules without a source and sources that are not opted in would take.
+    for rule in &world.rules().rules {
+        if let SourceMatch::Name(source) = &rule.sources {
+            targets.insert(ObjectKey::new(rule.kind, name, rule.target_name(source)));
+        }
+    }
+    targets.extend(
+        unlabelled
+            .iter()
+            .map(|s| ObjectKey::new(s.key.kind, name, &s.key.name)),
+    );
+    let contents = read_payloads(cluster, &mut world, sources).await;
+    let existing = read_targets(cluster, targets).await?;
+    Ok(Inputs {
+        world,
+        existing,
+        contents,
+        unlabelled,
+    })
+}
+
+/// Every rule of source `key` and where its copies are. Fails if it does not exist.
+pub async fn for_source(
+    cluster: &Cluster,
+    policy: &Policy,
+    key: &ObjectKey,
+) -> anyhow::Result<Inputs> {
+    let source = cluster
+        .get(key)
+        .await
+        .with_context(|| format!("reading {key}"))?
+        .ok_or_else(|| anyhow!("{key} not found"))?;
+    let info = SourceInfo::from_meta(key.kind, &(&source.metadata).into())
+        .ok_or_else(|| anyhow!("{key} has no name or namespace"))?;
+    let fresh = Freshness::Consistent;
+    let mut world = rules_world(cluster, &[key.kind], policy).await?;
+    world.set_sources([(key.clone(), Some(info.clone()))]);
+    world.insert_namespaces(
+        cluster
+            .list_namespaces("", fresh)
+            .await
+            .context("listing namespaces")?,
+    );
+    let mut found = Found::default();
+    load::all_copies(cluster, key.kind, None, fresh, &mut found)
+        .await
+        .context("listing copyrator's copies")?;
+    found.retain(|_, e| matches!(e, Existing::Managed(m) if &m.source == key));
+    let mut targets: BTreeSet<ObjectKey> = found.existing.keys().cloned().collect();
+    claimed(&world, &mut targets, |s| s == key);
+    let mut contents = Contents::default();
+    contents
+        .payloads
+        .insert(key.clone(), payload(key.kind, &source));
+    let existing = read_targets(cluster, targets).await?;
+    let unlabelled = if rules::ignored_annotations(&info).is_empty() {
+        Vec::new()
+    } else {
+        vec![info]
+    };
+    Ok(Inputs {
+        world,
+        existing,
+        contents,
+        unlabelled,
+    })
+}
+
+/// Opted-in sources and CopyRules of `kinds`, plus the sources CopyRules select that are not
+/// labelled yet, as the resync loads them.
+async fn rules_world(cluster: &Cluster, kinds: &[Kind], policy: &Policy) -> anyhow::Result<World> {
+    let fresh = Freshness::Consistent;
+    let mut world = load::load_rules(cluster, kinds, policy, fresh)
+        .await
+        .context("listing sources and CopyRules")?;
+    let more = load::unlabelled_rule_sources(cluster, &world, fresh)
+        .await
+        .context("listing the sources of CopyRules")?;
+    world.set_sources(more.into_iter().map(|s| (s.key.clone(), Some(s))));
+    Ok(world)
+}
+
+/// Adds the targets some rule claims (or is refused) for a source `keep` accepts; returns
+/// those sources.
+fn claimed(
+    world: &World,
+    targets: &mut BTreeSet<ObjectKey>,
+    keep: impl Fn(&ObjectKey) -> bool,
+) -> BTreeSet<ObjectKey> {
+    let claims = world.claims();
+    let mut sources = BTreeSet::new();
+    for (target, on) in claims.wanted.iter().chain(claims.refused.iter()) {
+        for claim in on.iter().filter(|c| keep(&c.source.key)) {
+            targets.insert(target.clone());
+            sources.insert(claim.source.key.clone());
+        }
+    }
+    sources
+}
+
+/// The content of each source (to know whether copies are current). One that cannot be
+/// read is unreadable to the planner, as in a job.
+async fn read_payloads(
+    cluster: &Cluster,
+    world: &mut World,
+    sources: BTreeSet<ObjectKey>,
+) -> Contents {
+    let read: Vec<(ObjectKey, _)> = stream::iter(sources)
+        .map(|k| async move {
+            let obj = cluster.get(&k).await;
+            (k, obj)
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .collect()
+        .await;
+    let mut contents = Contents::default();
+    for (key, obj) in read {
+        match obj {
+            Ok(Some(obj)) => {
+                contents
+                    .payloads
+                    .insert(key.clone(), payload(key.kind, &obj));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("copyrator: cannot read {key}: {e}");
+                world.unreadable_mut().sources.insert(key);
+            }
+        }
+    }
+    contents
+}
+
+fn payload(kind: Kind, obj: &Object) -> Arc<crate::model::Payload> {
+    Arc::new(obj.payload.clone().for_kind(kind))
+}
+
+/// What holds each target name, read in full.
+async fn read_targets(
+    cluster: &Cluster,
+    targets: BTreeSet<ObjectKey>,
+) -> anyhow::Result<BTreeMap<ObjectKey, Existing>> {
+    let read: Vec<(ObjectKey, _)> = stream::iter(targets)
+        .map(|k| async move {
+            let obj = cluster.get(&k).await;
+            (k, obj)
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .collect()
+        .await;
+    let mut existing = BTreeMap::new();
+    for (key, obj) in read {
+        let obj = obj.with_context(|| format!("reading {key}"))?;
+        let (found, _) = load::classify(key.kind, obj.as_ref());
+        existing.insert(key, found);
+    }
+    Ok(existing)
+}

@@ -1,0 +1,203 @@
+//! `copyrator explain namespace NS` and `copyrator explain source [KIND/]NS/NAME` (SPEC §11):
+//! reads the cluster as a job does (`load`), asks the planner why (`plan::explain`), adds the
+//! last Event copyrator wrote about each rule (`events`) and prints it (`render`). Writes
+//! nothing.
+
+mod events;
+mod load;
+mod render;
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use anyhow::Context as _;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::{
+    cli::{ExplainCommand, ExplainOptions, ExplainOutput, KindArg, PolicyArgs},
+    cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
+    metrics::Metrics,
+    model::{Kind, ObjectKey},
+    plan::{
+        Policy,
+        explain::{Focus, explain},
+    },
+    selector,
+    tenancy::TrustPolicy,
+};
+
+/// Runs `copyrator explain`; the explanation goes to stdout.
+pub async fn run(command: ExplainCommand) -> anyhow::Result<()> {
+    let (focus, options) = match command {
+        ExplainCommand::Namespace { namespace, options } => {
+            anyhow::ensure!(
+                selector::is_dns_label(&namespace),
+                "{namespace:?} is not a namespace name"
+            );
+            (Focus::Namespace(namespace), options)
+        }
+        ExplainCommand::Source {
+            source,
+            kind,
+            options,
+        } => (
+            Focus::Source(parse_source(&source, kind).map_err(anyhow::Error::msg)?),
+            options,
+        ),
+    };
+    let ExplainOptions {
+        kubeconfig,
+        output,
+        policy,
+    } = options;
+    let client = crate::app::kube_client(kubeconfig.as_deref()).await?;
+    let cluster = cli_cluster(client.clone());
+    let policy = policy_of(&policy);
+    let inputs = match &focus {
+        Focus::Namespace(name) => load::for_namespace(&cluster, &policy, name).await?,
+        Focus::Source(key) => load::for_source(&cluster, &policy, key).await?,
+    };
+    let explanation = explain(
+        &inputs.world,
+        &focus,
+        &inputs.existing,
+        &inputs.contents,
+        &inputs.unlabelled,
+    );
+    let about: BTreeSet<events::About> = explanation
+        .findings
+        .iter()
+        .map(|f| events::About::of(&f.rule))
+        .collect();
+    let events = events::last_events(&client, about).await;
+    let view = render::View {
+        focus: &focus,
+        policy: &policy,
+        namespace: match &focus {
+            Focus::Namespace(name) => inputs.world.namespaces().get(name),
+            Focus::Source(_) => None,
+        },
+        source: match &focus {
+            Focus::Source(key) => inputs.world.sources().get(key),
+            Focus::Namespace(_) => None,
+        },
+        explanation: &explanation,
+        events: &events,
+    };
+    match output {
+        ExplainOutput::Table => print!("{}", render::table(&view, Timestamp::now())),
+        ExplainOutput::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&render::report(&view))
+                .context("rendering the explanation")?
+        ),
+    }
+    Ok(())
+}
+
+/// A client-side view of the cluster for one-off commands: no rate limit beyond the API
+/// server's own, metrics kept in memory and dropped.
+pub(crate) fn cli_cluster(client: kube::Client) -> Cluster {
+    Cluster::new(
+        client,
+        Arc::new(Metrics::new()),
+        ApiLimits {
+            writes: RateLimiter::unlimited(),
+            reads: RateLimiter::unlimited(),
+            read_concurrency: 16,
+        },
+        500,
+    )
+}
+
+/// The policy `serve` would run with, from the same flags.
+pub(crate) fn policy_of(args: &PolicyArgs) -> Policy {
+    Policy {
+        excluded_namespaces: args
+            .exclude_namespaces
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        trust: TrustPolicy {
+            trusted_namespaces: args.trusted_namespaces.clone(),
+        },
+    }
+}
+
+/// `NS/NAME` (of kind `kind`, default Secret), or `secret/NS/NAME`, `configmap/NS/NAME`
+/// (also `cm/`, plural, or `Secret/`).
+pub fn parse_source(spec: &str, kind: Option<KindArg>) -> Result<ObjectKey, String> {
+    let parts: Vec<&str> = spec.split('/').collect();
+    let (named, namespace, name) = match parts.as_slice() {
+        [ns, name] => (None, *ns, *name),
+        [kind, ns, name] => {
+            let k = match kind.to_ascii_lowercase().as_str() {
+                "secret" | "secrets" => Kind::Secret,
+                "configmap" | "configmaps" | "cm" => Kind::ConfigMap,
+                other => {
+                    return Err(format!(
+                        "{other:?} is not a kind copyrator copies (secret or configmap)"
+                    ));
+                }
+            };
+            (Some(k), *ns, *name)
+        }
+        _ => {
+            return Err(format!(
+                "{spec:?}: give NAMESPACE/NAME, secret/NAMESPACE/NAME or configmap/NAMESPACE/NAME"
+            ));
+        }
+    };
+    let kind = match (named, kind.map(Kind::from)) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(format!("{spec:?} names a {a}, but --kind says {b}"));
+        }
+        (Some(k), _) | (None, Some(k)) => k,
+        (None, None) => Kind::Secret,
+    };
+    let key = ObjectKey::new(kind, namespace, name);
+    if !key.is_valid() {
+        return Err(format!("{spec:?} is not a valid NAMESPACE/NAME"));
+    }
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_named_with_or_without_their_kind() {
+        let secret = |ns, n| ObjectKey::new(Kind::Secret, ns, n);
+        let cm = |ns, n| ObjectKey::new(Kind::ConfigMap, ns, n);
+        assert_eq!(
+            parse_source("platform/cred", None),
+            Ok(secret("platform", "cred"))
+        );
+        assert_eq!(
+            parse_source("platform/ca", Some(KindArg::Configmap)),
+            Ok(cm("platform", "ca"))
+        );
+        assert_eq!(
+            parse_source("configmap/platform/ca", None),
+            Ok(cm("platform", "ca"))
+        );
+        assert_eq!(
+            parse_source("cm/platform/ca", None),
+            Ok(cm("platform", "ca"))
+        );
+        assert_eq!(
+            parse_source("Secret/platform/cred", None),
+            Ok(secret("platform", "cred"))
+        );
+        assert_eq!(
+            parse_source("secret/platform/cred", Some(KindArg::Secret)),
+            Ok(secret("platform", "cred"))
+        );
+        for bad in ["cred", "a/b/c/d", "pod/a/b", "Platform/cred", "platform/"] {
+            assert!(parse_source(bad, None).is_err(), "{bad}");
+        }
+        let e = parse_source("secret/a/b", Some(KindArg::Configmap)).unwrap_err();
+        assert!(e.contains("--kind says ConfigMap"), "{e}");
+    }
+}

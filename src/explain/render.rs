@@ -1,0 +1,408 @@
+//! An explanation as people read it (a table) and as scripts read it (`-o json`, a stable
+//! shape documented in SPEC §11.2).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+use super::events::{About, LastEvent};
+use crate::{
+    model::{NamespaceInfo, ObjectKey, SourceInfo},
+    plan::{
+        Policy,
+        explain::{Explanation, Finding, Focus, Planned},
+    },
+    rules::RuleId,
+    tenancy::Tier,
+};
+
+/// What is rendered.
+pub struct View<'a> {
+    pub focus: &'a Focus,
+    pub policy: &'a Policy,
+    /// The namespace explained (namespace focus).
+    pub namespace: Option<&'a NamespaceInfo>,
+    /// The source explained (source focus).
+    pub source: Option<&'a SourceInfo>,
+    pub explanation: &'a Explanation,
+    pub events: &'a BTreeMap<About, LastEvent>,
+}
+
+/// The table, with the namespace or source first and the Events' messages last.
+pub fn table(view: &View<'_>, now: Timestamp) -> String {
+    let mut out = String::new();
+    match (view.focus, view.namespace, view.source) {
+        (Focus::Namespace(name), Some(ns), _) => {
+            let labels = ns
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            out.push_str(&format!(
+                "Namespace {name}{}\n  labels: {}\n  accepts copies from (copyrator.io/accept-from): {}\n",
+                if ns.terminating { " (Terminating)" } else { "" },
+                or_none(&labels),
+                or_none(ns.accept_from.as_deref().unwrap_or("")),
+            ));
+        }
+        (Focus::Source(key), _, Some(src)) => {
+            out.push_str(&format!(
+                "{key}\n  opted in (copyrator.io/source: \"true\"): {}\n",
+                if crate::rules::ignored_annotations(src).is_empty()
+                    && src
+                        .labels
+                        .get(crate::marks::SOURCE_LABEL)
+                        .map(String::as_str)
+                        == Some("true")
+                {
+                    "yes"
+                } else {
+                    "no"
+                }
+            ));
+        }
+        _ => {}
+    }
+    out.push_str(&format!(
+        "copyrator policy: trusted namespaces: {}; excluded namespaces: {}\n\n",
+        or_none(&view.policy.trust.trusted_namespaces.to_string()),
+        or_none(
+            &view
+                .policy
+                .excluded_namespaces
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    ));
+    let findings = &view.explanation.findings;
+    if findings.is_empty() {
+        out.push_str(match view.focus {
+            Focus::Namespace(_) => "No rule could copy anything into this namespace.\n",
+            Focus::Source(_) => {
+                "No rule copies this source: it has no copyrator annotations and no CopyRule selects it.\n"
+            }
+        });
+    } else {
+        let by_namespace = matches!(view.focus, Focus::Source(_));
+        let mut rows = vec![vec![
+            "RULE".to_string(),
+            if by_namespace { "NAMESPACE" } else { "SOURCE" }.to_string(),
+            "COPY".to_string(),
+            "APPLIES".to_string(),
+            "STATE".to_string(),
+            "LAST EVENT".to_string(),
+            "REASON".to_string(),
+        ]];
+        for f in findings {
+            let event = view
+                .events
+                .get(&About::of(&f.rule))
+                .map(|e| format!("{} {} {}", e.type_, e.reason, age(e.time, now)))
+                .unwrap_or_else(|| "-".into());
+            rows.push(vec![
+                rule_name(&f.rule),
+                if by_namespace {
+                    f.target
+                        .as_ref()
+                        .map(|t| t.namespace.clone())
+                        .unwrap_or_else(|| "-".into())
+                } else {
+                    f.source
+                        .as_ref()
+                        .map(|s| format!("{} {}", s.kind, s.namespaced_name()))
+                        .unwrap_or_else(|| "-".into())
+                },
+                f.target
+                    .as_ref()
+                    .map(|t| t.name.clone())
+                    .unwrap_or_else(|| "-".into()),
+                if f.applies() { "yes" } else { "no" }.into(),
+                if f.target.is_some() {
+                    state(f)
+                } else {
+                    "-".into()
+                },
+                event,
+                f.message.clone(),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    for (rule, n) in &view.explanation.not_selected {
+        out.push_str(&format!(
+            "\n{} leaves out {n} other namespace{} (not selected, or the source's own).",
+            rule_name(rule),
+            if *n == 1 { "" } else { "s" }
+        ));
+    }
+    if !view.explanation.not_selected.is_empty() {
+        out.push('\n');
+    }
+    if !view.events.is_empty() {
+        out.push_str("\nLast copyrator Events:\n");
+        for (about, e) in view.events {
+            out.push_str(&format!(
+                "  {about}: {} {} ({}{}): {}\n",
+                e.type_,
+                e.reason,
+                age(e.time, now),
+                if e.count > 1 {
+                    format!(", {} times", e.count)
+                } else {
+                    String::new()
+                },
+                e.message
+            ));
+        }
+    }
+    out
+}
+
+fn or_none(s: &str) -> &str {
+    if s.is_empty() { "(none)" } else { s }
+}
+
+fn rule_name(rule: &RuleId) -> String {
+    rule.mark()
+}
+
+/// The copy's state and what the next sync does about it.
+fn state(f: &Finding) -> String {
+    let action = match f.action() {
+        Planned::Nothing => return f.copy.describe().to_string(),
+        Planned::Create => "create",
+        Planned::Update => "update",
+        Planned::Recreate => "recreate",
+        Planned::Overwrite => "overwrite",
+        Planned::Delete => "delete",
+        Planned::Retain => "keep",
+        Planned::ReadSource => "unknown",
+    };
+    format!("{} -> {action}", f.copy.describe())
+}
+
+fn age(time: Option<Timestamp>, now: Timestamp) -> String {
+    let Some(t) = time else {
+        return "-".into();
+    };
+    let s = now.duration_since(t).as_secs().max(0);
+    match s {
+        0..120 => format!("{s}s ago"),
+        120..7200 => format!("{}m ago", s / 60),
+        7200..172_800 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86_400),
+    }
+}
+
+/// Left-aligned columns, two spaces apart; the last column is not padded.
+fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..n)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == n {
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(widths[i] - cell.chars().count() + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `-o json`: see SPEC §11.2. Fields are only ever added.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    kind: &'static str,
+    version: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<NamespaceOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<ObjectOut>,
+    policy: PolicyOut,
+    findings: Vec<FindingOut>,
+    not_selected: Vec<NotSelectedOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NamespaceOut {
+    name: String,
+    labels: BTreeMap<String, String>,
+    accept_from: Option<String>,
+    terminating: bool,
+}
+
+#[derive(Serialize)]
+struct ObjectOut {
+    kind: &'static str,
+    namespace: String,
+    name: String,
+}
+
+impl From<&ObjectKey> for ObjectOut {
+    fn from(k: &ObjectKey) -> Self {
+        Self {
+            kind: k.kind.as_str(),
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PolicyOut {
+    trusted_namespaces: String,
+    excluded_namespaces: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RuleOut {
+    /// `CopyRule` or `Inline`.
+    #[serde(rename = "type")]
+    type_: &'static str,
+    /// The CopyRule's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    /// `CopyRule`, `TrustedInline`, `ConsentedInline`; null when the rule is not in force.
+    tier: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FindingOut {
+    rule: RuleOut,
+    source: Option<ObjectOut>,
+    target: Option<ObjectOut>,
+    applies: bool,
+    reason: &'static str,
+    message: String,
+    /// Null when there is no one target.
+    copy: Option<&'static str>,
+    action: &'static str,
+    last_event: Option<EventOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EventOut {
+    #[serde(rename = "type")]
+    type_: String,
+    reason: String,
+    message: String,
+    time: Option<String>,
+    count: i32,
+}
+
+#[derive(Serialize)]
+struct NotSelectedOut {
+    rule: RuleOut,
+    namespaces: usize,
+}
+
+fn rule_out(rule: &RuleId, tier: Option<Tier>) -> RuleOut {
+    RuleOut {
+        type_: match rule {
+            RuleId::Inline(_) => "Inline",
+            RuleId::CopyRule(_) => "CopyRule",
+        },
+        name: rule.copy_rule_name().map(String::from),
+        tier: tier.map(|t| match t {
+            Tier::CopyRule => "CopyRule",
+            Tier::TrustedInline => "TrustedInline",
+            Tier::ConsentedInline => "ConsentedInline",
+        }),
+    }
+}
+
+/// The `-o json` document.
+pub fn report(view: &View<'_>) -> Report {
+    Report {
+        kind: "Explanation",
+        version: 1,
+        namespace: view.namespace.map(|ns| NamespaceOut {
+            name: ns.name.clone(),
+            labels: ns.labels.clone(),
+            accept_from: ns.accept_from.clone(),
+            terminating: ns.terminating,
+        }),
+        source: match view.focus {
+            Focus::Source(key) => Some(key.into()),
+            Focus::Namespace(_) => None,
+        },
+        policy: PolicyOut {
+            trusted_namespaces: view.policy.trust.trusted_namespaces.to_string(),
+            excluded_namespaces: view.policy.excluded_namespaces.iter().cloned().collect(),
+        },
+        findings: view
+            .explanation
+            .findings
+            .iter()
+            .map(|f| FindingOut {
+                rule: rule_out(&f.rule, f.tier),
+                source: f.source.as_ref().map(Into::into),
+                target: f.target.as_ref().map(Into::into),
+                applies: f.applies(),
+                reason: f.verdict.code(),
+                message: f.message.clone(),
+                copy: f.target.as_ref().map(|_| f.copy.code()),
+                action: f.action().code(),
+                last_event: view.events.get(&About::of(&f.rule)).map(|e| EventOut {
+                    type_: e.type_.clone(),
+                    reason: e.reason.clone(),
+                    message: e.message.clone(),
+                    time: e.time.map(|t| t.to_string()),
+                    count: e.count,
+                }),
+            })
+            .collect(),
+        not_selected: view
+            .explanation
+            .not_selected
+            .iter()
+            .map(|(rule, n)| NotSelectedOut {
+                rule: rule_out(rule, None),
+                namespaces: *n,
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_line_up_and_the_last_is_not_padded() {
+        let rows = vec![
+            vec!["A".to_string(), "BB".to_string(), "C".to_string()],
+            vec!["long".to_string(), "x".to_string(), "tail".to_string()],
+        ];
+        assert_eq!(columns(&rows), "A     BB  C\nlong  x   tail\n");
+    }
+
+    #[test]
+    fn ages_are_short() {
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let at = |s: i64| Some(Timestamp::from_second(1_000_000 - s).unwrap());
+        assert_eq!(age(at(5), now), "5s ago");
+        assert_eq!(age(at(600), now), "10m ago");
+        assert_eq!(age(at(3 * 3600), now), "3h ago");
+        assert_eq!(age(at(3 * 86_400), now), "3d ago");
+        assert_eq!(age(None, now), "-");
+    }
+}

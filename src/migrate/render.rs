@@ -1,0 +1,196 @@
+//! The configuration as a shell script of kubectl commands, or as manifests for
+//! `kubectl apply --server-side`.
+
+use serde_json::{Value, json};
+
+use super::config::{Change, Config, Item, peer_name};
+use crate::{cli::Peer, marks, model::ObjectKey};
+
+/// The shell script: one block per change, notes as comments.
+pub fn kubectl(config: &Config, peer: Peer) -> anyhow::Result<String> {
+    let mut out = header(
+        config,
+        peer,
+        "run this script (kubectl must reach the cluster)",
+    );
+    out.push_str("set -e\n");
+    for item in &config.items {
+        out.push('\n');
+        out.push_str(&comments(item, peer));
+        match &item.change {
+            Change::Inline {
+                source,
+                selector,
+                namespaces,
+            } => {
+                let (kind, ns, name) = names(source);
+                out.push_str(&format!(
+                    "kubectl -n {ns} label {kind} {name} {}=true --overwrite\n",
+                    marks::SOURCE_LABEL
+                ));
+                let mut annotations = Vec::new();
+                if let Some(sel) = selector {
+                    annotations.push(quote(&format!(
+                        "{}={sel}",
+                        marks::NAMESPACE_SELECTOR_ANNOTATION
+                    )));
+                }
+                if !namespaces.is_empty() {
+                    annotations.push(quote(&format!(
+                        "{}={}",
+                        marks::NAMESPACES_ANNOTATION,
+                        join(namespaces)
+                    )));
+                }
+                out.push_str(&format!(
+                    "kubectl -n {ns} annotate {kind} {name} --overwrite {}\n",
+                    annotations.join(" ")
+                ));
+            }
+            Change::CopyRule(rule) => {
+                out.push_str("kubectl apply -f - <<'EOF'\n");
+                out.push_str(&yaml(&serde_json::to_value(rule)?)?);
+                out.push_str("EOF\n");
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// YAML documents: for a source, a merge patch of its opt-in label and annotations (never a
+/// manifest to apply: `kubectl apply` would drop the fields it leaves out, the data first),
+/// each with the `kubectl patch` command that applies it; CopyRules as manifests.
+pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
+    let mut out = header(
+        config,
+        peer,
+        "documents of kind Secret or ConfigMap are MERGE PATCHES of the existing sources: \n\
+         #   apply each with the kubectl patch command above it, never with kubectl apply (that \n\
+         #   would remove what they leave out, the data first); CopyRules: kubectl apply -f",
+    );
+    for item in &config.items {
+        out.push_str("---\n");
+        out.push_str(&comments(item, peer));
+        let doc = match &item.change {
+            Change::Inline {
+                source,
+                selector,
+                namespaces,
+            } => {
+                let (kind, ns, name) = names(source);
+                out.push_str(&format!(
+                    "# kubectl -n {ns} patch {kind} {name} --type merge --patch-file THIS_DOCUMENT\n"
+                ));
+                let mut annotations = serde_json::Map::new();
+                if let Some(sel) = selector {
+                    annotations.insert(marks::NAMESPACE_SELECTOR_ANNOTATION.into(), json!(sel));
+                }
+                if !namespaces.is_empty() {
+                    annotations
+                        .insert(marks::NAMESPACES_ANNOTATION.into(), json!(join(namespaces)));
+                }
+                json!({
+                    "apiVersion": "v1",
+                    "kind": source.kind.as_str(),
+                    "metadata": {
+                        "name": source.name,
+                        "namespace": source.namespace,
+                        "labels": {marks::SOURCE_LABEL: "true"},
+                        "annotations": annotations,
+                    }
+                })
+            }
+            Change::CopyRule(rule) => serde_json::to_value(rule)?,
+        };
+        out.push_str(&yaml(&doc)?);
+    }
+    Ok(out)
+}
+
+fn header(config: &Config, peer: Peer, apply: &str) -> String {
+    let mut out = format!(
+        "# copyrator configuration for what {peer} does here (copyrator migrate --from {peer}).\n\
+         # Review it, then: {apply}\n\
+         # Once `copyrator explain source NAMESPACE/NAME` shows every copy in sync, remove {peer}'s\n\
+         # annotations from the sources and uninstall {peer}.\n",
+        peer = peer_name(peer)
+    );
+    if config.items.is_empty() {
+        out.push_str(&format!(
+            "# Nothing to migrate: no {} configuration found.\n",
+            peer_name(peer)
+        ));
+    }
+    for skipped in &config.skipped {
+        out.push_str(&format!("# Not migrated: {skipped}\n"));
+    }
+    out
+}
+
+fn comments(item: &Item, peer: Peer) -> String {
+    let mut out = match &item.change {
+        Change::Inline { source, .. } => format!("# {source}: inline rule ({})\n", peer_name(peer)),
+        Change::CopyRule(rule) => format!(
+            "# CopyRule {} ({})\n",
+            rule.metadata.name.as_deref().unwrap_or_default(),
+            peer_name(peer)
+        ),
+    };
+    for note in &item.notes {
+        out.push_str(&format!("#   {note}\n"));
+    }
+    out
+}
+
+fn names(key: &ObjectKey) -> (&'static str, &str, &str) {
+    let kind = match key.kind {
+        crate::model::Kind::Secret => "secret",
+        crate::model::Kind::ConfigMap => "configmap",
+    };
+    (kind, &key.namespace, &key.name)
+}
+
+fn join(names: &std::collections::BTreeSet<String>) -> String {
+    names.iter().cloned().collect::<Vec<_>>().join(",")
+}
+
+/// Single-quoted for a POSIX shell.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// YAML of a JSON value, without its nulls.
+fn yaml(value: &Value) -> anyhow::Result<String> {
+    fn strip(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), strip(v)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+            other => other.clone(),
+        }
+    }
+    Ok(serde_saphyr::to_string(&strip(value))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting_survives_selectors() {
+        assert_eq!(quote("a=b"), "'a=b'");
+        assert_eq!(quote("env in (a,b),!x"), "'env in (a,b),!x'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn yaml_keeps_strings_that_look_like_other_things_strings() {
+        let y = yaml(&json!({"labels": {"copyrator.io/source": "true"}, "gone": null})).unwrap();
+        let back: Value = serde_saphyr::from_str(&y).unwrap();
+        assert_eq!(back, json!({"labels": {"copyrator.io/source": "true"}}));
+    }
+}

@@ -1,0 +1,54 @@
+//! Sources that ask for copies without the opt-in label (SPEC §2.1): copyrator never hears of
+//! their changes (its webhooks and lists key on the label), so now and then a resync looks
+//! for them (`--unlabelled-scan-interval`) and says so on each, once per version.
+
+use std::time::Instant;
+
+use crate::{
+    cluster::load,
+    marks,
+    pipeline::context::Context,
+    report::events::{Regarding, reason},
+    rules,
+};
+
+/// Warns on every source that is not opted in, if a scan is due.
+pub(super) async fn warn_if_due(ctx: &Context) {
+    if !ctx.unlabelled_scan.due(Instant::now()) {
+        return;
+    }
+    let started = Instant::now();
+    let found = match load::unlabelled_annotated_sources(&ctx.cluster).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for sources without the opt-in label");
+            return;
+        }
+    };
+    for source in &found {
+        let version = (source.key.clone(), source.resource_version.clone());
+        if ctx.unlabelled_warned.contains_key(&version) {
+            continue;
+        }
+        ctx.unlabelled_warned.insert(version, ());
+        let note = format!(
+            "has {} but not the label {}: \"true\": copyrator ignores it; add the label to \
+             copy it (resourceVersion {})",
+            rules::ignored_annotations(source).join(" and "),
+            marks::SOURCE_LABEL,
+            source.resource_version
+        );
+        ctx.events
+            .warning(
+                &Regarding::source(source.key.kind, &source.key, &source.uid),
+                reason::NOT_OPTED_IN,
+                note,
+            )
+            .await;
+    }
+    tracing::info!(
+        found = found.len(),
+        took_ms = started.elapsed().as_millis() as u64,
+        "looked for sources without the opt-in label"
+    );
+}

@@ -1,0 +1,409 @@
+//! `copyrator migrate` against the real API server: each peer's annotations become
+//! copyrator configuration that, applied as printed, makes the same copies; `--adopt` takes
+//! over the peer's copies of the same source and leaves every other object byte for byte.
+//! The peers themselves do not run here: their copies are made as they make them (the same
+//! annotations and labels).
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
+
+const REFLECTOR: &str = "reflector.v1.k8s.emberstack.com/";
+const REPLICATOR: &str = "replicator.v1.mittwald.de/";
+
+fn r(key: &str) -> String {
+    format!("{REFLECTOR}{key}")
+}
+
+fn m(key: &str) -> String {
+    format!("{REPLICATOR}{key}")
+}
+
+async fn create(env: &TestEnv, ns: &str, s: Secret) {
+    env.secrets(ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap_or_else(|e| panic!("creating a Secret in {ns}: {e}"));
+}
+
+/// The whole object as the API server has it (for "byte for byte" comparisons).
+async fn snapshot(env: &TestEnv, ns: &str, name: &str) -> serde_json::Value {
+    serde_json::to_value(env.secrets(ns).get(name).await.unwrap()).unwrap()
+}
+
+fn managed(s: &Secret) -> bool {
+    s.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+        .map(String::as_str)
+        == Some("copyrator")
+}
+
+/// Applies `migrate -o yaml` output as its header says: each source document as a merge
+/// patch of the existing object, each CopyRule with `kubectl apply` (tracked for cleanup).
+async fn apply(env: &TestEnv, yaml: &str) {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let ns = doc["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        let patch = Patch::Merge(&doc);
+        match doc["kind"].as_str().unwrap() {
+            "Secret" => {
+                env.secrets(&ns)
+                    .patch(&name, &PatchParams::default(), &patch)
+                    .await
+                    .unwrap();
+            }
+            "ConfigMap" => {
+                env.config_maps(&ns)
+                    .patch(&name, &PatchParams::default(), &patch)
+                    .await
+                    .unwrap();
+            }
+            "CopyRule" => {
+                env.track_copy_rule(&name);
+                let out =
+                    kubectl(&["apply", "-f", "-"], &serde_json::to_string(&doc).unwrap()).await;
+                assert!(out.success, "kubectl apply failed: {}\n{yaml}", out.stderr);
+            }
+            other => panic!("unexpected {other} in\n{yaml}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn reflector_becomes_copyrator_and_adopt_takes_only_its_own_copies() {
+    let t = Harness::start(Options::default()).await;
+    let id = t.id.clone();
+    let src = t.namespace("rf-src", &[]).await;
+    let a = t.namespace("rf-a", &[]).await;
+    let b = t.namespace("rf-b", &[]).await;
+    let c = t.namespace("rf-c", &[]).await;
+    // Automatic reflection into a by name and into b and c by a regular expression.
+    create(
+        &t,
+        &src,
+        secret(
+            "tls",
+            &[],
+            &[
+                (&r("reflection-allowed"), "true"),
+                (&r("reflection-auto-enabled"), "true"),
+                (
+                    &r("reflection-auto-namespaces"),
+                    &format!("{a},rf-[bc]-{id}"),
+                ),
+            ],
+            &[("v", "1")],
+        ),
+    )
+    .await;
+    // What reflector made: an automatic copy in a (stale), a hand-made mirror in c under
+    // another name. In b, a same-name Secret that mirrors something else.
+    create(
+        &t,
+        &a,
+        secret(
+            "tls",
+            &[],
+            &[
+                (&r("reflects"), &format!("{src}/tls")),
+                (&r("auto-reflects"), "True"),
+            ],
+            &[("v", "0")],
+        ),
+    )
+    .await;
+    create(
+        &t,
+        &c,
+        secret(
+            "my-tls",
+            &[],
+            &[(&r("reflects"), &format!("{src}/tls"))],
+            &[("v", "0")],
+        ),
+    )
+    .await;
+    create(
+        &t,
+        &b,
+        secret(
+            "tls",
+            &[],
+            &[(&r("reflects"), "elsewhere/tls")],
+            &[("mine", "yes")],
+        ),
+    )
+    .await;
+    let decoy = snapshot(&t, &b, "tls").await;
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &src,
+        "-o",
+        "yaml",
+        "--adopt",
+        "--trusted-namespaces=*",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    let yaml = &out.stdout;
+    assert!(
+        yaml.contains(&format!("`rf-[bc]-{id}`")) && yaml.contains(&format!("({b}, {c})")),
+        "the regular expression is expanded, with a note:\n{yaml}"
+    );
+    assert!(
+        yaml.contains(&format!("copyrator.io/namespaces: {a},{b},{c}")),
+        "{yaml}"
+    );
+    let rule = format!("reflector-{src}-tls-to-my-tls");
+    assert!(yaml.contains(&format!("# CopyRule {rule}")), "{yaml}");
+    // --adopt: the copies of this source, and nothing else.
+    assert!(
+        out.stderr.contains(&format!("Secret {a}/tls: adopted")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!("Secret {c}/my-tls: adopted")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {b}/tls: left untouched: it is a copy of elsewhere/tls"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(managed(&t.secrets(&a).get("tls").await.unwrap()));
+    assert_eq!(snapshot(&t, &b, "tls").await, decoy);
+
+    apply(&t, yaml).await;
+    // copyrator now keeps every copy, the adopted ones brought up to date.
+    t.wait_value::<Secret>(&a, "tls", "v", "1").await;
+    t.wait_value::<Secret>(&c, "tls", "v", "1").await;
+    t.wait_value::<Secret>(&c, "my-tls", "v", "1").await;
+    for (ns, name) in [(&a, "tls"), (&c, "tls"), (&c, "my-tls")] {
+        assert!(
+            managed(&t.secrets(ns).get(name).await.unwrap()),
+            "{ns}/{name}"
+        );
+    }
+    // The object that is not this source's copy is reported, never touched.
+    let report = run_copyrator(&[
+        "explain",
+        "namespace",
+        &b,
+        "-o",
+        "json",
+        "--trusted-namespaces=*",
+    ])
+    .await;
+    let conflict = report.json()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["source"]["namespace"] == src.as_str() && f["target"]["name"] == "tls")
+        .cloned()
+        .unwrap();
+    assert_eq!(conflict["reason"], "UnmanagedObject", "{conflict}");
+    assert_eq!(snapshot(&t, &b, "tls").await, decoy);
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn replicator_push_and_pull_become_copyrator_rules() {
+    let t = Harness::start(Options::default()).await;
+    let id = t.id.clone();
+    let src = t.namespace("rp-src", &[]).await;
+    let a = t.namespace("rp-a", &[]).await;
+    let d = t.namespace("rp-d", &[("replicate", &id)]).await;
+    let e = t.namespace("rp-e", &[]).await;
+    // Push: by name and by namespace labels.
+    create(
+        &t,
+        &src,
+        secret(
+            "cred",
+            &[],
+            &[
+                (&m("replicate-to"), &a),
+                (&m("replicate-to-matching"), &format!("replicate={id}")),
+            ],
+            &[("v", "push")],
+        ),
+    )
+    .await;
+    // replicator's push copy in a names no source: --adopt must leave it alone.
+    create(
+        &t,
+        &a,
+        secret(
+            "cred",
+            &[],
+            &[
+                (&m("replicated-from-version"), "1"),
+                (&m("replicated-keys"), "v"),
+            ],
+            &[("v", "push")],
+        ),
+    )
+    .await;
+    let push_copy = snapshot(&t, &a, "cred").await;
+    // Pull: the source permits e; e's object asks for it under its own name.
+    create(
+        &t,
+        &src,
+        secret(
+            "shared",
+            &[],
+            &[
+                (&m("replication-allowed"), "true"),
+                (&m("replication-allowed-namespaces"), "rp-e-.*"),
+            ],
+            &[("v", "pull")],
+        ),
+    )
+    .await;
+    create(
+        &t,
+        &e,
+        secret(
+            "pulled",
+            &[],
+            &[(&m("replicate-from"), &format!("{src}/shared"))],
+            &[],
+        ),
+    )
+    .await;
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "replicator",
+        "-n",
+        &src,
+        "--adopt",
+        "--trusted-namespaces",
+        &src,
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    let script = &out.stdout;
+    assert!(
+        script.contains(&format!(
+            "kubectl -n {src} label secret cred copyrator.io/source=true"
+        )),
+        "{script}"
+    );
+    assert!(
+        out.stderr.contains(&format!("Secret {e}/pulled: adopted")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {a}/cred: left untouched: nothing on it names"
+        )),
+        "{}",
+        out.stderr
+    );
+    for line in script.lines() {
+        if let Some(name) = line.strip_prefix("# CopyRule ") {
+            t.track_copy_rule(name.split_whitespace().next().unwrap());
+        }
+    }
+    let ran = sh(script).await;
+    assert!(ran.success, "the script failed: {}\n{script}", ran.stderr);
+
+    t.wait_value::<Secret>(&d, "cred", "v", "push").await;
+    t.wait_value::<Secret>(&e, "pulled", "v", "pull").await;
+    assert_eq!(snapshot(&t, &a, "cred").await, push_copy);
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn kubed_manifests_become_copyrator_configuration() {
+    let t = Harness::start(Options::default()).await;
+    let id = t.id.clone();
+    let src = t.namespace("kd-src", &[]).await;
+    let labelled = t.namespace("kd-in", &[("kubed", &id)]).await;
+    let other = t.namespace("kd-out", &[]).await;
+    // The manifests the user keeps: a ConfigMap kubed syncs into namespaces labelled kubed=<id>.
+    let manifest = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: omni\n  namespace: {src}\n  \
+         annotations:\n    kubed.appscode.com/sync: kubed={id}\ndata:\n  v: synced\n"
+    );
+    let applied = kubectl(&["apply", "-f", "-"], &manifest).await;
+    assert!(applied.success, "{}", applied.stderr);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("omni.yaml");
+    std::fs::write(&file, &manifest).unwrap();
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "kubed",
+        "-f",
+        file.to_str().unwrap(),
+        "-o",
+        "yaml",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains(&format!("copyrator.io/namespace-selector: kubed={id}")),
+        "{}",
+        out.stdout
+    );
+    apply(&t, &out.stdout).await;
+    t.wait_value::<ConfigMap>(&labelled, "omni", "v", "synced")
+        .await;
+    assert!(
+        t.config_maps(&other)
+            .get_opt("omni")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Every namespace: a CopyRule selecting all (not applied to this shared cluster).
+    let everywhere = format!(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: all\n  namespace: {src}\n  \
+         annotations:\n    kubed.appscode.com/sync: \"\"\n"
+    );
+    std::fs::write(&file, everywhere).unwrap();
+    let out = run_copyrator(&["migrate", "--from", "kubed", "-f", file.to_str().unwrap()]).await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("# CopyRule kubed-{src}-all"))
+            && out.stdout.contains("namespaceSelector: {}")
+            && out.stdout.contains("every namespace, as kubed did"),
+        "{}",
+        out.stdout
+    );
+    // Adopting needs the cluster, never files.
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "kubed",
+        "-f",
+        file.to_str().unwrap(),
+        "--adopt",
+    ])
+    .await;
+    assert!(!out.success);
+    t.finish().await;
+}
