@@ -330,7 +330,12 @@ mod tests {
         let excluded = |name: &str| {
             let hooks = cfg.webhooks.as_ref().unwrap();
             let hook = hooks.iter().find(|h| h.name == name).unwrap();
-            hook.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap()[0]
+            hook.namespace_selector
+                .as_ref()
+                .unwrap()
+                .match_expressions
+                .as_ref()
+                .unwrap()[0]
                 .values
                 .clone()
                 .unwrap()

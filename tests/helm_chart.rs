@@ -286,8 +286,7 @@ fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
             json!(["kube-system", "platform-system"])
         };
         assert_eq!(
-            h["namespaceSelector"]["matchExpressions"][0]["values"],
-            excluded,
+            h["namespaceSelector"]["matchExpressions"][0]["values"], excluded,
             "{h}"
         );
     }
