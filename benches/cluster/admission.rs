@@ -85,11 +85,14 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
 /// copyrator on CPU 1 and this benchmark process on CPU 0 (taskset), until dropped.
 struct Pinned {
     copyrator: u32,
+    /// The CPUs both may use again afterwards (read before pinning: a pinned process sees one).
+    all: String,
 }
 
 impl Pinned {
     fn split(copyrator: u32) -> Option<Self> {
-        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
             return None;
         }
         let pin = |cpus: &str, pid: u32| {
@@ -98,20 +101,23 @@ impl Pinned {
                 .output()
                 .is_ok_and(|o| o.status.success())
         };
-        (pin("1", copyrator) && pin("0", std::process::id())).then_some(Self { copyrator })
+        let pinned = Self {
+            copyrator,
+            all: format!("0-{}", cpus - 1),
+        };
+        // Unpinned again on drop if either fails.
+        (pin("1", copyrator) && pin("0", std::process::id())).then_some(pinned)
     }
 }
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        let all = format!(
-            "0-{}",
-            std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
-        );
         for pid in [self.copyrator, std::process::id()] {
-            let _ = std::process::Command::new("taskset")
-                .args(["-a", "-p", "-c", &all, &pid.to_string()])
-                .output();
+            let ok = std::process::Command::new("taskset")
+                .args(["-a", "-p", "-c", &self.all, &pid.to_string()])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            assert!(ok, "taskset could not unpin process {pid}");
         }
     }
 }
