@@ -301,6 +301,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         rules_changed,
         shutdown_rx.clone(),
     )));
+    // Sources not opted in, looked for after resyncs (src/sync/unlabelled.rs).
+    background.push(tokio::spawn(crate::sync::unlabelled::run(
+        Arc::clone(&ctx),
+        shutdown_rx.clone(),
+    )));
     background.push(tokio::spawn(track_readiness(
         Arc::clone(&ctx),
         readiness,

@@ -309,12 +309,15 @@ async fn readyz_follows_the_first_resync_and_the_certificate() {
         (process.get("/readyz").await.0 == 200).then_some(())
     })
     .await;
-    assert!(
-        process
+    // The resync job is counted when its worker finishes it, a moment after readiness.
+    eventually(CONVERGE, "the first resync counted", || async {
+        (process
             .metric("copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}")
             .await
-            >= 1.0
-    );
+            >= 1.0)
+            .then_some(())
+    })
+    .await;
     let served_before = served_certificate(process.webhook_port);
 
     // ... unready while the certificate files are unusable, still serving the old pair ...

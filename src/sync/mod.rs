@@ -9,7 +9,7 @@ mod jobs;
 pub mod persisted;
 pub mod pods;
 mod sources;
-mod unlabelled;
+pub mod unlabelled;
 
 use crate::{
     cluster::ApiError,

@@ -1,8 +1,12 @@
 //! Sources that ask for copies without the opt-in label (SPEC §2.1): copyrator never hears of
-//! their changes (its webhooks and lists key on the label), so now and then a resync looks
-//! for them (`--unlabelled-scan-interval`) and says so on each, once per version.
+//! their changes (its webhooks and lists key on the label), so now and then, after a resync,
+//! a task of its own looks for them (`--unlabelled-scan-interval`) and says so on each, once
+//! per version. It pages through every Secret and ConfigMap, so it holds no worker and does
+//! not delay the resync it follows.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
+
+use tokio::sync::watch;
 
 use crate::{
     cluster::load,
@@ -12,8 +16,20 @@ use crate::{
     rules,
 };
 
+/// After each resync this replica finishes, a scan if one is due; until `shutdown`.
+pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let mut resyncs = ctx.resyncs.subscribe();
+    loop {
+        tokio::select! {
+            changed = resyncs.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        warn_if_due(&ctx).await;
+    }
+}
+
 /// Warns on every source that is not opted in, if a scan is due.
-pub(super) async fn warn_if_due(ctx: &Context) {
+async fn warn_if_due(ctx: &Context) {
     if !ctx.unlabelled_scan.due(Instant::now()) {
         return;
     }

@@ -19,7 +19,6 @@ use crate::{
         converge::{converge, finish_loading},
         follow_up::{after, write_rule_status},
         sources::label_source,
-        unlabelled,
     },
 };
 
@@ -102,7 +101,5 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
         writes = outcomes.iter().filter(|(a, _)| a.is_write()).count(),
         "resync done"
     );
-    // Now and then, after the resync counted (readiness does not wait for it).
-    unlabelled::warn_if_due(ctx).await;
     after(ctx, job, &outcomes)
 }
