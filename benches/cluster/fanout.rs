@@ -21,8 +21,7 @@ use crate::{
     CONCURRENCY, LongRun,
     common::{Process, TestEnv, secret},
     measure::{
-        CPU_PARTS, CpuMeter, all_seen, call_breakdown, cpu_since, create_namespace, wait_idle,
-        watch_secrets,
+        CPU_PARTS, CpuMeter, all_seen, call_breakdown, cpu_since, namespace_storm, watch_secrets,
     },
     payload,
     report::{Report, ms},
@@ -254,30 +253,13 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize) {
     let LongRun {
         env,
         client,
-        namespaces,
         p,
         src,
         ..
     } = lr;
     let fan_key = format!("bench-fan-{}", env.id);
-    let names: Vec<String> = (0..n).map(|i| env.name(&format!("fan-{i}"))).collect();
-    let ns_jobs = "copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}";
-    let ns_jobs_before = p.metric(ns_jobs).await;
     let storm = Instant::now();
-    stream::iter(names.iter())
-        .map(|name| {
-            let namespaces = namespaces.clone();
-            let key = fan_key.clone();
-            async move { create_namespace(&namespaces, name, &[(&key, "yes")]).await }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await;
-    for name in &names {
-        env.track_namespace(name);
-    }
-    // Each namespace job runs twice (the second look): all must be done before timing.
-    wait_idle(p, ns_jobs, ns_jobs_before + 2.0 * n as f64).await;
+    let names = namespace_storm(lr, "fan", &fan_key, n).await;
     report.row(
         &format!("namespace storm: {n} created, {CONCURRENCY} in flight"),
         format!("{} until all {} jobs done", ms(storm.elapsed()), 2 * n),

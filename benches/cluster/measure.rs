@@ -276,3 +276,24 @@ pub async fn wait_resyncs(p: &Process, at_least: f64, timeout: Duration) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// `n` namespaces `<base>-<i>` labelled `key=yes`, created `CONCURRENCY` at a time and tracked
+/// for cleanup; returns once copyrator ran every namespace job and its second look.
+pub async fn namespace_storm(lr: &crate::LongRun, base: &str, key: &str, n: usize) -> Vec<String> {
+    let names: Vec<String> = (0..n)
+        .map(|i| lr.env.name(&format!("{base}-{i}")))
+        .collect();
+    let ns_jobs = "copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}";
+    let before = lr.p.metric(ns_jobs).await;
+    futures::stream::iter(names.iter())
+        .map(|name| async move { create_namespace(&lr.namespaces, name, &[(key, "yes")]).await })
+        .buffer_unordered(crate::CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    for name in &names {
+        lr.env.track_namespace(name);
+    }
+    // Each namespace job runs twice (the second look): all must be done before timing.
+    wait_idle(&lr.p, ns_jobs, before + 2.0 * n as f64).await;
+    names
+}

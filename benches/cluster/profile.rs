@@ -31,7 +31,7 @@ use serde_json::json;
 use crate::{
     CONCURRENCY, LongRun,
     common::{self, Process, secret},
-    measure::{all_seen, create_namespace, wait_idle, watch_secrets},
+    measure::{all_seen, namespace_storm, watch_secrets},
     payload,
     report::Report,
 };
@@ -63,28 +63,12 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
     let LongRun {
         env,
         client,
-        namespaces,
         p,
         src,
         ..
     } = lr;
     let key = format!("bench-prof-{}", env.id);
-    let names: Vec<String> = (0..n).map(|i| env.name(&format!("prof-{i}"))).collect();
-    let ns_jobs = "copyrator_jobs_total{kind=\"namespace\",outcome=\"ok\"}";
-    let before = p.metric(ns_jobs).await;
-    stream::iter(names.iter())
-        .map(|name| {
-            let namespaces = namespaces.clone();
-            let key = key.clone();
-            async move { create_namespace(&namespaces, name, &[(&key, "yes")]).await }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await;
-    for name in &names {
-        env.track_namespace(name);
-    }
-    wait_idle(p, ns_jobs, before + 2.0 * n as f64).await;
+    let names = namespace_storm(lr, "prof", &key, n).await;
 
     // The plain client's Secrets: one label; with marks: a copy's labels and annotations.
     let plain = raw_secrets(client, &names, &format!("{key}-raw"), false).await;

@@ -2,8 +2,9 @@
 //! versions (SPEC §10): what lets the Pod gate answer from memory. An entry is made only by a
 //! sync of that namespace that settled, and only if nothing that could change the answer
 //! happened since that sync began; every watch event that could change it removes entries
-//! (a namespace's own events and its copies' events: that namespace; a source or CopyRule
-//! event: all of them). While any watch is not live, nothing is trusted.
+//! (a namespace's own events and its copies' events, except the echo of copyrator's own copy
+//! writes, which the watch does not pass on: that namespace; a source or CopyRule event: all
+//! of them). While any watch is not live, nothing is trusted.
 
 use std::sync::{
     Arc,
