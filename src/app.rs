@@ -15,6 +15,11 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
     admission::{self, AdmissionState, Limits, advice::Advisor},
+    certs::{
+        issue::SubjectNames,
+        manager::{Manager, ManagerConfig},
+        rotation::Settings,
+    },
     cli::ServeArgs,
     cluster::ratelimit::RateLimiter,
     cluster::{ApiLimits, Cluster},
@@ -125,11 +130,15 @@ async fn counting_client(
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let client = counting_client(args.kubeconfig.as_deref(), &metrics).await?;
-    let cert = ReloadingCert::load(CertFiles {
-        cert: args.tls_cert.clone(),
-        key: args.tls_key.clone(),
-    })
-    .context("loading the webhook serving certificate (see `copyrator certs`)")?;
+    let cert_manager = cert_manager_config(args)?;
+    let cert = match &cert_manager {
+        Some(_) => ReloadingCert::pending(),
+        None => ReloadingCert::load(CertFiles {
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+        })
+        .context("loading the webhook serving certificate (see `copyrator certs`)")?,
+    };
 
     let queue = WorkQueue::new(args.queue_capacity);
     let cluster = Cluster::new(
@@ -197,6 +206,15 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         args.tls_reload_interval,
         Arc::clone(&metrics),
     )));
+    if let Some(config) = cert_manager {
+        let manager = Manager::new(
+            client.clone(),
+            config,
+            Arc::clone(&cert),
+            Arc::clone(&metrics),
+        );
+        tasks.push(tokio::spawn(manager.run(shutdown_rx.clone())));
+    }
     let admission = admission::router(AdmissionState {
         queue: Arc::clone(&queue),
         metrics: Arc::clone(&metrics),
@@ -324,6 +342,46 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         background,
         workers,
     })
+}
+
+/// The certificate manager's settings with `--tls-secret`, checked; `None` without.
+fn cert_manager_config(args: &ServeArgs) -> anyhow::Result<Option<ManagerConfig>> {
+    let Some(secret) = args.tls_secret.clone() else {
+        return Ok(None);
+    };
+    if args.tls_dns_names.is_empty() && args.tls_ips.is_empty() {
+        anyhow::bail!(
+            "--tls-secret needs the names to issue the certificate for: --tls-dns-names or --tls-ips"
+        );
+    }
+    if args.cert_validity * 2 > args.ca_validity {
+        anyhow::bail!(
+            "--cert-validity ({}) must be at most half of --ca-validity ({})",
+            humantime::format_duration(args.cert_validity),
+            humantime::format_duration(args.ca_validity)
+        );
+    }
+    // A step relies on the one before having reached every replica, which looks this often.
+    let propagation = args.cert_propagation.max(args.cert_check_interval * 2);
+    let duration = |d: Duration| time::Duration::try_from(d).context("duration out of range");
+    Ok(Some(ManagerConfig {
+        namespace: args
+            .tls_secret_namespace
+            .clone()
+            .unwrap_or_else(leader::default_lease_namespace),
+        secret,
+        webhook_configurations: args.webhook_configuration.clone(),
+        settings: Settings {
+            names: SubjectNames {
+                dns_names: args.tls_dns_names.clone(),
+                ips: args.tls_ips.clone(),
+            },
+            ca_validity: duration(args.ca_validity)?,
+            cert_validity: duration(args.cert_validity)?,
+            propagation: duration(propagation)?,
+        },
+        check_interval: args.cert_check_interval,
+    }))
 }
 
 /// Ready once this replica finished a resync, or it follows a leader that runs them.

@@ -208,6 +208,51 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_TLS_KEY", default_value = "certs/tls.key")]
     pub tls_key: PathBuf,
 
+    /// Serve the certificate copyrator issues itself into this Secret (in copyrator's own
+    /// namespace, `--tls-secret-namespace`), instead of --tls-cert and --tls-key: a CA and a
+    /// serving certificate, the CA published into the caBundle of the
+    /// `--webhook-configuration`s, both rotated before they expire (SPEC §6.4). The Secret must
+    /// be absent, or carry the annotation `copyrator.io/certificates: managed`.
+    #[arg(long, env = "COPYRATOR_TLS_SECRET")]
+    pub tls_secret: Option<String>,
+
+    /// Namespace of --tls-secret. Default: copyrator's own namespace (as for the Lease).
+    #[arg(long, env = "COPYRATOR_TLS_SECRET_NAMESPACE")]
+    pub tls_secret_namespace: Option<String>,
+
+    /// With --tls-secret: DNS names the serving certificate is for (comma-separated or
+    /// repeated), e.g. the Service's `NAME.NAMESPACE.svc`.
+    #[arg(long, env = "COPYRATOR_TLS_DNS_NAMES", value_delimiter = ',')]
+    pub tls_dns_names: Vec<String>,
+
+    /// With --tls-secret: IP addresses the serving certificate is for (webhooks called by URL).
+    #[arg(long, env = "COPYRATOR_TLS_IPS", value_delimiter = ',')]
+    pub tls_ips: Vec<IpAddr>,
+
+    /// With --tls-secret: Validating- and MutatingWebhookConfigurations (by name, either kind)
+    /// whose webhooks get the CA bundle. Repeatable.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_CONFIGURATIONS", value_delimiter = ',')]
+    pub webhook_configuration: Vec<String>,
+
+    /// With --tls-secret: lifetime of a CA; a new one is made with a third of it left.
+    #[arg(long, env = "COPYRATOR_CA_VALIDITY", default_value = "365d", value_parser = parse_duration)]
+    pub ca_validity: Duration,
+
+    /// With --tls-secret: lifetime of a serving certificate; a new one is signed with a third
+    /// of it left. At most half of --ca-validity.
+    #[arg(long, env = "COPYRATOR_CERT_VALIDITY", default_value = "90d", value_parser = parse_duration)]
+    pub cert_validity: Duration,
+
+    /// With --tls-secret: how long a new CA bundle or serving certificate is given to reach the
+    /// API server and every replica before the next rotation step relies on it.
+    #[arg(long, env = "COPYRATOR_CERT_PROPAGATION", default_value = "1m", value_parser = parse_duration)]
+    pub cert_propagation: Duration,
+
+    /// With --tls-secret: how often the Secret and the webhook configurations are looked at
+    /// when nothing is due (a change by someone else is noticed within this).
+    #[arg(long, env = "COPYRATOR_CERT_CHECK_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub cert_check_interval: Duration,
+
     /// PEM CA bundle: only clients presenting a certificate signed by it may connect to the
     /// webhook server (the API server's webhook client certificate, configured with its
     /// --admission-control-config-file). Re-read when it changes. Default: any client.

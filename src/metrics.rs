@@ -72,6 +72,12 @@ pub struct CodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    /// `ca` or `serving`.
+    pub certificate: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
@@ -99,6 +105,8 @@ pub struct Metrics {
     pub api_errors: Family<CodeLabels, Counter>,
     pub api_response_bytes: Counter,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
+    pub certificate_expiry: Family<CertificateLabels, Gauge>,
+    pub certificates_issued: Family<CertificateLabels, Counter>,
     pub watch_live: Family<FeedLabels, Gauge>,
     pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,
@@ -240,6 +248,18 @@ impl Metrics {
             "Serving certificate reloads, by outcome (success, failure)",
             tls_reloads.clone(),
         );
+        let certificate_expiry = Family::<CertificateLabels, Gauge>::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate in service and (with copyrator's own certificates) of the current CA, as Unix time",
+            certificate_expiry.clone(),
+        );
+        let certificates_issued = Family::<CertificateLabels, Counter>::default();
+        registry.register(
+            "certificates_issued",
+            "Certificates this replica issued into the certificate Secret (ca, serving)",
+            certificates_issued.clone(),
+        );
         let watch_live = Family::<FeedLabels, Gauge>::default();
         registry.register(
             "watch_live",
@@ -310,6 +330,8 @@ impl Metrics {
             api_errors,
             api_response_bytes,
             tls_reloads,
+            certificate_expiry,
+            certificates_issued,
             watch_live,
             selector_watches,
             watch_events,

@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Arc, RwLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicI64, Ordering},
     },
     time::Duration,
 };
@@ -27,7 +27,7 @@ use rustls::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::metrics::{Metrics, OutcomeLabels};
+use crate::metrics::{CertificateLabels, Metrics, OutcomeLabels};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -51,14 +51,18 @@ pub struct CertFiles {
     pub key: PathBuf,
 }
 
-/// The current certificate, swapped in place on reload; also a rustls cert resolver.
+/// The current certificate, swapped in place on reload; also a rustls cert resolver. Its
+/// pair comes from files (re-read when they change) or is installed by copyrator's own
+/// certificate manager (`crate::certs::manager`); until there is one, handshakes fail.
 pub struct ReloadingCert {
-    files: CertFiles,
-    current: RwLock<Arc<CertifiedKey>>,
-    /// Fingerprint of the file contents currently loaded (or last rejected).
+    files: Option<CertFiles>,
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+    /// Fingerprint of the pair currently loaded (or last rejected).
     fingerprint: RwLock<[u8; 32]>,
-    /// False while the files on disk do not form a usable pair.
+    /// False while the newest pair offered does not form a usable pair, or before any.
     usable: AtomicBool,
+    /// `notAfter` of the certificate in service (Unix seconds), 0 before any.
+    not_after: AtomicI64,
     provider: Arc<CryptoProvider>,
 }
 
@@ -85,9 +89,11 @@ fn fingerprint(cert: &[u8], key: &[u8]) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Parses a certificate chain and key into a checked pair.
+/// Parses a certificate chain and key into a checked pair; `cert_origin` and `key_origin` name
+/// where they came from in errors.
 fn parse(
-    files: &CertFiles,
+    cert_origin: &Path,
+    key_origin: &Path,
     cert_pem: &[u8],
     key_pem: &[u8],
     provider: &CryptoProvider,
@@ -97,11 +103,11 @@ fn parse(
         .collect();
     if chain.is_empty() {
         return Err(TlsError::NoCertificate {
-            path: files.cert.clone(),
+            path: cert_origin.to_path_buf(),
         });
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| TlsError::NoKey {
-        path: files.key.clone(),
+        path: key_origin.to_path_buf(),
     })?;
     CertifiedKey::from_der(chain, key, provider).map_err(TlsError::Pair)
 }
@@ -112,40 +118,94 @@ impl ReloadingCert {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let cert_pem = read(&files.cert)?;
         let key_pem = read(&files.key)?;
-        let key = parse(&files, &cert_pem, &key_pem, &provider)?;
-        Ok(Arc::new(Self {
-            current: RwLock::new(Arc::new(key)),
-            fingerprint: RwLock::new(fingerprint(&cert_pem, &key_pem)),
-            usable: AtomicBool::new(true),
-            files,
-            provider,
-        }))
+        let key = parse(&files.cert, &files.key, &cert_pem, &key_pem, &provider)?;
+        let loaded = Self::empty(Some(files), provider);
+        loaded.swap(key, fingerprint(&cert_pem, &key_pem));
+        Ok(Arc::new(loaded))
     }
 
-    /// Whether the files on disk currently hold a usable pair.
+    /// No pair yet: one is [`install`](Self::install)ed later (copyrator's own certificates).
+    pub fn pending() -> Arc<Self> {
+        Arc::new(Self::empty(
+            None,
+            Arc::new(rustls::crypto::ring::default_provider()),
+        ))
+    }
+
+    fn empty(files: Option<CertFiles>, provider: Arc<CryptoProvider>) -> Self {
+        Self {
+            files,
+            current: RwLock::new(None),
+            fingerprint: RwLock::new([0; 32]),
+            usable: AtomicBool::new(false),
+            not_after: AtomicI64::new(0),
+            provider,
+        }
+    }
+
+    fn swap(&self, key: CertifiedKey, fp: [u8; 32]) {
+        let not_after = key
+            .cert
+            .first()
+            .and_then(|der| crate::certs::inspect::CertFacts::from_der(der))
+            .map_or(0, |c| c.not_after.unix_timestamp());
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(key));
+        *self.fingerprint.write().unwrap_or_else(|e| e.into_inner()) = fp;
+        self.not_after.store(not_after, Ordering::Relaxed);
+        self.usable.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the newest pair offered is usable and in service.
     pub fn is_usable(&self) -> bool {
         self.usable.load(Ordering::Relaxed)
     }
 
-    /// Re-reads the files; swaps in a changed, usable pair.
+    /// `notAfter` of the certificate in service, as Unix seconds (0 before any).
+    pub fn not_after(&self) -> i64 {
+        self.not_after.load(Ordering::Relaxed)
+    }
+
+    /// Puts a pair given as PEM into service unless it is the one in service already;
+    /// `origin` names where it came from in errors. A pair that does not load leaves the
+    /// previous one in service. `Ok(true)`: a new pair is in service.
+    pub fn install(&self, cert_pem: &[u8], key_pem: &[u8], origin: &str) -> Result<bool, TlsError> {
+        let fp = fingerprint(cert_pem, key_pem);
+        if *self.fingerprint.read().unwrap_or_else(|e| e.into_inner()) == fp {
+            return Ok(false);
+        }
+        let origin = Path::new(origin);
+        match parse(origin, origin, cert_pem, key_pem, &self.provider) {
+            Ok(key) => {
+                self.swap(key, fp);
+                Ok(true)
+            }
+            Err(e) => {
+                *self.fingerprint.write().unwrap_or_else(|e| e.into_inner()) = fp;
+                Err(e)
+            }
+        }
+    }
+
+    /// Re-reads the files (if the pair comes from files); swaps in a changed, usable pair.
     /// `Ok(true)`: a new pair is in service; `Ok(false)`: nothing changed.
     pub fn reload(&self) -> Result<bool, TlsError> {
+        let Some(files) = &self.files else {
+            return Ok(false);
+        };
         let result = (|| {
-            let cert_pem = read(&self.files.cert)?;
-            let key_pem = read(&self.files.key)?;
+            let cert_pem = read(&files.cert)?;
+            let key_pem = read(&files.key)?;
             let fp = fingerprint(&cert_pem, &key_pem);
             if *self.fingerprint.read().unwrap_or_else(|e| e.into_inner()) == fp {
                 return Ok(None);
             }
-            let parsed = parse(&self.files, &cert_pem, &key_pem, &self.provider);
+            let parsed = parse(&files.cert, &files.key, &cert_pem, &key_pem, &self.provider);
             Ok(Some((fp, parsed)))
         })();
         match result {
             Ok(None) => Ok(false),
             Ok(Some((fp, Ok(key)))) => {
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
-                *self.fingerprint.write().unwrap_or_else(|e| e.into_inner()) = fp;
-                self.usable.store(true, Ordering::Relaxed);
+                self.swap(key, fp);
                 Ok(true)
             }
             Ok(Some((_, Err(e)))) | Err(e) => {
@@ -168,6 +228,15 @@ impl ReloadingCert {
         let mut ca_failing = false;
         loop {
             tick.tick().await;
+            let not_after = self.not_after();
+            if not_after > 0 {
+                metrics
+                    .certificate_expiry
+                    .get_or_create(&CertificateLabels {
+                        certificate: "serving",
+                    })
+                    .set(not_after);
+            }
             if let Some(ca) = &client_ca {
                 match ca.reload() {
                     Ok(true) => {
@@ -190,7 +259,7 @@ impl ReloadingCert {
                         .tls_reloads
                         .get_or_create(&OutcomeLabels { outcome: "success" })
                         .inc();
-                    tracing::info!(cert = %self.files.cert.display(), "serving certificate reloaded");
+                    tracing::info!(files = ?self.files, "serving certificate reloaded");
                 }
                 Ok(false) => failing = false,
                 Err(e) => {
@@ -334,9 +403,10 @@ impl ClientCertVerifier for ClientCa {
 
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(
-            &self.current.read().unwrap_or_else(|e| e.into_inner()),
-        ))
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -372,7 +442,7 @@ mod tests {
     }
 
     fn serial(c: &ReloadingCert) -> Vec<u8> {
-        c.current.read().unwrap().cert[0].to_vec()
+        c.current.read().unwrap().as_ref().unwrap().cert[0].to_vec()
     }
 
     #[test]

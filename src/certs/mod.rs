@@ -1,8 +1,6 @@
-//! `copyrator certs`: a throwaway CA and a serving certificate for the webhook server.
-//!
-//! Production installs get their certificate from the Helm chart or cert-manager; this is for
-//! local runs, the demo and the tests, where the API server must trust copyrator's endpoint at
-//! `https://127.0.0.1:PORT`.
+//! The webhook server's certificates: `copyrator certs` writes a throwaway CA and serving
+//! certificate into files (local runs, the demo, the tests); [`manager`] issues, publishes and
+//! rotates them in-process for a cluster install (SPEC §6.4).
 
 use std::{
     fs,
@@ -10,11 +8,14 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
 use time::{Duration, OffsetDateTime};
+
+pub mod inspect;
+pub mod issue;
+pub mod manager;
+pub mod rotation;
+
+use issue::SubjectNames;
 
 /// File names written into the output directory (the names a Kubernetes TLS Secret volume uses).
 pub const CA_CERT_FILE: &str = "ca.crt";
@@ -64,58 +65,19 @@ pub enum CertError {
 
 /// Creates a CA and a serving certificate signed by it, both in memory.
 pub fn generate(req: &CertRequest) -> Result<GeneratedCerts, CertError> {
-    if req.dns_names.is_empty() && req.ips.is_empty() {
-        return Err(CertError::NoSubjectAltNames);
-    }
-    let (not_before, not_after) = validity(req.valid_days);
-
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = name("copyrator webhook CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    ca_params.not_before = not_before;
-    ca_params.not_after = not_after;
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    let common_name = req
-        .dns_names
-        .first()
-        .cloned()
-        .or_else(|| req.ips.first().map(ToString::to_string))
-        .unwrap_or_else(|| "copyrator".into());
-    params.distinguished_name = name(&common_name);
-    for dns in &req.dns_names {
-        let san = dns
-            .clone()
-            .try_into()
-            .map_err(|e| CertError::DnsName(dns.clone(), e))?;
-        params.subject_alt_names.push(SanType::DnsName(san));
-    }
-    params
-        .subject_alt_names
-        .extend(req.ips.iter().map(|ip| SanType::IpAddress(*ip)));
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    params.not_before = not_before;
-    params.not_after = not_after;
-    let cert = params.signed_by(&key, &issuer)?;
-
+    let names = SubjectNames {
+        dns_names: req.dns_names.clone(),
+        ips: req.ips.clone(),
+    };
+    let (ca, leaf) = issue::ca_and_serving(
+        &names,
+        OffsetDateTime::now_utc(),
+        Duration::days(i64::from(req.valid_days.max(1))),
+    )?;
     Ok(GeneratedCerts {
-        ca_cert_pem: ca_cert.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
+        ca_cert_pem: ca.cert,
+        cert_pem: leaf.cert,
+        key_pem: leaf.key,
     })
 }
 
@@ -144,22 +106,6 @@ fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), CertError> {
     fs::write(&tmp, contents).map_err(err)?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).map_err(err)?;
     fs::rename(&tmp, path).map_err(err)
-}
-
-fn name(common_name: &str) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, common_name);
-    dn.push(DnType::OrganizationName, "copyrator");
-    dn
-}
-
-fn validity(days: u32) -> (OffsetDateTime, OffsetDateTime) {
-    let now = OffsetDateTime::now_utc();
-    // A little slack for clock skew between this machine and the API server.
-    (
-        now - Duration::hours(1),
-        now + Duration::days(i64::from(days.max(1))),
-    )
 }
 
 #[cfg(test)]
