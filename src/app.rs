@@ -363,6 +363,15 @@ fn cert_manager_config(args: &ServeArgs) -> anyhow::Result<Option<ManagerConfig>
     }
     // A step relies on the one before having reached every replica, which looks this often.
     let propagation = args.cert_propagation.max(args.cert_check_interval * 2);
+    // A serving certificate is renewed with a third of its life left, possibly only after a
+    // new CA has been trusted for `propagation`, and then loaded within a check interval.
+    if args.cert_validity < (propagation + args.cert_check_interval) * 3 {
+        anyhow::bail!(
+            "--cert-validity ({}) must be at least 3 × (--cert-propagation + --cert-check-interval) ({})",
+            humantime::format_duration(args.cert_validity),
+            humantime::format_duration((propagation + args.cert_check_interval) * 3)
+        );
+    }
     let duration = |d: Duration| time::Duration::try_from(d).context("duration out of range");
     Ok(Some(ManagerConfig {
         namespace: args
