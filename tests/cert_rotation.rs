@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::{Copyrator, Options, TestEnv, eventually, metric_value, pod, service_account};
+use common::{Copyrator, Options, TestEnv, eventually, pod, service_account};
 use copyrator::{
     certs::{inspect, manager},
     manifests::{self, WebhookOptions, WebhookTarget},
