@@ -101,6 +101,14 @@ struct Point {
     wall: f64,
     rss: f64,
     peak: f64,
+    /// kube-apiserver's and etcd's CPU per steady-state resync, less their idle rate.
+    apiserver_cpu: f64,
+    etcd_cpu: f64,
+    /// What the resync waits for, made by the benchmark client (median of 3): the namespaces
+    /// paged from etcd (500 a page, as copyrator does), and the copies (Secrets and ConfigMaps
+    /// labelled managed-by) listed from the watch cache.
+    ns_pages: f64,
+    copies_list: f64,
 }
 
 pub async fn run(report: &mut Report, steps: &Steps) {
@@ -155,6 +163,7 @@ pub async fn run(report: &mut Report, steps: &Steps) {
             }
             let mut point = converge(&client, &l, n, total_ns, rules).await;
             measure_fresh(&mut point).await;
+            time_lists(&client, &mut point).await;
             println!("  scale point: {point:?}");
             points.push(point);
             if r == 0 && n == steps.fanout_at {
@@ -316,6 +325,13 @@ async fn converge(
 /// A fresh process (default settings but a short resync interval) at the converged cluster:
 /// its startup resync, then [`STEADY_RESYNCS`] steady-state ones.
 async fn measure_fresh(point: &mut Point) {
+    // The control plane's own CPU while nothing runs, to subtract.
+    let idle_meter = CpuMeter::new(std::process::id());
+    let idle_before = idle_meter.as_ref().map(CpuMeter::sample);
+    let idle_window = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = cpu_since(idle_meter.as_ref(), idle_before);
+    let idle_rate = |i: usize| idle[i].as_secs_f64() / idle_window.elapsed().as_secs_f64();
     let mut p = Process::spawn(&[
         "--leader-election=false",
         "--resync-interval",
@@ -336,9 +352,14 @@ async fn measure_fresh(point: &mut Point) {
     wait_resyncs(&p, 2.0, Duration::from_secs(600)).await;
     let before = p.metrics().await;
     let cpu_before = cpu_time(pid);
+    let meter = CpuMeter::new(pid);
+    let parts_before = meter.as_ref().map(CpuMeter::sample);
+    let window = Instant::now();
     let done = metric_value(&before, RESYNCS_OK);
     wait_resyncs(&p, done + STEADY_RESYNCS, Duration::from_secs(600)).await;
     let cpu = cpu_time(pid).saturating_sub(cpu_before);
+    let parts = cpu_since(meter.as_ref(), parts_before);
+    let window = window.elapsed().as_secs_f64();
     let after = p.metrics().await;
     (point.rss, point.peak) = memory(pid);
     p.terminate();
@@ -349,6 +370,50 @@ async fn measure_fresh(point: &mut Point) {
     point.calls = (crate::measure::api_calls(&after) - crate::measure::api_calls(&before)) / k;
     point.writes = (writes(&after) - writes(&before)) / k;
     point.wall = delta("copyrator_resync_duration_seconds_sum") / k;
+    let busy = |i: usize| (parts[i].as_secs_f64() - idle_rate(i) * window).max(0.0) / k;
+    point.apiserver_cpu = busy(0);
+    point.etcd_cpu = busy(1);
+}
+
+/// Times what a resync waits for, made by the benchmark client: all namespaces paged from etcd
+/// (metadata, 500 a page), and the copies listed from the watch cache (metadata, label-selected);
+/// median of 3 each.
+async fn time_lists(client: &kube::Client, point: &mut Point) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Vec::new();
+    let mut copies = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        let mut lp = ListParams::default().limit(500);
+        loop {
+            let page = namespaces
+                .list_metadata(&lp)
+                .await
+                .expect("listing namespaces");
+            match page.metadata.continue_ {
+                Some(t) if !t.is_empty() => lp.continue_token = Some(t),
+                _ => break,
+            }
+        }
+        ns.push(start.elapsed());
+        let start = Instant::now();
+        let lp = ListParams {
+            label_selector: Some(marks::MANAGED_SELECTOR.into()),
+            resource_version: Some("0".into()),
+            ..Default::default()
+        };
+        Api::<Secret>::all(client.clone())
+            .list_metadata(&lp)
+            .await
+            .expect("listing copies");
+        Api::<ConfigMap>::all(client.clone())
+            .list_metadata(&lp)
+            .await
+            .expect("listing copies");
+        copies.push(start.elapsed());
+    }
+    point.ns_pages = median(&ns).as_secs_f64();
+    point.copies_list = median(&copies).as_secs_f64();
 }
 
 /// The plain client's update round: each of `objs` replaced (with its resourceVersion) with
@@ -542,6 +607,18 @@ fn figures() -> Vec<Figure> {
         ("steady resync: bytes read", |p| p.bytes, mb),
         ("steady resync: wall time", |p| p.wall, msf),
         ("steady resync: API calls", |p| p.calls, calls),
+        (
+            "steady resync: kube-apiserver CPU",
+            |p| p.apiserver_cpu,
+            msf,
+        ),
+        ("steady resync: etcd CPU", |p| p.etcd_cpu, msf),
+        ("namespaces paged from etcd (client)", |p| p.ns_pages, msf),
+        (
+            "copies listed from watch cache (client)",
+            |p| p.copies_list,
+            msf,
+        ),
         ("RSS, settled", |p| p.rss, mib),
         ("RSS, peak (VmHWM)", |p| p.peak, mib),
         ("startup resync: wall time", |p| p.startup_wall, msf),
@@ -641,6 +718,6 @@ fn rows(report: &mut Report, points: &[Point]) {
         expected_copies(20_000, 100) as f64 / 20_000.0,
     ));
     report.note(
-        "scale: steady resync = a fresh process (default settings, --resync-interval 3s, the hourly not-opted-in scan off) after its startup resync, mean of 3 resyncs (CPU of the process over them, copyrator_api_response_bytes_total, copyrator_resync_duration_seconds); startup = from the process's start until its first resync is done (CPU includes the process's start, bytes include its watches' first LISTs); RSS from /proc (VmRSS at the end, VmHWM over the process's life)".into(),
+        "scale: steady resync = a fresh process (default settings, --resync-interval 3s, the hourly not-opted-in scan off) after its startup resync, mean of 3 resyncs (CPU of the process over them, copyrator_api_response_bytes_total, copyrator_resync_duration_seconds); startup = from the process's start until its first resync is done (CPU includes the process's start, bytes include its watches' first LISTs); RSS from /proc (VmRSS at the end, VmHWM over the process's life); kube-apiserver and etcd CPU per steady resync over the same resyncs, less their rate in 2 s idle before the process started; the two client rows are what the resync waits for, made by the benchmark client after the process stopped (median of 3)".into(),
     );
 }
