@@ -8,8 +8,14 @@
 #   scripts/bench.sh --no-memory            all phases but memory (5,000 namespaces, 50,000
 #                                           Secrets) and resync, which runs on its load
 #   scripts/bench.sh --phase NAME[,NAME]    only these phases (repeatable): big-payload,
-#                                           selector-sources, new-namespace, fanout, admission,
-#                                           pod-gate, memory, resync; always in that order
+#                                           selector-sources, new-namespace, fanout, restore,
+#                                           admission, pod-gate, apiserver-profile, memory,
+#                                           resync, scale; always in that order
+#   scripts/bench.sh --phase scale          the scale curve (~15 min): 1,000 -> 5,000 -> 20,000
+#                                           namespaces with 10 and 100 rules, an update fanned
+#                                           out to 5,000, fits and extrapolation to 50,000; not
+#                                           in the default run: run it alone (it needs the
+#                                           fresh control plane to itself)
 #   scripts/bench.sh --fanout N             namespaces in the fan-out phase (500; 100 --quick)
 #
 # The arguments go to the cluster benchmark (benches/cluster/, `cargo bench --bench cluster --

@@ -20,7 +20,11 @@
 //!   a plain client, the same with copyrator's marks, copyrator, and copyrator with a copies
 //!   webhook registered as well (the earlier design; needs `go` for `go tool pprof`);
 //! - memory: RSS with many namespaces and unrelated Secrets vs none;
-//! - resync: cost of one steady-state resync.
+//! - resync: cost of one steady-state resync;
+//! - scale: the scale curve, 1,000 → 5,000 → 20,000 namespaces with 10 and 100 rules (resync
+//!   CPU, bytes read, wall time, RSS; an update fanned out to 5,000), fitted and extrapolated
+//!   to 50,000. Not in the default set: it needs a fresh control plane of its own
+//!   (`--phase scale`, ~15 min).
 //!
 //! `cargo bench --bench cluster -- [--quick] [--out FILE] [--fanout N] [--phase NAME,...]`
 
@@ -38,6 +42,7 @@ mod profile;
 mod report;
 mod restore;
 mod resync;
+mod scale;
 mod selector_sources;
 
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};
@@ -66,7 +71,7 @@ struct Args {
     #[arg(long, value_name = "N")]
     fanout: Option<usize>,
     /// Phases to run (repeatable, or comma-separated), always in the order of the possible
-    /// values [default: all].
+    /// values [default: all but scale].
     #[arg(long = "phase", value_name = "NAME", value_enum, value_delimiter = ',')]
     phases: Vec<Phase>,
     /// All phases but memory (5,000 namespaces, 50,000 Secrets) and resync, which is measured
@@ -104,6 +109,8 @@ enum Phase {
     Memory,
     /// Cost of one steady-state resync (at memory's load when both run)
     Resync,
+    /// The scale curve to 20,000 namespaces (not in the default set; run it alone)
+    Scale,
 }
 
 impl Args {
@@ -114,10 +121,14 @@ impl Args {
             Phase::value_variants()
                 .iter()
                 .copied()
-                .filter(|p| !matches!(p, Phase::Memory | Phase::Resync))
+                .filter(|p| !matches!(p, Phase::Memory | Phase::Resync | Phase::Scale))
                 .collect()
         } else {
-            Phase::value_variants().iter().copied().collect()
+            Phase::value_variants()
+                .iter()
+                .copied()
+                .filter(|p| *p != Phase::Scale)
+                .collect()
         }
     }
 }
@@ -133,6 +144,10 @@ pub struct Sizes {
     selector_writes: usize,
     gate_namespaces: usize,
     restore: usize,
+    /// Benchmark namespaces at each point of the scale curve, and where the update fan-out is
+    /// measured.
+    scale_steps: Vec<usize>,
+    scale_fanout: usize,
     /// The report's path: files of the phases (profiles) go beside it.
     out: PathBuf,
 }
@@ -150,6 +165,8 @@ fn sizes(quick: bool) -> Sizes {
             selector_writes: 500,
             gate_namespaces: 20,
             restore: 20,
+            scale_steps: vec![200, 500, 1_000],
+            scale_fanout: 500,
             out: PathBuf::new(),
         }
     } else {
@@ -164,6 +181,8 @@ fn sizes(quick: bool) -> Sizes {
             selector_writes: 4000,
             gate_namespaces: 100,
             restore: 100,
+            scale_steps: vec![1_000, 5_000, 20_000],
+            scale_fanout: 5_000,
             out: PathBuf::new(),
         }
     }
@@ -228,8 +247,23 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
         }
         env.cleanup().await;
     }
-    if phases.iter().any(|p| *p >= Phase::NewNamespace) {
+    if phases
+        .iter()
+        .any(|p| *p >= Phase::NewNamespace && *p != Phase::Scale)
+    {
         long_run(&mut report, sz, phases).await;
+    }
+    if phases.contains(&Phase::Scale) {
+        if phases.len() > 1 {
+            report.note(
+                "scale ran after other phases: its namespace counts are its own, but the cluster also holds what they left (run it alone for the curve)".into(),
+            );
+        }
+        let steps = scale::Steps {
+            namespaces: sz.scale_steps.clone(),
+            fanout_at: sz.scale_fanout,
+        };
+        scale::run(&mut report, &steps).await;
     }
     report
 }

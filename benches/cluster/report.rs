@@ -16,6 +16,8 @@ struct Row {
 pub struct Report {
     rows: Vec<Row>,
     notes: Vec<String>,
+    /// Tables of their own (Markdown), after the notes.
+    tables: Vec<String>,
 }
 
 impl Report {
@@ -50,6 +52,21 @@ impl Report {
         self.notes.push(s);
     }
 
+    /// A table of its own (e.g. the scale curve), printed now and put after the notes.
+    pub fn table(&mut self, title: &str, header: &[&str], rows: &[Vec<String>]) {
+        let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+        let mut t = format!("\n{title}\n\n");
+        t.push_str(&line(
+            &header.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        ));
+        t.push_str(&line(&vec!["---".to_string(); header.len()]));
+        for r in rows {
+            t.push_str(&line(r));
+        }
+        println!("{t}");
+        self.tables.push(t);
+    }
+
     pub fn markdown(&self) -> String {
         let mut out = String::from(
             "| figure | copyrator | baseline (same run) | ratio | SPEC §7 target |\n|---|---|---|---|---|\n",
@@ -65,6 +82,9 @@ impl Report {
             for n in &self.notes {
                 out.push_str(&format!("- {n}\n"));
             }
+        }
+        for t in &self.tables {
+            out.push_str(t);
         }
         out
     }
@@ -91,4 +111,43 @@ pub fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, Duration)
         percentile(&v, 0.99),
         *v.last().unwrap_or(&Duration::ZERO),
     )
+}
+
+/// A least-squares fit on log-log of `y` against `x`: `y ≈ k·x^exponent`.
+#[derive(Clone, Copy, Debug)]
+pub struct Fit {
+    pub exponent: f64,
+    /// ln k.
+    ln_k: f64,
+}
+
+impl Fit {
+    /// Fits `points` (x, y); points with a non-positive coordinate are left out.
+    pub fn of(points: &[(f64, f64)]) -> Self {
+        let logs: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|(x, y)| *x > 0.0 && *y > 0.0)
+            .map(|(x, y)| (x.ln(), y.ln()))
+            .collect();
+        let n = logs.len() as f64;
+        if logs.len() < 2 {
+            return Self {
+                exponent: f64::NAN,
+                ln_k: f64::NAN,
+            };
+        }
+        let mx = logs.iter().map(|p| p.0).sum::<f64>() / n;
+        let my = logs.iter().map(|p| p.1).sum::<f64>() / n;
+        let sxy: f64 = logs.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+        let sxx: f64 = logs.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+        let exponent = sxy / sxx;
+        Self {
+            exponent,
+            ln_k: my - exponent * mx,
+        }
+    }
+
+    pub fn power_at(&self, x: f64) -> f64 {
+        (self.ln_k + self.exponent * x.ln()).exp()
+    }
 }
