@@ -11,11 +11,12 @@
 #                                           selector-sources, new-namespace, fanout, restore,
 #                                           admission, pod-gate, apiserver-profile, memory,
 #                                           resync, scale; always in that order
-#   scripts/bench.sh --phase scale          the scale curve (~15 min): 1,000 -> 5,000 -> 20,000
+#   scripts/bench.sh --phase scale          the scale curve (~5 min): 1,000 -> 5,000 -> 20,000
 #                                           namespaces with 10 and 100 rules, an update fanned
-#                                           out to 5,000, fits and extrapolation to 50,000; not
-#                                           in the default run: run it alone (it needs the
-#                                           fresh control plane to itself)
+#                                           out to 5,000, fits and extrapolation to 50,000. It
+#                                           needs a fresh control plane to itself: the default
+#                                           run (no --phase) starts a second one for it
+#   scripts/bench.sh --no-scale             the default run without the scale curve
 #   scripts/bench.sh --fanout N             namespaces in the fan-out phase (500; 100 --quick)
 #
 # The arguments go to the cluster benchmark (benches/cluster/, `cargo bench --bench cluster --
@@ -40,7 +41,22 @@ cargo bench --bench cluster --no-run --quiet
 # A fresh control plane for this run only (COPYRATOR_KUBECONFIG is ignored on purpose: the
 # memory phase loads 50,000 Secrets into the cluster).
 unset COPYRATOR_KUBECONFIG
-"$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "$@" --out "$out.body"
+# --no-scale is this script's; with --phase the phases named are all that run.
+args=() scale=1 quick=()
+for a in "$@"; do
+  case "$a" in
+    --no-scale) scale=0; continue ;;
+    --phase|--phase=*) scale=0 ;;
+    --quick) quick=(--quick) ;;
+  esac
+  args+=("$a")
+done
+"$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${args[@]}" --out "$out.body"
+if [ "$scale" = 1 ]; then
+  # The scale curve on a second fresh control plane (earlier phases leave objects behind).
+  "$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${quick[@]}" --phase scale --out "$out.scale"
+  cat "$out.scale" >>"$out.body" && rm -f "$out.scale"
+fi
 cat "$out.head" "$out.body" >"$out" && rm -f "$out.head" "$out.body"
 echo "cluster results: $out"
 cargo bench --bench micro -- --noplot 2>&1 | grep -E '^[a-z_]+/|time:|thrpt:' | tee "bench-results/micro-$stamp.txt"

@@ -23,8 +23,8 @@
 //! - resync: cost of one steady-state resync;
 //! - scale: the scale curve, 1,000 → 5,000 → 20,000 namespaces with 10 and 100 rules (resync
 //!   CPU, bytes read, wall time, RSS; an update fanned out to 5,000), fitted and extrapolated
-//!   to 50,000. Not in the default set: it needs a fresh control plane of its own
-//!   (`--phase scale`, ~15 min).
+//!   to 50,000. Not in this program's default set: it needs a fresh control plane of its own
+//!   (`--phase scale`, ~5 min); `scripts/bench.sh` starts a second one for it.
 //!
 //! `cargo bench --bench cluster -- [--quick] [--out FILE] [--fanout N] [--phase NAME,...]`
 
@@ -109,7 +109,8 @@ enum Phase {
     Memory,
     /// Cost of one steady-state resync (at memory's load when both run)
     Resync,
-    /// The scale curve to 20,000 namespaces (not in the default set; run it alone)
+    /// The scale curve to 20,000 namespaces (not in the default set; run alone: scripts/bench.sh
+    /// runs it on a control plane of its own)
     Scale,
 }
 
