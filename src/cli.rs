@@ -445,9 +445,10 @@ pub struct WebhooksArgs {
     #[arg(long)]
     pub service: Option<String>,
 
-    /// PEM file of the CA that signed the webhook server's certificate.
+    /// PEM file of the CA that signed the webhook server's certificate. Leave it out when
+    /// copyrator issues its own (`serve --tls-secret`): it then sets the caBundle itself.
     #[arg(long)]
-    pub ca_bundle: PathBuf,
+    pub ca_bundle: Option<PathBuf>,
 
     /// Name of the ValidatingWebhookConfiguration.
     #[arg(long, default_value = "copyrator")]

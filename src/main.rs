@@ -67,9 +67,11 @@ fn main() -> ExitCode {
                 (None, Some(svc)) => WebhookTarget::service(&svc).map_err(anyhow::Error::msg)?,
                 _ => anyhow::bail!("give exactly one of --url or --service"),
             };
-            let ca_bundle = std::fs::read(&args.ca_bundle).map_err(|e| {
-                anyhow::anyhow!("reading --ca-bundle {}: {e}", args.ca_bundle.display())
-            })?;
+            let ca_bundle = match &args.ca_bundle {
+                Some(path) => std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("reading --ca-bundle {}: {e}", path.display()))?,
+                None => Vec::new(),
+            };
             let yaml = manifests::webhooks_yaml(&WebhookOptions {
                 name: args.name,
                 target,

@@ -40,7 +40,8 @@ impl WebhookTarget {
     }
 
     fn client_config(&self, endpoint: Endpoint, ca_bundle: &[u8]) -> WebhookClientConfig {
-        let ca = Some(ByteString(ca_bundle.to_vec()));
+        // None: copyrator publishes its own CA into the webhooks (`serve --tls-secret`).
+        let ca = (!ca_bundle.is_empty()).then(|| ByteString(ca_bundle.to_vec()));
         match self {
             WebhookTarget::Url(base) => WebhookClientConfig {
                 url: Some(format!("{}{}", base.trim_end_matches('/'), endpoint.path())),
@@ -73,7 +74,7 @@ impl WebhookTarget {
 pub struct WebhookOptions {
     pub name: String,
     pub target: WebhookTarget,
-    /// PEM of the CA that signed the serving certificate.
+    /// PEM of the CA that signed the serving certificate; empty: none (copyrator sets it).
     pub ca_bundle: Vec<u8>,
     pub exclude_namespaces: Vec<String>,
     pub timeout_seconds: i32,

@@ -18,7 +18,6 @@ mod test_hook;
 
 use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
-use base64::Engine;
 use common::{Process, TestEnv, eventually};
 use copyrator::copyrule::CopyRule;
 use k8s_openapi::{
@@ -33,8 +32,8 @@ use kube::{Api, api::PostParams};
 use serde_json::{Value, json};
 use support::{
     Installed, Release, assert_contains, b64, binary_webhooks, chart_dir, find, find_all,
-    find_named, helm, helm_ok, kinds, openssl, render, root, secret_data, service_account_token,
-    temp_file, write_token_kubeconfig,
+    find_named, helm, helm_ok, kinds, openssl, render, root, service_account_token, temp_file,
+    write_token_kubeconfig,
 };
 
 /// An RBAC rule as a comparable (apiGroups, resources, resourceNames, verbs) tuple.
@@ -60,9 +59,9 @@ fn rule(groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]) -> 
     (v(groups), v(resources), v(names), v(verbs))
 }
 
-/// Exactly the API calls copyrator makes (src/cluster.rs, src/apply.rs, src/events.rs), one
-/// rule per verb.
-fn expected_cluster_rules() -> RuleSet {
+/// Exactly the API calls copyrator makes (src/cluster/, src/report/events.rs, and with its own
+/// certificates src/certs/manager.rs on the `webhooks` configurations), one rule per verb.
+fn expected_cluster_rules(webhooks: &str) -> RuleSet {
     let objects = &["secrets", "configmaps"];
     let mut rules: Vec<Rule> = [
         "get", "list", "watch", "create", "update", "delete", "patch",
@@ -80,6 +79,18 @@ fn expected_cluster_rules() -> RuleSet {
         rule(&["copyrator.io"], &["copyrules/status"], &[], &["patch"]),
         rule(&[""], &["events"], &[], &["create"]),
     ]);
+    let configurations = &[
+        "validatingwebhookconfigurations",
+        "mutatingwebhookconfigurations",
+    ];
+    for verb in ["get", "patch"] {
+        rules.push(rule(
+            &["admissionregistration.k8s.io"],
+            configurations,
+            &[webhooks],
+            &[verb],
+        ));
+    }
     rules.into_iter().collect()
 }
 
@@ -201,12 +212,12 @@ fn rendered_webhook_configuration_is_what_copyrator_manifests_prints() {
     ];
     for (values, service, name, timeout, excluded) in cases {
         let docs = render("demo", "platform-system", values);
-        let ca = b64(
-            find(&docs, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]
-                ["caBundle"]
-                .as_str()
-                .expect("an inline caBundle"),
-        );
+        // No caBundle by default: copyrator sets it (SPEC §6.4).
+        let ca = find(&docs, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]
+            .get("caBundle")
+            .and_then(Value::as_str)
+            .map(b64)
+            .unwrap_or_default();
         let (validating, mutating) = binary_webhooks(
             &format!("platform-system/{service}"),
             name,
@@ -292,12 +303,26 @@ fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
     }
 }
 
+/// By default copyrator issues its own certificate (SPEC §6.4): the chart renders the Secret
+/// empty and marked as copyrator's, the webhooks without a caBundle, and copyrator's flags for
+/// the Service's names — nothing random, so every render is the same (Argo CD, `helm
+/// template`), and the ClusterRole may touch copyrator's own webhook configurations only.
 #[test]
-fn chart_made_certificate_is_signed_by_the_webhook_ca_for_the_service_names() {
+fn copyrators_own_certificates_render_the_same_every_time() {
     let docs = render("demo", "platform-system", &[]);
+    assert_eq!(
+        docs,
+        render("demo", "platform-system", &[]),
+        "a second render is identical"
+    );
     let secret = find(&docs, "Secret");
-    assert_eq!(secret["type"], "kubernetes.io/tls");
-    assert_eq!(secret["metadata"]["name"], "demo-copyrator-tls");
+    assert_eq!(secret["type"], "Opaque");
+    assert_eq!(secret["metadata"]["name"], "demo-copyrator-webhook-certs");
+    assert_eq!(
+        secret["metadata"]["annotations"]["copyrator.io/certificates"],
+        "managed"
+    );
+    assert!(secret.get("data").is_none(), "no data: {secret}");
     let vwc = find(&docs, "ValidatingWebhookConfiguration");
     let mwc = find(&docs, "MutatingWebhookConfiguration");
     for h in vwc["webhooks"]
@@ -306,42 +331,67 @@ fn chart_made_certificate_is_signed_by_the_webhook_ca_for_the_service_names() {
         .iter()
         .chain(mwc["webhooks"].as_array().unwrap())
     {
-        assert_eq!(
-            h["clientConfig"]["caBundle"], secret["data"]["ca.crt"],
-            "the webhooks trust the CA stored with the certificate"
+        assert!(
+            h["clientConfig"].get("caBundle").is_none(),
+            "copyrator sets the caBundle, Helm leaves it: {h}"
         );
     }
-    let dir = tempfile::tempdir().unwrap();
-    for key in ["ca.crt", "tls.crt", "tls.key"] {
-        std::fs::write(
-            dir.path().join(key),
-            b64(secret["data"][key].as_str().unwrap()),
-        )
-        .unwrap();
-    }
-    let path = |f: &str| dir.path().join(f).display().to_string();
-    let verified = openssl(&["verify", "-CAfile", &path("ca.crt"), &path("tls.crt")]);
-    assert!(verified.trim_end().ends_with("OK"), "{verified}");
-    let sans = openssl(&[
-        "x509",
-        "-noout",
-        "-ext",
-        "subjectAltName",
-        "-in",
-        &path("tls.crt"),
-    ]);
-    for name in [
-        "DNS:demo-copyrator,",
-        "DNS:demo-copyrator.platform-system,",
-        "DNS:demo-copyrator.platform-system.svc,",
-        "DNS:demo-copyrator.platform-system.svc.cluster.local",
+    let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<String> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_serve_accepts(&args);
+    for expected in [
+        "--tls-secret=demo-copyrator-webhook-certs",
+        "--tls-secret-namespace=$(POD_NAMESPACE)",
+        "--tls-dns-names=demo-copyrator,demo-copyrator.platform-system,demo-copyrator.platform-system.svc,demo-copyrator.platform-system.svc.cluster.local",
+        "--webhook-configuration=demo-copyrator",
+        "--ca-validity=8760h",
+        "--cert-validity=2160h",
     ] {
-        assert!(sans.contains(name), "{name} not in {sans}");
+        assert!(
+            args.iter().any(|a| a == expected),
+            "{expected} not in {args:?}"
+        );
     }
-    // The key belongs to the certificate.
-    let cert_key = openssl(&["x509", "-noout", "-pubkey", "-in", &path("tls.crt")]);
-    let key_pub = openssl(&["pkey", "-pubout", "-in", &path("tls.key")]);
-    assert_eq!(cert_key, key_pub);
+    assert!(!args.iter().any(|a| a.starts_with("--tls-cert")));
+    assert!(c.get("volumeMounts").is_none() && pod.get("volumes").is_none());
+
+    let role = find_named(&docs, "ClusterRole", "demo-copyrator");
+    let webhook_rules: Vec<&Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["apiGroups"] == json!(["admissionregistration.k8s.io"]))
+        .collect();
+    assert_eq!(webhook_rules.len(), 2, "get and patch");
+    for r in webhook_rules {
+        assert_eq!(r["resourceNames"], json!(["demo-copyrator"]));
+    }
+
+    // cert-manager or your own Secret: no such rules, and the pair is mounted.
+    let managed = render(
+        "demo",
+        "platform-system",
+        &["--set", "certManager.enabled=true"],
+    );
+    let role = find_named(&managed, "ClusterRole", "demo-copyrator");
+    assert!(
+        !role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["apiGroups"] == json!(["admissionregistration.k8s.io"]))
+    );
+    let pod = &find(&managed, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "tls", "secret": {"secretName": "demo-copyrator-tls"}}])
+    );
 }
 
 #[test]
@@ -492,8 +542,7 @@ fn deployment_runs_two_hardened_replicas_with_probes() {
     assert_eq!(args[0], "serve");
     assert_serve_accepts(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
     for expected in [
-        "--tls-cert=/certs/tls.crt",
-        "--tls-key=/certs/tls.key",
+        "--tls-secret=demo-copyrator-webhook-certs",
         "--lease-namespace=$(POD_NAMESPACE)",
         "--lease-name=demo-copyrator",
         "--log-format=json",
@@ -511,15 +560,6 @@ fn deployment_runs_two_hardened_replicas_with_probes() {
             .unwrap_or_else(|| panic!("env {name}"));
         assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field);
     }
-    assert_eq!(
-        c["volumeMounts"],
-        json!([{"name": "tls", "mountPath": "/certs", "readOnly": true}])
-    );
-    assert_eq!(
-        pod["volumes"],
-        json!([{"name": "tls", "secret": {"secretName": "demo-copyrator-tls"}}])
-    );
-
     let pdb = find(&docs, "PodDisruptionBudget");
     assert_eq!(pdb["spec"]["minAvailable"], 1);
     assert_eq!(
@@ -725,7 +765,7 @@ fn rbac_grants_exactly_what_copyrator_uses() {
     let docs = render("demo", "platform-system", &[]);
     let cluster_role = find_named(&docs, "ClusterRole", "demo-copyrator");
     let cluster_rules = rule_set(&rules_of(cluster_role));
-    assert_eq!(cluster_rules, expected_cluster_rules());
+    assert_eq!(cluster_rules, expected_cluster_rules("demo-copyrator"));
     assert_least_privilege(&cluster_rules);
 
     let role = find(&docs, "Role");
@@ -1113,7 +1153,7 @@ async fn helm_install_creates_a_working_setup_and_uninstall_removes_it() {
             .clone()
             .unwrap(),
     );
-    assert_eq!(cluster_rules, expected_cluster_rules());
+    assert_eq!(cluster_rules, expected_cluster_rules(&fullname));
     let lease_rules = rule_set(&installed.role.as_ref().unwrap().rules.clone().unwrap());
     assert_eq!(lease_rules, expected_lease_rules(&fullname));
     let subjects = installed
@@ -1150,9 +1190,10 @@ async fn helm_install_creates_a_working_setup_and_uninstall_removes_it() {
         })
         .collect();
     assert_eq!(ports, [(443, "webhook".into()), (9090, "http".into())]);
+    // copyrator's own certificates: an empty Secret for it to fill (nothing runs here).
     assert_eq!(
         installed.tls.as_ref().unwrap().type_.as_deref(),
-        Some("kubernetes.io/tls")
+        Some("Opaque")
     );
     let pdb = installed.pdb.as_ref().unwrap();
     assert_eq!(pdb.data["spec"]["minAvailable"], 1);
@@ -1187,70 +1228,12 @@ async fn helm_install_creates_a_working_setup_and_uninstall_removes_it() {
     env.cleanup().await;
 }
 
-#[tokio::test]
-async fn helm_upgrade_keeps_the_webhook_ca() {
-    let env = TestEnv::new().await;
-    let ns = env.namespace("helm-upgrade", &[]).await;
-    let name = format!("u{}", env.id);
-    let fullname = format!("{name}-copyrator");
-    let mut release = Release::install(&name, &ns, &[]);
-    let before = Installed::read(&env.client, &ns, &fullname).await;
-    let ca = before.ca();
-    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(&ca);
-    let serving_cert = secret_data(before.tls.as_ref().unwrap(), "tls.crt");
-
-    // Rendering against the cluster finds the Secret (`lookup`) and reuses its pair.
-    let live = release.render_live();
-    let rendered_secret = find(&live, "Secret");
-    assert_eq!(rendered_secret["data"]["ca.crt"], ca_b64);
-    for h in find(&live, "ValidatingWebhookConfiguration")["webhooks"]
-        .as_array()
-        .unwrap()
-    {
-        assert_eq!(h["clientConfig"]["caBundle"], ca_b64);
-    }
-
-    let summary = release.upgrade(&["--set", "webhook.timeoutSeconds=2"]);
-    assert_eq!(summary["revision"], 2, "{summary}");
-    assert_eq!(summary["status"], "deployed");
-    let after = Installed::read(&env.client, &ns, &fullname).await;
-    assert_eq!(after.ca(), ca, "helm upgrade kept the CA");
-    assert_eq!(
-        secret_data(after.tls.as_ref().unwrap(), "tls.crt"),
-        serving_cert,
-        "and the serving certificate"
-    );
-    let validating = after.vwc.as_ref().unwrap().webhooks.clone().unwrap();
-    let mutating = after.mwc.as_ref().unwrap().webhooks.clone().unwrap();
-    let hooks = validating
-        .iter()
-        .map(|h| (&h.name, h.timeout_seconds, &h.client_config))
-        .chain(
-            mutating
-                .iter()
-                .map(|h| (&h.name, h.timeout_seconds, &h.client_config)),
-        );
-    for (name, timeout, client_config) in hooks {
-        assert_eq!(timeout, Some(2), "the upgrade was applied to {name}");
-        assert_eq!(
-            client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
-            Some(ca.clone()),
-            "webhook {name} trusts the same CA"
-        );
-    }
-
-    // A second upgrade with the same values changes nothing either.
-    release.upgrade(&["--set", "webhook.timeoutSeconds=2"]);
-    let again = Installed::read(&env.client, &ns, &fullname).await;
-    assert_eq!(again.ca(), ca);
-
-    release.uninstall();
-    env.cleanup().await;
-}
-
 /// copyrator (this build, out of cluster) running as the chart's ServiceAccount with the
-/// chart's serving certificate: the honest test that the ClusterRole and Role grant enough.
-/// No webhook is registered: the startup and periodic resyncs do all the work here.
+/// chart's certificate flags: the honest test that the ClusterRole and Role grant enough,
+/// and that copyrator's own certificate works with the chart — issued into the chart's Secret,
+/// published into the chart's webhooks, verifiable for the Service's name, and kept as it is
+/// by `helm upgrade`. No webhook call reaches it (the Service has no endpoints here): the
+/// startup and periodic resyncs do all the work.
 #[tokio::test]
 async fn copyrator_does_its_job_under_the_charts_service_account() {
     let env = TestEnv::new().await;
@@ -1258,7 +1241,6 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
     let name = format!("p{}", env.id);
     let fullname = format!("{name}-copyrator");
     let mut release = Release::install(&name, &ns, &[]);
-    let installed = Installed::read(&env.client, &ns, &fullname).await;
 
     // Work that needs every permission: an inline-rule Secret (list namespaces, get/list/
     // create secrets), a same-name Secret it must not touch (create events), a CopyRule naming
@@ -1313,19 +1295,35 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
 
     let token = service_account_token(&env.client, &ns, &fullname).await;
     // The source namespace is trusted, as the chart's trustedNamespaces value would say.
-    let mut copyrator = copyrator_as(
-        &token,
-        installed.tls.as_ref().unwrap(),
-        &installed.ca(),
-        &ns,
-        &fullname,
-        &source_ns,
-    );
+    let mut copyrator = copyrator_as(&token, &ns, &fullname, &source_ns);
     copyrator.wait_ready().await;
 
+    // Issued into the chart's Secret, published into every webhook of the release.
+    let installed = Installed::read(&env.client, &ns, &fullname).await;
+    let bundle = installed.ca();
+    assert!(!bundle.is_empty(), "copyrator filled the Secret");
+    let hooks = |i: &Installed| {
+        let v = i.vwc.as_ref().unwrap().webhooks.clone().unwrap();
+        let m = i.mwc.as_ref().unwrap().webhooks.clone().unwrap();
+        v.into_iter()
+            .map(|h| (h.name, h.timeout_seconds, h.client_config))
+            .chain(
+                m.into_iter()
+                    .map(|h| (h.name, h.timeout_seconds, h.client_config)),
+            )
+            .collect::<Vec<_>>()
+    };
+    for (hook, _, client_config) in hooks(&installed) {
+        assert_eq!(
+            client_config.ca_bundle.map(|b| b.0),
+            Some(bundle.clone()),
+            "webhook {hook} trusts the CA in the Secret"
+        );
+    }
+
     // The API server dials `<service>.<namespace>.svc` and checks the certificate against the
-    // caBundle: the chart's pair passes that check when copyrator serves it.
-    let ca = temp_file(&installed.ca());
+    // caBundle: copyrator's certificate passes that check.
+    let ca = temp_file(&bundle);
     let host = format!("{fullname}.{ns}.svc");
     let handshake = openssl(&[
         "s_client",
@@ -1388,37 +1386,62 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
         "copyrator was refused something under the chart's RBAC:\n{logs}"
     );
 
+    // `helm upgrade` changes the webhooks but keeps what copyrator wrote: the Secret's data
+    // and every caBundle (the chart renders neither). copyrator looks again only in an hour
+    // here (--cert-check-interval): nothing put them back.
+    let secret_before = installed.tls.as_ref().unwrap().data.clone();
+    let summary = release.upgrade(&["--set", "webhook.timeoutSeconds=2"]);
+    assert_eq!(summary["status"], "deployed", "{summary}");
+    let after = Installed::read(&env.client, &ns, &fullname).await;
+    assert_eq!(after.tls.as_ref().unwrap().data, secret_before);
+    for (hook, timeout, client_config) in hooks(&after) {
+        assert_eq!(timeout, Some(2), "the upgrade was applied to {hook}");
+        assert_eq!(
+            client_config.ca_bundle.map(|b| b.0),
+            Some(bundle.clone()),
+            "webhook {hook} still trusts the same CA"
+        );
+    }
+    let metrics = copyrator.metrics().await;
+    assert_eq!(
+        common::metric_value(
+            &metrics,
+            "copyrator_certificates_issued_total{certificate=\"ca\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+
     drop(copyrator);
     release.uninstall();
     env.cleanup().await;
 }
 
-/// The copyrator binary running out of cluster as a ServiceAccount (its `token`), serving the
-/// given TLS Secret's pair (signed by `ca`), with the chart's Lease and the Pod name a replica
-/// of the release would have.
-fn copyrator_as(
-    token: &str,
-    tls: &Secret,
-    ca: &[u8],
-    lease_namespace: &str,
-    lease_name: &str,
-    trusted_namespaces: &str,
-) -> Process {
-    let dir = tempfile::tempdir().unwrap();
-    let file = |name: &str| dir.path().join(name);
-    for key in ["tls.crt", "tls.key"] {
-        std::fs::write(file(key), secret_data(tls, key)).unwrap();
-    }
-    write_token_kubeconfig(&common::kubeconfig(), token, &file("kubeconfig"));
-    let kubeconfig = format!("--kubeconfig={}", file("kubeconfig").display());
-    let pod_name = format!("{lease_name}-test-pod");
+/// The copyrator binary running out of cluster as a ServiceAccount (its `token`), with the
+/// certificate flags the chart renders (its own certificate in `<fullname>-webhook-certs`, the
+/// CA published into the `<fullname>` webhook configurations), the chart's Lease and the Pod
+/// name a replica of the release would have.
+fn copyrator_as(token: &str, namespace: &str, fullname: &str, trusted_namespaces: &str) -> Process {
+    let (dir, ca) = common::test_certs();
+    let kubeconfig_file = dir.path().join("kubeconfig");
+    write_token_kubeconfig(&common::kubeconfig(), token, &kubeconfig_file);
+    let kubeconfig = format!("--kubeconfig={}", kubeconfig_file.display());
+    let pod_name = format!("{fullname}-test-pod");
+    let dns_names = format!(
+        "{fullname},{fullname}.{namespace},{fullname}.{namespace}.svc,{fullname}.{namespace}.svc.cluster.local"
+    );
     Process::spawn_with_env(
         dir,
-        ca.to_vec(),
+        ca,
         &[
             &kubeconfig,
-            &format!("--lease-namespace={lease_namespace}"),
-            &format!("--lease-name={lease_name}"),
+            &format!("--lease-namespace={namespace}"),
+            &format!("--lease-name={fullname}"),
+            &format!("--tls-secret={fullname}-webhook-certs"),
+            &format!("--tls-secret-namespace={namespace}"),
+            &format!("--tls-dns-names={dns_names}"),
+            &format!("--webhook-configuration={fullname}"),
+            "--cert-check-interval=1h",
             "--resync-interval=1s",
             &format!("--trusted-namespaces={trusted_namespaces}"),
             "--log-format=json",

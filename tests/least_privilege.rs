@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use copyrator::{copyrule::CopyRule, marks};
 use k8s_openapi::api::{
+    admissionregistration::v1::ValidatingWebhookConfiguration,
     coordination::v1::Lease,
     core::v1::Event,
     rbac::v1::{ClusterRole, PolicyRule, Role},
@@ -105,6 +106,9 @@ async fn whole_job(env: &TestEnv, rbac: &Rbac, kubeconfig: &str, run: usize) -> 
     let _ = leases
         .delete(&rbac.fullname, &DeleteParams::default())
         .await;
+    // With its own certificate, as the chart runs it: issued into the chart's Secret and
+    // published into the webhook configuration (the release's webhook.name is the e2e one).
+    let certificate_secret = format!("{}-webhook-certs", rbac.fullname);
     let mut p = Process::spawn(&[
         "--kubeconfig",
         kubeconfig,
@@ -117,9 +121,26 @@ async fn whole_job(env: &TestEnv, rbac: &Rbac, kubeconfig: &str, run: usize) -> 
         "3s",
         "--resync-interval",
         "1h",
+        "--tls-secret",
+        &certificate_secret,
+        "--tls-secret-namespace",
+        &rbac.namespace,
+        "--tls-ips",
+        "127.0.0.1",
+        "--webhook-configuration",
+        WEBHOOK_CONFIG_NAME,
+        "--cert-check-interval",
+        "200ms",
     ]);
     p.wait_up().await;
-    env.register_webhooks(&p).await;
+    // Registered without a caBundle: copyrator must put its CA there.
+    env.webhooks_registered();
+    register_webhooks(
+        &env.client,
+        &format!("https://127.0.0.1:{}", p.webhook_port),
+        &[],
+    )
+    .await;
     let result = whole_job_steps(env, &p, run).await;
     let result = match result {
         Ok(()) => {
@@ -144,6 +165,18 @@ async fn whole_job_steps(env: &TestEnv, p: &Process, run: usize) -> Result<(), S
     let started = Instant::now();
     step(p, "leading and ready after the first resync", || async {
         p.get("/readyz").await.0 == 200
+    })
+    .await?;
+    step(p, "its CA published into the webhooks", || async {
+        Api::<ValidatingWebhookConfiguration>::all(env.client.clone())
+            .get(WEBHOOK_CONFIG_NAME)
+            .await
+            .is_ok_and(|c| {
+                c.webhooks
+                    .unwrap_or_default()
+                    .iter()
+                    .all(|h| h.client_config.ca_bundle.is_some())
+            })
     })
     .await?;
 
@@ -288,7 +321,9 @@ async fn every_rule_of_the_charts_rbac_is_needed_and_together_they_suffice() {
     let env = TestEnv::new().await;
     let ns = env.namespace("lp-release", &[]).await;
     let name = format!("lp{}", env.id);
-    let mut release = Release::install(&name, &ns, &[]);
+    // The chart's certificate rules name its webhook configurations: let those be the ones this
+    // test registers.
+    let mut release = Release::install(&name, &ns, &["--set", "webhook.name=copyrator-e2e"]);
     let fullname = format!("{name}-copyrator");
     let cluster_rules = Api::<ClusterRole>::all(env.client.clone())
         .get(&fullname)

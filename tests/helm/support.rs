@@ -163,9 +163,13 @@ pub fn binary_webhooks(
     exclude_namespaces: &str,
 ) -> (Value, Value) {
     let ca = temp_file(ca_pem);
-    let out = Command::new(env!("CARGO_BIN_EXE_copyrator"))
-        .args(["manifests", "webhooks", "--service", service, "--ca-bundle"])
-        .arg(ca.path())
+    let mut command = Command::new(env!("CARGO_BIN_EXE_copyrator"));
+    command.args(["manifests", "webhooks", "--service", service]);
+    // No CA: copyrator's own certificates, whose CA copyrator sets itself.
+    if !ca_pem.is_empty() {
+        command.arg("--ca-bundle").arg(ca.path());
+    }
+    let out = command
         .args(["--name", name, "--timeout-seconds"])
         .arg(timeout_seconds.to_string())
         .args(["--exclude-namespaces", exclude_namespaces])
@@ -400,7 +404,7 @@ impl Installed {
                 .await
                 .unwrap(),
             tls: Api::namespaced(client.clone(), ns)
-                .get_opt(&format!("{fullname}-tls"))
+                .get_opt(&format!("{fullname}-webhook-certs"))
                 .await
                 .unwrap(),
             pdb: pdbs.get_opt(fullname).await.unwrap(),
@@ -427,9 +431,14 @@ impl Installed {
         .collect()
     }
 
+    /// The CA bundle copyrator put into its certificate Secret (empty before it ran).
     pub fn ca(&self) -> Vec<u8> {
-        let tls = self.tls.as_ref().expect("the TLS Secret");
-        tls.data.as_ref().unwrap()["ca.crt"].0.clone()
+        let tls = self.tls.as_ref().expect("the certificate Secret");
+        tls.data
+            .as_ref()
+            .and_then(|d| d.get("ca.crt"))
+            .map(|b| b.0.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -25,7 +25,7 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::common::{self, TestEnv, service_account_token, write_token_kubeconfig};
-use crate::support::{Installed, Release, find, helm, render, render_hooks};
+use crate::support::{Release, find, helm, render, render_hooks};
 
 fn hook_weight(doc: &Value) -> i64 {
     doc["metadata"]["annotations"]["helm.sh/hook-weight"]
@@ -432,16 +432,8 @@ async fn helm_test_fails_without_a_copy_and_passes_once_copyrator_makes_it() {
     // copyrator, as the chart's ServiceAccount with a 1 s resync (the test API server cannot
     // reach the chart's Service, so its webhooks are ignored and the resync finds the rule).
     release.upgrade(&["--set", "test.timeout=60s"]);
-    let installed = Installed::read(&env.client, &ns, &fullname).await;
     let token = service_account_token(&env.client, &ns, &fullname).await;
-    let mut copyrator = crate::copyrator_as(
-        &token,
-        installed.tls.as_ref().unwrap(),
-        &installed.ca(),
-        &ns,
-        &fullname,
-        &ns,
-    );
+    let mut copyrator = crate::copyrator_as(&token, &ns, &fullname, &ns);
     copyrator.wait_ready().await;
 
     let (passed, said, runs) = helm_test(&env, &release, &ns).await;

@@ -38,13 +38,28 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "copyrator.fullname" .) .Values.serviceAccount.name }}
 {{- end }}
 
-{{/* The Secret the pods serve the webhooks from: the user's (tls.existingSecret), or the one
-the chart or cert-manager writes. */}}
-{{- define "copyrator.tlsSecretName" -}}
-{{- if .Values.tls.existingSecret -}}
-{{- .Values.tls.existingSecret }}
+{{/* Where the serving certificate comes from: "copyrator" (issued in-process, the default),
+"certManager", or "existingSecret". */}}
+{{- define "copyrator.certMode" -}}
+{{- if .Values.certManager.enabled -}}
+certManager
+{{- else if .Values.tls.existingSecret -}}
+existingSecret
 {{- else -}}
+copyrator
+{{- end }}
+{{- end }}
+
+{{/* The Secret the pods serve the webhooks from: the user's (tls.existingSecret), or the one
+copyrator or cert-manager writes. */}}
+{{- define "copyrator.tlsSecretName" -}}
+{{- $mode := include "copyrator.certMode" . -}}
+{{- if eq $mode "existingSecret" -}}
+{{- .Values.tls.existingSecret }}
+{{- else if eq $mode "certManager" -}}
 {{- default (printf "%s-tls" (include "copyrator.fullname" .)) .Values.tls.secretName }}
+{{- else -}}
+{{- default (printf "%s-webhook-certs" (include "copyrator.fullname" .)) .Values.tls.secretName }}
 {{- end }}
 {{- end }}
 
