@@ -9,7 +9,7 @@ use kube::{Api, ResourceExt, api::PostParams};
 use crate::{
     LongRun,
     common::secret,
-    measure::{create_namespace, wait_count, watch_secrets},
+    measure::{call_breakdown, create_namespace, wait_count, watch_secrets},
     payload,
     report::{Report, ms, summary},
 };
@@ -22,6 +22,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
         client,
         namespaces,
         src,
+        p,
         ..
     } = lr;
     let lat_key = format!("bench-lat-{}", env.id);
@@ -47,6 +48,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
         |_| true,
     )
     .await;
+    let metrics_before = p.metrics().await;
     let mut created = Vec::new();
     for i in 0..count {
         let name = env.name(&format!("lat-{i}"));
@@ -60,6 +62,9 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
         "copies for every namespace"
     );
     watch.abort();
+    // What copyrator asked the API server for those namespaces: the round trips between a
+    // namespace and its copy (a plain client makes one, the create).
+    let calls = call_breakdown(&metrics_before, &p.metrics().await);
     let copy_lat: Vec<Duration> = {
         let seen = seen.lock().unwrap();
         created
@@ -119,5 +124,8 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
     }
     report.note(format!(
         "latency: {count} namespaces created one by one, 20 ms apart; from the namespace create response to the copy's ADDED watch event; baseline: the same client creating the Secret itself after the namespace"
+    ));
+    report.note(format!(
+        "copyrator's API calls for those {count} namespaces (verb, resource: count): {calls}"
     ));
 }

@@ -13,7 +13,7 @@ use crate::{
     cluster::{Cluster, apply::WriteBudget},
     copyrule::CopyRuleStatus,
     metrics::Metrics,
-    model::ObjectKey,
+    model::{ObjectKey, Payload, SourceInfo},
     plan::Policy,
     report::events::Events,
 };
@@ -47,6 +47,11 @@ pub struct Context {
     /// Content hash of a source at a resourceVersion: lets a resync decide "in sync" from
     /// metadata alone. Bounded; one small entry per source.
     pub source_hashes: Cache<(ObjectKey, String), String>,
+    /// Payloads of small sources at a resourceVersion (what a GET returned): a job that lists a
+    /// source at that version needs no GET. Bounded by bytes (`SOURCE_PAYLOAD_CACHE_BYTES`);
+    /// what a job writes from it is checked against a fresh read afterwards, as for a GET
+    /// (`sync::converge::recheck_inputs`).
+    pub source_payloads: Cache<(ObjectKey, String), (Arc<Payload>, SourceInfo)>,
     /// Counts completed full resyncs (readiness waits for the first).
     pub resyncs: tokio::sync::watch::Sender<u64>,
     /// The CopyRule status this replica last wrote, by rule name (with the rule's uid).
@@ -61,6 +66,22 @@ pub struct Context {
     pub unlabelled_scan: Periodic,
     /// Versions of such sources already warned about: (source, resourceVersion).
     pub unlabelled_warned: Cache<(ObjectKey, String), ()>,
+}
+
+/// Bytes of source payloads kept between jobs ([`Context::source_payloads`]).
+pub const SOURCE_PAYLOAD_CACHE_BYTES: u64 = 4 << 20;
+/// Larger payloads are not kept: read when needed, dropped after (SPEC §4.5 memory bounds).
+pub const SOURCE_PAYLOAD_CACHE_MAX_ENTRY: usize = 64 << 10;
+
+/// Bytes of a payload's keys and values, roughly what it holds in memory.
+pub fn payload_bytes(payload: &Payload) -> usize {
+    let map = |m: &Option<std::collections::BTreeMap<String, String>>| {
+        m.iter()
+            .flatten()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+    };
+    map(&payload.data) + map(&payload.binary_data)
 }
 
 /// Something a job does now and then, not every time: at most once per `every` (never when
@@ -112,6 +133,12 @@ impl Context {
             queue,
             settings,
             source_hashes: Cache::builder().max_capacity(100_000).build(),
+            source_payloads: Cache::builder()
+                .weigher(|_, (payload, _): &(Arc<Payload>, SourceInfo)| {
+                    u32::try_from(payload_bytes(payload)).unwrap_or(u32::MAX)
+                })
+                .max_capacity(SOURCE_PAYLOAD_CACHE_BYTES)
+                .build(),
             resyncs: tokio::sync::watch::Sender::new(0),
             written_status: Cache::builder().max_capacity(10_000).build(),
             malformed_seen: Cache::builder().max_capacity(10_000).build(),

@@ -19,7 +19,7 @@ use crate::{
     metrics::WhatLabels,
     model::{Object, ObjectKey, SourceInfo},
     pipeline::{
-        context::Context,
+        context::{Context, SOURCE_PAYLOAD_CACHE_MAX_ENTRY, payload_bytes},
         job::{Job, JobKey, Trigger},
         queue::enqueue,
     },
@@ -343,9 +343,26 @@ pub(super) async fn read_sources(
     contents: &mut Contents,
     keys: &[ObjectKey],
 ) {
-    let reads = futures::future::join_all(keys.iter().map(|k| ctx.cluster.get(k))).await;
     let mut read = Vec::new();
-    for (key, obj) in keys.iter().zip(reads) {
+    // Sources listed at a version whose payload a GET returned before need no GET now.
+    let mut misses = Vec::new();
+    for key in keys {
+        let listed = world.sources().get(key).map(|s| s.resource_version.clone());
+        let cached = listed
+            .filter(|rv| !rv.is_empty())
+            .and_then(|rv| ctx.source_payloads.get(&(key.clone(), rv)));
+        match cached {
+            Some((payload, info)) => {
+                let hash = content::source_hash(&info, &payload);
+                contents.known_hashes.insert(key.clone(), hash);
+                contents.payloads.insert(key.clone(), payload);
+                read.push((key.clone(), Some(info)));
+            }
+            None => misses.push(key.clone()),
+        }
+    }
+    let reads = futures::future::join_all(misses.iter().map(|k| ctx.cluster.get(k))).await;
+    for (key, obj) in misses.iter().zip(reads) {
         let obj = match obj {
             Ok(obj) => obj,
             Err(e) => {
@@ -379,7 +396,14 @@ pub(super) fn remember_payload(
         hash.clone(),
     );
     contents.known_hashes.insert(info.key.clone(), hash);
-    contents
-        .payloads
-        .insert(info.key.clone(), Arc::new(payload));
+    let payload = Arc::new(payload);
+    if !info.resource_version.is_empty()
+        && payload_bytes(&payload) <= SOURCE_PAYLOAD_CACHE_MAX_ENTRY
+    {
+        ctx.source_payloads.insert(
+            (info.key.clone(), info.resource_version.clone()),
+            (Arc::clone(&payload), info.clone()),
+        );
+    }
+    contents.payloads.insert(info.key.clone(), payload);
 }

@@ -42,6 +42,17 @@ where
     Ok(Some(value))
 }
 
+/// Whether the job waits for its admitted change and no watch event for it arrived yet: then
+/// [`read_persisted`] would say "not yet" without reading. Lets a job start its other reads
+/// beside the trigger's only when that read will happen.
+pub(super) fn parked(ctx: &Context, job: &Job) -> bool {
+    let waiting = job.awaited != Awaited::Nothing && elapsed_since(job.since) < PERSIST_WAIT;
+    waiting
+        && Feed::of(&job.key).is_some_and(|(feed, watched)| {
+            ctx.waiters.check(feed, &watched, &job.key, job.since) == Check::Parked
+        })
+}
+
 /// Whether the awaited change of a Secret or ConfigMap is visible in what was read.
 pub fn object_persisted(awaited: &Awaited, obj: &Option<Object>) -> bool {
     match (awaited, obj) {

@@ -15,7 +15,7 @@ use crate::{
         Outcome, SyncError,
         converge::{converge, finish_loading},
         follow_up::after,
-        persisted::{namespace_persisted, read_persisted},
+        persisted::{namespace_persisted, parked, read_persisted},
         pods,
     },
 };
@@ -59,38 +59,45 @@ pub(in crate::sync) async fn sync(
     name: &str,
 ) -> Result<Synced, SyncError> {
     let cluster = &ctx.cluster;
-    let Some(ns) = read_persisted(
-        ctx,
-        job,
-        || cluster.get_namespace(name),
-        namespace_persisted,
-    )
-    .await?
-    else {
+    if parked(ctx, job) {
+        return Ok(Synced::NotPersisted);
+    }
+    let fresh = Freshness::Cached;
+    // The namespace, the rules and the copies in it, read at once: one round trip.
+    let (ns, (mut world, secrets, config_maps)) = tokio::try_join!(
+        read_persisted(
+            ctx,
+            job,
+            || cluster.get_namespace(name),
+            namespace_persisted,
+        ),
+        async {
+            tokio::try_join!(
+                load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, fresh),
+                cluster.list_meta(
+                    Kind::Secret,
+                    Some(name),
+                    marks::MANAGED_SELECTOR,
+                    fresh,
+                    |m| { load::listed(Kind::Secret, m) }
+                ),
+                cluster.list_meta(
+                    Kind::ConfigMap,
+                    Some(name),
+                    marks::MANAGED_SELECTOR,
+                    fresh,
+                    |m| { load::listed(Kind::ConfigMap, m) }
+                ),
+            )
+        }
+    )?;
+    let Some(ns) = ns else {
         return Ok(Synced::NotPersisted);
     };
     let Some(ns) = ns.filter(|n| !n.terminating) else {
         return Ok(Synced::Gone);
     };
     let mut found = Found::default();
-    let fresh = Freshness::Cached;
-    let (mut world, secrets, config_maps) = tokio::try_join!(
-        load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, fresh),
-        cluster.list_meta(
-            Kind::Secret,
-            Some(name),
-            marks::MANAGED_SELECTOR,
-            fresh,
-            |m| { load::listed(Kind::Secret, m) }
-        ),
-        cluster.list_meta(
-            Kind::ConfigMap,
-            Some(name),
-            marks::MANAGED_SELECTOR,
-            fresh,
-            |m| { load::listed(Kind::ConfigMap, m) }
-        ),
-    )?;
     found.add_listed(secrets);
     found.add_listed(config_maps);
     world.insert_namespaces([ns]);

@@ -381,3 +381,52 @@ async fn an_unreadable_source_skips_its_copies_and_gets_a_job_of_its_own() {
         .get();
     assert_eq!(unreadable, 1);
 }
+
+/// A source's payload read by one job serves the next job that lists the source at the same
+/// resourceVersion: no second GET of it. A source changed between that LIST and the write is
+/// still followed: the check after writing reads it fresh and queues its source job.
+#[tokio::test]
+async fn a_source_payload_read_once_serves_the_next_job_and_a_change_is_still_followed() {
+    let api = scene();
+    let ctx = context(&api);
+    assert_eq!(run(&ctx, &source_job()).await.unwrap(), Outcome::Done);
+    assert!(copy_in(&api, "team-a").is_some());
+    let reads = |api: &FakeApi| count(api, "GET secrets platform/registry");
+
+    // team-b opts in: its namespace job writes the copy without reading the payload again
+    // (the one read left is the metadata check after writing).
+    api.store(|s| {
+        s.put(
+            "namespaces",
+            namespace("team-b", json!({"registry": "enabled"})),
+        )
+    });
+    let before = reads(&api);
+    let job = Job::new(JobKey::Namespace("team-b".into()), Trigger::Reconciler);
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
+    let copy = copy_in(&api, "team-b").expect("the copy");
+    assert_eq!(copy["data"]["password"], PASSWORD);
+    assert_eq!(reads(&api) - before, 1, "{:#?}", api.lines());
+
+    // team-c opts in, and the source changes while its copy is on its way: written from the
+    // version listed, then followed.
+    api.store(|s| {
+        s.put(
+            "namespaces",
+            namespace("team-c", json!({"registry": "enabled"})),
+        )
+    });
+    api.hook(|req, store| {
+        if req.line() == "POST secrets team-c/*" {
+            store.put("secrets", source("bmV3")); // "new"
+        }
+        Step::Continue
+    });
+    let job = Job::new(JobKey::Namespace("team-c".into()), Trigger::Reconciler);
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
+    assert!(
+        queued(&ctx).contains(&(JobKey::Source(source_key()), Trigger::FollowUp)),
+        "the changed source is synced again: {:?}",
+        queued(&ctx)
+    );
+}
