@@ -424,6 +424,19 @@ pub async fn all_copies(
     Ok(())
 }
 
+/// Hands the memory a large load (a resync's namespaces and copies, a scan's pages) freed back
+/// to the system. glibc keeps freed memory in its arenas, and returns it only from the top of
+/// the main heap: what a resync at 5,000 namespaces and 5,000 copies freed stayed resident
+/// (RSS) until the next one. `malloc_trim` releases the free pages of every arena (a few
+/// milliseconds, once per resync or scan).
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Hashes remembered for sources at their current resourceVersion.
 pub fn known_hashes(
     world: &World,
