@@ -225,7 +225,14 @@ pub async fn unlabelled_annotated_sources(cluster: &Cluster) -> ApiResult<Vec<So
         out.extend(
             cluster
                 .list_meta(kind, None, &selector, Freshness::Consistent, |m| {
-                    SourceInfo::from_meta(kind, &m)
+                    // Most objects have neither annotation: not worth a SourceInfo.
+                    let annotated = m.annotations.as_ref().is_some_and(|a| {
+                        a.contains_key(marks::NAMESPACE_SELECTOR_ANNOTATION)
+                            || a.contains_key(marks::NAMESPACES_ANNOTATION)
+                    });
+                    annotated
+                        .then(|| SourceInfo::from_meta(kind, &m))
+                        .flatten()
                         .filter(|s| !crate::rules::ignored_annotations(s).is_empty())
                 })
                 .await?,
