@@ -28,8 +28,10 @@ pub struct Loaded {
 
 /// The long-running process's RSS; then, with copyrator stopped, the cluster grown to
 /// `sz.memory_namespaces` namespaces (the jobs of a 4,000-namespace storm are not what is
-/// measured here) and a fresh process's RSS at it, then `sz.memory_secrets` unrelated Secrets
-/// added for the fresh process at the full load ([`crate::resync::fresh_process`]).
+/// measured here) holding about as many copies (the earlier phases' and, to make up the rest,
+/// one source's copies in the new namespaces, made by a helper process that is not measured)
+/// and a fresh process's RSS at it, then `sz.memory_secrets` unrelated Secrets added for the
+/// fresh process at the full load ([`crate::resync::fresh_process`]).
 pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
     let (rss_before_load, hwm_long) = memory(lr.p.child.id());
     lr.stop().await;
@@ -37,6 +39,7 @@ pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
         env,
         client,
         namespaces,
+        src,
         ..
     } = &*lr;
     let existing = namespaces
@@ -51,10 +54,20 @@ pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
     let mem_names: Vec<String> = (0..extra_ns)
         .map(|i| env.name(&format!("mem-{i}")))
         .collect();
-    stream::iter(mem_names.iter())
-        .map(|name| {
+    // About one copy per namespace: the first `with_copy` new namespaces get one.
+    let with_copy = sz
+        .memory_namespaces
+        .saturating_sub(count(client, marks::MANAGED_SELECTOR).await)
+        .min(extra_ns);
+    stream::iter(mem_names.iter().enumerate())
+        .map(|(i, name)| {
             let namespaces = namespaces.clone();
-            async move { create_namespace(&namespaces, name, &[("bench", "memory")]).await }
+            let labels: &[(&str, &str)] = if i < with_copy {
+                &[("bench", "memory"), (COPY_LABEL, "yes")]
+            } else {
+                &[("bench", "memory")]
+            };
+            async move { create_namespace(&namespaces, name, labels).await }
         })
         .buffer_unordered(64)
         .collect::<Vec<_>>()
@@ -62,6 +75,7 @@ pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
     for name in &mem_names {
         env.track_namespace(name);
     }
+    make_copies(client, src, with_copy).await;
     let (ns_only_rss, ns_only_peak) = fresh_process_memory().await;
 
     let per_ns = sz.memory_secrets.div_ceil(mem_names.len().max(1));
@@ -82,22 +96,10 @@ pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
     .try_collect::<Vec<_>>()
     .await
     .unwrap();
-    let managed = Api::<Secret>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().labels(marks::MANAGED_SELECTOR))
-        .await
-        .unwrap()
-        .items
-        .len();
-    let sources = Api::<Secret>::all(client.clone())
-        .list_metadata(
-            &kube::api::ListParams::default().labels(&format!("{}=true", marks::SOURCE_LABEL)),
-        )
-        .await
-        .unwrap()
-        .items
-        .len();
+    let managed = count(client, marks::MANAGED_SELECTOR).await;
+    let sources = count(client, marks::SOURCE_SELECTOR).await;
     report.note(format!(
-        "memory: loaded {extra_ns} namespaces (total {total_ns}) and {} unrelated Secrets in {:.0} s, copyrator stopped meanwhile; the cluster also holds the earlier phases' {sources} sources and {managed} copies; RSS read from /proc/<pid>/status (VmRSS, peak VmHWM)",
+        "memory: loaded {extra_ns} namespaces (total {total_ns}) and {} unrelated Secrets in {:.0} s, copyrator stopped meanwhile (but for a helper that made {with_copy} of the copies); the cluster holds {sources} sources and {managed} copies; RSS read from /proc/<pid>/status (VmRSS, peak VmHWM)",
         sz.memory_secrets,
         load_started.elapsed().as_secs_f64()
     ));
@@ -144,6 +146,53 @@ pub fn rows(report: &mut Report, l: &Loaded, rss_empty: f64, fresh: &Fresh) {
         format!("{:.2}", fresh_rss / ns_only_rss),
         "≤ 32 MiB, flat in Secrets",
     );
+}
+
+/// Namespace label of the new namespaces that get a copy of the memory source.
+const COPY_LABEL: &str = "bench-memory-copy";
+
+/// Secrets (sources and copies) matching `selector`, cluster-wide.
+async fn count(client: &kube::Client, selector: &str) -> usize {
+    Api::<Secret>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+/// A source in `src` copied to the namespaces labelled [`COPY_LABEL`], and its `n` copies,
+/// made by a copyrator process of their own (its startup resync), stopped once they exist.
+async fn make_copies(client: &kube::Client, src: &str, n: usize) {
+    if n == 0 {
+        return;
+    }
+    let before = count(client, marks::MANAGED_SELECTOR).await;
+    let selector = format!("{COPY_LABEL}=yes");
+    let source = secret(
+        "memory-source",
+        &[(marks::SOURCE_LABEL, "true")],
+        &[(marks::NAMESPACE_SELECTOR_ANNOTATION, selector.as_str())],
+        &[("k", "v")],
+    );
+    Api::<Secret>::namespaced(client.clone(), src)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let mut p = Process::spawn(&[
+        "--leader-election=false",
+        "--resync-interval",
+        "1h",
+        "--log-level",
+        "warn",
+    ]);
+    p.wait_up().await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while count(client, marks::MANAGED_SELECTOR).await < before + n {
+        assert!(Instant::now() < deadline, "the memory source's {n} copies");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    p.terminate();
 }
 
 /// RSS (steady after two resyncs, and peak) of a fresh copyrator against the cluster as it is.

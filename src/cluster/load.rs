@@ -225,7 +225,14 @@ pub async fn unlabelled_annotated_sources(cluster: &Cluster) -> ApiResult<Vec<So
         out.extend(
             cluster
                 .list_meta(kind, None, &selector, Freshness::Consistent, |m| {
-                    SourceInfo::from_meta(kind, &m)
+                    // Most objects have neither annotation: not worth a SourceInfo.
+                    let annotated = m.annotations.as_ref().is_some_and(|a| {
+                        a.contains_key(marks::NAMESPACE_SELECTOR_ANNOTATION)
+                            || a.contains_key(marks::NAMESPACES_ANNOTATION)
+                    });
+                    annotated
+                        .then(|| SourceInfo::from_meta(kind, &m))
+                        .flatten()
                         .filter(|s| !crate::rules::ignored_annotations(s).is_empty())
                 })
                 .await?,
@@ -422,6 +429,19 @@ pub async fn all_copies(
             .await?,
     );
     Ok(())
+}
+
+/// Hands the memory a large load (a resync's namespaces and copies, a scan's pages) freed back
+/// to the system. glibc keeps freed memory in its arenas, and returns it only from the top of
+/// the main heap: what a resync at 5,000 namespaces and 5,000 copies freed stayed resident
+/// (RSS) until the next one. `malloc_trim` releases the free pages of every arena (a few
+/// milliseconds, once per resync or scan).
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Hashes remembered for sources at their current resourceVersion.

@@ -130,10 +130,10 @@ impl Cluster {
         }
     }
 
-    /// Sends a request and parses the JSON answer, large ones on a blocking thread. A
-    /// label-selected list from the watch cache comes in one response (thousands of copies,
-    /// megabytes): it is received as the chunks the connection delivers (never copied into one
-    /// text) and each chunk is freed as soon as the parser has passed it.
+    /// Sends a request and parses the JSON answer, large ones on a blocking thread. It is
+    /// received as the chunks the connection delivers (never copied into one text) and each
+    /// chunk is freed as soon as the parser has passed it. Metadata LISTs, which can be
+    /// megabytes, are parsed item by item as they arrive instead (`reads::fetch_list`).
     /// Unlike `kube::Client::request`, a parse failure never logs the body: it may be a Secret.
     async fn fetch<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,

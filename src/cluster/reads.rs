@@ -4,11 +4,14 @@
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Resource};
 
-use super::{ApiResult, Cluster, Freshness};
+use super::{ApiResult, Cluster, Freshness, INLINE_PARSE_BYTES};
 use crate::{
     copyrule::CopyRule,
     marks,
-    model::{Kind, Meta, MetaItem, MetaList, NamespaceInfo, Object, ObjectKey},
+    model::{
+        Kind, ListSplitter, Meta, MetaItem, MetaList, MetaListMeta, NamespaceInfo, Object,
+        ObjectKey,
+    },
 };
 
 impl Cluster {
@@ -87,21 +90,70 @@ impl Cluster {
             let req = request
                 .list_metadata(&lp)
                 .map_err(kube::Error::BuildRequest);
-            let page: MetaList = self
-                .call("list", resource, async { self.fetch(req?).await })
+            let page = self
+                .call("list", resource, async {
+                    self.fetch_list(req?, &mut keep, &mut out).await
+                })
                 .await?;
-            out.extend(
-                page.items
-                    .into_iter()
-                    .flatten()
-                    .map(|i| i.metadata)
-                    .filter_map(&mut keep),
-            );
-            match page.metadata.continue_ {
+            match page.continue_ {
                 Some(token) if !token.is_empty() => lp.continue_token = Some(token),
                 _ => return Ok(out),
             }
         }
+    }
+
+    /// Sends a metadata LIST and parses its answer item by item as the connection delivers
+    /// it, each item turned by `keep` into what the caller keeps (into `out`) and dropped:
+    /// a list of thousands of copies from the watch cache (one response, megabytes) is never
+    /// held as text, nor as parsed metadata. Chunks too large to parse on the calling task go
+    /// to a blocking thread. Returns the list's own metadata (its continue token).
+    async fn fetch_list<U>(
+        &self,
+        req: axum::http::Request<Vec<u8>>,
+        keep: &mut impl FnMut(Meta) -> Option<U>,
+        out: &mut Vec<U>,
+    ) -> Result<MetaListMeta, kube::Error> {
+        use futures::AsyncBufReadExt;
+        let parse_err = |e: serde_json::Error| kube::Error::SerdeError(e);
+        let body = self.client.request_stream(req).await?;
+        let mut body = std::pin::pin!(body);
+        let mut splitter = ListSplitter::default();
+        loop {
+            let chunk = body
+                .fill_buf()
+                .await
+                .map_err(|e| kube::Error::SerdeError(serde_json::Error::io(e)))?;
+            if chunk.is_empty() {
+                break;
+            }
+            let n = chunk.len();
+            if n <= INLINE_PARSE_BYTES {
+                splitter
+                    .feed(chunk, |item| {
+                        let item: MetaItem = serde_json::from_slice(item)?;
+                        out.extend(keep(item.metadata));
+                        Ok(())
+                    })
+                    .map_err(parse_err)?;
+            } else {
+                let chunk = bytes::Bytes::copy_from_slice(chunk);
+                let (back, metas) = tokio::task::spawn_blocking(move || {
+                    let mut metas = Vec::new();
+                    let parsed = splitter.feed(&chunk, |item| {
+                        metas.push(serde_json::from_slice::<MetaItem>(item)?.metadata);
+                        Ok(())
+                    });
+                    (splitter, parsed.map(|()| metas))
+                })
+                .await
+                .map_err(|e| kube::Error::Service(Box::new(e)))?;
+                splitter = back;
+                out.extend(metas.map_err(parse_err)?.into_iter().filter_map(&mut *keep));
+            }
+            body.consume_unpin(n);
+        }
+        let rest: MetaList = serde_json::from_slice(&splitter.finish()).map_err(parse_err)?;
+        Ok(rest.metadata)
     }
 
     /// One namespace's labels and state; `None` when it does not exist.

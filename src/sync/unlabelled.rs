@@ -67,4 +67,6 @@ async fn warn_if_due(ctx: &Context) {
         took_ms = started.elapsed().as_millis() as u64,
         "looked for sources without the opt-in label"
     );
+    drop(found);
+    load::release_freed_memory();
 }

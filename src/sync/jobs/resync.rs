@@ -95,6 +95,9 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     ctx.metrics
         .resync_duration
         .observe(started.elapsed().as_secs_f64());
+    // What the resync loaded (every namespace and copy) is garbage now: give it back.
+    drop(world);
+    load::release_freed_memory();
     ctx.resyncs.send_modify(|n| *n += 1);
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,

@@ -70,6 +70,105 @@ pub struct MetaItem {
     pub metadata: Meta,
 }
 
+/// Splits a list response, fed in the chunks the connection delivers, into its items (each
+/// element of the top-level `items` array as a JSON text of its own) and the rest (the list with
+/// `items` emptied, for [`MetaList`]'s `metadata`). A list of thousands of objects is then
+/// parsed one object at a time, as it arrives: neither the whole text nor every parsed item is
+/// ever held at once.
+#[derive(Debug, Default)]
+pub struct ListSplitter {
+    /// Nesting depth of objects and arrays outside strings (1: inside the list object).
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// Inside the top-level array (the only array a list has at depth 1: `items`).
+    in_items: bool,
+    /// The item being read.
+    item: Vec<u8>,
+    /// Everything but the items.
+    rest: Vec<u8>,
+}
+
+impl ListSplitter {
+    /// Reads `bytes`, calling `on_item` with each item completed by them. An element that is
+    /// not an object is passed on as well (and fails to parse as an item).
+    pub fn feed<E>(
+        &mut self,
+        bytes: &[u8],
+        mut on_item: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for &b in bytes {
+            // Between items: separators and whitespace belong to no one.
+            let element = self.in_items && self.depth >= 2;
+            if self.in_string {
+                self.push(element, b);
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => {
+                    self.in_string = true;
+                    self.push(element, b);
+                }
+                b'[' if self.depth == 1 => {
+                    self.in_items = true;
+                    self.depth += 1;
+                    self.rest.push(b);
+                }
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    self.push(element, b);
+                }
+                b']' if self.in_items && self.depth == 2 => {
+                    self.emit(&mut on_item)?;
+                    self.in_items = false;
+                    self.depth -= 1;
+                    self.rest.push(b);
+                }
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    self.push(element, b);
+                    if self.in_items && self.depth == 2 {
+                        self.emit(&mut on_item)?;
+                    }
+                }
+                b',' if self.in_items && self.depth == 2 => self.emit(&mut on_item)?,
+                b' ' | b'\n' | b'\r' | b'\t' if element => {}
+                _ => self.push(element, b),
+            }
+        }
+        Ok(())
+    }
+
+    /// The list without its items, once every chunk was fed.
+    pub fn finish(self) -> Vec<u8> {
+        self.rest
+    }
+
+    fn push(&mut self, element: bool, b: u8) {
+        if element {
+            self.item.push(b);
+        } else {
+            self.rest.push(b);
+        }
+    }
+
+    fn emit<E>(&mut self, on_item: &mut impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
+        if self.item.is_empty() {
+            return Ok(());
+        }
+        let done = on_item(&self.item);
+        self.item.clear();
+        done
+    }
+}
+
 /// Whether any managedFields entry of a manager other than copyrator touches content.
 fn edited_by_others<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     #[derive(Deserialize)]
@@ -161,6 +260,51 @@ mod tests {
     fn empty_list_has_null_items() {
         let list: MetaList = serde_json::from_str(r#"{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"5"},"items":null}"#).unwrap();
         assert!(list.items.unwrap_or_default().is_empty());
+    }
+
+    /// Splits `text` fed in chunks of `size` bytes: the items, and the rest.
+    fn split(text: &str, size: usize) -> (Vec<String>, String) {
+        let mut splitter = ListSplitter::default();
+        let mut items = Vec::new();
+        for chunk in text.as_bytes().chunks(size) {
+            splitter
+                .feed(chunk, |item| {
+                    items.push(String::from_utf8(item.to_vec()).unwrap());
+                    Ok::<_, ()>(())
+                })
+                .unwrap();
+        }
+        (items, String::from_utf8(splitter.finish()).unwrap())
+    }
+
+    #[test]
+    fn a_list_is_split_into_its_items_in_any_chunks() {
+        let text = r#"{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"5","continue":"c[1]{"},
+            "items": [ {"metadata":{"name":"a","labels":{"x":"}]\"{["},"managedFields":[{"f":{}}]}},
+            {"metadata":{"name":"b\\","annotations":{"a":"[\\\"]"}}} ] , "extra":{"y":[1,2]}}"#;
+        let expected_items = [
+            r#"{"metadata":{"name":"a","labels":{"x":"}]\"{["},"managedFields":[{"f":{}}]}}"#,
+            r#"{"metadata":{"name":"b\\","annotations":{"a":"[\\\"]"}}}"#,
+        ];
+        for size in [1, 2, 3, 7, 64, text.len()] {
+            let (items, rest) = split(text, size);
+            assert_eq!(items, expected_items, "chunks of {size}");
+            let rest: serde_json::Value = serde_json::from_str(&rest).unwrap();
+            assert_eq!(
+                rest,
+                json!({"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"5","continue":"c[1]{"},"items":[],"extra":{"y":[1,2]}})
+            );
+            for item in &items {
+                let parsed: MetaItem = serde_json::from_str(item).unwrap();
+                assert!(parsed.metadata.name.is_some());
+            }
+        }
+        let (items, rest) = split(r#"{"metadata":{},"items":null}"#, 5);
+        assert!(items.is_empty());
+        let list: MetaList = serde_json::from_str(&rest).unwrap();
+        assert!(list.items.is_none());
+        let (items, _) = split(r#"{"items":[{"a":1},null]}"#, 4);
+        assert_eq!(items, [r#"{"a":1}"#, "null"]);
     }
 
     #[test]

@@ -5,7 +5,7 @@ mod meta;
 
 use std::{borrow::Cow, collections::BTreeMap, fmt};
 
-pub use meta::{Meta, MetaItem, MetaList, MetaListMeta};
+pub use meta::{ListSplitter, Meta, MetaItem, MetaList, MetaListMeta};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{DynamicResourceScope, Resource};
