@@ -152,7 +152,11 @@ impl Manager {
             }
             let stored = stored(secret.as_ref());
             self.serve(secret.as_ref(), &stored);
-            let published = self.published().await?;
+            let webhooks = self.webhooks().await?;
+            let published: Vec<Vec<CertFacts>> = webhooks
+                .iter()
+                .flat_map(|c| c.bundles.iter().map(|(_, b)| bundle_of(b.as_ref())))
+                .collect();
             let now = OffsetDateTime::now_utc();
             let step = rotation::next_step(&stored, &published, now, &self.config.settings);
             tracing::debug!(?step, "certificate step");
@@ -187,7 +191,7 @@ impl Manager {
                 }
                 Step::Publish { current_missing } => {
                     let bundle = stored.bundle.iter().map(CertFacts::pem).collect::<String>();
-                    self.publish(&bundle).await?;
+                    self.publish(&webhooks, &bundle).await?;
                     tracing::info!(secret = %self.origin, cas = stored.bundle.len(), "CA bundle published into the webhook configurations");
                     if current_missing && stored.trusted_since.is_some() {
                         self.write(secret, |_, annotations| {
@@ -290,68 +294,50 @@ impl Manager {
             .inc();
     }
 
-    /// The bundle each webhook of copyrator's configurations trusts now.
-    async fn published(&self) -> Result<Vec<Vec<CertFacts>>, kube::Error> {
+    /// Every webhook of copyrator's configurations as the API server holds it now.
+    async fn webhooks(&self) -> Result<Vec<Webhooks>, kube::Error> {
         let mut out = Vec::new();
         for name in &self.config.webhook_configurations {
             if let Some(v) = self.validating.get_opt(name).await? {
-                out.extend(
-                    v.webhooks
-                        .unwrap_or_default()
-                        .iter()
-                        .map(|h| bundle_of(h.client_config.ca_bundle.as_ref())),
-                );
+                let hooks = v.webhooks.unwrap_or_default().into_iter();
+                out.push(Webhooks {
+                    mutating: false,
+                    name: name.clone(),
+                    bundles: hooks.map(|h| (h.name, h.client_config.ca_bundle)).collect(),
+                });
             }
             if let Some(m) = self.mutating.get_opt(name).await? {
-                out.extend(
-                    m.webhooks
-                        .unwrap_or_default()
-                        .iter()
-                        .map(|h| bundle_of(h.client_config.ca_bundle.as_ref())),
-                );
+                let hooks = m.webhooks.unwrap_or_default().into_iter();
+                out.push(Webhooks {
+                    mutating: true,
+                    name: name.clone(),
+                    bundles: hooks.map(|h| (h.name, h.client_config.ca_bundle)).collect(),
+                });
             }
         }
         Ok(out)
     }
 
-    /// Sets `bundle` as the caBundle of every webhook of copyrator's configurations that does
-    /// not hold it (a strategic merge patch on the webhooks' names: nothing else changes).
-    async fn publish(&self, bundle: &str) -> Result<(), kube::Error> {
+    /// Sets `bundle` as the caBundle of every webhook in `configs` that does not hold it (a
+    /// strategic merge patch on the webhooks' names: nothing else changes).
+    async fn publish(&self, configs: &[Webhooks], bundle: &str) -> Result<(), kube::Error> {
         let b64 = base64::engine::general_purpose::STANDARD.encode(bundle);
-        let patch = |names: Vec<String>| {
-            Patch::Strategic(json!({
-                "webhooks": names
-                    .into_iter()
-                    .map(|name| json!({"name": name, "clientConfig": {"caBundle": b64}}))
-                    .collect::<Vec<_>>()
-            }))
-        };
-        let stale = |b: Option<&ByteString>| b.is_none_or(|b| b.0 != bundle.as_bytes());
         let params = PatchParams::default();
-        for name in &self.config.webhook_configurations {
-            if let Some(v) = self.validating.get_opt(name).await? {
-                let names: Vec<String> = v
-                    .webhooks
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|h| stale(h.client_config.ca_bundle.as_ref()))
-                    .map(|h| h.name)
-                    .collect();
-                if !names.is_empty() {
-                    self.validating.patch(name, &params, &patch(names)).await?;
-                }
+        for config in configs {
+            let stale: Vec<serde_json::Value> = config
+                .bundles
+                .iter()
+                .filter(|(_, b)| b.as_ref().is_none_or(|b| b.0 != bundle.as_bytes()))
+                .map(|(name, _)| json!({"name": name, "clientConfig": {"caBundle": b64}}))
+                .collect();
+            if stale.is_empty() {
+                continue;
             }
-            if let Some(m) = self.mutating.get_opt(name).await? {
-                let names: Vec<String> = m
-                    .webhooks
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|h| stale(h.client_config.ca_bundle.as_ref()))
-                    .map(|h| h.name)
-                    .collect();
-                if !names.is_empty() {
-                    self.mutating.patch(name, &params, &patch(names)).await?;
-                }
+            let patch = Patch::Strategic(json!({ "webhooks": stale }));
+            if config.mutating {
+                self.mutating.patch(&config.name, &params, &patch).await?;
+            } else {
+                self.validating.patch(&config.name, &params, &patch).await?;
             }
         }
         Ok(())
@@ -398,6 +384,13 @@ impl Manager {
             }
         }
     }
+}
+
+/// One webhook configuration of copyrator's: each webhook's name and caBundle.
+struct Webhooks {
+    mutating: bool,
+    name: String,
+    bundles: Vec<(String, Option<ByteString>)>,
 }
 
 fn bundle_of(b: Option<&ByteString>) -> Vec<CertFacts> {

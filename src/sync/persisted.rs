@@ -25,29 +25,29 @@ pub(super) async fn read_persisted<T, Fut>(
 where
     Fut: Future<Output = Result<T, ApiError>>,
 {
-    let feed = Feed::of(&job.key);
-    let waiting = job.awaited != Awaited::Nothing && elapsed_since(job.since) < PERSIST_WAIT;
-    if let (Some((feed, watched)), true) = (&feed, waiting)
-        && ctx.waiters.check(*feed, watched, &job.key, job.since) == Check::Parked
-    {
+    if parked(ctx, job) {
         return Ok(None);
     }
     let value = read().await?;
-    if waiting && !done(&job.awaited, &value) {
+    if waiting(job) && !done(&job.awaited, &value) {
         return Ok(None);
     }
-    if let Some((_, watched)) = &feed {
-        ctx.waiters.unregister(watched, &job.key);
+    if let Some((_, watched)) = Feed::of(&job.key) {
+        ctx.waiters.unregister(&watched, &job.key);
     }
     Ok(Some(value))
+}
+
+/// Whether the job still waits for its admitted change to be persisted.
+fn waiting(job: &Job) -> bool {
+    job.awaited != Awaited::Nothing && elapsed_since(job.since) < PERSIST_WAIT
 }
 
 /// Whether the job waits for its admitted change and no watch event for it arrived yet: then
 /// [`read_persisted`] would say "not yet" without reading. Lets a job start its other reads
 /// beside the trigger's only when that read will happen.
 pub(super) fn parked(ctx: &Context, job: &Job) -> bool {
-    let waiting = job.awaited != Awaited::Nothing && elapsed_since(job.since) < PERSIST_WAIT;
-    waiting
+    waiting(job)
         && Feed::of(&job.key).is_some_and(|(feed, watched)| {
             ctx.waiters.check(feed, &watched, &job.key, job.since) == Check::Parked
         })
