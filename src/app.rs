@@ -258,6 +258,10 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     }));
 
     let workers = worker::spawn(Arc::clone(&ctx), args.workers);
+    // Early reads for admitted namespace changes (src/pipeline/prefetch.rs).
+    background.push(tokio::spawn(crate::sync::prefetch_namespaces(Arc::clone(
+        &ctx,
+    ))));
     let (leading_tx, leading_rx) = watch::channel(false);
     // Watches that end waits for admitted changes without polling (src/pipeline/waiters.rs)
     // and queue copies deleted or edited by someone else (on the leader).

@@ -98,6 +98,7 @@ pub struct Metrics {
     pub refused_targets: Counter,
     pub malformed_marks: Counter,
     pub unreadable: Family<WhatLabels, Counter>,
+    pub early_reads: Family<OutcomeLabels, Counter>,
     pub copy_lag: Histogram,
     pub resync_duration: Histogram,
     pub resync_drift: Family<ReasonLabels, Counter>,
@@ -205,6 +206,12 @@ impl Metrics {
             "unreadable",
             "Objects a job could not read (source, namespace, copy): their targets were skipped and a job queued to look again",
             unreadable.clone(),
+        );
+        let early_reads = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "namespace_early_reads",
+            "Reads made for a namespace job while its namespace change was being persisted, by what became of them: used, stale (something they cover changed), late (still in flight when the job ran)",
+            early_reads.clone(),
         );
         let copy_lag = Histogram::new(exponential_buckets(0.001, 2.0, 17));
         registry.register(
@@ -323,6 +330,7 @@ impl Metrics {
             refused_targets,
             malformed_marks,
             unreadable,
+            early_reads,
             copy_lag,
             resync_duration,
             resync_drift,

@@ -212,6 +212,12 @@ async fn new_namespace_gets_its_copy_through_the_webhook_without_a_resync() {
             .await
             >= 3.0
     );
+    // The rules and copies were read while the namespaces were being persisted, and the
+    // jobs used those reads (SPEC §4.6): six admitted changes, at least one that fast.
+    let used = t
+        .metric("copyrator_namespace_early_reads_total{outcome=\"used\"}")
+        .await;
+    assert!(used >= 1.0, "early reads used: {used}");
     t.finish().await;
 }
 

@@ -230,18 +230,20 @@ pub fn memory(pid: u32) -> (f64, f64) {
 
 /// API calls by verb and resource between two /metrics snapshots.
 pub fn call_breakdown(before: &str, after: &str) -> String {
+    counter_breakdown("copyrator_api_requests_total", before, after)
+}
+
+/// How much each sample of the counter family `name` grew between two scrapes, e.g.
+/// `{outcome="used"} 12, {outcome="late"} 3`.
+pub fn counter_breakdown(name: &str, before: &str, after: &str) -> String {
+    let prefix = format!("{name}{{");
     after
         .lines()
-        .filter(|l| l.starts_with("copyrator_api_requests_total{"))
+        .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| {
             let (sample, _) = l.rsplit_once(' ')?;
             let d = metric_value(after, sample) - metric_value(before, sample);
-            (d > 0.0).then(|| {
-                format!(
-                    "{} {d:.0}",
-                    sample.trim_start_matches("copyrator_api_requests_total")
-                )
-            })
+            (d > 0.0).then(|| format!("{} {d:.0}", sample.trim_start_matches(name)))
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -9,7 +9,7 @@ use kube::{Api, ResourceExt, api::PostParams};
 use crate::{
     LongRun,
     common::secret,
-    measure::{call_breakdown, create_namespace, wait_count, watch_secrets},
+    measure::{call_breakdown, counter_breakdown, create_namespace, wait_count, watch_secrets},
     payload,
     report::{Report, ms, summary},
 };
@@ -64,7 +64,13 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
     watch.abort();
     // What copyrator asked the API server for those namespaces: the round trips between a
     // namespace and its copy (a plain client makes one, the create).
-    let calls = call_breakdown(&metrics_before, &p.metrics().await);
+    let metrics_after = p.metrics().await;
+    let calls = call_breakdown(&metrics_before, &metrics_after);
+    let early = counter_breakdown(
+        "copyrator_namespace_early_reads_total",
+        &metrics_before,
+        &metrics_after,
+    );
     let copy_lat: Vec<Duration> = {
         let seen = seen.lock().unwrap();
         created
@@ -127,5 +133,8 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
     ));
     report.note(format!(
         "copyrator's API calls for those {count} namespaces (verb, resource: count): {calls}"
+    ));
+    report.note(format!(
+        "namespace jobs' reads made while the namespace was being persisted (SPEC §4.6), by outcome: {early}"
     ));
 }

@@ -212,7 +212,7 @@ impl Cluster {
     }
 }
 
-fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
+pub(super) fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
     Some(NamespaceInfo {
         name: meta.name.clone()?,
         resource_version: meta.resource_version.clone().unwrap_or_default(),

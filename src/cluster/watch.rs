@@ -242,6 +242,26 @@ async fn watch_once(cluster: &Cluster, state: &FeedState, version: &mut String) 
                 // echo of copyrator's own write.
                 let foreign =
                     matches!(event, Ok(WatchEvent::Deleted(_))) || item.metadata.edited_by_others;
+                // Before anyone is woken: early reads of namespace jobs learn what changed.
+                let prefetch = &state.waiters.prefetch;
+                match feed {
+                    Feed::Sources(_) | Feed::CopyRules => prefetch.inputs_changed(),
+                    Feed::Copies(_) => {
+                        if let Some(ns) = &item.metadata.namespace {
+                            prefetch.copy_changed(ns);
+                        }
+                    }
+                    Feed::Namespaces => {
+                        if let Some(name) = &item.metadata.name {
+                            let deleted = matches!(event, Ok(WatchEvent::Deleted(_)));
+                            prefetch.namespace_event(name, || {
+                                (!deleted)
+                                    .then(|| super::reads::namespace_info(&item.metadata))
+                                    .flatten()
+                            });
+                        }
+                    }
+                }
                 if let Some(watched) = feed.watched(item) {
                     // copyrator's own copy writes follow a change the index already saw (a
                     // source, a namespace, a rule): they change no namespace's answer.

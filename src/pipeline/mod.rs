@@ -5,6 +5,7 @@
 pub mod context;
 pub mod job;
 pub mod leader;
+pub mod prefetch;
 pub mod queue;
 pub mod ready;
 pub mod reconcile;

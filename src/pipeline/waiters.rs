@@ -17,6 +17,7 @@ use std::{
 };
 
 use super::job::{Awaited, Job, JobKey};
+use super::prefetch::Prefetches;
 use super::queue::{WorkQueue, enqueue};
 use crate::{
     metrics::Metrics,
@@ -87,6 +88,8 @@ pub const MAX_WAITING: usize = 1024;
 
 /// Jobs waiting for objects to change, and which feeds are live.
 pub struct Waiters {
+    /// Early reads of namespace jobs and what the feeds saw since (see [`Prefetches`]).
+    pub prefetch: Prefetches,
     queue: Arc<WorkQueue>,
     waiting: Mutex<Registry>,
     live: [AtomicBool; 6],
@@ -157,6 +160,7 @@ impl Waiters {
 
     pub fn with_capacity(queue: Arc<WorkQueue>, capacity: usize) -> Arc<Self> {
         Arc::new(Self {
+            prefetch: Prefetches::default(),
             queue,
             waiting: Mutex::new(Registry::default()),
             live: Default::default(),
@@ -268,11 +272,21 @@ impl Waiters {
     }
 
     pub fn set_live(&self, feed: Feed, live: bool) {
-        self.live[feed.index()].store(live, Ordering::Relaxed);
+        self.live[feed.index()].store(live, Ordering::SeqCst);
+        if !live {
+            // Until it is back, events arrive late: early reads sent before are not trusted
+            // (after the store, so that a reader who saw it live sees the bump).
+            self.prefetch.inputs_changed();
+        }
     }
 
     pub fn is_live(&self, feed: Feed) -> bool {
-        self.live[feed.index()].load(Ordering::Relaxed)
+        self.live[feed.index()].load(Ordering::SeqCst)
+    }
+
+    /// Whether every feed is connected.
+    pub fn all_live(&self) -> bool {
+        Feed::ALL.into_iter().all(|f| self.is_live(f))
     }
 
     /// Jobs waiting (for tests and metrics).
@@ -294,6 +308,10 @@ impl Waiters {
             return enqueue(&self.queue, metrics, job);
         };
         job.retry_at = Some(job.since + PERSIST_WAIT);
+        if let JobKey::Namespace(ns) = &job.key {
+            // Its rules and copies are read while the namespace change is persisted.
+            self.prefetch.request(ns, || self.all_live());
+        }
         let (key, since) = (job.key.clone(), job.since);
         enqueue(&self.queue, metrics, job);
         // An event that came before the registration would not wake the job: look now.

@@ -53,5 +53,15 @@ pub async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
     }
 }
 
+/// Makes the early reads admitted namespace changes ask for (`pipeline::prefetch`), each in a
+/// task of its own, until the process ends.
+pub async fn prefetch_namespaces(ctx: std::sync::Arc<Context>) {
+    let mut requests = ctx.waiters.prefetch.serve();
+    while let Some(ticket) = requests.recv().await {
+        let ctx = std::sync::Arc::clone(&ctx);
+        tokio::spawn(async move { jobs::namespace::prefetch(&ctx, ticket).await });
+    }
+}
+
 #[cfg(test)]
 mod tests;

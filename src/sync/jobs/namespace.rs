@@ -3,13 +3,19 @@
 
 use crate::{
     cluster::{
-        Freshness,
+        ApiError, Freshness,
         apply::Applied,
-        load::{self, Found},
+        load::{self, Found, Listed},
     },
     marks,
+    metrics::OutcomeLabels,
     model::Kind,
-    pipeline::{context::Context, job::Job},
+    pipeline::{
+        context::Context,
+        job::Job,
+        prefetch::{NamespaceReads, Ticket},
+        waiters::Feed,
+    },
     plan::{Action, Contents, Scope, World},
     sync::{
         Outcome, SyncError,
@@ -59,47 +65,52 @@ pub(in crate::sync) async fn sync(
     name: &str,
 ) -> Result<Synced, SyncError> {
     let cluster = &ctx.cluster;
+    let fresh = Freshness::Cached;
     if parked(ctx, job) {
         return Ok(Synced::NotPersisted);
     }
-    let fresh = Freshness::Cached;
-    // The namespace, the rules and the copies in it, read at once: one round trip.
-    let (ns, (mut world, secrets, config_maps)) = tokio::try_join!(
-        read_persisted(
-            ctx,
-            job,
-            || cluster.get_namespace(name),
-            namespace_persisted,
-        ),
-        async {
-            tokio::try_join!(
-                load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, fresh),
-                cluster.list_meta(
-                    Kind::Secret,
-                    Some(name),
-                    marks::MANAGED_SELECTOR,
-                    fresh,
-                    |m| { load::listed(Kind::Secret, m) }
-                ),
-                cluster.list_meta(
-                    Kind::ConfigMap,
-                    Some(name),
-                    marks::MANAGED_SELECTOR,
-                    fresh,
-                    |m| { load::listed(Kind::ConfigMap, m) }
-                ),
-            )
+    // Reads made while the namespace was being persisted, if they may stand in for new ones.
+    let early = ctx
+        .waiters
+        .prefetch
+        .take(name, &job.awaited, ctx.waiters.all_live());
+    if early.as_ref().err() != Some(&"none") {
+        let outcome = early.as_ref().map_or_else(|why| *why, |_| "used");
+        ctx.metrics
+            .early_reads
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+    let (ns, mut world, copies) = match early {
+        Ok((ns, reads)) => {
+            if let Some((_, watched)) = Feed::of(&job.key) {
+                ctx.waiters.unregister(&watched, &job.key);
+            }
+            tracing::debug!("namespace from its watch event, rules and copies read before");
+            (Some(ns), reads.world, reads.copies)
         }
-    )?;
-    let Some(ns) = ns else {
-        return Ok(Synced::NotPersisted);
+        Err(_) => {
+            // The namespace, the rules and the copies in it, read at once: one round trip.
+            let (ns, (world, copies)) = tokio::try_join!(
+                read_persisted(
+                    ctx,
+                    job,
+                    || cluster.get_namespace(name),
+                    namespace_persisted,
+                ),
+                rules_and_copies(ctx, name),
+            )?;
+            let Some(ns) = ns else {
+                return Ok(Synced::NotPersisted);
+            };
+            (ns, world, copies)
+        }
     };
     let Some(ns) = ns.filter(|n| !n.terminating) else {
         return Ok(Synced::Gone);
     };
     let mut found = Found::default();
-    found.add_listed(secrets);
-    found.add_listed(config_maps);
+    found.add_listed(copies);
     world.insert_namespaces([ns]);
     finish_loading(ctx, &mut world, &mut found, fresh).await?;
     let outcomes = converge(
@@ -115,4 +126,39 @@ pub(in crate::sync) async fn sync(
         world: Box::new(world),
         outcomes,
     })
+}
+
+/// The rules, and the copies in namespace `name` (of both kinds).
+async fn rules_and_copies(ctx: &Context, name: &str) -> Result<(World, Vec<Listed>), ApiError> {
+    let cluster = &ctx.cluster;
+    let fresh = Freshness::Cached;
+    let copies = |kind| {
+        cluster.list_meta(kind, Some(name), marks::MANAGED_SELECTOR, fresh, move |m| {
+            load::listed(kind, m)
+        })
+    };
+    let (world, mut secrets, config_maps) = tokio::try_join!(
+        load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, fresh),
+        copies(Kind::Secret),
+        copies(Kind::ConfigMap),
+    )?;
+    secrets.extend(config_maps);
+    Ok((world, secrets))
+}
+
+/// Reads the rules and the copies in the namespace `ticket` names while its admitted change
+/// is being persisted, and keeps them for its job (`pipeline::prefetch` says when they may
+/// stand in for reads made once it is persisted).
+pub(crate) async fn prefetch(ctx: &Context, ticket: Ticket) {
+    let name = ticket.namespace().to_string();
+    match rules_and_copies(ctx, &name).await {
+        Ok((world, copies)) => ctx
+            .waiters
+            .prefetch
+            .store(ticket, NamespaceReads { world, copies }),
+        Err(e) => {
+            tracing::debug!(namespace = %name, error = %e, "early reads failed: the job reads once the namespace is persisted");
+            ctx.waiters.prefetch.forget(&name);
+        }
+    }
 }

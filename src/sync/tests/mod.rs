@@ -5,6 +5,7 @@
 
 mod fake_api;
 mod gate;
+mod prefetch;
 
 use std::sync::Arc;
 

@@ -1,0 +1,126 @@
+//! A new namespace's job reads the rules and its copies while the namespace is being
+//! persisted, and writes as soon as the namespace's watch event arrives (`pipeline::prefetch`);
+//! when something those reads cover changed meanwhile, it reads again.
+
+use serde_json::json;
+
+use super::{context, copy_in, namespace, scene};
+use crate::{
+    model::NamespaceInfo,
+    pipeline::{
+        context::Context,
+        job::{Awaited, Job, JobKey, Trigger},
+        waiters::{Feed, Watched},
+    },
+    sync::{Outcome, jobs::namespace::prefetch, run},
+};
+
+/// What admission does for a namespace change: queue its job (waiting for the event) and
+/// ask for early reads, made here at once.
+async fn admitted(ctx: &Context) -> Job {
+    let mut requests = ctx.waiters.prefetch.serve();
+    ctx.waiters.enqueue_admitted(&ctx.metrics, created_job());
+    if let Ok(ticket) = requests.try_recv() {
+        prefetch(ctx, ticket).await;
+    }
+    ctx.queue.snapshot().remove(0)
+}
+
+fn live(ctx: &Context) {
+    for feed in Feed::ALL {
+        ctx.waiters.set_live(feed, true);
+    }
+}
+
+fn created_job() -> Job {
+    Job::new(JobKey::Namespace("team-new".into()), Trigger::Admission).awaiting(Awaited::Exists)
+}
+
+/// The namespace lands in the store and its watch event reaches copyrator.
+fn persisted(api: &super::FakeApi, ctx: &Context) {
+    api.store(|s| {
+        s.put(
+            "namespaces",
+            namespace("team-new", json!({"registry": "enabled"})),
+        )
+    });
+    ctx.waiters.prefetch.namespace_event("team-new", || {
+        Some(NamespaceInfo {
+            name: "team-new".into(),
+            resource_version: "100".into(),
+            labels: [("registry".to_string(), "enabled".to_string())].into(),
+            accept_from: None,
+            terminating: false,
+        })
+    });
+    ctx.waiters.notify(&Watched::Namespace("team-new".into()));
+}
+
+#[tokio::test]
+async fn a_new_namespace_gets_its_copy_without_reading_after_it_is_persisted() {
+    let api = scene();
+    let ctx = context(&api);
+    live(&ctx);
+    let job = admitted(&ctx).await;
+    let early = api.lines();
+    assert!(
+        early.iter().any(|l| l.starts_with("LIST secrets")),
+        "rules and copies read while waiting: {early:#?}"
+    );
+    assert!(copy_in(&api, "team-new").is_none());
+
+    persisted(&api, &ctx);
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
+    let after: Vec<String> = api.lines()[early.len()..].to_vec();
+    let create = after
+        .iter()
+        .position(|l| l == "POST secrets team-new/*")
+        .expect("the copy is created");
+    // Before the create only the source's payload is read (no cache of it yet here); the
+    // checks after writing are the same as for any job.
+    assert_eq!(
+        after[..create],
+        ["GET secrets platform/registry"],
+        "{after:#?}"
+    );
+    assert!(copy_in(&api, "team-new").is_some());
+}
+
+#[tokio::test]
+async fn reads_made_before_a_rule_changed_are_made_again() {
+    let api = scene();
+    let ctx = context(&api);
+    live(&ctx);
+    let job = admitted(&ctx).await;
+    let early = api.lines().len();
+
+    // A source event while the namespace was being persisted.
+    ctx.waiters.prefetch.inputs_changed();
+    persisted(&api, &ctx);
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
+    let after: Vec<String> = api.lines()[early..].to_vec();
+    let create = after
+        .iter()
+        .position(|l| l == "POST secrets team-new/*")
+        .expect("the copy is created");
+    let before = &after[..create];
+    assert!(
+        before.iter().any(|l| l == "GET namespaces -/team-new")
+            && before.iter().any(|l| l.starts_with("LIST secrets")),
+        "read again before writing: {after:#?}"
+    );
+    assert!(copy_in(&api, "team-new").is_some());
+}
+
+#[tokio::test]
+async fn without_live_watches_nothing_is_read_early() {
+    let api = scene();
+    let ctx = context(&api);
+    live(&ctx);
+    ctx.waiters.set_live(Feed::CopyRules, false);
+    let job = admitted(&ctx).await;
+    // The namespaces feed is live: the job waits for its event, and nothing is read meanwhile.
+    assert!(api.lines().is_empty(), "{:#?}", api.lines());
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::NotPersisted);
+    assert!(api.lines().is_empty(), "{:#?}", api.lines());
+}
