@@ -1,7 +1,11 @@
 //! In-process microbenchmarks (criterion): the admission handler and the planner.
 //! `cargo bench --bench micro`
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use axum::{body::Body, http::Request};
 use copyrator::{
@@ -254,7 +258,64 @@ fn planner(c: &mut Criterion) {
             })
         });
     }
+    // A payload batch of a startup resync: 8 of 100 sources' targets planned again once their
+    // payloads are read. Only those targets' claims are computed (not 100 rules × namespaces).
+    let (world, targets) = many_rules_world(100, 1_000);
+    g.throughput(Throughput::Elements(targets.len() as u64));
+    g.bench_function("payload_batch_8_of_100_rules_1000_namespaces", |b| {
+        b.iter(|| {
+            let actions = plan(
+                &world,
+                &Scope::Targets(targets.clone()),
+                &BTreeMap::new(),
+                &Contents::default(),
+            );
+            assert_eq!(actions.len(), targets.len());
+            actions
+        })
+    });
     g.finish();
+}
+
+/// `rules` inline rules (sources `src-0`, `src-1`, …), each selecting all of `n` namespaces;
+/// and the targets of the first 8 sources.
+fn many_rules_world(rules: usize, n: usize) -> (World, BTreeSet<ObjectKey>) {
+    let sources: Vec<SourceInfo> = (0..rules)
+        .map(|i| SourceInfo {
+            key: ObjectKey::new(Kind::Secret, "platform", format!("src-{i}")),
+            uid: format!("uid-{i}"),
+            resource_version: "1".into(),
+            labels: BTreeMap::from([(marks::SOURCE_LABEL.to_string(), "true".to_string())]),
+            annotations: BTreeMap::from([(
+                marks::NAMESPACE_SELECTOR_ANNOTATION.to_string(),
+                "registry=enabled".to_string(),
+            )]),
+            created: i as i64,
+            deleting: false,
+        })
+        .collect();
+    let mut world = World::from_parts(
+        Policy {
+            trust: TrustPolicy::trust_all(),
+            ..Default::default()
+        },
+        sources,
+        Vec::new(),
+    );
+    world.insert_namespaces((0..n).map(|i| NamespaceInfo {
+        name: format!("team-{i}"),
+        resource_version: "1".into(),
+        labels: BTreeMap::from([("registry".to_string(), "enabled".to_string())]),
+        accept_from: None,
+        terminating: false,
+    }));
+    let targets = (0..8)
+        .flat_map(|s| {
+            (0..n)
+                .map(move |i| ObjectKey::new(Kind::Secret, format!("team-{i}"), format!("src-{s}")))
+        })
+        .collect();
+    (world, targets)
 }
 
 criterion_group!(benches, admission, planner);

@@ -69,12 +69,35 @@ pub fn plan(
     existing: &BTreeMap<ObjectKey, Existing>,
     contents: &Contents,
 ) -> Vec<Action> {
-    let claims = world.claims();
+    // Scopes that name their targets plan only those (a payload batch, a stale write, a
+    // copy job): their claims alone are computed.
+    let named: Option<BTreeSet<&ObjectKey>> = match scope {
+        Scope::Target(t) => Some(BTreeSet::from([t])),
+        Scope::Targets(ts) => Some(ts.iter().collect()),
+        _ => None,
+    };
+    let claims = match &named {
+        Some(ts) => world.claims_on(ts),
+        None => world.claims(),
+    };
     let none = Existing::None;
     let mut templates = Templates::new();
-    let mut targets: BTreeSet<&ObjectKey> = claims.wanted.keys().collect();
-    targets.extend(claims.refused.keys());
-    targets.extend(existing.keys());
+    let targets: BTreeSet<&ObjectKey> = match named {
+        Some(ts) => ts
+            .into_iter()
+            .filter(|t| {
+                claims.wanted.contains_key(*t)
+                    || claims.refused.contains_key(*t)
+                    || existing.contains_key(*t)
+            })
+            .collect(),
+        None => {
+            let mut all: BTreeSet<&ObjectKey> = claims.wanted.keys().collect();
+            all.extend(claims.refused.keys());
+            all.extend(existing.keys());
+            all
+        }
+    };
     let mut actions = Vec::new();
     for target in targets {
         let wanted = claims.wanted.get(target).map(Vec::as_slice).unwrap_or(&[]);

@@ -1091,3 +1091,73 @@ fn what_could_not_be_read_is_neither_written_nor_deleted() {
         ]
     );
 }
+
+fn target_of(a: &Action) -> ObjectKey {
+    match a {
+        Action::Create { copy, .. }
+        | Action::Update { copy, .. }
+        | Action::Recreate { copy, .. } => copy.key.clone(),
+        Action::Delete { target, .. }
+        | Action::InSync { target, .. }
+        | Action::Retain { target, .. }
+        | Action::Conflict { target, .. }
+        | Action::Refused { target, .. }
+        | Action::NeedSource { target, .. }
+        | Action::Skip { target, .. } => target.clone(),
+    }
+}
+
+/// Planning named targets (a payload batch, a stale write, a copy job) computes only their
+/// claims; it must decide exactly what planning everything decides for them, conflicts
+/// between rules and renamed targets included.
+#[test]
+fn named_targets_are_planned_as_the_whole_plan_plans_them() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .ns("team-b", &[("secret", "yes")])
+        .ns("dest", &[]);
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
+    let mut renamed = rule_spec(Kind::Secret, "mysecret");
+    renamed.namespaces = vec!["dest".into()];
+    renamed.target_name = Some("pull-secret".into());
+    f.rebuild_rules(&[
+        copy_rule("newer", 2, rule_spec(Kind::Secret, "mysecret")),
+        copy_rule("older", 1, rule_spec(Kind::Secret, "mysecret")),
+        copy_rule("renamed", 3, renamed),
+    ]);
+    let src = f.source().clone();
+    let newer = f.world.rules().copy_rule("newer").unwrap().clone();
+    let (k, e) = f.copy_of(&src, &newer, &payload("v0"), "team-b", "4");
+    f.existing.insert(k, e);
+    // A copy of a rule that no longer exists.
+    let gone = Rule::inline(&inline_source()).unwrap().unwrap();
+    let (k, e) = f.copy_of(&src, &gone, &payload("v1"), "dest", "5");
+    f.existing.insert(k, e);
+
+    let all = f.plan(Scope::All);
+    let targets: BTreeSet<ObjectKey> = all.iter().map(target_of).collect();
+    assert!(targets.len() >= 5, "{:?}", summary(&all));
+    let only = |keep: &BTreeSet<ObjectKey>| -> Vec<String> {
+        let kept: Vec<Action> = all
+            .iter()
+            .filter(|a| keep.contains(&target_of(a)))
+            .cloned()
+            .collect();
+        summary(&kept)
+    };
+    for t in &targets {
+        assert_eq!(
+            summary(&f.plan(Scope::Target(t.clone()))),
+            only(&BTreeSet::from([t.clone()])),
+            "{t}"
+        );
+    }
+    let some: BTreeSet<ObjectKey> = targets
+        .iter()
+        .step_by(2)
+        .cloned()
+        .chain([ObjectKey::new(Kind::Secret, "team-a", "nothing-here")])
+        .collect();
+    assert_eq!(summary(&f.plan(Scope::Targets(some.clone()))), only(&some));
+}
