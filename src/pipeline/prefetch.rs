@@ -198,13 +198,9 @@ impl Prefetches {
         }
     }
 
-    /// Namespaces tracked now.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 }
 

@@ -32,10 +32,15 @@ where
     if waiting(job) && !done(&job.awaited, &value) {
         return Ok(None);
     }
+    stop_waiting(ctx, job);
+    Ok(Some(value))
+}
+
+/// The job saw its admitted change: an event for its object no longer needs to wake it.
+pub(super) fn stop_waiting(ctx: &Context, job: &Job) {
     if let Some((_, watched)) = Feed::of(&job.key) {
         ctx.waiters.unregister(&watched, &job.key);
     }
-    Ok(Some(value))
 }
 
 /// Whether the job still waits for its admitted change to be persisted.

@@ -14,14 +14,13 @@ use crate::{
         context::Context,
         job::Job,
         prefetch::{NamespaceReads, Ticket},
-        waiters::Feed,
     },
     plan::{Action, Contents, Scope, World},
     sync::{
         Outcome, SyncError,
         converge::{converge, finish_loading},
         follow_up::after,
-        persisted::{namespace_persisted, parked, read_persisted},
+        persisted::{namespace_persisted, parked, read_persisted, stop_waiting},
         pods,
     },
 };
@@ -83,9 +82,7 @@ pub(in crate::sync) async fn sync(
     }
     let (ns, mut world, copies) = match early {
         Ok((ns, reads)) => {
-            if let Some((_, watched)) = Feed::of(&job.key) {
-                ctx.waiters.unregister(&watched, &job.key);
-            }
+            stop_waiting(ctx, job);
             tracing::debug!("namespace from its watch event, rules and copies read before");
             (Some(ns), reads.world, reads.copies)
         }

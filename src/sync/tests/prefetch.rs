@@ -56,6 +56,16 @@ fn persisted(api: &super::FakeApi, ctx: &Context) {
     ctx.waiters.notify(&Watched::Namespace("team-new".into()));
 }
 
+/// The requests after the first `skip` up to the copy's create.
+fn before_create(api: &super::FakeApi, skip: usize) -> Vec<String> {
+    let after = &api.lines()[skip..];
+    let create = after
+        .iter()
+        .position(|l| l == "POST secrets team-new/*")
+        .unwrap_or_else(|| panic!("the copy is created: {after:#?}"));
+    after[..create].to_vec()
+}
+
 #[tokio::test]
 async fn a_new_namespace_gets_its_copy_without_reading_after_it_is_persisted() {
     let api = scene();
@@ -71,18 +81,10 @@ async fn a_new_namespace_gets_its_copy_without_reading_after_it_is_persisted() {
 
     persisted(&api, &ctx);
     assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
-    let after: Vec<String> = api.lines()[early.len()..].to_vec();
-    let create = after
-        .iter()
-        .position(|l| l == "POST secrets team-new/*")
-        .expect("the copy is created");
+    let before = before_create(&api, early.len());
     // Before the create only the source's payload is read (no cache of it yet here); the
     // checks after writing are the same as for any job.
-    assert_eq!(
-        after[..create],
-        ["GET secrets platform/registry"],
-        "{after:#?}"
-    );
+    assert_eq!(before, ["GET secrets platform/registry"]);
     assert!(copy_in(&api, "team-new").is_some());
 }
 
@@ -98,16 +100,11 @@ async fn reads_made_before_a_rule_changed_are_made_again() {
     ctx.waiters.prefetch.inputs_changed();
     persisted(&api, &ctx);
     assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
-    let after: Vec<String> = api.lines()[early..].to_vec();
-    let create = after
-        .iter()
-        .position(|l| l == "POST secrets team-new/*")
-        .expect("the copy is created");
-    let before = &after[..create];
+    let before = before_create(&api, early);
     assert!(
         before.iter().any(|l| l == "GET namespaces -/team-new")
             && before.iter().any(|l| l.starts_with("LIST secrets")),
-        "read again before writing: {after:#?}"
+        "read again before writing: {before:#?}"
     );
     assert!(copy_in(&api, "team-new").is_some());
 }
