@@ -218,7 +218,7 @@ fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
         world.insert_namespaces([NamespaceInfo {
             name: name.clone(),
             resource_version: "1".into(),
-            labels: BTreeMap::from([("registry".to_string(), "enabled".to_string())]),
+            labels: [("registry", "enabled")].into_iter().collect(),
             accept_from: None,
             terminating: false,
         }]);
@@ -305,7 +305,7 @@ fn many_rules_world(rules: usize, n: usize) -> (World, BTreeSet<ObjectKey>) {
     world.insert_namespaces((0..n).map(|i| NamespaceInfo {
         name: format!("team-{i}"),
         resource_version: "1".into(),
-        labels: BTreeMap::from([("registry".to_string(), "enabled".to_string())]),
+        labels: [("registry", "enabled")].into_iter().collect(),
         accept_from: None,
         terminating: false,
     }));

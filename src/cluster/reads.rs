@@ -9,7 +9,7 @@ use crate::{
     copyrule::CopyRule,
     marks,
     model::{
-        Kind, ListSplitter, Meta, MetaItem, MetaList, MetaListMeta, NamespaceInfo, Object,
+        Kind, Labels, ListSplitter, Meta, MetaItem, MetaList, MetaListMeta, NamespaceInfo, Object,
         ObjectKey,
     },
 };
@@ -216,7 +216,7 @@ pub(super) fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
     Some(NamespaceInfo {
         name: meta.name.clone()?,
         resource_version: meta.resource_version.clone().unwrap_or_default(),
-        labels: meta.labels.clone().unwrap_or_default(),
+        labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
         accept_from: meta
             .annotations
             .as_ref()

@@ -336,7 +336,7 @@ pub fn report(view: &View<'_>) -> Report {
         version: 1,
         namespace: view.namespace.map(|ns| NamespaceOut {
             name: ns.name.clone(),
-            labels: ns.labels.clone(),
+            labels: ns.labels.to_map(),
             accept_from: ns.accept_from.clone(),
             terminating: ns.terminating,
         }),

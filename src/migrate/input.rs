@@ -86,7 +86,7 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
         "Namespace" => read.namespaces.extend(meta.name.map(|name| NamespaceInfo {
             name,
             resource_version: String::new(),
-            labels: meta.labels.unwrap_or_default(),
+            labels: meta.labels.unwrap_or_default().into(),
             accept_from: None,
             terminating: false,
         })),

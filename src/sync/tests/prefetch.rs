@@ -48,7 +48,7 @@ fn persisted(api: &super::FakeApi, ctx: &Context) {
         Some(NamespaceInfo {
             name: "team-new".into(),
             resource_version: "100".into(),
-            labels: [("registry".to_string(), "enabled".to_string())].into(),
+            labels: [("registry", "enabled")].into_iter().collect(),
             accept_from: None,
             terminating: false,
         })

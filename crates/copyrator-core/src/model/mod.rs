@@ -1,10 +1,12 @@
 //! The domain objects copyrator reasons about, apart from any I/O: the two kinds it copies,
 //! references to sources and copies, and what it knows about namespaces and sources.
 
+mod labels;
 mod meta;
 
 use std::{borrow::Cow, collections::BTreeMap, fmt};
 
+pub use labels::Labels;
 pub use meta::{ListSplitter, Meta, MetaItem, MetaList, MetaListMeta};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -96,7 +98,7 @@ impl fmt::Display for ObjectKey {
 pub struct NamespaceInfo {
     pub name: String,
     pub resource_version: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Its `copyrator.io/accept-from` annotation: which untrusted namespaces' sources it
     /// accepts copies from (SPEC §9.2).
     pub accept_from: Option<String>,

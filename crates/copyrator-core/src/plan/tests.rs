@@ -5,7 +5,7 @@ use crate::{
     content::{DesiredCopy, source_hash},
     copyrule::{CopyRule, CopyRuleSpec},
     marks,
-    model::{Kind, NamespaceInfo, Payload, SERVICE_ACCOUNT_TOKEN_TYPE, SourceInfo},
+    model::{Kind, Labels, NamespaceInfo, Payload, SERVICE_ACCOUNT_TOKEN_TYPE, SourceInfo},
     rules::Rule,
     tenancy::{NamespacePatterns, TrustPolicy},
 };
@@ -44,7 +44,7 @@ fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceInfo {
     NamespaceInfo {
         name: name.into(),
         resource_version: String::new(),
-        labels: map(labels),
+        labels: map(labels).into(),
         accept_from: None,
         terminating: false,
     }
@@ -462,12 +462,7 @@ fn unmanaged_object_is_never_touched_with_skip() {
         ["conflict team-a inline (unmanaged)"]
     );
     // and no write for it even without a claim
-    f.world
-        .namespaces_mut()
-        .get_mut("team-a")
-        .unwrap()
-        .labels
-        .clear();
+    f.world.namespaces_mut().get_mut("team-a").unwrap().labels = Labels::default();
     assert_eq!(summary(&f.plan(Scope::All)), Vec::<String>::new());
 }
 
@@ -518,12 +513,7 @@ fn retain_policy_keeps_copies_no_rule_wants() {
     assert_eq!(summary(&f.plan(Scope::All)), ["in-sync team-a"]);
 
     // namespace leaves the selector: the live rule says Retain
-    f.world
-        .namespaces_mut()
-        .get_mut("team-a")
-        .unwrap()
-        .labels
-        .clear();
+    f.world.namespaces_mut().get_mut("team-a").unwrap().labels = Labels::default();
     assert_eq!(summary(&f.plan(Scope::All)), ["retain team-a"]);
 
     // rule deleted: the policy recorded on the copy says Retain

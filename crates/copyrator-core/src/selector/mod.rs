@@ -53,7 +53,7 @@ impl Selector {
     }
 
     /// Whether a label set satisfies every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &impl LabelLookup) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
@@ -188,9 +188,26 @@ pub const MAX_REQUIREMENTS: usize = 64;
 /// Most values across the `in`/`notin` sets of one selector.
 pub const MAX_VALUES: usize = 512;
 
+/// What a selector is matched against: label values by key.
+pub trait LabelLookup {
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelLookup for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl LabelLookup for crate::model::Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    fn matches(&self, labels: &impl LabelLookup) -> bool {
+        let value = labels.label(&self.key);
         match &self.op {
             Operator::In(set) => value.is_some_and(|v| set.contains(v)),
             Operator::NotIn(set) => value.is_none_or(|v| !set.contains(v)),

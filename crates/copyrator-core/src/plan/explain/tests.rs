@@ -35,7 +35,7 @@ fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceInfo {
     NamespaceInfo {
         name: name.into(),
         resource_version: "1".into(),
-        labels: map(labels),
+        labels: map(labels).into(),
         accept_from: None,
         terminating: false,
     }
