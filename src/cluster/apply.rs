@@ -26,7 +26,8 @@ pub enum Applied {
     Stale,
     /// The namespace is being deleted.
     NamespaceTerminating,
-    Failed(ApiError),
+    /// Boxed: a full resync keeps one outcome per copy, nearly all without an error.
+    Failed(Box<ApiError>),
 }
 
 /// The process-wide budget of bytes in copy writes that [`apply`] takes its permits from (in
@@ -124,7 +125,7 @@ async fn apply_one(
         Ok(Written::Done) => Applied::Done,
         Ok(Written::Stale) => Applied::Stale,
         Ok(Written::NamespaceTerminating) => Applied::NamespaceTerminating,
-        Err(e) => Applied::Failed(e),
+        Err(e) => Applied::Failed(Box::new(e)),
     }
 }
 

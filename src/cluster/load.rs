@@ -89,15 +89,22 @@ pub fn listed(kind: Kind, m: Meta) -> Option<Listed> {
 impl Found {
     /// Adds what a LIST of managed copies found.
     pub fn add_listed(&mut self, items: Vec<Listed>) {
-        for item in items {
-            if item.suspect {
-                self.suspect.insert(item.key.clone());
-            }
-            if let Some(e) = item.malformed {
-                self.malformed.insert(item.key.clone(), e);
-            }
-            self.existing.insert(item.key, item.existing);
-        }
+        // Built in bulk and appended, not inserted one by one: a LIST arrives in key order, and
+        // ordered inserts leave every node of the tree half empty (a full resync holds one
+        // entry per copy in the cluster).
+        let mut listed: BTreeMap<ObjectKey, Existing> = items
+            .into_iter()
+            .map(|item| {
+                if item.suspect {
+                    self.suspect.insert(item.key.clone());
+                }
+                if let Some(e) = item.malformed {
+                    self.malformed.insert(item.key.clone(), e);
+                }
+                (item.key, item.existing)
+            })
+            .collect();
+        self.existing.append(&mut listed);
     }
 
     /// Namespaces of the copies found.

@@ -169,10 +169,7 @@ mod tests {
     fn outcomes(cr: &CopyRule, w: &World) -> Vec<(Action, Applied)> {
         let parsed = Rule::from_copy_rule(cr).unwrap();
         let src = w.sources().values().next().unwrap();
-        let by = ClaimRef {
-            rule: parsed.id.clone(),
-            source: src.key.clone(),
-        };
+        let by = ClaimRef::new(parsed.id.clone(), src.key.clone());
         let copy = Box::new(DesiredCopy::build(&parsed, src, &Payload::default(), "a"));
         vec![
             (

@@ -88,7 +88,7 @@ pub(super) async fn converge(
     let failed: Vec<&ApiError> = outcomes
         .iter()
         .filter_map(|(_, r)| match r {
-            Applied::Failed(e) => Some(e),
+            Applied::Failed(e) => Some(&**e),
             _ => None,
         })
         .collect();

@@ -14,7 +14,7 @@ use std::{
 
 pub use action::{Action, ConflictReason};
 pub use existing::{Contents, Existing, ManagedCopy, MarksError};
-pub use world::{Claim, ClaimRef, Claims, Policy, Targeting, Unreadable, World};
+pub use world::{Claim, ClaimParts, ClaimRef, Claims, Policy, Targeting, Unreadable, World};
 
 use crate::{
     content::{CopyTemplate, DesiredCopy, Marks},
@@ -24,8 +24,23 @@ use crate::{
     tenancy::TrustPolicy,
 };
 
-/// Copy templates made while planning, by rule and source.
-type Templates = HashMap<(RuleId, ObjectKey), Arc<CopyTemplate>>;
+/// What the targets of one claim (rule, source) share within one plan: the claim's
+/// [`ClaimRef`] and the copy template. Made once per claim, not per target: a full resync plans
+/// one action per copy (SPEC §7, memory), keyed by reference so a lookup copies no string.
+#[derive(Default)]
+struct Shared<'w> {
+    refs: HashMap<(&'w RuleId, &'w ObjectKey), ClaimRef>,
+    templates: HashMap<(&'w RuleId, &'w ObjectKey), Arc<CopyTemplate>>,
+}
+
+impl<'w> Shared<'w> {
+    fn by(&mut self, claim: &Claim<'w>) -> ClaimRef {
+        self.refs
+            .entry((&claim.rule.id, &claim.source.key))
+            .or_insert_with(|| claim.to_ref())
+            .clone()
+    }
+}
 
 /// Which targets a job is responsible for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +96,7 @@ pub fn plan(
         None => world.claims(),
     };
     let none = Existing::None;
-    let mut templates = Templates::new();
+    let mut shared = Shared::default();
     let targets: BTreeSet<&ObjectKey> = match named {
         Some(ts) => ts
             .into_iter()
@@ -98,7 +113,8 @@ pub fn plan(
             all
         }
     };
-    let mut actions = Vec::new();
+    // At least one action per target; sized once (a full resync has one per copy).
+    let mut actions = Vec::with_capacity(targets.len());
     for target in targets {
         let wanted = claims.wanted.get(target).map(Vec::as_slice).unwrap_or(&[]);
         let refused = claims.refused.get(target).map(Vec::as_slice).unwrap_or(&[]);
@@ -110,11 +126,11 @@ pub fn plan(
                 wanted,
                 found,
                 contents,
-                &mut templates,
+                &mut shared,
             ));
             actions.extend(refused.iter().map(|c| Action::Refused {
                 target: target.clone(),
-                by: c.to_ref(),
+                by: shared.by(c),
             }));
         }
     }
@@ -122,13 +138,13 @@ pub fn plan(
 }
 
 /// Plans one target given every claim on it and what exists there.
-fn plan_target(
+fn plan_target<'w>(
     world: &World,
     target: &ObjectKey,
-    claims: &[Claim<'_>],
+    claims: &[Claim<'w>],
     existing: &Existing,
     contents: &Contents,
-    templates: &mut Templates,
+    shared: &mut Shared<'w>,
 ) -> Vec<Action> {
     if let Some(ns) = world.namespaces().get(&target.namespace)
         && ns.terminating
@@ -167,7 +183,7 @@ fn plan_target(
                 .iter()
                 .map(|c| Action::Conflict {
                     target: target.clone(),
-                    by: c.to_ref(),
+                    by: shared.by(c),
                     reason: held.clone(),
                 })
                 .collect();
@@ -178,11 +194,11 @@ fn plan_target(
         .filter(|c| c.rule.id != winner.rule.id || c.source.key != winner.source.key)
         .map(|c| Action::Conflict {
             target: target.clone(),
-            by: c.to_ref(),
-            reason: ConflictReason::OwnedBy(winner.to_ref()),
+            by: shared.by(c),
+            reason: ConflictReason::OwnedBy(shared.by(&winner)),
         })
         .collect();
-    actions.push(plan_winner(target, winner, existing, contents, templates));
+    actions.push(plan_winner(target, winner, existing, contents, shared));
     actions
 }
 
@@ -209,14 +225,14 @@ fn winner<'w>(
     Some(Ok(*first))
 }
 
-fn plan_winner(
+fn plan_winner<'w>(
     target: &ObjectKey,
-    claim: Claim<'_>,
+    claim: Claim<'w>,
     existing: &Existing,
     contents: &Contents,
-    templates: &mut Templates,
+    shared: &mut Shared<'w>,
 ) -> Action {
-    let by = claim.to_ref();
+    let by = shared.by(&claim);
     let payload = contents.payloads.get(&claim.source.key);
     if payload.is_some_and(|p| p.is_service_account_token()) {
         return Action::Conflict {
@@ -232,8 +248,9 @@ fn plan_winner(
     // One template per (rule, source): every target shares its payload and content hash.
     let template = payload.map(|p| {
         Arc::clone(
-            templates
-                .entry((claim.rule.id.clone(), claim.source.key.clone()))
+            shared
+                .templates
+                .entry((&claim.rule.id, &claim.source.key))
                 .or_insert_with(|| {
                     Arc::new(CopyTemplate::new(claim.rule, claim.source, Arc::clone(p)))
                 }),

@@ -2,7 +2,10 @@
 //! The rules are derived from the sources and CopyRules the world holds; every change goes
 //! through a method that keeps them current, in batches.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use crate::{
     copyrule::CopyRule,
@@ -103,9 +106,13 @@ impl World {
     }
 
     pub fn insert_namespaces(&mut self, namespaces: impl IntoIterator<Item = NamespaceInfo>) {
-        for ns in namespaces {
-            self.namespaces.insert(ns.name.clone(), ns);
-        }
+        // In bulk: a resync inserts every namespace, and one-by-one inserts in key order
+        // leave the tree's nodes half empty.
+        let mut added: BTreeMap<String, NamespaceInfo> = namespaces
+            .into_iter()
+            .map(|ns| (ns.name.clone(), ns))
+            .collect();
+        self.namespaces.append(&mut added);
     }
 
     pub fn policy(&self) -> &Policy {
@@ -272,10 +279,7 @@ pub struct Claim<'w> {
 
 impl Claim<'_> {
     pub fn to_ref(&self) -> ClaimRef {
-        ClaimRef {
-            rule: self.rule.id.clone(),
-            source: self.source.key.clone(),
-        }
+        ClaimRef::new(self.rule.id.clone(), self.source.key.clone())
     }
 
     /// Whether `copy` is this claim's: same rule, same source, same source object (uid). A
@@ -287,9 +291,38 @@ impl Claim<'_> {
     }
 }
 
-/// An owned [`Claim`], carried by actions for reporting.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClaimRef {
+/// An owned [`Claim`], carried by actions for reporting. Shared, not copied: a full resync
+/// plans one action per copy, most of them by the same few claims, so an action holds a
+/// pointer where it held four strings (SPEC §7, memory).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimRef(Arc<ClaimParts>);
+
+/// What a [`ClaimRef`] names: the rule and the source.
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimParts {
     pub rule: RuleId,
     pub source: ObjectKey,
+}
+
+impl ClaimRef {
+    pub fn new(rule: RuleId, source: ObjectKey) -> Self {
+        Self(Arc::new(ClaimParts { rule, source }))
+    }
+}
+
+impl std::ops::Deref for ClaimRef {
+    type Target = ClaimParts;
+
+    fn deref(&self) -> &ClaimParts {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ClaimRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimRef")
+            .field("rule", &self.rule)
+            .field("source", &self.source)
+            .finish()
+    }
 }

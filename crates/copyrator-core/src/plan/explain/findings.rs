@@ -52,10 +52,7 @@ pub(super) fn judge(
             ),
         ),
         Targeting::Wanted(sel) => {
-            let claim = ClaimRef {
-                rule: rule.id.clone(),
-                source: source.key.clone(),
-            };
+            let claim = ClaimRef::new(rule.id.clone(), source.key.clone());
             let why = selected(sel);
             match planned.by_claim.get(&(target.clone(), claim)) {
                 Some(action) => wanted(sel, action, why, found, &copy),
