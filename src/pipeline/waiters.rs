@@ -98,8 +98,12 @@ pub struct Waiters {
 
 #[derive(Default)]
 struct Registry {
-    /// When an event for an object was last received (the last [`RECENT`]).
-    recent: HashMap<Watched, Instant>,
+    /// When an event for an object was last received (the last [`RECENT`]), by a 64-bit hash
+    /// of the object ([`recent_key`]), not the object's name: a watch that starts or starts
+    /// over delivers an event for every object it covers (thousands of namespaces and copies
+    /// at once). Two objects with the same hash only make a job read when it could have
+    /// parked, never the reverse.
+    recent: HashMap<u64, Instant>,
     /// `recent`'s size after its last pruning.
     pruned_at: usize,
     by_object: HashMap<Watched, HashSet<JobKey>>,
@@ -122,9 +126,17 @@ pub enum Check {
     Parked,
 }
 
+/// The key of `watched` in [`Registry::recent`]: a fixed-key SipHash, the same in every call.
+fn recent_key(watched: &Watched) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    watched.hash(&mut h);
+    h.finish()
+}
+
 impl Registry {
     fn record(&mut self, watched: &Watched, now: Instant) {
-        self.recent.insert(watched.clone(), now);
+        self.recent.insert(recent_key(watched), now);
         if self.recent.len() > 2 * self.pruned_at.max(1024) {
             self.recent
                 .retain(|_, at| now.saturating_duration_since(*at) < RECENT);
@@ -179,7 +191,10 @@ impl Waiters {
         let live = self.is_live(feed);
         let (seen, released) = {
             let mut reg = self.lock();
-            let seen = reg.recent.get(watched).is_some_and(|at| *at >= since);
+            let seen = reg
+                .recent
+                .get(&recent_key(watched))
+                .is_some_and(|at| *at >= since);
             (seen, self.register_locked(&mut reg, watched, job))
         };
         self.release(released);
