@@ -30,6 +30,9 @@ pub enum Applied {
     Failed(Box<ApiError>),
 }
 
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Applied>() <= 16);
+
 /// The process-wide budget of bytes in copy writes that [`apply`] takes its permits from (in
 /// KiB; `--fanout-bytes`): a write holds twice its body (the request, and the object the API
 /// server sends back until its metadata is read).
