@@ -2,7 +2,7 @@
 //!
 //! A full resync holds every namespace's labels at once. As a `BTreeMap<String, String>` a
 //! namespace with a few labels costs a 544-byte tree node and two allocations per label; packed
-//! it costs one allocation of about the labels' length (SPEC §7, memory).
+//! it costs one allocation of about the labels' length (SPEC §5).
 
 use std::{collections::BTreeMap, fmt};
 

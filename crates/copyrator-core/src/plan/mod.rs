@@ -26,7 +26,7 @@ use crate::{
 
 /// What the targets of one claim (rule, source) share within one plan: the claim's
 /// [`ClaimRef`] and the copy template. Made once per claim, not per target: a full resync plans
-/// one action per copy (SPEC §7, memory), keyed by reference so a lookup copies no string.
+/// one action per copy (SPEC §5), keyed by reference so a lookup copies no string.
 #[derive(Default)]
 struct Shared<'w> {
     refs: HashMap<(&'w RuleId, &'w ObjectKey), ClaimRef>,

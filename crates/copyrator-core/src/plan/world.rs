@@ -293,7 +293,7 @@ impl Claim<'_> {
 
 /// An owned [`Claim`], carried by actions for reporting. Shared, not copied: a full resync
 /// plans one action per copy, most of them by the same few claims, so an action holds a
-/// pointer where it held four strings (SPEC §7, memory).
+/// pointer where it held four strings (SPEC §5).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClaimRef(Arc<ClaimParts>);
 
