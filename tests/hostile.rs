@@ -445,6 +445,37 @@ async fn fake_namespace_reviews_do_not_delay_a_real_namespace() {
         )
         .await
         .unwrap();
+    // First, reviews of one namespace over and over: one set of early reads (SPEC §4 item 6),
+    // not one per review (each set is a LIST of CopyRules among others). The job they queue
+    // waits for the namespace and reads nothing meanwhile.
+    let rule_lists = "copyrator_api_requests_total{verb=\"list\",resource=\"copyrules\"}";
+    let before = p.metric(rule_lists).await;
+    let senders = (0..CONNECTIONS).map(|c| {
+        let (port, ca, id) = (p.webhook_port, p.ca.clone(), env.id.clone());
+        tokio::spawn(async move {
+            let mut client = WebhookClient::connect(port, &ca).await;
+            for _ in (c..FAKES / 2).step_by(CONNECTIONS) {
+                let review = namespace_create_review(&format!("ghost-{id}-same"), json!({}));
+                let (status, _) = client.post("/admission/namespaces", review).await;
+                assert_eq!(status, 200);
+            }
+        })
+    });
+    for s in futures::future::join_all(senders).await {
+        s.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lists = p.metric(rule_lists).await - before;
+    eprintln!(
+        "{} reviews of one namespace: {lists} LISTs of CopyRules",
+        FAKES / 2
+    );
+    assert!(
+        lists <= 10.0,
+        "{lists} sets of reads for {} reviews of one namespace",
+        FAKES / 2
+    );
+
     let posted = Instant::now();
     let senders = (0..CONNECTIONS).map(|c| {
         let (port, ca, id) = (p.webhook_port, p.ca.clone(), env.id.clone());
@@ -486,6 +517,7 @@ async fn fake_namespace_reviews_do_not_delay_a_real_namespace() {
         "a real namespace waited {latency:?} behind fake reviews"
     );
     assert_eq!(p.metric("copyrator_queue_dropped_total").await, 0.0);
+
     p.terminate();
     env.cleanup().await;
 }

@@ -38,7 +38,13 @@ use crate::{
 
 /// Namespaces whose jobs may hold early reads at once (each holds the rules); more read as
 /// usual.
-const MAX_ENTRIES: usize = 64;
+pub const MAX_ENTRIES: usize = 64;
+
+/// Early reads made at once (each is a few LISTs); requests beyond them and the
+/// [`MAX_ENTRIES`] waiting are dropped, and their jobs read as usual. A flood of reviews
+/// (repeated, or for namespaces that never persist) costs the API server at most this many
+/// reads in flight.
+pub const MAX_IN_FLIGHT: usize = 4;
 
 /// What a namespace job reads besides the namespace: the rules and the copies in it.
 pub struct NamespaceReads {
@@ -89,7 +95,10 @@ impl Prefetches {
 
     /// Starts tracking namespace `ns` before its early reads are sent; `None` when a feed is
     /// not live (`live`, asked after the generation is taken: a disconnect after that bumps
-    /// it) or too many namespaces are tracked already.
+    /// it), too many namespaces are tracked already, or `ns` is tracked already: reads sent
+    /// for an earlier admitted change of it serve a later one as well (they cover the rules
+    /// and copies, checked from when they were sent; the namespace comes from its event), so
+    /// repeated reviews of one namespace make one set of reads.
     pub fn start(&self, ns: &str, live: impl FnOnce() -> bool) -> Option<Ticket> {
         let generation = self.generation.load(Ordering::SeqCst);
         if !live() {
@@ -100,7 +109,7 @@ impl Prefetches {
         let mut entries = self.lock();
         // Entries of changes never persisted (the request failed later) expire.
         entries.retain(|_, e| now.saturating_duration_since(e.since) < PERSIST_WAIT);
-        if entries.len() >= MAX_ENTRIES {
+        if entries.len() >= MAX_ENTRIES || entries.contains_key(ns) {
             return None;
         }
         entries.insert(
@@ -134,9 +143,10 @@ impl Prefetches {
             return;
         };
         if let Some(ticket) = self.start(ns, live)
-            && requests.try_send(ticket).is_err()
+            && let Err(refused) = requests.try_send(ticket)
         {
-            self.forget(ns);
+            // The reader is busy (MAX_IN_FLIGHT reads and MAX_ENTRIES waiting): no early reads.
+            self.forget(&refused.into_inner());
         }
     }
 
@@ -149,9 +159,16 @@ impl Prefetches {
         }
     }
 
-    /// Forgets the early reads of `ns` (they failed, or the job read as usual).
-    pub fn forget(&self, ns: &str) {
-        self.lock().remove(ns);
+    /// Forgets the early reads `ticket` stands for (they failed, or were never sent); an
+    /// entry made since for a later change stays.
+    pub fn forget(&self, ticket: &Ticket) {
+        let mut entries = self.lock();
+        if entries
+            .get(&ticket.namespace)
+            .is_some_and(|e| e.ticket == ticket.id)
+        {
+            entries.remove(&ticket.namespace);
+        }
     }
 
     /// A source or CopyRule changed, or a feed lost its connection: early reads sent before
@@ -297,26 +314,50 @@ mod tests {
             "reads sent before a change are not used"
         );
 
-        // A second admitted change of the same namespace: the first reads land nowhere.
+        // A second admitted change of the same namespace makes no second set of reads: the
+        // first serve it, under the same checks.
         let first = p.start("n", || true).unwrap();
-        p.copy_changed("n");
-        let second = p.start("n", || true).unwrap();
+        assert!(
+            p.start("n", || true).is_none(),
+            "one set of reads per namespace"
+        );
         p.store(first, reads());
         p.namespace_event("n", || ns("9"));
-        assert_eq!(p.take("n", &Awaited::Exists, true).err(), Some("late"));
-        p.store(second, reads());
+        let (info, _) = p
+            .take("n", &Awaited::ChangedFrom("8".into()), true)
+            .expect("the first reads serve the second change");
+        assert_eq!(info.resource_version, "9");
+
+        let first = p.start("n", || true).unwrap();
+        p.copy_changed("n");
+        assert!(p.start("n", || true).is_none());
+        p.store(first, reads());
+        p.namespace_event("n", || ns("10"));
+        assert_eq!(
+            p.take("n", &Awaited::Exists, true).err(),
+            Some("stale"),
+            "a copy changed after the first reads were sent"
+        );
+
+        // Reads that failed are forgotten by their ticket only.
+        let failed = p.start("n", || true).unwrap();
+        p.forget(&failed);
         assert!(p.is_empty());
+        let newer = p.start("n", || true).unwrap();
+        p.forget(&failed);
+        assert!(!p.is_empty(), "a later entry stays");
+        p.store(newer, reads());
     }
 
     #[test]
     fn tracks_a_bounded_number_of_namespaces() {
         let p = Prefetches::default();
-        for i in 0..MAX_ENTRIES {
-            let _ = p.start(&format!("n{i}"), || true).unwrap();
-        }
+        let tickets: Vec<Ticket> = (0..MAX_ENTRIES)
+            .map(|i| p.start(&format!("n{i}"), || true).unwrap())
+            .collect();
         assert!(p.start("one-more", || true).is_none());
         assert!(p.start("n1", || false).is_none(), "a feed is down");
-        p.forget("n0");
+        p.forget(&tickets[0]);
         assert!(p.start("one-more", || true).is_some());
     }
 }

@@ -57,9 +57,20 @@ pub async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
 /// task of its own, until the process ends.
 pub async fn prefetch_namespaces(ctx: std::sync::Arc<Context>) {
     let mut requests = ctx.waiters.prefetch.serve();
+    // At most MAX_IN_FLIGHT at once: while they run, requests wait in the channel, and beyond
+    // it are refused (their jobs read as usual).
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(
+        crate::pipeline::prefetch::MAX_IN_FLIGHT,
+    ));
     while let Some(ticket) = requests.recv().await {
+        let Ok(slot) = std::sync::Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         let ctx = std::sync::Arc::clone(&ctx);
-        tokio::spawn(async move { jobs::namespace::prefetch(&ctx, ticket).await });
+        tokio::spawn(async move {
+            jobs::namespace::prefetch(&ctx, ticket).await;
+            drop(slot);
+        });
     }
 }
 

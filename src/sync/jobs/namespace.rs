@@ -155,7 +155,7 @@ pub(crate) async fn prefetch(ctx: &Context, ticket: Ticket) {
             .store(ticket, NamespaceReads { world, copies }),
         Err(e) => {
             tracing::debug!(namespace = %name, error = %e, "early reads failed: the job reads once the namespace is persisted");
-            ctx.waiters.prefetch.forget(&name);
+            ctx.waiters.prefetch.forget(&ticket);
         }
     }
 }

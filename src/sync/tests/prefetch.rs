@@ -121,3 +121,49 @@ async fn without_live_watches_nothing_is_read_early() {
     assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::NotPersisted);
     assert!(api.lines().is_empty(), "{:#?}", api.lines());
 }
+
+/// Reviews of changes that never persist, or many of one namespace, make a bounded number of
+/// early reads: one set per namespace tracked, at most `MAX_ENTRIES` namespaces.
+#[tokio::test]
+async fn a_flood_of_namespace_reviews_makes_a_bounded_number_of_reads() {
+    use crate::pipeline::prefetch::MAX_ENTRIES;
+    let api = scene();
+    let ctx = std::sync::Arc::new(context(&api));
+    live(&ctx);
+    tokio::spawn(crate::sync::prefetch_namespaces(std::sync::Arc::clone(
+        &ctx,
+    )));
+    tokio::task::yield_now().await;
+    let sets = |api: &super::FakeApi| {
+        api.lines()
+            .iter()
+            .filter(|l| l.starts_with("LIST copyrules"))
+            .count()
+    };
+    let settle = || async {
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+
+    for _ in 0..1_000 {
+        ctx.waiters.enqueue_admitted(&ctx.metrics, created_job());
+        tokio::task::yield_now().await;
+    }
+    settle().await;
+    assert_eq!(sets(&api), 1, "one set of reads for one namespace");
+
+    for i in 0..1_000 {
+        let job = Job::new(JobKey::Namespace(format!("never-{i}")), Trigger::Admission)
+            .awaiting(Awaited::Exists);
+        ctx.waiters.enqueue_admitted(&ctx.metrics, job);
+        tokio::task::yield_now().await;
+    }
+    settle().await;
+    let made = sets(&api);
+    assert!(
+        (2..=MAX_ENTRIES).contains(&made),
+        "at most {MAX_ENTRIES} namespaces tracked at once: {made} sets of reads"
+    );
+}
