@@ -274,6 +274,27 @@ fn planner(c: &mut Criterion) {
             actions
         })
     });
+    // A job's world grows by what each read returns: namespaces a few at a time (GETs, one
+    // LIST per selector) into a map that may already hold thousands. Each batch costs its own
+    // size, not the map's (it did: every batch rebuilt the whole map).
+    let n = 5_000;
+    g.throughput(Throughput::Elements(n as u64));
+    g.bench_function("world_namespaces_added_one_at_a_time_5000", |b| {
+        b.iter(|| {
+            let mut world = World::default();
+            for i in 0..n {
+                world.insert_namespaces([NamespaceInfo {
+                    name: format!("team-{i:05}"),
+                    resource_version: "1".into(),
+                    labels: [("registry", "enabled")].into_iter().collect(),
+                    accept_from: None,
+                    terminating: false,
+                }]);
+            }
+            assert_eq!(world.namespaces().len(), n);
+            world
+        })
+    });
     g.finish();
 }
 

@@ -92,7 +92,7 @@ impl Found {
         // Built in bulk and appended, not inserted one by one: a LIST arrives in key order, and
         // ordered inserts leave every node of the tree half empty (a full resync holds one
         // entry per copy in the cluster).
-        let mut listed: BTreeMap<ObjectKey, Existing> = items
+        let listed: BTreeMap<ObjectKey, Existing> = items
             .into_iter()
             .map(|item| {
                 if item.suspect {
@@ -104,7 +104,7 @@ impl Found {
                 (item.key, item.existing)
             })
             .collect();
-        self.existing.append(&mut listed);
+        crate::plan::merge_into(&mut self.existing, listed);
     }
 
     /// Namespaces of the copies found.
@@ -271,9 +271,7 @@ pub async fn load_target_namespaces<'a>(
     let listed =
         futures::future::try_join_all(selectors.iter().map(|s| cluster.list_namespaces(s, fresh)))
             .await?;
-    for ns in listed.into_iter().flatten() {
-        world.insert_namespaces([ns]);
-    }
+    world.insert_namespaces(listed.into_iter().flatten());
     names.retain(|n| !world.namespaces().contains_key(n));
     get_namespaces(cluster, world, names).await
 }
@@ -290,9 +288,7 @@ pub async fn ensure_namespaces(
         .filter(|n| !world.namespaces().contains_key(n))
         .collect();
     if missing.len() > NAMESPACE_GETS_MAX {
-        for ns in cluster.list_namespaces("", fresh).await? {
-            world.insert_namespaces([ns]);
-        }
+        world.insert_namespaces(cluster.list_namespaces("", fresh).await?);
         return Ok(());
     }
     get_namespaces(cluster, world, missing).await
@@ -313,11 +309,10 @@ async fn get_namespaces(
         .buffer_unordered(READ_CONCURRENCY)
         .collect()
         .await;
+    let mut read_ok = Vec::with_capacity(found.len());
     for (name, read) in found {
         match read {
-            Ok(Some(ns)) => {
-                world.insert_namespaces([ns]);
-            }
+            Ok(Some(ns)) => read_ok.push(ns),
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(namespace = %name, error = %e, "namespace unreadable; its targets are skipped");
@@ -325,6 +320,7 @@ async fn get_namespaces(
             }
         }
     }
+    world.insert_namespaces(read_ok);
     Ok(())
 }
 

@@ -14,7 +14,9 @@ use std::{
 
 pub use action::{Action, ConflictReason};
 pub use existing::{Contents, Existing, ManagedCopy, MarksError};
-pub use world::{Claim, ClaimParts, ClaimRef, Claims, Policy, Targeting, Unreadable, World};
+pub use world::{
+    Claim, ClaimParts, ClaimRef, Claims, Policy, Targeting, Unreadable, World, merge_into,
+};
 
 use crate::{
     content::{CopyTemplate, DesiredCopy, Marks},

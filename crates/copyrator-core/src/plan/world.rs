@@ -108,11 +108,11 @@ impl World {
     pub fn insert_namespaces(&mut self, namespaces: impl IntoIterator<Item = NamespaceInfo>) {
         // In bulk: a resync inserts every namespace, and one-by-one inserts in key order
         // leave the tree's nodes half empty.
-        let mut added: BTreeMap<String, NamespaceInfo> = namespaces
+        let added: BTreeMap<String, NamespaceInfo> = namespaces
             .into_iter()
             .map(|ns| (ns.name.clone(), ns))
             .collect();
-        self.namespaces.append(&mut added);
+        merge_into(&mut self.namespaces, added);
     }
 
     pub fn policy(&self) -> &Policy {
@@ -324,5 +324,43 @@ impl std::fmt::Debug for ClaimRef {
             .field("rule", &self.rule)
             .field("source", &self.source)
             .finish()
+    }
+}
+
+/// Adds `added` to `map`, replacing entries of the same keys. `BTreeMap::append` rebuilds the
+/// whole tree (linear in both maps): right for a bulk load into an empty or small map, but a
+/// caller adding namespaces a few at a time to a large map would pay the map's size each time
+/// (quadratic). Small batches are inserted one by one.
+pub fn merge_into<K: Ord, V>(map: &mut BTreeMap<K, V>, mut added: BTreeMap<K, V>) {
+    if added.len() < map.len() / 8 {
+        map.extend(added);
+    } else {
+        map.append(&mut added);
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    #[test]
+    fn merge_into_adds_and_replaces_in_either_branch() {
+        let mut map: BTreeMap<u32, &str> = (0..100).map(|i| (i, "old")).collect();
+        // Small batch (inserted one by one): replaces 5, adds 200.
+        merge_into(&mut map, BTreeMap::from([(5, "new"), (200, "new")]));
+        // Large batch (appended): replaces 0..50, adds 300..400.
+        merge_into(
+            &mut map,
+            (0..50).chain(300..400).map(|i| (i, "new")).collect(),
+        );
+        assert_eq!(map.len(), 201);
+        assert_eq!(map[&5], "new");
+        assert_eq!(map[&60], "old");
+        assert_eq!(map[&200], "new");
+        assert_eq!(map[&399], "new");
+        assert_eq!(map.values().filter(|v| **v == "new").count(), 151);
+        let mut empty = BTreeMap::new();
+        merge_into(&mut empty, map.clone());
+        assert_eq!(empty, map);
     }
 }
