@@ -325,7 +325,18 @@ impl WorkQueue {
         let released = st.released.remove(key);
         let woken = st.woken.remove(key) || released;
         let mut job = match next {
-            Finished::Done => st.parked.remove(key),
+            // A job parked behind this one takes its wake-up: the event it waits for may have
+            // arrived (and the waiter that would wake it been used) while this one ran; without
+            // it, it would sit until its persistence deadline.
+            Finished::Done => st.parked.remove(key).map(|mut job| {
+                if released {
+                    job.awaited = Awaited::Nothing;
+                }
+                if woken && job.retry_at.is_some() {
+                    job.retry_at = (job.attempt > 0).then_some(now);
+                }
+                job
+            }),
             Finished::Again { mut job, at } => {
                 if released {
                     job.awaited = Awaited::Nothing;
@@ -567,6 +578,38 @@ mod tests {
         q.wake(&key);
         q.finish(&key, Finished::Again { job, at });
         assert!(pop_now(&q).await.is_some());
+    }
+
+    /// A trigger parked behind a running job of its key, waiting for its change to be
+    /// persisted: the wake-up for that change arrives while the first job still runs. The
+    /// first job finishing must not swallow it (the parked job sat until its deadline).
+    #[tokio::test]
+    async fn a_wake_while_another_job_of_the_key_runs_reaches_the_parked_one() {
+        let q = WorkQueue::new(10);
+        q.push(source("a"));
+        let running = q.pop().await.unwrap();
+        let key = running.key.clone();
+        let mut waiting = source("a").awaiting(Awaited::ChangedFrom("1".into()));
+        waiting.retry_at = Some(Instant::now() + Duration::from_secs(60));
+        assert_eq!(
+            q.push(waiting),
+            Pushed::Queued,
+            "parked behind the running job"
+        );
+        q.wake(&key);
+        q.done(&key);
+        let job = pop_now(&q).await.expect("woken: due at once");
+        assert_eq!(job.awaited, Awaited::ChangedFrom("1".into()));
+        q.done(&key);
+
+        // Without a wake-up it keeps waiting.
+        q.push(source("a"));
+        let running = q.pop().await.unwrap();
+        let mut waiting = source("a").awaiting(Awaited::ChangedFrom("2".into()));
+        waiting.retry_at = Some(Instant::now() + Duration::from_secs(60));
+        q.push(waiting);
+        q.done(&running.key);
+        assert!(pop_now(&q).await.is_none(), "not woken: waits");
     }
 
     #[tokio::test]
