@@ -32,7 +32,8 @@ const SECRET: &str = "copyrator-webhook-certs";
 /// The test's own webhook configurations: copyrator's, the validating webhooks pointing at
 /// `validating` and the Pod gate at `mutating`, with an empty caBundle (copyrator fills it),
 /// `failurePolicy: Fail`, and only for objects labelled `rotation-test=<id>` (other tests'
-/// objects never reach them).
+/// objects never reach them, even if this test fails and leaves them registered: CopyRules are
+/// cluster-scoped, so a namespace selector would not keep them out).
 async fn register(client: &Client, name: &str, validating: &str, mutating: &str, id: &str) {
     let opts = |base: &str| WebhookOptions {
         name: name.into(),
@@ -48,7 +49,7 @@ async fn register(client: &Client, name: &str, validating: &str, mutating: &str,
     let mut validating = manifests::webhook_configuration(&opts(validating));
     for h in validating.webhooks.iter_mut().flatten() {
         h.failure_policy = Some("Fail".into());
-        if h.name.starts_with("namespaces.") {
+        if h.name.starts_with("namespaces.") || h.name.starts_with("rules.") {
             h.object_selector = Some(only_ours.clone());
         } else {
             h.namespace_selector = Some(only_ours.clone());
@@ -114,11 +115,13 @@ fn data(secret: &Secret, key: &str) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// The fingerprint of the certificate copyrator's webhook port serves, checked against `ca`.
-async fn served_fingerprint(port: u16, ca: &[u8]) -> [u8; 32] {
-    let tls = common::webhook_tls(port, ca).await;
+/// The fingerprint of the certificate copyrator's webhook port serves, checked against `ca`;
+/// `None` if the handshake fails (not verified by `ca`, or no certificate served yet: a
+/// replica refuses handshakes until it has one).
+async fn served_fingerprint(port: u16, ca: &[u8]) -> Option<[u8; 32]> {
+    let tls = common::try_webhook_tls(port, ca).await.ok()?;
     let der = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
-    inspect::CertFacts::from_der(&der).unwrap().fingerprint
+    Some(inspect::CertFacts::from_der(&der).unwrap().fingerprint)
 }
 
 #[tokio::test]
@@ -213,7 +216,9 @@ async fn webhooks_keep_answering_across_certificate_rotations() {
         eventually(
             Duration::from_secs(10),
             "the Secret's certificate served",
-            || async { (served_fingerprint(p, &ca).await == serving[0].fingerprint).then_some(()) },
+            || async {
+                (served_fingerprint(p, &ca).await == Some(serving[0].fingerprint)).then_some(())
+            },
         )
         .await;
     }
@@ -365,8 +370,12 @@ async fn webhooks_keep_answering_across_certificate_rotations() {
     );
     // What is served now verifies against what the API server holds now.
     let published = bundles(&env.client, &config).await;
-    served_fingerprint(port, &published[0]).await;
-    served_fingerprint(slow_port, &published[0]).await;
+    for p in [port, slow_port] {
+        assert!(
+            served_fingerprint(p, &published[0]).await.is_some(),
+            "the certificate served on port {p} verifies against the published CA"
+        );
+    }
     // And copyrator did its job throughout: the last namespace got its copy.
     env.wait_for::<Secret>(&last_namespace, "shared", "the copy", |_| true)
         .await;

@@ -23,6 +23,15 @@ pub async fn webhook_tls(
     port: u16,
     ca: &[u8],
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    try_webhook_tls(port, ca).await.expect("TLS handshake")
+}
+
+/// A TLS connection to copyrator's webhook port, trusting `ca`; the handshake's error if it
+/// fails (a replica that has no certificate yet refuses it).
+pub async fn try_webhook_tls(
+    port: u16,
+    ca: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca) {
@@ -44,7 +53,6 @@ pub async fn webhook_tls(
             tcp,
         )
         .await
-        .expect("TLS handshake")
 }
 
 /// An HTTP/1.1 client on one TLS connection to the webhook port (hyper's).
