@@ -171,6 +171,7 @@ fn offline_context() -> Arc<Context> {
         },
         fanout_concurrency: 1,
         fanout_bytes: 1 << 20,
+        new_namespace_delay: std::time::Duration::ZERO,
     };
     Arc::new(Context::new(
         cluster,

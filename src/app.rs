@@ -171,6 +171,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         policy: policy.clone(),
         fanout_concurrency: args.fanout_concurrency,
         fanout_bytes: args.fanout_bytes,
+        new_namespace_delay: args.new_namespace_delay,
     };
     let mut ctx = Context::new(
         cluster,

@@ -315,6 +315,13 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_FANOUT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub fanout_bytes: usize,
 
+    /// How long after a new namespace's watch event copyrator waits before its first write
+    /// into it (SPEC §4 item 6): the API server admits a create into a namespace its own
+    /// informer has not seen yet only after a fixed 50 ms wait (its NamespaceLifecycle
+    /// admission), and copyrator's watch is often faster than that informer. 0 turns it off.
+    #[arg(long, env = "COPYRATOR_NEW_NAMESPACE_DELAY", default_value = "500us", value_parser = parse_duration)]
+    pub new_namespace_delay: Duration,
+
     /// Sustained Kubernetes API writes per second (client-side limit on create, update, patch
     /// and delete; 0 = unlimited).
     #[arg(long, env = "COPYRATOR_API_QPS", default_value_t = 500.0)]

@@ -33,6 +33,9 @@ pub struct SyncSettings {
     pub fanout_concurrency: usize,
     /// Bytes of copy writes in flight across all jobs (`--fanout-bytes`).
     pub fanout_bytes: usize,
+    /// Least time between a new namespace's watch event and the first write into it
+    /// (`--new-namespace-delay`).
+    pub new_namespace_delay: std::time::Duration,
 }
 
 /// Everything a job needs; one per process, shared by all workers.

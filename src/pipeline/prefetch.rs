@@ -72,6 +72,8 @@ struct Entry {
     /// The namespace as its newest watch event since `since` showed it (`None`: deleted, or
     /// no event yet).
     persisted: Option<NamespaceInfo>,
+    /// When that event arrived.
+    seen: Option<Instant>,
     reads: Option<NamespaceReads>,
 }
 
@@ -120,6 +122,7 @@ impl Prefetches {
                 generation,
                 copies_changed: false,
                 persisted: None,
+                seen: None,
                 reads: None,
             },
         );
@@ -188,19 +191,20 @@ impl Prefetches {
     pub fn namespace_event(&self, name: &str, info: impl FnOnce() -> Option<NamespaceInfo>) {
         if let Some(e) = self.lock().get_mut(name) {
             e.persisted = info();
+            e.seen = Some(Instant::now());
         }
     }
 
-    /// The namespace and the early reads of `ns`, if they can stand in for reads made now:
-    /// the namespace's event shows the change `awaited`, nothing the reads cover changed since
-    /// they were sent, and every feed is `live`. Else why not (`stale`, `late`: still in
-    /// flight, `none`). The entry is gone either way.
+    /// The namespace, when its event arrived, and the early reads of `ns`, if they can stand
+    /// in for reads made now: the namespace's event shows the change `awaited`, nothing the
+    /// reads cover changed since they were sent, and every feed is `live`. Else why not
+    /// (`stale`, `late`: still in flight, `none`). The entry is gone either way.
     pub fn take(
         &self,
         ns: &str,
         awaited: &Awaited,
         live: bool,
-    ) -> Result<(NamespaceInfo, NamespaceReads), &'static str> {
+    ) -> Result<(NamespaceInfo, Instant, NamespaceReads), &'static str> {
         let e = self.lock().remove(ns).ok_or("none")?;
         let current = self.generation.load(Ordering::SeqCst);
         let fresh = live
@@ -209,7 +213,7 @@ impl Prefetches {
             && e.since.elapsed() < PERSIST_WAIT
             && namespace_persisted(awaited, &e.persisted);
         match (fresh, e.persisted, e.reads) {
-            (true, Some(ns), Some(reads)) => Ok((ns, reads)),
+            (true, Some(ns), Some(reads)) => Ok((ns, e.seen.unwrap_or(e.since), reads)),
             (true, _, None) => Err("late"),
             _ => Err("stale"),
         }
@@ -258,11 +262,13 @@ mod tests {
         );
 
         started(&p);
+        let before_event = Instant::now();
         p.namespace_event("n", || ns("7"));
-        let (info, _) = p
+        let (info, seen, _) = p
             .take("n", &Awaited::Exists, true)
             .expect("nothing changed");
         assert_eq!(info.resource_version, "7");
+        assert!(seen >= before_event, "when its event arrived");
         assert!(p.is_empty(), "taken once");
 
         started(&p);
@@ -323,7 +329,7 @@ mod tests {
         );
         p.store(first, reads());
         p.namespace_event("n", || ns("9"));
-        let (info, _) = p
+        let (info, _, _) = p
             .take("n", &Awaited::ChangedFrom("8".into()), true)
             .expect("the first reads serve the second change");
         assert_eq!(info.resource_version, "9");

@@ -12,7 +12,7 @@ use crate::{
     model::Kind,
     pipeline::{
         context::Context,
-        job::Job,
+        job::{Awaited, Job},
         prefetch::{NamespaceReads, Ticket},
     },
     plan::{Action, Contents, Scope, World},
@@ -81,9 +81,16 @@ pub(in crate::sync) async fn sync(
             .inc();
     }
     let (ns, mut world, copies) = match early {
-        Ok((ns, reads)) => {
+        Ok((ns, seen, reads)) => {
             stop_waiting(ctx, job);
             tracing::debug!("namespace from its watch event, rules and copies read before");
+            // A namespace just created: give the API server's own namespace informer time to
+            // see it, or our create waits 50 ms in its admission (SPEC §4.6). No timer when
+            // the time is up already: tokio fires even a past deadline only on its next tick.
+            let until = seen + ctx.settings.new_namespace_delay;
+            if job.awaited == Awaited::Exists && until > std::time::Instant::now() {
+                tokio::time::sleep_until(until.into()).await;
+            }
             (Some(ns), reads.world, reads.copies)
         }
         Err(_) => {

@@ -51,6 +51,7 @@ fn context(api: &FakeApi) -> Context {
         },
         fanout_concurrency: 4,
         fanout_bytes: 16 << 20,
+        new_namespace_delay: std::time::Duration::ZERO,
     };
     Context::new(cluster, events, metrics, WorkQueue::new(100), settings)
 }

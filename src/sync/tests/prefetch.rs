@@ -18,8 +18,12 @@ use crate::{
 /// What admission does for a namespace change: queue its job (waiting for the event) and
 /// ask for early reads, made here at once.
 async fn admitted(ctx: &Context) -> Job {
+    admitted_as(ctx, created_job()).await
+}
+
+async fn admitted_as(ctx: &Context, job: Job) -> Job {
     let mut requests = ctx.waiters.prefetch.serve();
-    ctx.waiters.enqueue_admitted(&ctx.metrics, created_job());
+    ctx.waiters.enqueue_admitted(&ctx.metrics, job);
     if let Ok(ticket) = requests.try_recv() {
         prefetch(ctx, ticket).await;
     }
@@ -85,6 +89,55 @@ async fn a_new_namespace_gets_its_copy_without_reading_after_it_is_persisted() {
     // Before the create only the source's payload is read (no cache of it yet here); the
     // checks after writing are the same as for any job.
     assert_eq!(before, ["GET secrets platform/registry"]);
+    assert!(copy_in(&api, "team-new").is_some());
+}
+
+/// The API server holds a create into a namespace its own informer has not seen for 50 ms:
+/// the first write into a namespace just created waits `--new-namespace-delay` after its
+/// event; a namespace that existed before (a label added) is written at once.
+#[tokio::test]
+async fn the_first_write_into_a_new_namespace_waits_the_delay_after_its_event() {
+    use std::time::{Duration, Instant};
+    const DELAY: Duration = Duration::from_millis(300);
+    let api = scene();
+    let mut ctx = context(&api);
+    ctx.settings.new_namespace_delay = DELAY;
+    live(&ctx);
+    let job = admitted(&ctx).await;
+    let early = api.lines().len();
+    persisted(&api, &ctx);
+    let event = Instant::now();
+    let ctx = std::sync::Arc::new(ctx);
+    let running = tokio::spawn({
+        let ctx = std::sync::Arc::clone(&ctx);
+        async move { run(&ctx, &job).await.unwrap() }
+    });
+    tokio::time::sleep(DELAY / 3).await;
+    assert!(
+        copy_in(&api, "team-new").is_none(),
+        "not written before the delay: {:#?}",
+        &api.lines()[early..]
+    );
+    assert_eq!(running.await.unwrap(), Outcome::Done);
+    assert!(event.elapsed() >= DELAY);
+    assert_eq!(
+        before_create(&api, early),
+        ["GET secrets platform/registry"]
+    );
+
+    // A label added to a namespace that existed: no wait (the bound is generous; the run
+    // takes milliseconds).
+    let api = scene();
+    let mut ctx = context(&api);
+    ctx.settings.new_namespace_delay = Duration::from_secs(30);
+    live(&ctx);
+    let relabelled = Job::new(JobKey::Namespace("team-new".into()), Trigger::Admission)
+        .awaiting(Awaited::ChangedFrom("99".into()));
+    let job = admitted_as(&ctx, relabelled).await;
+    persisted(&api, &ctx);
+    let started = Instant::now();
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
+    assert!(started.elapsed() < Duration::from_secs(10));
     assert!(copy_in(&api, "team-new").is_some());
 }
 
