@@ -318,8 +318,9 @@ pub struct ServeArgs {
     /// How long after a new namespace's watch event copyrator waits before its first write
     /// into it (SPEC §4 item 6): the API server admits a create into a namespace its own
     /// informer has not seen yet only after a fixed 50 ms wait (its NamespaceLifecycle
-    /// admission), and copyrator's watch is often faster than that informer. 0 turns it off.
-    #[arg(long, env = "COPYRATOR_NEW_NAMESPACE_DELAY", default_value = "500us", value_parser = parse_duration)]
+    /// admission), and copyrator's watch is often faster than that informer. 0 turns it off;
+    /// at most 50ms (waiting longer than the API server would is never faster).
+    #[arg(long, env = "COPYRATOR_NEW_NAMESPACE_DELAY", default_value = "500us", value_parser = parse_new_namespace_delay)]
     pub new_namespace_delay: Duration,
 
     /// Sustained Kubernetes API writes per second (client-side limit on create, update, patch
@@ -477,6 +478,16 @@ fn parse_namespace_patterns(s: &str) -> Result<NamespacePatterns, String> {
 
 /// Parses a duration as Kubernetes flags spell them (`500ms`, `2s`, `1m30s`, `1h`, also
 /// `1m 30s`), or plain seconds.
+fn parse_new_namespace_delay(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > Duration::from_millis(50) {
+        return Err(format!(
+            "{s:?} is longer than the API server's own 50 ms wait for a new namespace: at most 50ms"
+        ));
+    }
+    Ok(d)
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<u64>() {
@@ -512,6 +523,26 @@ mod tests {
     }
 
     #[test]
+    fn the_new_namespace_delay_is_at_most_the_api_servers_own_wait() {
+        let parse = |v: &str| {
+            Cli::try_parse_from(["copyrator", "serve", "--new-namespace-delay", v]).map(|c| {
+                let Command::Serve(args) = c.command else {
+                    panic!()
+                };
+                args.new_namespace_delay
+            })
+        };
+        assert_eq!(parse("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse("2ms").unwrap(), Duration::from_millis(2));
+        assert_eq!(parse("50ms").unwrap(), Duration::from_millis(50));
+        assert!(parse("51ms").is_err());
+        assert!(
+            parse("584542046090y").is_err(),
+            "never overflows an Instant"
+        );
+    }
+
+    #[test]
     fn serve_defaults() {
         let cli = Cli::try_parse_from(["copyrator", "serve"]).unwrap();
         let Command::Serve(args) = cli.command else {
@@ -521,6 +552,7 @@ mod tests {
         assert_eq!(args.http_addr.port(), 9090);
         assert_eq!(args.exclude_namespaces, ["kube-system", "kube-node-lease"]);
         assert_eq!(args.max_body_bytes, 6 * 1024 * 1024);
+        assert_eq!(args.new_namespace_delay, Duration::from_micros(500));
         assert!(args.leader_election);
         assert!(
             args.trusted_namespaces.is_empty(),
