@@ -195,16 +195,21 @@ impl Prefetches {
         }
     }
 
-    /// The namespace, when its event arrived, and the early reads of `ns`, if they can stand
-    /// in for reads made now: the namespace's event shows the change `awaited`, nothing the
-    /// reads cover changed since they were sent, and every feed is `live`. Else why not
-    /// (`stale`, `late`: still in flight, `none`). The entry is gone either way.
+    /// When the watch event of tracked namespace `ns` arrived, if it did (the entry stays).
+    pub fn seen(&self, ns: &str) -> Option<Instant> {
+        self.lock().get(ns).and_then(|e| e.seen)
+    }
+
+    /// The namespace and the early reads of `ns`, if they can stand in for reads made now:
+    /// the namespace's event shows the change `awaited`, nothing the reads cover changed since
+    /// they were sent, and every feed is `live`. Else why not (`stale`, `late`: still in
+    /// flight, `none`). The entry is gone either way.
     pub fn take(
         &self,
         ns: &str,
         awaited: &Awaited,
         live: bool,
-    ) -> Result<(NamespaceInfo, Instant, NamespaceReads), &'static str> {
+    ) -> Result<(NamespaceInfo, NamespaceReads), &'static str> {
         let e = self.lock().remove(ns).ok_or("none")?;
         let current = self.generation.load(Ordering::SeqCst);
         let fresh = live
@@ -213,7 +218,7 @@ impl Prefetches {
             && e.since.elapsed() < PERSIST_WAIT
             && namespace_persisted(awaited, &e.persisted);
         match (fresh, e.persisted, e.reads) {
-            (true, Some(ns), Some(reads)) => Ok((ns, e.seen.unwrap_or(e.since), reads)),
+            (true, Some(ns), Some(reads)) => Ok((ns, reads)),
             (true, _, None) => Err("late"),
             _ => Err("stale"),
         }
@@ -262,13 +267,16 @@ mod tests {
         );
 
         started(&p);
+        assert_eq!(p.seen("n"), None, "no event yet");
         let before_event = Instant::now();
         p.namespace_event("n", || ns("7"));
-        let (info, seen, _) = p
+        let seen = p.seen("n").expect("when its event arrived");
+        assert!(seen >= before_event);
+        assert_eq!(p.seen("n"), Some(seen), "looking leaves the entry");
+        let (info, _) = p
             .take("n", &Awaited::Exists, true)
             .expect("nothing changed");
         assert_eq!(info.resource_version, "7");
-        assert!(seen >= before_event, "when its event arrived");
         assert!(p.is_empty(), "taken once");
 
         started(&p);
@@ -329,7 +337,7 @@ mod tests {
         );
         p.store(first, reads());
         p.namespace_event("n", || ns("9"));
-        let (info, _, _) = p
+        let (info, _) = p
             .take("n", &Awaited::ChangedFrom("8".into()), true)
             .expect("the first reads serve the second change");
         assert_eq!(info.resource_version, "9");

@@ -72,6 +72,16 @@ async fn work(ctx: Arc<Context>, worker: usize) {
                 });
                 ("waiting", Finished::Again { job, at })
             }
+            Ok(Outcome::NotBefore(at)) => {
+                span.in_scope(|| {
+                    tracing::debug!(
+                        write_in_us =
+                            at.saturating_duration_since(Instant::now()).as_micros() as u64,
+                        "new namespace: first write after --new-namespace-delay"
+                    )
+                });
+                ("waiting", Finished::Again { job, at })
+            }
             Err(e) if job.attempt + 1 < MAX_ATTEMPTS => {
                 let delay = retry_delay(job.attempt);
                 span.in_scope(|| tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "job failed, will retry"));

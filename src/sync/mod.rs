@@ -40,6 +40,9 @@ pub enum Outcome {
     /// The admitted change it waits for is not persisted yet: run it again later (a watch
     /// event or the deadline, see [`crate::pipeline::waiters`]).
     NotPersisted,
+    /// Persisted, but not to be written before this time (a new namespace, SPEC §4 item 6):
+    /// run it again then; the job waits in the queue, not on a worker.
+    NotBefore(std::time::Instant),
 }
 
 /// Runs one job.

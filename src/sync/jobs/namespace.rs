@@ -29,6 +29,8 @@ use crate::{
 pub(in crate::sync) enum Synced {
     /// The admitted change the job waits for is not visible yet.
     NotPersisted,
+    /// A namespace just created: not written before this time (SPEC §4 item 6).
+    NotBefore(std::time::Instant),
     /// The namespace does not exist or is being deleted: its copies go with it.
     Gone,
     Done {
@@ -47,6 +49,7 @@ pub(in crate::sync) async fn run(
     let since = ctx.ready.begin();
     match sync(ctx, job, name).await? {
         Synced::NotPersisted => Ok(Outcome::NotPersisted),
+        Synced::NotBefore(at) => Ok(Outcome::NotBefore(at)),
         Synced::Gone => Ok(Outcome::Done),
         Synced::Done { world, outcomes } => {
             if let Some(ready) = pods::readiness(ctx, name, &world, &outcomes).await {
@@ -68,6 +71,18 @@ pub(in crate::sync) async fn sync(
     if parked(ctx, job) {
         return Ok(Synced::NotPersisted);
     }
+    // A namespace just created: the API server holds a create into it for 50 ms until its own
+    // namespace informer has it (NamespaceLifecycle admission), and our watch is often faster
+    // than that informer. The first write waits `--new-namespace-delay` after the event, in
+    // the queue; the early reads stay where they are until then.
+    if job.awaited == Awaited::Exists
+        && let Some(seen) = ctx.waiters.prefetch.seen(name)
+    {
+        let until = seen + ctx.settings.new_namespace_delay;
+        if until > std::time::Instant::now() {
+            return Ok(Synced::NotBefore(until));
+        }
+    }
     // Reads made while the namespace was being persisted, if they may stand in for new ones.
     let early = ctx
         .waiters
@@ -81,16 +96,9 @@ pub(in crate::sync) async fn sync(
             .inc();
     }
     let (ns, mut world, copies) = match early {
-        Ok((ns, seen, reads)) => {
+        Ok((ns, reads)) => {
             stop_waiting(ctx, job);
             tracing::debug!("namespace from its watch event, rules and copies read before");
-            // A namespace just created: give the API server's own namespace informer time to
-            // see it, or our create waits 50 ms in its admission (SPEC §4.6). No timer when
-            // the time is up already: tokio fires even a past deadline only on its next tick.
-            let until = seen + ctx.settings.new_namespace_delay;
-            if job.awaited == Awaited::Exists && until > std::time::Instant::now() {
-                tokio::time::sleep_until(until.into()).await;
-            }
             (Some(ns), reads.world, reads.copies)
         }
         Err(_) => {
