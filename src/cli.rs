@@ -476,8 +476,7 @@ fn parse_namespace_patterns(s: &str) -> Result<NamespacePatterns, String> {
     NamespacePatterns::parse(s)
 }
 
-/// Parses a duration as Kubernetes flags spell them (`500ms`, `2s`, `1m30s`, `1h`, also
-/// `1m 30s`), or plain seconds.
+/// `--new-namespace-delay`: a duration of at most the API server's own 50 ms wait.
 fn parse_new_namespace_delay(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d > Duration::from_millis(50) {
@@ -488,6 +487,8 @@ fn parse_new_namespace_delay(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Parses a duration as Kubernetes flags spell them (`500ms`, `2s`, `1m30s`, `1h`, also
+/// `1m 30s`), or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<u64>() {

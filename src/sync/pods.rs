@@ -36,10 +36,15 @@ pub async fn settle_namespace(ctx: &Context, name: &str) -> Result<Settled, Sync
     let since = ctx.ready.begin();
     let job = Job::new(JobKey::Namespace(name.to_string()), Trigger::PodGate);
     match sync(ctx, &job, name).await? {
-        // Awaits nothing: never "not persisted" nor held back as new. A namespace being
-        // deleted takes no Pods.
-        Synced::NotPersisted | Synced::NotBefore(_) | Synced::Gone => Ok(Settled {
+        // Awaits nothing: never "not persisted". A namespace being deleted takes no Pods.
+        Synced::NotPersisted | Synced::Gone => Ok(Settled {
             ready: Some(Ready::default()),
+            written: 0,
+        }),
+        // Only jobs awaiting a namespace CREATE are held back; were this one, it settled
+        // nothing.
+        Synced::NotBefore(_) => Ok(Settled {
+            ready: None,
             written: 0,
         }),
         Synced::Done { world, outcomes } => {
