@@ -523,16 +523,18 @@ mod tests {
         assert!(parse_duration("soon").is_err());
     }
 
+    /// `copyrator serve` with `flags`, parsed.
+    fn serve(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let argv = ["copyrator", "serve"].iter().chain(flags);
+        Cli::try_parse_from(argv).map(|c| match c.command {
+            Command::Serve(args) => *args,
+            _ => unreachable!("parsed as serve"),
+        })
+    }
+
     #[test]
     fn the_new_namespace_delay_is_at_most_the_api_servers_own_wait() {
-        let parse = |v: &str| {
-            Cli::try_parse_from(["copyrator", "serve", "--new-namespace-delay", v]).map(|c| {
-                let Command::Serve(args) = c.command else {
-                    panic!()
-                };
-                args.new_namespace_delay
-            })
-        };
+        let parse = |v: &str| serve(&["--new-namespace-delay", v]).map(|a| a.new_namespace_delay);
         assert_eq!(parse("0").unwrap(), Duration::ZERO);
         assert_eq!(parse("2ms").unwrap(), Duration::from_millis(2));
         assert_eq!(parse("50ms").unwrap(), Duration::from_millis(50));
@@ -545,10 +547,7 @@ mod tests {
 
     #[test]
     fn serve_defaults() {
-        let cli = Cli::try_parse_from(["copyrator", "serve"]).unwrap();
-        let Command::Serve(args) = cli.command else {
-            panic!()
-        };
+        let args = serve(&[]).unwrap();
         assert_eq!(args.webhook_addr.port(), 8443);
         assert_eq!(args.http_addr.port(), 9090);
         assert_eq!(args.exclude_namespaces, ["kube-system", "kube-node-lease"]);
@@ -563,14 +562,7 @@ mod tests {
 
     #[test]
     fn trusted_namespaces_are_validated() {
-        let parse = |v: &str| {
-            Cli::try_parse_from(["copyrator", "serve", "--trusted-namespaces", v]).map(|c| {
-                let Command::Serve(args) = c.command else {
-                    panic!()
-                };
-                args.trusted_namespaces
-            })
-        };
+        let parse = |v: &str| serve(&["--trusted-namespaces", v]).map(|a| a.trusted_namespaces);
         let p = parse("platform,infra-*").unwrap();
         assert!(p.matches("platform") && p.matches("infra-x") && !p.matches("tenant"));
         assert!(parse("*").unwrap().matches("anything"));
