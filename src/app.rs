@@ -129,6 +129,8 @@ async fn counting_client(
 /// Starts everything; returns once the listeners are bound.
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
+    let threads = tokio::runtime::Handle::current().metrics().num_workers();
+    metrics.worker_threads.set(threads as i64);
     let client = counting_client(args.kubeconfig.as_deref(), &metrics).await?;
     let cert_manager = cert_manager_config(args)?;
     let cert = match &cert_manager {
@@ -336,7 +338,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         observed_rx,
     )));
 
-    tracing::info!(%webhook_addr, %http_addr, identity, "copyrator serving");
+    tracing::info!(%webhook_addr, %http_addr, identity, threads, "copyrator serving");
     Ok(Running {
         webhook_addr,
         http_addr,

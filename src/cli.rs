@@ -301,6 +301,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_WORKERS", default_value_t = 4)]
     pub workers: usize,
 
+    /// OS threads running copyrator's tasks (webhooks, workers, watches) [default: one per
+    /// CPU it may use, its CPU limit included]. More threads than the CPU copyrator actually
+    /// gets lengthen its admission tail (SPEC §7).
+    #[arg(long, env = "COPYRATOR_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+
     /// Most jobs waiting at once; beyond, jobs are dropped and a full resync is scheduled.
     #[arg(long, env = "COPYRATOR_QUEUE_CAPACITY", default_value_t = 10_000)]
     pub queue_capacity: usize,
@@ -530,6 +536,17 @@ mod tests {
             Command::Serve(args) => *args,
             _ => unreachable!("parsed as serve"),
         })
+    }
+
+    #[test]
+    fn threads_are_tokios_default_or_1_to_1024() {
+        let parse = |v: &[&str]| serve(v).map(|a| a.threads);
+        assert_eq!(parse(&[]).unwrap(), None);
+        assert_eq!(parse(&["--threads", "1"]).unwrap(), Some(1));
+        assert_eq!(parse(&["--threads", "1024"]).unwrap(), Some(1024));
+        for bad in ["0", "1025", "-1", "many"] {
+            assert!(parse(&["--threads", bad]).is_err(), "{bad} refused");
+        }
     }
 
     #[test]

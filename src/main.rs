@@ -22,10 +22,11 @@ fn main() -> ExitCode {
                 eprintln!("copyrator: {e}");
                 return ExitCode::from(2);
             }
-            match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            if let Some(threads) = args.threads {
+                runtime.worker_threads(threads.into());
+            }
+            match runtime.enable_all().build() {
                 Ok(rt) => rt.block_on(app::run(*args)),
                 Err(e) => Err(e.into()),
             }

@@ -115,6 +115,7 @@ pub struct Metrics {
     pub webhook_connections_refused: Counter,
     pub webhook_connections_idle_closed: Counter,
     pub leader: Gauge,
+    pub worker_threads: Gauge,
     pub pod_gate: Family<OutcomeLabels, Counter>,
 }
 
@@ -309,6 +310,12 @@ impl Metrics {
             "1 when this replica holds the lease and runs the reconciler",
             leader.clone(),
         );
+        let worker_threads = Gauge::default();
+        registry.register(
+            "worker_threads",
+            "Worker threads of the async runtime (--threads; default one per CPU copyrator may use)",
+            worker_threads.clone(),
+        );
         let pod_gate = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "pod_gate",
@@ -347,6 +354,7 @@ impl Metrics {
             webhook_connections_refused,
             webhook_connections_idle_closed,
             leader,
+            worker_threads,
             pod_gate,
         }
     }

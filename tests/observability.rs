@@ -380,3 +380,22 @@ fn fingerprint(pem: &std::path::Path) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+#[tokio::test]
+async fn the_runtime_has_as_many_worker_threads_as_threads_says() {
+    const THREADS: &str = "copyrator_worker_threads";
+    let mut three = Process::spawn(&["--leader-election=false", "--threads", "3"]);
+    three.wait_up().await;
+    assert_eq!(three.metric(THREADS).await, 3.0, "--threads 3");
+    three.terminate();
+
+    // The default: one per CPU this process may use too (the same machine, the same limits).
+    let mut default = Process::spawn(&["--leader-election=false"]);
+    default.wait_up().await;
+    assert_eq!(
+        default.metric(THREADS).await,
+        std::thread::available_parallelism().unwrap().get() as f64,
+        "the default"
+    );
+    default.terminate();
+}
