@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::{
     base64_of,
     common::Process,
-    measure::cpu_time,
+    measure::{cpu_time, wait_resyncs},
     payload,
     report::{Report, ms, summary},
 };
@@ -81,15 +81,18 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
         );
     }
 
-    // Diagnostic: is the tail at 64 connections copyrator's, or the load generator's on the
-    // same cores? The same load with copyrator on one core and the benchmark on the other.
+    // Diagnostic: is the tail at 64 connections copyrator's, or the two processes' threads
+    // taking turns on the same cores? The same load with copyrator on one core and the benchmark
+    // on the other: first as they are (tokio's default, a worker thread per core each, so two
+    // threads share each core), then with one worker thread each, so no thread of either waits
+    // for the other's time slice.
+    let (path, what, body) = &reviews[0];
     if let Some(_pinned) = Pinned::split(p.child.id()) {
-        let (path, what, body) = &reviews[0];
         for concurrency in [16usize, 64] {
             let load = load(p, path, body, concurrency, seconds).await;
             report.row(
                 &format!(
-                    "diagnostic: admission {what}, {concurrency} conn, copyrator and load generator on a core each"
+                    "diagnostic: admission {what}, {concurrency} conn, copyrator and load generator on a core each (2 worker threads each)"
                 ),
                 load.figure(),
                 load.cpu(),
@@ -98,6 +101,68 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
             );
         }
     }
+    let mut single = single_threaded_copyrator().await;
+    if let Some(_pinned) = Pinned::split(single.child.id()) {
+        for concurrency in [16usize, 64] {
+            let load = load_on_one_thread(&single, path, body, concurrency, seconds);
+            report.row(
+                &format!(
+                    "diagnostic: admission {what}, {concurrency} conn, copyrator and load generator on a core each (1 worker thread each)"
+                ),
+                load.figure(),
+                load.cpu(),
+                "".into(),
+                if concurrency == 64 {
+                    "p99 ≤ 2 ms"
+                } else {
+                    ""
+                },
+            );
+        }
+    }
+    single.terminate();
+    report.note("admission diagnostic: \"2 worker threads each\" is copyrator as deployed (tokio's default, one worker per core it may use) and the load generator's runtime, each pinned to one core, so two threads take turns on each core; \"1 worker thread each\" is a second copyrator started with `--threads 1` and the load generator on a single-threaded runtime".into());
+}
+
+/// A second copyrator like the long-running one (no webhooks registered: the load posts to it
+/// directly) with one worker thread (`--threads 1`), after its first resync.
+async fn single_threaded_copyrator() -> Process {
+    let mut p = Process::spawn(&[
+        "--leader-election=false",
+        "--resync-interval",
+        "1h",
+        "--log-level",
+        "warn",
+        "--threads",
+        "1",
+    ]);
+    p.wait_up().await;
+    wait_resyncs(&p, 1.0, Duration::from_secs(60)).await;
+    p
+}
+
+/// [`load`] on a single-threaded runtime of its own thread (this task's worker is held until
+/// it is done).
+fn load_on_one_thread(
+    p: &Process,
+    path: &'static str,
+    body: &Value,
+    concurrency: usize,
+    seconds: f64,
+) -> Load {
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(load(p, path, body, concurrency, seconds))
+            })
+            .join()
+            .unwrap()
+        })
+    })
 }
 
 /// copyrator on CPU 1 and this benchmark process on CPU 0 (taskset), until dropped.
