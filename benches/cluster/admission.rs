@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::{
     base64_of,
     common::Process,
-    measure::{cpu_time, wait_resyncs},
+    measure::{control_plane_pids, cpu_time, wait_resyncs},
     payload,
     report::{Report, ms, summary},
 };
@@ -83,11 +83,12 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
 
     // Diagnostic: is the tail at 64 connections copyrator's, or the two processes' threads
     // taking turns on the same cores? The same load with copyrator on one core and the benchmark
-    // on the other: first as they are (tokio's default, a worker thread per core each, so two
+    // (and the control plane, and the long-running copyrator when it is not the one measured) on
+    // the other: first as they are (tokio's default, a worker thread per core each, so two
     // threads share each core), then with one worker thread each, so no thread of either waits
     // for the other's time slice.
     let (path, what, body) = &reviews[0];
-    if let Some(_pinned) = Pinned::split(p.child.id()) {
+    if let Some(_pinned) = Pinned::split(p.child.id(), &[]) {
         for concurrency in [16usize, 64] {
             let load = load(p, path, body, concurrency, seconds).await;
             report.row(
@@ -102,7 +103,7 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
         }
     }
     let mut single = single_threaded_copyrator().await;
-    if let Some(_pinned) = Pinned::split(single.child.id()) {
+    if let Some(_pinned) = Pinned::split(single.child.id(), &[p.child.id()]) {
         for concurrency in [16usize, 64] {
             let load = load_on_one_thread(&single, path, body, concurrency, seconds);
             report.row(
@@ -121,7 +122,7 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
         }
     }
     single.terminate();
-    report.note("admission diagnostic: \"2 worker threads each\" is copyrator as deployed (tokio's default, one worker per core it may use) and the load generator's runtime, each pinned to one core, so two threads take turns on each core; \"1 worker thread each\" is a second copyrator started with `--threads 1` and the load generator on a single-threaded runtime".into());
+    report.note("admission diagnostic: \"2 worker threads each\" is copyrator as deployed (tokio's default, one worker per core it may use) and the load generator's runtime, each pinned to one core (the control plane on the load generator's), so two threads take turns on each core; \"1 worker thread each\" is a second copyrator started with `--threads 1` and the load generator on a single-threaded runtime".into());
 }
 
 /// A second copyrator like the long-running one (no webhooks registered: the load posts to it
@@ -165,15 +166,16 @@ fn load_on_one_thread(
     })
 }
 
-/// copyrator on CPU 1 and this benchmark process on CPU 0 (taskset), until dropped.
+/// copyrator on CPU 1; this benchmark process, the control plane and `others` on CPU 0
+/// (taskset), until dropped.
 struct Pinned {
-    copyrator: u32,
-    /// The CPUs both may use again afterwards (read before pinning: a pinned process sees one).
+    pids: Vec<u32>,
+    /// The CPUs all may use again afterwards (read before pinning: a pinned process sees one).
     all: String,
 }
 
 impl Pinned {
-    fn split(copyrator: u32) -> Option<Self> {
+    fn split(copyrator: u32, others: &[u32]) -> Option<Self> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         if cpus < 2 {
             return None;
@@ -184,18 +186,26 @@ impl Pinned {
                 .output()
                 .is_ok_and(|o| o.status.success())
         };
+        let rest: Vec<u32> = [std::process::id()]
+            .into_iter()
+            .chain(control_plane_pids().into_iter().flatten())
+            .chain(others.iter().copied())
+            .collect();
         let pinned = Self {
-            copyrator,
+            pids: [copyrator]
+                .into_iter()
+                .chain(rest.iter().copied())
+                .collect(),
             all: format!("0-{}", cpus - 1),
         };
-        // Unpinned again on drop if either fails.
-        (pin("1", copyrator) && pin("0", std::process::id())).then_some(pinned)
+        // Unpinned again on drop if any fails.
+        (pin("1", copyrator) && rest.iter().all(|&pid| pin("0", pid))).then_some(pinned)
     }
 }
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        for pid in [self.copyrator, std::process::id()] {
+        for &pid in &self.pids {
             let ok = std::process::Command::new("taskset")
                 .args(["-a", "-p", "-c", &self.all, &pid.to_string()])
                 .output()

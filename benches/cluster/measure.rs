@@ -174,30 +174,32 @@ pub struct CpuMeter {
 pub const CPU_PARTS: [&str; 4] = ["kube-apiserver", "etcd", "copyrator", "benchmark client"];
 
 impl CpuMeter {
-    /// The control plane's pids from the pid files beside its kubeconfig (scripts/control-plane.sh).
+    /// The control plane's pids (see [`control_plane_pids`]).
     pub fn new(copyrator: u32) -> Option<Self> {
-        let kubeconfig = std::env::var("COPYRATOR_KUBECONFIG").ok()?;
-        let dir = std::path::Path::new(&kubeconfig).parent()?;
-        let pid = |f: &str| -> Option<u32> {
-            std::fs::read_to_string(dir.join(f))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        };
+        let [apiserver, etcd] = control_plane_pids()?;
         Some(Self {
-            pids: [
-                pid("apiserver.pid")?,
-                pid("etcd.pid")?,
-                copyrator,
-                std::process::id(),
-            ],
+            pids: [apiserver, etcd, copyrator, std::process::id()],
         })
     }
 
     pub fn sample(&self) -> [Duration; 4] {
         self.pids.map(cpu_time)
     }
+}
+
+/// kube-apiserver's and etcd's pids, from the pid files beside the kubeconfig
+/// (scripts/control-plane.sh).
+pub fn control_plane_pids() -> Option<[u32; 2]> {
+    let kubeconfig = std::env::var("COPYRATOR_KUBECONFIG").ok()?;
+    let dir = std::path::Path::new(&kubeconfig).parent()?;
+    let pid = |f: &str| -> Option<u32> {
+        std::fs::read_to_string(dir.join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some([pid("apiserver.pid")?, pid("etcd.pid")?])
 }
 
 fn cpu_delta(before: [Duration; 4], after: [Duration; 4]) -> [Duration; 4] {
