@@ -4,7 +4,8 @@
 //! API server's CPU per round and `go tool pprof -top -diff_base` between the variants.
 //!
 //! Variants: a plain client updating N Secrets; the same with copyrator's marks (as many labels
-//! and annotations of the same sizes as a copy carries, under other keys); copyrator fanning a
+//! and annotations of the same sizes as a copy carries, under other keys); the same with the
+//! four annotations packed into one; copyrator fanning a
 //! source update out to the same N namespaces; the same with a validating webhook on every copy
 //! UPDATE/DELETE registered as well (the earlier design, replaced by the watch of copies).
 
@@ -44,6 +45,7 @@ const PROFILE_SECONDS: u64 = 10;
 enum Variant {
     Raw,
     RawWithMarks,
+    RawWithPackedMarks,
     Copyrator,
     CopyratorWithCopiesWebhook,
 }
@@ -53,6 +55,7 @@ impl Variant {
         match self {
             Variant::Raw => "raw",
             Variant::RawWithMarks => "raw-with-marks",
+            Variant::RawWithPackedMarks => "raw-with-packed-marks",
             Variant::Copyrator => "copyrator",
             Variant::CopyratorWithCopiesWebhook => "copyrator-with-copies-webhook",
         }
@@ -71,8 +74,9 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
     let names = namespace_storm(lr, "prof", &key, n).await;
 
     // The plain client's Secrets: one label; with marks: a copy's labels and annotations.
-    let plain = raw_secrets(client, &names, &format!("{key}-raw"), false).await;
-    let marked = raw_secrets(client, &names, &format!("{key}-marked"), true).await;
+    let plain = raw_secrets(client, &names, &format!("{key}-raw"), Marks::None).await;
+    let marked = raw_secrets(client, &names, &format!("{key}-marked"), Marks::Copy).await;
+    let packed = raw_secrets(client, &names, &format!("{key}-packed"), Marks::Packed).await;
     // copyrator's source, fanned out once before profiling.
     let label = format!("{key}-src");
     env.secrets(src)
@@ -105,11 +109,12 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
         .unwrap_or("profile")
         .trim_end_matches(".md");
     let dir = out.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let mut raw_sets = [plain, marked];
+    let mut raw_sets = [plain, marked, packed];
     let mut results = Vec::new();
     for variant in [
         Variant::Raw,
         Variant::RawWithMarks,
+        Variant::RawWithPackedMarks,
         Variant::Copyrator,
         Variant::CopyratorWithCopiesWebhook,
     ] {
@@ -123,6 +128,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
             &match variant {
                 Variant::Raw => format!("{key}-raw=yes"),
                 Variant::RawWithMarks => format!("{key}-marked=yes"),
+                Variant::RawWithPackedMarks => format!("{key}-packed=yes"),
                 Variant::Copyrator | Variant::CopyratorWithCopiesWebhook => copies.clone(),
             },
         )
@@ -141,6 +147,9 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
             match variant {
                 Variant::Raw => raw_round(client, &mut raw_sets[0], &seen, &value).await,
                 Variant::RawWithMarks => raw_round(client, &mut raw_sets[1], &seen, &value).await,
+                Variant::RawWithPackedMarks => {
+                    raw_round(client, &mut raw_sets[2], &seen, &value).await
+                }
                 Variant::Copyrator | Variant::CopyratorWithCopiesWebhook => {
                     copyrator_round(lr, &seen, n, &value).await
                 }
@@ -211,6 +220,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
     let find = |v: Variant| results.iter().find(|r| r.0 == v).map(|r| r.1.clone());
     for (base, other) in [
         (Variant::Raw, Variant::RawWithMarks),
+        (Variant::RawWithPackedMarks, Variant::RawWithMarks),
         (Variant::RawWithMarks, Variant::Copyrator),
         (Variant::Copyrator, Variant::CopyratorWithCopiesWebhook),
     ] {
@@ -237,48 +247,59 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
     ));
 }
 
-/// `n` Secrets written by a plain client, one per namespace; `marked`: with as many labels
-/// and annotations, of the same sizes, as a copy carries.
+/// What a plain client's Secrets carry besides their own label.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Marks {
+    None,
+    /// As many labels and annotations, of the same sizes, as a copy carries (2 labels, 4
+    /// annotations).
+    Copy,
+    /// The same information with the four annotations packed into one (what fewer marks per
+    /// copy would save the API server).
+    Packed,
+}
+
+/// `n` Secrets written by a plain client, one per namespace, carrying `marks`.
 async fn raw_secrets(
     client: &kube::Client,
     names: &[String],
     label: &str,
-    marked: bool,
+    marks: Marks,
 ) -> Vec<Secret> {
+    let uid = "8b7c3c2e-5c1a-4a8e-9a5e-1f2b3c4d5e6f";
+    let hash = "0".repeat(64);
+    let source = "bench-src-abcdef/prof";
+    let rule = "inline:bench-src-abcdef/prof";
+    let packed = serde_json::json!({
+        "source": source, "contentHash": hash, "rule": rule, "deletionPolicy": "Delete"
+    })
+    .to_string();
+    let mut labels = vec![(label, "yes")];
+    let mut annotations: Vec<(&str, &str)> = Vec::new();
+    if marks != Marks::None {
+        labels.push(("bench.example/managed-by", "copyrator"));
+        labels.push(("bench.example/source-uid", uid));
+    }
+    match marks {
+        Marks::None => {}
+        Marks::Copy => annotations.extend([
+            ("bench.example/source", source),
+            ("bench.example/content-hash", &hash),
+            ("bench.example/rule", rule),
+            ("bench.example/deletion-policy", "Delete"),
+        ]),
+        Marks::Packed => annotations.push(("bench.example/copy", &packed)),
+    }
+    let name = match marks {
+        Marks::None => "raw-prof",
+        Marks::Copy => "raw-prof-marked",
+        Marks::Packed => "raw-prof-packed",
+    };
+    let s = secret(name, &labels, &annotations, &[("config.json", &payload(0))]);
     stream::iter(names.iter())
         .map(|ns| {
             let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-            let uid = "8b7c3c2e-5c1a-4a8e-9a5e-1f2b3c4d5e6f";
-            let hash = "0".repeat(64);
-            let labels: Vec<(&str, &str)> = if marked {
-                vec![
-                    (label, "yes"),
-                    ("bench.example/managed-by", "copyrator"),
-                    ("bench.example/source-uid", uid),
-                ]
-            } else {
-                vec![(label, "yes")]
-            };
-            let annotations: Vec<(&str, &str)> = if marked {
-                vec![
-                    ("bench.example/source", "bench-src-abcdef/prof"),
-                    ("bench.example/content-hash", &hash),
-                    ("bench.example/rule", "inline:bench-src-abcdef/prof"),
-                    ("bench.example/deletion-policy", "Delete"),
-                ]
-            } else {
-                vec![]
-            };
-            let s = secret(
-                if marked {
-                    "raw-prof-marked"
-                } else {
-                    "raw-prof"
-                },
-                &labels,
-                &annotations,
-                &[("config.json", &payload(0))],
-            );
+            let s = s.clone();
             async move { api.create(&PostParams::default(), &s).await }
         })
         .buffer_unordered(CONCURRENCY)
