@@ -2,7 +2,7 @@
 //!
 //! Labels never carry object names or data: only endpoints, operations, verbs and outcomes.
 
-use std::time::Duration;
+use std::{sync::atomic::AtomicU64, time::Duration};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -67,6 +67,11 @@ pub struct ApiLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabels {
     pub code: u16,
 }
@@ -105,6 +110,8 @@ pub struct Metrics {
     pub api_requests: Family<ApiLabels, Counter>,
     pub api_errors: Family<CodeLabels, Counter>,
     pub api_response_bytes: Counter,
+    pub api_rate_limited: Family<LimitLabels, Counter>,
+    pub api_rate_limited_seconds: Family<LimitLabels, Counter<f64, AtomicU64>>,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
     pub certificate_expiry: Family<CertificateLabels, Gauge>,
     pub certificates_issued: Family<CertificateLabels, Counter>,
@@ -250,6 +257,18 @@ impl Metrics {
             "Bytes of Kubernetes API responses read (bodies)",
             api_response_bytes.clone(),
         );
+        let api_rate_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "api_rate_limited",
+            "Kubernetes API calls that waited for copyrator's own client-side limit (writes: --api-qps, reads: --api-read-qps)",
+            api_rate_limited.clone(),
+        );
+        let api_rate_limited_seconds = Family::<LimitLabels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "api_rate_limited_seconds",
+            "Time Kubernetes API calls waited for copyrator's own client-side limit, summed over the calls",
+            api_rate_limited_seconds.clone(),
+        );
         let tls_reloads = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "tls_reloads",
@@ -344,6 +363,8 @@ impl Metrics {
             api_requests,
             api_errors,
             api_response_bytes,
+            api_rate_limited,
+            api_rate_limited_seconds,
             tls_reloads,
             certificate_expiry,
             certificates_issued,
@@ -390,6 +411,18 @@ impl Metrics {
         self.api_requests
             .get_or_create(&ApiLabels { verb, resource })
             .inc();
+    }
+
+    /// A call waited `waited` for the client-side `limit` (nothing when it did not wait).
+    pub fn api_rate_limited(&self, limit: &'static str, waited: Duration) {
+        if waited.is_zero() {
+            return;
+        }
+        let labels = LimitLabels { limit };
+        self.api_rate_limited.get_or_create(&labels).inc();
+        self.api_rate_limited_seconds
+            .get_or_create(&labels)
+            .inc_by(waited.as_secs_f64());
     }
 
     pub fn api_error(&self, code: u16) {

@@ -399,3 +399,68 @@ async fn the_runtime_has_as_many_worker_threads_as_threads_says() {
     );
     default.terminate();
 }
+
+#[tokio::test]
+async fn the_write_limit_holds_writes_back_and_counts_the_wait() {
+    // Ten writes a second, no burst to speak of: a source copied into N namespaces needs at
+    // least (N - 1) / 10 s, and the writes that waited are counted with their wait.
+    let t = Harness::start(Options {
+        extra: vec!["--api-qps=10".into(), "--api-burst=1".into()],
+        ..Options::default()
+    })
+    .await;
+    t.wait_metric(
+        "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
+        "the startup resync",
+        |v| v >= 1.0,
+    )
+    .await;
+    const N: usize = 6;
+    let sel = format!("limited={}", t.id);
+    let mut targets = Vec::new();
+    for i in 0..N {
+        targets.push(
+            t.namespace(&format!("limited-{i}"), &[("limited", &t.id)])
+                .await,
+        );
+    }
+    let src = t.namespace("limited-src", &[]).await;
+    // Let the namespaces' own jobs (nothing to copy yet) finish and the bucket refill.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = t.metrics().await;
+    let started = std::time::Instant::now();
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "limited",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    for ns in &targets {
+        t.wait_for::<Secret>(ns, "limited", "copy", |_| true).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(450),
+        "{N} writes at 10/s with a burst of 1 took only {took:?}"
+    );
+    let after = t.metrics().await;
+    let delta = |sample: &str| metric_value(&after, sample) - metric_value(&before, sample);
+    let waited = delta("copyrator_api_rate_limited_total{limit=\"writes\"}");
+    assert!(
+        waited >= (N - 1) as f64,
+        "at least {} of the {N} creates waited, counted {waited}",
+        N - 1
+    );
+    let seconds = delta("copyrator_api_rate_limited_seconds_total{limit=\"writes\"}");
+    assert!(
+        seconds >= 0.4,
+        "the waits add up to at least 0.1 + 0.2 + ... s, counted {seconds}"
+    );
+    t.finish().await;
+}

@@ -102,12 +102,14 @@ impl Cluster {
         // streams, opened once per feed.
         let _slot = match verb {
             "create" | "update" | "patch" | "delete" => {
-                self.writes.acquire().await;
+                let waited = self.writes.acquire().await;
+                self.metrics.api_rate_limited("writes", waited);
                 None
             }
             "watch" => None,
             _ => {
-                self.reads.acquire().await;
+                let waited = self.reads.acquire().await;
+                self.metrics.api_rate_limited("reads", waited);
                 self.read_slots.acquire().await.ok()
             }
         };

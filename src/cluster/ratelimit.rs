@@ -55,11 +55,13 @@ impl RateLimiter {
         }
     }
 
-    pub async fn acquire(&self) {
+    /// Waits for a token; returns how long that took (zero when one was there).
+    pub async fn acquire(&self) -> Duration {
         let wait = self.reserve();
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
+        wait
     }
 }
 
