@@ -104,6 +104,8 @@ pub async fn run(report: &mut Report, p: &Process, seconds: f64) {
     }
     let mut single = single_threaded_copyrator().await;
     if let Some(_pinned) = Pinned::split(single.child.id(), &[p.child.id()]) {
+        // Warm up the new process (its first connections, buffers, caches) before measuring.
+        load_on_one_thread(&single, path, body, 64, seconds / 2.0);
         for concurrency in [16usize, 64] {
             let load = load_on_one_thread(&single, path, body, concurrency, seconds);
             report.row(

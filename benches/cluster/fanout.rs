@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::{
     CONCURRENCY, LongRun,
-    common::{Process, TestEnv, secret},
+    common::{Process, TestEnv, metric_value, secret},
     measure::{
         CPU_PARTS, CpuMeter, all_seen, call_breakdown, cpu_since, namespace_storm, watch_secrets,
     },
@@ -158,6 +158,9 @@ struct Rounds {
     raw_updates: Vec<Duration>,
     cr_creates: Vec<Duration>,
     cr_updates: Vec<Duration>,
+    /// copyrator's writes that waited for its own `--api-qps` limit in each round (create and
+    /// update), and how long they waited in all.
+    cr_rate_limited: Vec<(u64, Duration)>,
     /// CPU per process (CPU_PARTS) summed over the rounds' update phases.
     raw_update_cpu: [Duration; 4],
     cr_update_cpu: [Duration; 4],
@@ -204,8 +207,14 @@ async fn fanout_rounds(
         r.cr_creates.push(c);
         r.cr_updates.push(u);
         r.cr_update_cpu = std::array::from_fn(|i| r.cr_update_cpu[i] + used[i]);
+        let after = p.metrics().await;
+        let delta = |sample: &str| metric_value(&after, sample) - metric_value(&before, sample);
+        r.cr_rate_limited.push((
+            delta(RATE_LIMITED_WRITES) as u64,
+            Duration::from_secs_f64(delta(RATE_LIMITED_WRITE_SECONDS).max(0.0)),
+        ));
         if let Some(out) = breakdown.take() {
-            *out = call_breakdown(&before, &p.metrics().await);
+            *out = call_breakdown(&before, &after);
         }
     }
     r
@@ -226,6 +235,23 @@ fn cpu_note(r: &Rounds) -> String {
         "raw: {}; copyrator: {}",
         per_round(&r.raw_update_cpu, r.raw_updates.len().max(1)),
         per_round(&r.cr_update_cpu, r.cr_updates.len().max(1))
+    )
+}
+
+const RATE_LIMITED_WRITES: &str = "copyrator_api_rate_limited_total{limit=\"writes\"}";
+const RATE_LIMITED_WRITE_SECONDS: &str =
+    "copyrator_api_rate_limited_seconds_total{limit=\"writes\"}";
+
+/// Which rounds copyrator's own write limit (`--api-qps`, burst `--api-burst`) slowed down.
+fn rate_limit_note(r: &Rounds) -> String {
+    let rounds: Vec<String> = r
+        .cr_rate_limited
+        .iter()
+        .map(|(n, waited)| format!("{n} ({})", ms(*waited)))
+        .collect();
+    format!(
+        "fan-out: copyrator's writes that waited for its own write limit (--api-qps, burst --api-burst: 500/s and 1,000 by default; a round writes 1,000), per round (create + update), with their summed wait: {}",
+        rounds.join(", ")
     )
 }
 
@@ -319,6 +345,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize) {
         "fan-out CPU per update round (2 cores = 2 s of CPU per wall second), by process: {}",
         cpu_note(&rounds)
     ));
+    report.note(rate_limit_note(&rounds));
     report.note(format!(
         "fan-out: raw = a plain kube-rs client writing the same {n} objects (one Secret per namespace, {CONCURRENCY} in flight), copyrator = from the source's create/update response; both until a watch saw every object. copyrator's API calls for one create + update round: {breakdown}; copyrator learns of edits to copies from its watch of them (no admission call per copy write)"
     ));
