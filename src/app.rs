@@ -107,7 +107,7 @@ async fn counting_client(
 ) -> anyhow::Result<Client> {
     use axum::http::Response;
     use http_body_util::BodyExt;
-    use kube::client::{ClientBuilder, DynBody};
+    use kube::client::DynBody;
 
     let counter = metrics.api_response_bytes.clone();
     let count = tower::util::MapResponseLayer::new(move |response: Response<Box<DynBody>>| {
@@ -121,7 +121,7 @@ async fn counting_client(
             })
         })
     });
-    let builder = ClientBuilder::try_from(kube_config(kubeconfig).await?)
+    let builder = crate::cluster::client::builder(kube_config(kubeconfig).await?)
         .context("building the Kubernetes client")?;
     Ok(builder.with_layer(&count).build())
 }

@@ -121,6 +121,13 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
     };
     // Samples over the bucket, beside the creates the plugin held over it: where the two
     // counts agree, the tail is that plugin's 50 ms wait.
+    // Which namespaces were slow, to look up in copyrator's log (COPYRATOR_BENCH_KEEP_LOG).
+    let slow_names: Vec<String> = created
+        .iter()
+        .zip(&copy_lat)
+        .filter(|(_, d)| **d > LIFECYCLE_WAIT_BUCKET)
+        .map(|((n, _), d)| format!("{n} {}", ms(*d)))
+        .collect();
     let slow = |v: &[Duration]| v.iter().filter(|d| **d > LIFECYCLE_WAIT_BUCKET).count();
     let (copy_slow, raw_slow) = (slow(&copy_lat), slow(&raw_lat));
     let (c50, c90, c99, cmax) = summary(copy_lat);
@@ -155,6 +162,12 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize) {
     report.note(format!(
         "copyrator's API calls for those {count} namespaces (verb, resource: count): {calls}"
     ));
+    if !slow_names.is_empty() {
+        report.note(format!(
+            "copyrator's samples over 25 ms: {}",
+            slow_names.join(", ")
+        ));
+    }
     report.note(format!(
         "namespace jobs' reads made while the namespace was being persisted (SPEC §4.6), by outcome: {early}"
     ));

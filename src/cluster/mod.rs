@@ -8,6 +8,7 @@ use std::sync::Arc;
 use kube::{Api, Client, Resource, api::ListParams};
 
 pub mod apply;
+pub mod client;
 mod error;
 pub mod load;
 pub mod ratelimit;

@@ -1,0 +1,180 @@
+//! The Kubernetes client's HTTP stack: kube's own (`ClientBuilder::try_from`), except that its
+//! TCP connections set TCP_NODELAY, as Go's (client-go's) do. kube's connector leaves Nagle's
+//! algorithm on (kube-rs issue #2056): a request written in two segments then waits for the
+//! API server's delayed ACK, up to 40 ms, before its second half leaves (BENCHMARKS.md).
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, Request, Response};
+use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
+use kube::{
+    Config,
+    client::{Body, ClientBuilder, ConfigExt, DynBody, retry::RetryPolicy},
+};
+use tower::{BoxError, ServiceBuilder, ServiceExt as _, retry::RetryLayer, util::BoxService};
+use tower_http::{ServiceExt as _, classify::ServerErrorsFailureClass, trace::TraceLayer};
+use tracing::Span;
+
+/// The service stack `ClientBuilder::try_from(config)` builds.
+pub type Stack = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// kube's default client stack for `config` with TCP_NODELAY on its connections. A proxy in
+/// the configuration gets kube's own stack (its proxy support), Nagle's algorithm included.
+pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
+    if config.proxy_url.is_some() {
+        return ClientBuilder::try_from(config);
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let client: hyper_util::client::legacy::Client<_, Body> =
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .layer(
+            tower_http::decompression::DecompressionLayer::new()
+                .no_br()
+                .no_deflate()
+                .no_zstd()
+                .gzip(!config.disable_compression),
+        )
+        .option_layer(
+            config
+                .default_retry
+                .then_some(RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(
+            // As kube's: the same span names and fields, so its logs read the same.
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request<Body>| {
+                    tracing::debug_span!(
+                        "HTTP",
+                        http.method = %req.method(),
+                        http.url = %req.uri(),
+                        http.status_code = tracing::field::Empty,
+                        otel.name = req.extensions().get::<&'static str>().unwrap_or(&"HTTP"),
+                        otel.kind = "client",
+                        otel.status_code = tracing::field::Empty,
+                    )
+                })
+                .on_request(|_req: &Request<Body>, _span: &Span| {
+                    tracing::debug!("requesting");
+                })
+                .on_response(
+                    |res: &Response<hyper::body::Incoming>, _latency: Duration, span: &Span| {
+                        let status = res.status();
+                        span.record("http.status_code", status.as_u16());
+                        if status.is_client_error() || status.is_server_error() {
+                            span.record("otel.status_code", "ERROR");
+                        }
+                    },
+                )
+                .on_body_chunk(())
+                .on_eos(|_: Option<&HeaderMap>, _duration: Duration, _span: &Span| {
+                    tracing::debug!("stream closed");
+                })
+                .on_failure(
+                    |ec: ServerErrorsFailureClass, _latency: Duration, span: &Span| {
+                        span.record("otel.status_code", "ERROR");
+                        match ec {
+                            ServerErrorsFailureClass::StatusCode(status) => {
+                                span.record("http.status_code", status.as_u16());
+                                tracing::error!("failed with status {}", status)
+                            }
+                            ServerErrorsFailureClass::Error(err) => {
+                                tracing::error!("failed with error {}", err)
+                            }
+                        }
+                    },
+                ),
+        )
+        .map_err(BoxError::from)
+        .service(client);
+    Ok(ClientBuilder::new(
+        service
+            .map_response_body(|body| {
+                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
+            })
+            .boxed(),
+        config.default_namespace.clone(),
+    ))
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    /// The peer port of socket `fd`, if it is a connected IPv4 TCP socket.
+    fn peer_port(fd: i32) -> Option<u16> {
+        let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: addr is a sockaddr_in of the length given.
+        let rc = unsafe { libc::getpeername(fd, (&raw mut addr).cast(), &mut len) };
+        (rc == 0 && i32::from(addr.sin_family) == libc::AF_INET)
+            .then(|| u16::from_be(addr.sin_port))
+    }
+
+    fn nodelay(fd: i32) -> bool {
+        let mut on: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: on is a c_int of the length given.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&raw mut on).cast(),
+                &mut len,
+            )
+        };
+        rc == 0 && on != 0
+    }
+
+    #[tokio::test]
+    async fn connections_to_the_api_server_set_tcp_nodelay() {
+        // A one-request HTTP server that keeps the connection open afterwards.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf).unwrap();
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+                .unwrap();
+            stream
+        });
+        let config = Config::new(format!("http://127.0.0.1:{port}").parse().unwrap());
+        let client = builder(config).unwrap().build();
+        let answer: serde_json::Value = client
+            .request(Request::get("/version").body(Vec::new()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer, serde_json::json!({}));
+        // The server's end stays open until the test ends: the client's connection stays pooled.
+        let _server_end = server.join().unwrap();
+
+        // The client's end of that connection, among this process's sockets (the server's end
+        // has the client's port as its peer, not `port`).
+        let ours: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|&fd| peer_port(fd) == Some(port))
+            .collect();
+        assert!(!ours.is_empty(), "the client's connection is open");
+        for fd in ours {
+            assert!(nodelay(fd), "TCP_NODELAY on fd {fd}");
+        }
+    }
+}
