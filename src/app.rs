@@ -79,7 +79,11 @@ impl Running {
 
 /// Builds a Kubernetes client from `--kubeconfig`, else the usual inference.
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
-    Client::try_from(kube_config(kubeconfig).await?).context("building the Kubernetes client")
+    Ok(
+        crate::cluster::client::builder(kube_config(kubeconfig).await?)
+            .context("building the Kubernetes client")?
+            .build(),
+    )
 }
 
 async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
