@@ -18,12 +18,7 @@ use serde_json::json;
 #[tokio::test]
 async fn metrics_move_by_exactly_what_happened() {
     let t = Harness::start(Options::default()).await;
-    t.wait_metric(
-        "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
-        "the startup resync",
-        |v| v >= 1.0,
-    )
-    .await;
+    t.wait_startup_resync().await;
     let src = t.namespace("metrics-src", &[]).await;
     let sel = format!("metrics={}", t.id);
     let taken = t.namespace("metrics-taken", &[]).await;
@@ -409,12 +404,7 @@ async fn the_write_limit_holds_writes_back_and_counts_the_wait() {
         ..Options::default()
     })
     .await;
-    t.wait_metric(
-        "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
-        "the startup resync",
-        |v| v >= 1.0,
-    )
-    .await;
+    t.wait_startup_resync().await;
     const N: usize = 6;
     let sel = format!("limited={}", t.id);
     let mut targets = Vec::new();

@@ -258,12 +258,7 @@ async fn a_dry_run_pod_writes_no_copy_and_a_real_one_does() {
     })
     .await;
     // Its startup resync would make the copy on its own: let it finish first.
-    t.wait_metric(
-        "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
-        "the startup resync",
-        |v| v >= 1.0,
-    )
-    .await;
+    t.wait_startup_resync().await;
     t.webhooks_registered();
     register_pod_gate(
         &t.client,

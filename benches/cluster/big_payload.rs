@@ -10,8 +10,8 @@ use kube::{Api, api::PostParams};
 
 use crate::{
     CONCURRENCY,
-    common::{Process, TestEnv, secret, unregister_webhooks},
-    measure::{create_namespace, memory, wait_resyncs},
+    common::{TestEnv, secret, unregister_webhooks},
+    measure::{create_namespace, memory},
     report::{Report, ms},
 };
 
@@ -60,16 +60,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, n: usize) {
         })
         .await;
 
-    let mut p = Process::spawn(&[
-        "--leader-election=false",
-        "--resync-interval",
-        "1h",
-        "--log-level",
-        "warn",
-    ]);
-    p.wait_up().await;
-    p.register_webhooks(client).await;
-    wait_resyncs(&p, 1.0, Duration::from_secs(60)).await;
+    let mut p = crate::bench_copyrator(Some(client), &[]).await;
     let (rss_before, _) = memory(p.child.id());
     let src = env.namespace("bench-big-src", &[]).await;
     let all: Api<Secret> = Api::all(client.clone());

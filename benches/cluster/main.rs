@@ -269,6 +269,24 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
     report
 }
 
+/// The release copyrator as a process of its own (no leader election, resyncs an hour apart,
+/// `--log-level warn` unless `extra` says otherwise), up, its webhooks registered with
+/// `client` if given, after its first resync.
+pub async fn bench_copyrator(client: Option<&Client>, extra: &[&str]) -> Process {
+    let mut args = vec!["--leader-election=false", "--resync-interval", "1h"];
+    if !extra.contains(&"--log-level") {
+        args.extend(["--log-level", "warn"]);
+    }
+    args.extend(extra);
+    let mut p = Process::spawn(&args);
+    p.wait_up().await;
+    if let Some(client) = client {
+        p.register_webhooks(client).await;
+    }
+    wait_resyncs(&p, 1.0, Duration::from_secs(60)).await;
+    p
+}
+
 /// What phases new-namespace to resync share: their corner of the cluster, the long-running
 /// copyrator (the release binary, its webhooks registered, resyncs an hour apart), its RSS on
 /// the empty cluster, the namespace of the sources.
@@ -289,16 +307,7 @@ impl LongRun {
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let log_level =
             std::env::var("COPYRATOR_BENCH_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
-        let mut p = Process::spawn(&[
-            "--leader-election=false",
-            "--resync-interval",
-            "1h",
-            "--log-level",
-            &log_level,
-        ]);
-        p.wait_up().await;
-        p.register_webhooks(&client).await;
-        wait_resyncs(&p, 1.0, Duration::from_secs(60)).await;
+        let p = bench_copyrator(Some(&client), &["--log-level", &log_level]).await;
         let (rss_empty, _) = rss(p.child.id());
         let src = env.namespace("bench-src", &[]).await;
         Self {

@@ -113,11 +113,9 @@ async fn no_op(report: &mut Report, lr: &LongRun, seconds: f64) {
     for concurrency in [1usize, 4, 16, 64] {
         let l = load(&lr.p, "/admission/pods", &body, concurrency, seconds).await;
         total += l.rps * seconds;
-        report.row(
+        l.row(
+            report,
             &format!("Pod gate, no-op Pod CREATE, {concurrency} conn"),
-            l.figure(),
-            l.cpu(),
-            "".into(),
             if concurrency == 16 {
                 "≥ 20,000/s, p99 ≤ 1 ms"
             } else {

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use crate::{
     base64_of,
-    common::{self, Process, TestEnv, secret, unregister_webhooks},
-    measure::{CpuMeter, cpu_since, wait_resyncs, watch_objects},
+    common::{self, TestEnv, secret, unregister_webhooks},
+    measure::{CpuMeter, cpu_since, watch_objects},
     report::{Report, ms, summary},
 };
 
@@ -29,16 +29,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
         admissionregistration::v1::MutatingWebhookConfiguration, core::v1::ConfigMap,
     };
     let client = &env.client;
-    let mut p = Process::spawn(&[
-        "--leader-election=false",
-        "--resync-interval",
-        "1h",
-        "--log-level",
-        "warn",
-    ]);
-    p.wait_up().await;
-    p.register_webhooks(client).await;
-    wait_resyncs(&p, 1.0, Duration::from_secs(60)).await;
+    let mut p = crate::bench_copyrator(Some(client), &[]).await;
     let cpu = CpuMeter::new(p.child.id());
     let key = format!("bench-sel-{}", env.id);
     let src = env

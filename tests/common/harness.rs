@@ -73,6 +73,16 @@ impl Harness {
         self.copyrator().wait_metric(sample, what, check).await
     }
 
+    /// Waits until copyrator's startup resync has finished (a job counted as done).
+    pub async fn wait_startup_resync(&self) {
+        self.wait_metric(
+            "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
+            "the startup resync",
+            |v| v >= 1.0,
+        )
+        .await;
+    }
+
     /// Stops copyrator but leaves its webhook configuration: the API server's calls fail and
     /// are ignored, as with a crashed deployment.
     pub async fn kill(&mut self) {
