@@ -65,14 +65,28 @@ async fn apply<K>(api: &Api<K>, mut cfg: K)
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    if let Some(existing) = api.get_opt(WEBHOOK_CONFIG_NAME).await.unwrap() {
-        cfg.meta_mut().resource_version = existing.resource_version();
-        api.replace(WEBHOOK_CONFIG_NAME, &PostParams::default(), &cfg)
-            .await
-            .unwrap();
-    } else {
-        api.create(&PostParams::default(), &cfg).await.unwrap();
+    // Tests running at once register the same configuration: a write that lost the race to
+    // another (409 Conflict on replace or create) reads the winner and tries again.
+    for _ in 0..20 {
+        let written = match api.get_opt(WEBHOOK_CONFIG_NAME).await.unwrap() {
+            Some(existing) => {
+                cfg.meta_mut().resource_version = existing.resource_version();
+                api.replace(WEBHOOK_CONFIG_NAME, &PostParams::default(), &cfg)
+                    .await
+                    .map(|_| ())
+            }
+            None => {
+                cfg.meta_mut().resource_version = None;
+                api.create(&PostParams::default(), &cfg).await.map(|_| ())
+            }
+        };
+        match written {
+            Ok(()) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => panic!("registering {WEBHOOK_CONFIG_NAME}: {e}"),
+        }
     }
+    panic!("registering {WEBHOOK_CONFIG_NAME}: conflicts 20 times in a row");
 }
 
 /// Removes the Pod gate's configuration alone (the validating webhooks stay).
