@@ -34,6 +34,7 @@ mod common;
 mod admission;
 mod big_payload;
 mod fanout;
+mod list_cost;
 mod measure;
 mod memory;
 mod new_namespace;
@@ -103,7 +104,8 @@ enum Phase {
     Admission,
     /// The Pod gate: its no-op path, and Pods created right after their namespace
     PodGate,
-    /// kube-apiserver CPU profiles of update fan-outs: plain client vs copyrator
+    /// kube-apiserver CPU profiles of update fan-outs: plain client vs copyrator; each LIST a
+    /// copyrator job makes, alone
     ApiserverProfile,
     /// RSS as the cluster grows to 5,000 namespaces and 50,000 Secrets
     Memory,
@@ -149,6 +151,10 @@ pub struct Sizes {
     /// measured.
     scale_steps: Vec<usize>,
     scale_fanout: usize,
+    /// LISTs of each kind in a row, and the unrelated Secrets added, in apiserver-profile's
+    /// LIST-by-LIST measurement.
+    list_cost_lists: usize,
+    list_cost_unrelated: usize,
     /// The report's path: files of the phases (profiles) go beside it.
     out: PathBuf,
 }
@@ -168,6 +174,8 @@ fn sizes(quick: bool) -> Sizes {
             restore: 20,
             scale_steps: vec![200, 500, 1_000],
             scale_fanout: 500,
+            list_cost_lists: 10,
+            list_cost_unrelated: 2_000,
             out: PathBuf::new(),
         }
     } else {
@@ -184,6 +192,8 @@ fn sizes(quick: bool) -> Sizes {
             restore: 100,
             scale_steps: vec![1_000, 5_000, 20_000],
             scale_fanout: 5_000,
+            list_cost_lists: 50,
+            list_cost_unrelated: 20_000,
             out: PathBuf::new(),
         }
     }
@@ -352,7 +362,7 @@ async fn long_run(report: &mut Report, sz: &Sizes, phases: &BTreeSet<Phase>) {
         pod_gate::run(report, &lr, sz.gate_namespaces, sz.admission_seconds).await;
     }
     if phases.contains(&Phase::ApiserverProfile) {
-        profile::run(report, &lr, sz.fanout, &sz.out).await;
+        profile::run(report, &lr, sz).await;
     }
     if !phases.contains(&Phase::Memory) && !phases.contains(&Phase::Resync) {
         lr.stop().await;

@@ -8,6 +8,7 @@
 //! four annotations packed into one; copyrator fanning a
 //! source update out to the same N namespaces; the same with a validating webhook on every copy
 //! UPDATE/DELETE registered as well (the earlier design, replaced by the watch of copies).
+//! Then each LIST a copyrator job makes, measured alone ([`crate::list_cost`]).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -30,7 +31,7 @@ use kube::{
 use serde_json::json;
 
 use crate::{
-    CONCURRENCY, LongRun,
+    CONCURRENCY, LongRun, Sizes,
     common::{self, Process, secret},
     measure::{all_seen, namespace_storm, watch_secrets},
     payload,
@@ -62,7 +63,8 @@ impl Variant {
     }
 }
 
-pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
+pub async fn run(report: &mut Report, lr: &LongRun, sz: &Sizes) {
+    let (n, out) = (sz.fanout, sz.out.as_path());
     let LongRun {
         env,
         client,
@@ -192,10 +194,12 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
     let per_path: Vec<(Variant, BTreeMap<&str, f64>)> = results
         .iter()
         .map(|(variant, file, rounds, _, _)| {
-            let cum = cumulative(file);
+            let all = cumulative(file, None);
+            let lists = cumulative(file, Some(LIST_HANDLER));
             let paths = PATHS
                 .iter()
-                .map(|(label, func)| {
+                .map(|(label, func, under_lists)| {
+                    let cum = if *under_lists { &lists } else { &all };
                     let total: f64 = cum
                         .iter()
                         .filter(|(f, _)| f.ends_with(func))
@@ -207,7 +211,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
             (*variant, paths)
         })
         .collect();
-    for (label, _) in PATHS {
+    for (label, _, _) in PATHS {
         report.note(format!(
             "API-server CPU per round in {label}: {}",
             per_path
@@ -245,6 +249,16 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize, out: &Path) {
         "apiserver-profile: {PROFILE_SECONDS} s CPU profile of kube-apiserver (/debug/pprof/profile) per variant while update rounds of {n} run back to back; CPU per round = profile samples / rounds; profiles in {}",
         dir.display()
     ));
+    crate::list_cost::run(
+        report,
+        lr,
+        &copies,
+        &format!("{key}=yes"),
+        n,
+        sz.list_cost_lists,
+        sz.list_cost_unrelated,
+    )
+    .await;
 }
 
 /// What a plain client's Secrets carry besides their own label.
@@ -471,43 +485,62 @@ async fn fetch_profile(client: kube::Client, file: PathBuf) {
     std::fs::write(&file, &bytes).unwrap();
 }
 
-/// Request paths of the API server whose cumulative CPU the report shows (label, the end of
-/// the function's name in the profile).
-const PATHS: [(&str, &str); 8] = [
+/// Request paths of the API server whose cumulative CPU the report shows: (label, the end of
+/// the function's name in the profile, counting only the samples under the LIST handler).
+const PATHS: [(&str, &str, bool); 11] = [
     (
         "updates (PUT handler)",
         "endpoints.restfulUpdateResource.func1",
+        false,
     ),
     (
         "managedFields",
         "fieldmanager.(*FieldManager).UpdateNoErrors",
+        false,
     ),
     (
         "validating admission webhooks",
         "validating.(*validatingDispatcher).Dispatch.func1",
+        false,
     ),
-    ("watches served", "handlers.serveWatch"),
+    ("watches served", "handlers.serveWatch", false),
     (
         "lists (incl. watch requests)",
         "endpoints.restfulListResource.func1",
+        false,
     ),
-    ("gets", "endpoints.restfulGetResource.func1"),
-    ("patches", "endpoints.restfulPatchResource.func1"),
-    ("garbage collection", "runtime.gcBgMarkWorker"),
+    (
+        "encoding LIST responses",
+        "handlers.transformResponseObject",
+        true,
+    ),
+    (
+        "the watch cache's label filter in LISTs",
+        "cacher.filterWithAttrsFunction.func1",
+        true,
+    ),
+    ("LISTs from etcd", "etcd3.(*store).List", false),
+    ("gets", "endpoints.restfulGetResource.func1", false),
+    ("patches", "endpoints.restfulPatchResource.func1", false),
+    ("garbage collection", "runtime.gcBgMarkWorker", false),
 ];
 
-/// Cumulative CPU seconds of every function in a profile.
-fn cumulative(file: &Path) -> Vec<(String, f64)> {
-    let text = pprof(
-        &[
-            "-top",
-            "-cum",
-            "-nodecount=100000",
-            "-nodefraction=0",
-            "-edgefraction=0",
-        ],
-        &[file],
-    );
+/// The LIST handler (watches too), as a `go tool pprof -focus` pattern.
+const LIST_HANDLER: &str = "handlers\\.ListResource\\.func1$";
+
+/// Cumulative CPU seconds of every function in a profile, counting only the samples under
+/// `focus` if given.
+fn cumulative(file: &Path, focus: Option<&str>) -> Vec<(String, f64)> {
+    let focus = focus.map(|f| format!("-focus={f}"));
+    let mut args = vec![
+        "-top",
+        "-cum",
+        "-nodecount=100000",
+        "-nodefraction=0",
+        "-edgefraction=0",
+    ];
+    args.extend(focus.as_deref());
+    let text = pprof(&args, &[file]);
     text.lines()
         .filter_map(|line| {
             // flat flat% sum% cum cum% name
