@@ -72,6 +72,12 @@ pub struct LimitLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServedLabels {
+    /// `index` or `list`.
+    pub served_from: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabels {
     pub code: u16,
 }
@@ -112,6 +118,8 @@ pub struct Metrics {
     pub api_response_bytes: Counter,
     pub api_rate_limited: Family<LimitLabels, Counter>,
     pub api_rate_limited_seconds: Family<LimitLabels, Counter<f64, AtomicU64>>,
+    pub copy_index_reads: Family<ServedLabels, Counter>,
+    pub copy_index_copies: Family<KindLabels, Gauge>,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
     pub certificate_expiry: Family<CertificateLabels, Gauge>,
     pub certificates_issued: Family<CertificateLabels, Counter>,
@@ -269,6 +277,18 @@ impl Metrics {
             "Time Kubernetes API calls waited for copyrator's own client-side limit, summed over the calls",
             api_rate_limited_seconds.clone(),
         );
+        let copy_index_reads = Family::<ServedLabels, Counter>::default();
+        registry.register(
+            "copy_index_reads",
+            "Lookups of a source's copies, by where they were served from (index: copyrator's index of its copies; list: a LIST, while the index cannot answer)",
+            copy_index_reads.clone(),
+        );
+        let copy_index_copies = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "copy_index_copies",
+            "Copies held in copyrator's index of its copies, by kind",
+            copy_index_copies.clone(),
+        );
         let tls_reloads = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "tls_reloads",
@@ -365,6 +385,8 @@ impl Metrics {
             api_response_bytes,
             api_rate_limited,
             api_rate_limited_seconds,
+            copy_index_reads,
+            copy_index_copies,
             tls_reloads,
             certificate_expiry,
             certificates_issued,
@@ -423,6 +445,13 @@ impl Metrics {
         self.api_rate_limited_seconds
             .get_or_create(&labels)
             .inc_by(waited.as_secs_f64());
+    }
+
+    /// A source's copies were looked up, in the copy index or by LISTs.
+    pub fn copy_index_read(&self, served_from: &'static str) {
+        self.copy_index_reads
+            .get_or_create(&ServedLabels { served_from })
+            .inc();
     }
 
     pub fn api_error(&self, code: u16) {

@@ -103,3 +103,105 @@ async fn hand_deleted_and_hand_edited_copies_are_restored_from_the_copies_watch(
     .await;
     t.finish().await;
 }
+
+/// A source's job finds its copies in copyrator's index of them (kept by the copies watch and
+/// by its own writes, SPEC §5), not by a LIST that walks every Secret; where the index is
+/// behind (a copy deleted a moment before), the preconditioned write fails, the copy is read
+/// again and written; an object at a target name that copyrator never made stays untouched.
+#[tokio::test]
+async fn a_source_job_finds_its_copies_in_the_copy_index_and_writes_nothing_it_does_not_own() {
+    let t = Harness::start(Options::default()).await;
+    let key = t.name("index");
+    let src = t.namespace("index-src", &[]).await;
+    let a = t.namespace("index-a", &[(&key, "yes")]).await;
+    let b = t.namespace("index-b", &[(&key, "yes")]).await;
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &format!("{key}=yes"))],
+                &[("password", "v1")],
+            ),
+        )
+        .await
+        .unwrap();
+    for ns in [&a, &b] {
+        t.wait_value::<Secret>(ns, "cred", "password", "v1").await;
+    }
+    t.wait_metric(
+        "copyrator_copy_index_copies{kind=\"Secret\"}",
+        "both copies in the index",
+        |v| v >= 2.0,
+    )
+    .await;
+    let from_index = "copyrator_copy_index_reads_total{served_from=\"index\"}";
+    let from_lists = "copyrator_copy_index_reads_total{served_from=\"list\"}";
+    let (index_before, lists_before) = (t.metric(from_index).await, t.metric(from_lists).await);
+    let update = |value: &'static str| {
+        let secrets = t.secrets(&src);
+        async move {
+            secrets
+                .patch(
+                    "cred",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"stringData": {"password": value}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+
+    update("v2").await;
+    for ns in [&a, &b] {
+        t.wait_value::<Secret>(ns, "cred", "password", "v2").await;
+    }
+    assert!(
+        t.metric(from_index).await > index_before,
+        "served from the index"
+    );
+    assert_eq!(
+        t.metric(from_lists).await,
+        lists_before,
+        "no LIST of copies"
+    );
+
+    // Deleted by hand and the source updated at once: whatever the index held, the copy comes
+    // back with the newest value.
+    t.secrets(&a)
+        .delete("cred", &DeleteParams::default())
+        .await
+        .unwrap();
+    update("v3").await;
+    for ns in [&a, &b] {
+        t.wait_value::<Secret>(ns, "cred", "password", "v3").await;
+    }
+
+    // Someone else's Secret at the target name of a namespace that opts in later: the index has
+    // never seen it (it carries no ownership label); the create fails and it is left alone.
+    let c = t.namespace("index-c", &[]).await;
+    t.secrets(&c)
+        .create(
+            &PostParams::default(),
+            &secret("cred", &[], &[], &[("password", "mine")]),
+        )
+        .await
+        .unwrap();
+    t.label_namespace(&c, json!({ key.as_str(): "yes" })).await;
+    update("v4").await;
+    for ns in [&a, &b] {
+        t.wait_value::<Secret>(ns, "cred", "password", "v4").await;
+    }
+    stays(
+        std::time::Duration::from_millis(500),
+        "someone else's Secret untouched",
+        || async {
+            let theirs = t.secrets(&c).get("cred").await.unwrap();
+            secret_value(&theirs, "password").as_deref() == Some("mine")
+                && !theirs.labels().contains_key(marks::MANAGED_BY_LABEL)
+        },
+    )
+    .await;
+    t.finish().await;
+}

@@ -31,14 +31,14 @@ pub struct Found {
     pub malformed: BTreeMap<ObjectKey, MarksError>,
 }
 
-/// One copy as found by a metadata-only LIST of managed copies.
-#[derive(Debug)]
+/// One copy as found by a metadata-only LIST of managed copies (or in the copy index).
+#[derive(Clone, Debug)]
 pub struct Listed {
-    key: ObjectKey,
-    existing: Existing,
+    pub(super) key: ObjectKey,
+    pub(super) existing: Existing,
     /// Another field manager owns its content: read it in full before trusting its hash.
-    suspect: bool,
-    malformed: Option<MarksError>,
+    pub(super) suspect: bool,
+    pub(super) malformed: Option<MarksError>,
 }
 
 /// What exists at a target, from its metadata: a managed copy when it carries the ownership
@@ -387,7 +387,8 @@ pub async fn read_suspects(cluster: &Cluster, world: &mut World, found: &mut Fou
     }
 }
 
-/// Managed copies of the given sources, found by their `source-uid` label.
+/// Managed copies of the given sources, found by their `source-uid` label: from the copy
+/// index when it can answer and a cached read was asked for, else by LISTs.
 pub async fn copies_of_sources(
     cluster: &Cluster,
     kind: Kind,
@@ -395,6 +396,14 @@ pub async fn copies_of_sources(
     fresh: Freshness,
     found: &mut Found,
 ) -> ApiResult<()> {
+    if fresh == Freshness::Cached
+        && let Some(listed) = cluster.copy_index().copies_of(kind, uids)
+    {
+        cluster.metrics.copy_index_read("index");
+        found.add_listed(listed);
+        return Ok(());
+    }
+    cluster.metrics.copy_index_read("list");
     let uids: Vec<&String> = uids.iter().filter(|u| !u.is_empty()).collect();
     for chunk in uids.chunks(UID_CHUNK) {
         let list = chunk

@@ -9,6 +9,7 @@ use kube::{Api, Client, Resource, api::ListParams};
 
 pub mod apply;
 pub mod client;
+pub mod copy_index;
 mod error;
 pub mod load;
 pub mod ratelimit;
@@ -73,6 +74,8 @@ pub struct Cluster {
     reads: Arc<RateLimiter>,
     read_slots: Arc<tokio::sync::Semaphore>,
     page_size: u32,
+    /// copyrator's copies by source, kept by the copies watch and copyrator's own writes.
+    copies: Arc<copy_index::CopyIndex>,
 }
 
 impl Cluster {
@@ -84,7 +87,14 @@ impl Cluster {
             reads: Arc::new(limits.reads),
             read_slots: Arc::new(tokio::sync::Semaphore::new(limits.read_concurrency.max(1))),
             page_size: page_size.max(1),
+            copies: Arc::default(),
         }
+    }
+
+    /// copyrator's copies by source (see [`copy_index`]); answers only while the copies watch
+    /// of `serve` keeps it.
+    pub fn copy_index(&self) -> &copy_index::CopyIndex {
+        &self.copies
     }
 
     pub fn client(&self) -> &Client {

@@ -62,6 +62,20 @@ impl Cluster {
         fresh: Freshness,
         keep: impl FnMut(Meta) -> Option<U>,
     ) -> ApiResult<Vec<U>> {
+        self.list_meta_at(kind, namespace, label_selector, fresh, keep)
+            .await
+            .map(|(items, _)| items)
+    }
+
+    /// [`Cluster::list_meta`], with the resourceVersion the list is at (a watch resumes there).
+    pub async fn list_meta_at<U>(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        label_selector: &str,
+        fresh: Freshness,
+        keep: impl FnMut(Meta) -> Option<U>,
+    ) -> ApiResult<(Vec<U>, String)> {
         self.list_pages(
             kind.plural(),
             Object::url_path(&kind, namespace),
@@ -79,7 +93,7 @@ impl Cluster {
         label_selector: &str,
         fresh: Freshness,
         mut keep: impl FnMut(Meta) -> Option<U>,
-    ) -> ApiResult<Vec<U>> {
+    ) -> ApiResult<(Vec<U>, String)> {
         let request = kube::core::Request::new(url_path);
         let mut out = Vec::new();
         let mut lp = fresh.list_params(self.page_size);
@@ -97,7 +111,7 @@ impl Cluster {
                 .await?;
             match page.continue_ {
                 Some(token) if !token.is_empty() => lp.continue_token = Some(token),
-                _ => return Ok(out),
+                _ => return Ok((out, page.resource_version.unwrap_or_default())),
             }
         }
     }
@@ -181,6 +195,7 @@ impl Cluster {
             |m| namespace_info(&m),
         )
         .await
+        .map(|(items, _)| items)
     }
 
     /// Every CopyRule; none when the CRD is not installed (inline rules still work).

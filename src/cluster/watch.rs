@@ -17,11 +17,11 @@ use kube::{
 use tokio::sync::{Notify, watch};
 
 use crate::{
-    cluster::Cluster,
+    cluster::{Cluster, Freshness, copy_index::CopyIndex},
     copyrule::CopyRule,
     marks,
-    metrics::{FeedLabels, Metrics},
-    model::{Kind, MetaItem, Object, ObjectKey},
+    metrics::{FeedLabels, KindLabels, Metrics},
+    model::{Kind, Meta, MetaItem, Object, ObjectKey},
     pipeline::{
         job::{Job, JobKey, Trigger},
         queue::{WorkQueue, enqueue},
@@ -52,8 +52,7 @@ impl Feed {
     }
 
     /// What an event's object is, for the waiters.
-    fn watched(self, item: &MetaItem) -> Option<Watched> {
-        let m = &item.metadata;
+    fn watched(self, m: &Meta) -> Option<Watched> {
         let name = m.name.clone()?;
         Some(match self {
             Feed::Namespaces => Watched::Namespace(name),
@@ -99,6 +98,7 @@ pub fn spawn(
         .into_iter()
         .map(|feed| {
             let feed_state = FeedState {
+                cluster: cluster.clone(),
                 feed,
                 waiters: Arc::clone(waiters),
                 ready: Arc::clone(ready),
@@ -106,13 +106,14 @@ pub fn spawn(
                 on_event: (feed == Feed::CopyRules).then(|| Arc::clone(rules_changed)),
                 copy_edits: matches!(feed, Feed::Copies(_)).then(|| copy_edits.clone()),
             };
-            tokio::spawn(run(cluster.clone(), feed_state, shutdown.clone()))
+            tokio::spawn(run(feed_state, shutdown.clone()))
         })
         .collect()
 }
 
 /// A feed, where its events go, and where its state is shown.
 struct FeedState {
+    cluster: Cluster,
     feed: Feed,
     waiters: Arc<Waiters>,
     /// Forgets what events may have changed (the Pod gate's memory).
@@ -125,8 +126,29 @@ struct FeedState {
 }
 
 impl FeedState {
+    /// The watch failed or expired: events may be missed until it is back.
+    fn lost_events(&self) {
+        if let Feed::Copies(kind) = self.feed {
+            self.cluster.copy_index().set_live(kind, false);
+        }
+    }
+
+    fn show_index_size(&self, kind: Kind) {
+        self.metrics
+            .copy_index_copies
+            .get_or_create(&KindLabels {
+                kind: kind.as_str(),
+            })
+            .set(self.cluster.copy_index().len(kind) as i64);
+    }
+
     fn set_live(&self, live: bool) {
         self.waiters.set_live(self.feed, live);
+        // A watch that timed out resumes where it ended and misses nothing: the copy index
+        // keeps answering meanwhile; it stops when events may have been missed (`lost_events`).
+        if let (Feed::Copies(kind), true) = (self.feed, live) {
+            self.cluster.copy_index().set_live(kind, true);
+        }
         if live {
             self.ready.connected(self.feed);
         }
@@ -139,17 +161,33 @@ impl FeedState {
     }
 }
 
-async fn run(cluster: Cluster, state: FeedState, mut shutdown: watch::Receiver<bool>) {
+async fn run(state: FeedState, mut shutdown: watch::Receiver<bool>) {
     let feed = state.feed;
     let waiters = &state.waiters;
     let mut version = "0".to_string();
+    // Copies feeds start from a LIST that seeds the copy index (see `seed`).
+    let mut seeded = false;
     let mut failures = 0u32;
     loop {
         let ended = tokio::select! {
-            r = watch_once(&cluster, &state, &mut version) => r,
+            r = async {
+                if let Feed::Copies(kind) = feed && !seeded {
+                    match seed(&state, kind).await {
+                        Ok(at) => {
+                            version = at;
+                            seeded = true;
+                        }
+                        Err(why) => return Ended::Failed(why),
+                    }
+                }
+                watch_once(&state, &mut version).await
+            } => r,
             _ = shutdown.changed() => break,
         };
         state.set_live(false);
+        if !matches!(ended, Ended::Timeout) {
+            state.lost_events();
+        }
         match ended {
             Ended::Timeout => {
                 failures = 0;
@@ -158,6 +196,10 @@ async fn run(cluster: Cluster, state: FeedState, mut shutdown: watch::Receiver<b
             Ended::Expired => {
                 // Events since `version` are gone: start over, and let waiters look again.
                 state.ready.disconnected(feed);
+                if let Feed::Copies(kind) = feed {
+                    state.cluster.copy_index().unseed(kind);
+                    seeded = false;
+                }
                 version = "0".into();
                 waiters.notify_feed(feed);
                 failures = 0;
@@ -179,6 +221,7 @@ async fn run(cluster: Cluster, state: FeedState, mut shutdown: watch::Receiver<b
         }
     }
     state.set_live(false);
+    state.lost_events();
     state.ready.disconnected(feed);
 }
 
@@ -203,7 +246,86 @@ enum Ended {
     Failed(String),
 }
 
-async fn watch_once(cluster: &Cluster, state: &FeedState, version: &mut String) -> Ended {
+/// Lists a copies feed's objects (from the API server's watch cache), seeds the copy index
+/// with them, and handles each as the watch would an event: every copy as added, and every
+/// copy the index held that the list no longer has as deleted (restored, SPEC §4.4). Returns
+/// the list's resourceVersion, where the watch starts.
+async fn seed(state: &FeedState, kind: Kind) -> Result<String, String> {
+    let cluster = &state.cluster;
+    let (items, at) = cluster
+        .list_meta_at(
+            kind,
+            None,
+            marks::MANAGED_SELECTOR,
+            Freshness::Cached,
+            |meta| {
+                on_event(state, &meta, false);
+                CopyIndex::item(kind, meta)
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if at.is_empty() {
+        return Err("the list of copies has no resourceVersion".into());
+    }
+    let gone = cluster.copy_index().seed(kind, items);
+    for key in gone {
+        let meta = Meta {
+            name: Some(key.name),
+            namespace: Some(key.namespace),
+            ..Default::default()
+        };
+        on_event(state, &meta, true);
+    }
+    state.show_index_size(kind);
+    Ok(at)
+}
+
+/// What every event of a feed does, before the watch moves on: early reads learn what changed,
+/// the Pod gate's memory forgets, waiting jobs wake, and a copy deleted or edited by someone
+/// else is queued for restoring.
+fn on_event(state: &FeedState, meta: &Meta, deleted: bool) {
+    let feed = state.feed;
+    // A copy deleted, or written by a field manager other than copyrator: not the echo of
+    // copyrator's own write.
+    let foreign = deleted || meta.edited_by_others;
+    // Before anyone is woken: early reads of namespace jobs learn what changed.
+    let prefetch = &state.waiters.prefetch;
+    match feed {
+        Feed::Sources(_) | Feed::CopyRules => prefetch.inputs_changed(),
+        Feed::Copies(_) => {
+            if let Some(ns) = &meta.namespace {
+                prefetch.copy_changed(ns);
+            }
+        }
+        Feed::Namespaces => {
+            if let Some(name) = &meta.name {
+                prefetch.namespace_event(name, || {
+                    (!deleted)
+                        .then(|| super::reads::namespace_info(meta))
+                        .flatten()
+                });
+            }
+        }
+    }
+    if let Some(watched) = feed.watched(meta) {
+        // copyrator's own copy writes follow a change the index already saw (a source, a
+        // namespace, a rule): they change no namespace's answer.
+        if foreign || !matches!(feed, Feed::Copies(_)) {
+            state.ready.observe(feed, &watched);
+        }
+        state.waiters.notify(&watched);
+        if let (Some(edits), Watched::Object(key), true) = (&state.copy_edits, &watched, foreign) {
+            restore(edits, &state.metrics, key);
+        }
+    }
+    if let Some(on_event) = &state.on_event {
+        on_event.notify_one();
+    }
+}
+
+async fn watch_once(state: &FeedState, version: &mut String) -> Ended {
+    let cluster = &state.cluster;
     let feed = state.feed;
     let wp = WatchParams {
         label_selector: feed.label_selector().map(String::from),
@@ -238,46 +360,19 @@ async fn watch_once(cluster: &Cluster, state: &FeedState, version: &mut String) 
                     version.clone_from(rv);
                 }
                 events.inc();
-                // A copy deleted, or written by a field manager other than copyrator: not the
-                // echo of copyrator's own write.
-                let foreign =
-                    matches!(event, Ok(WatchEvent::Deleted(_))) || item.metadata.edited_by_others;
-                // Before anyone is woken: early reads of namespace jobs learn what changed.
-                let prefetch = &state.waiters.prefetch;
-                match feed {
-                    Feed::Sources(_) | Feed::CopyRules => prefetch.inputs_changed(),
-                    Feed::Copies(_) => {
-                        if let Some(ns) = &item.metadata.namespace {
-                            prefetch.copy_changed(ns);
+                let deleted = matches!(event, Ok(WatchEvent::Deleted(_)));
+                if let Feed::Copies(kind) = feed {
+                    let index = cluster.copy_index();
+                    match (deleted, feed.watched(&item.metadata)) {
+                        (true, Some(Watched::Object(key))) => {
+                            index.forget(&key, item.metadata.resource_version.as_deref())
                         }
+                        (false, _) => index.observe(kind, item.metadata.clone()),
+                        _ => {}
                     }
-                    Feed::Namespaces => {
-                        if let Some(name) = &item.metadata.name {
-                            let deleted = matches!(event, Ok(WatchEvent::Deleted(_)));
-                            prefetch.namespace_event(name, || {
-                                (!deleted)
-                                    .then(|| super::reads::namespace_info(&item.metadata))
-                                    .flatten()
-                            });
-                        }
-                    }
+                    state.show_index_size(kind);
                 }
-                if let Some(watched) = feed.watched(item) {
-                    // copyrator's own copy writes follow a change the index already saw (a
-                    // source, a namespace, a rule): they change no namespace's answer.
-                    if foreign || !matches!(feed, Feed::Copies(_)) {
-                        state.ready.observe(feed, &watched);
-                    }
-                    state.waiters.notify(&watched);
-                    if let (Some(edits), Watched::Object(key), true) =
-                        (&state.copy_edits, &watched, foreign)
-                    {
-                        restore(edits, &state.metrics, key);
-                    }
-                }
-                if let Some(on_event) = &state.on_event {
-                    on_event.notify_one();
-                }
+                on_event(state, &item.metadata, deleted);
             }
             Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,
             Ok(WatchEvent::Error(status)) if status.code == 410 => return Ended::Expired,

@@ -99,7 +99,8 @@ impl Cluster {
     }
 
     /// Creates a copy if the name is free. The body is serialized from the copy's shared
-    /// parts, and of the answer (the whole object again) only the metadata is kept.
+    /// parts, and of the answer (the whole object again) only the metadata is kept, in the
+    /// copy index. Writes to copies update the index before their watch events arrive.
     pub async fn create_copy(&self, copy: &DesiredCopy) -> ApiResult<Written> {
         let key = &copy.key;
         let send = async {
@@ -111,7 +112,7 @@ impl Cluster {
         };
         match self.call("create", key.kind.plural(), send).await {
             Err(e) if e.is_namespace_terminating() => Ok(Written::NamespaceTerminating),
-            other => written(other),
+            other => written(other.map(|item| self.copies.observe(key.kind, item.metadata))),
         }
     }
 
@@ -131,7 +132,8 @@ impl Cluster {
                 .map_err(kube::Error::BuildRequest)?;
             self.fetch::<MetaItem>(req).await
         };
-        written(self.call("update", key.kind.plural(), send).await)
+        let res = self.call("update", key.kind.plural(), send).await;
+        written(res.map(|item| self.copies.observe(key.kind, item.metadata)))
     }
 
     /// Deletes a copy, preconditioned on the resourceVersion it was planned from.
@@ -147,7 +149,7 @@ impl Cluster {
         let res = self
             .call("delete", key.kind.plural(), api.delete(&key.name, &dp))
             .await;
-        written(res)
+        written(res.map(|_| self.copies.forget(key, None)))
     }
 }
 

@@ -62,6 +62,9 @@ pub struct MetaList {
 pub struct MetaListMeta {
     #[serde(rename = "continue", default)]
     pub continue_: Option<String>,
+    /// The version the list is at: a watch started from it misses nothing the list did not show.
+    #[serde(rename = "resourceVersion", default)]
+    pub resource_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -1,0 +1,372 @@
+//! copyrator's own copies by source (SPEC §5, "Reads"): the metadata of every object carrying
+//! copyrator's ownership label, from the copies watch copyrator runs anyway (seeded by one
+//! LIST, then kept by its events) and from copyrator's own writes. A source's job finds its
+//! copies here instead of with a label-selected LIST: the 1.20 watch cache has no label index,
+//! so that LIST walked every Secret in the cluster, in every source job.
+//!
+//! It holds only labelled copies (a few hundred bytes each), never unrelated Secrets, and never
+//! a payload. What it answers is as fresh as a LIST from the API server's watch cache (the
+//! watch is fed by that same cache) and fresher for copyrator's own writes, which it sees
+//! before their events arrive. A view it gives can still be behind, as a cached LIST can:
+//! every write is preconditioned (create-if-absent, resourceVersion on replace and delete), so
+//! a stale entry costs a conflict and a re-read, never an overwrite. While the watch is down
+//! (or not seeded yet) it answers nothing and jobs LIST as before.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Mutex,
+};
+
+use super::load::{self, Listed};
+use crate::{
+    marks,
+    model::{Kind, Meta, ObjectKey},
+    plan::Existing,
+};
+
+/// One kind's copies. A lookup walks them all: microseconds for thousands of copies, and no
+/// second map to keep in memory.
+#[derive(Default)]
+struct KindIndex {
+    /// Seeded by a LIST and its watch live: only then does it answer.
+    seeded: bool,
+    live: bool,
+    by_key: HashMap<ObjectKey, Entry>,
+}
+
+struct Entry {
+    /// Its `source-uid` label (also on copies whose other marks do not parse).
+    uid: String,
+    listed: Listed,
+}
+
+impl Entry {
+    fn resource_version(&self) -> &str {
+        match &self.listed.existing {
+            Existing::Managed(m) => &m.resource_version,
+            Existing::Unmanaged { resource_version } => resource_version,
+            Existing::None => "",
+        }
+    }
+}
+
+/// See the module documentation.
+#[derive(Default)]
+pub struct CopyIndex {
+    kinds: [Mutex<KindIndex>; 2],
+}
+
+/// What a seeding LIST item becomes (see [`CopyIndex::item`]).
+pub struct Item {
+    key: ObjectKey,
+    entry: Entry,
+}
+
+impl Item {
+    pub fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+}
+
+/// Whether `new` is not older than `old`. resourceVersions are opaque to clients, and only
+/// used here to keep an event that arrives after copyrator's own write of the same copy from
+/// putting the older version back; when either does not parse as a number, the newer
+/// arrival wins (a stale entry costs a conflict, never a wrong write).
+fn not_older(new: &str, old: &str) -> bool {
+    match (new.parse::<u64>(), old.parse::<u64>()) {
+        (Ok(n), Ok(o)) => n >= o,
+        _ => true,
+    }
+}
+
+impl KindIndex {
+    fn insert(&mut self, key: ObjectKey, entry: Entry) {
+        if let Some(old) = self.by_key.get(&key)
+            && !not_older(entry.resource_version(), old.resource_version())
+        {
+            return;
+        }
+        self.by_key.insert(key, entry);
+    }
+
+    fn remove(&mut self, key: &ObjectKey, resource_version: Option<&str>) {
+        let Some(old) = self.by_key.get(key) else {
+            return;
+        };
+        if let Some(rv) = resource_version
+            && !not_older(rv, old.resource_version())
+        {
+            // A deletion older than the copy copyrator has written since.
+            return;
+        }
+        self.by_key.remove(key);
+    }
+}
+
+impl CopyIndex {
+    fn kind(&self, kind: Kind) -> std::sync::MutexGuard<'_, KindIndex> {
+        let i = match kind {
+            Kind::Secret => 0,
+            Kind::ConfigMap => 1,
+        };
+        // A panic while holding the lock cannot leave the maps half-updated in a way that
+        // matters more than a stale entry: keep serving.
+        self.kinds[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What to keep of one object's metadata; `None` without a name or namespace, or without
+    /// copyrator's ownership label (not a copy: a LIST by that label would not return it).
+    pub fn item(kind: Kind, meta: Meta) -> Option<Item> {
+        let labels = meta.labels.as_ref()?;
+        if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE)
+        {
+            return None;
+        }
+        let uid = labels
+            .get(marks::SOURCE_UID_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        let listed = load::listed(kind, meta)?;
+        Some(Item {
+            key: listed.key.clone(),
+            entry: Entry { uid, listed },
+        })
+    }
+
+    /// Replaces what is held for `kind` by what a LIST returned; returns the keys held before
+    /// that the LIST no longer has (deleted while the watch was away).
+    pub fn seed(&self, kind: Kind, items: Vec<Item>) -> Vec<ObjectKey> {
+        let mut fresh = KindIndex {
+            seeded: true,
+            ..Default::default()
+        };
+        for item in items {
+            fresh.insert(item.key, item.entry);
+        }
+        let mut held = self.kind(kind);
+        let gone = held
+            .by_key
+            .keys()
+            .filter(|k| !fresh.by_key.contains_key(*k))
+            .cloned()
+            .collect();
+        fresh.live = held.live;
+        *held = fresh;
+        gone
+    }
+
+    /// The watch is up (events arrive) or down (they may be missed: answer nothing).
+    pub fn set_live(&self, kind: Kind, live: bool) {
+        self.kind(kind).live = live;
+    }
+
+    /// Forgets everything (the watch starts over with a new LIST).
+    pub fn unseed(&self, kind: Kind) {
+        self.kind(kind).seeded = false;
+    }
+
+    /// An object as a watch event or copyrator's own write showed it. An object without the
+    /// ownership label is no copy (any more): dropped.
+    pub fn observe(&self, kind: Kind, meta: Meta) {
+        let key = match (&meta.namespace, &meta.name) {
+            (Some(ns), Some(name)) => ObjectKey::new(kind, ns.clone(), name.clone()),
+            _ => return,
+        };
+        let rv = meta.resource_version.clone();
+        match Self::item(kind, meta) {
+            Some(item) => self.kind(kind).insert(item.key, item.entry),
+            None => self.kind(kind).remove(&key, rv.as_deref()),
+        }
+    }
+
+    /// A copy deleted: by a watch event (with its last resourceVersion) or by copyrator
+    /// (`None`).
+    pub fn forget(&self, key: &ObjectKey, resource_version: Option<&str>) {
+        self.kind(key.kind).remove(key, resource_version);
+    }
+
+    /// The copies whose `source-uid` label is one of `uids`, as a LIST selecting them would
+    /// return them; `None` while the index cannot answer (not seeded, or its watch down).
+    pub fn copies_of(&self, kind: Kind, uids: &BTreeSet<String>) -> Option<Vec<Listed>> {
+        let held = self.kind(kind);
+        if !(held.seeded && held.live) {
+            return None;
+        }
+        let mut out: Vec<Listed> = held
+            .by_key
+            .values()
+            .filter(|e| !e.uid.is_empty() && uids.contains(&e.uid))
+            .map(|e| e.listed.clone())
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Some(out)
+    }
+
+    /// Copies held, by kind (a gauge).
+    pub fn len(&self, kind: Kind) -> usize {
+        self.kind(kind).by_key.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn meta(ns: &str, name: &str, uid: &str, rv: u64) -> Meta {
+        let labels = BTreeMap::from([
+            (
+                marks::MANAGED_BY_LABEL.to_string(),
+                marks::MANAGED_BY_VALUE.to_string(),
+            ),
+            (marks::SOURCE_UID_LABEL.to_string(), uid.to_string()),
+        ]);
+        let annotations =
+            BTreeMap::from([(marks::SOURCE_ANNOTATION.to_string(), "src/app".to_string())]);
+        Meta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            resource_version: Some(rv.to_string()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        }
+    }
+
+    fn keys(found: Option<Vec<Listed>>) -> Option<Vec<(String, String)>> {
+        found.map(|v| {
+            v.into_iter()
+                .map(|l| {
+                    let rv = match &l.existing {
+                        Existing::Managed(m) => m.resource_version.clone(),
+                        Existing::Unmanaged { resource_version } => resource_version.clone(),
+                        Existing::None => String::new(),
+                    };
+                    (l.key.namespace.clone(), rv)
+                })
+                .collect()
+        })
+    }
+
+    fn seeded(items: Vec<Meta>) -> CopyIndex {
+        let index = CopyIndex::default();
+        let items = items
+            .into_iter()
+            .filter_map(|m| CopyIndex::item(Kind::Secret, m))
+            .collect();
+        assert!(index.seed(Kind::Secret, items).is_empty());
+        index.set_live(Kind::Secret, true);
+        index
+    }
+
+    #[test]
+    fn answers_only_when_seeded_and_live() {
+        let index = CopyIndex::default();
+        let uids = BTreeSet::from(["u1".to_string()]);
+        assert!(index.copies_of(Kind::Secret, &uids).is_none());
+        index.set_live(Kind::Secret, true);
+        assert!(index.copies_of(Kind::Secret, &uids).is_none(), "not seeded");
+        index.seed(Kind::Secret, Vec::new());
+        assert_eq!(keys(index.copies_of(Kind::Secret, &uids)), Some(vec![]));
+        index.set_live(Kind::Secret, false);
+        assert!(index.copies_of(Kind::Secret, &uids).is_none(), "watch down");
+        index.set_live(Kind::Secret, true);
+        index.unseed(Kind::Secret);
+        assert!(
+            index.copies_of(Kind::Secret, &uids).is_none(),
+            "starting over"
+        );
+        // The other kind is separate.
+        assert!(index.copies_of(Kind::ConfigMap, &uids).is_none());
+    }
+
+    #[test]
+    fn finds_a_sources_copies_by_uid() {
+        let index = seeded(vec![
+            meta("a", "app", "u1", 5),
+            meta("b", "app", "u1", 6),
+            meta("c", "app", "u2", 7),
+        ]);
+        let u1 = BTreeSet::from(["u1".to_string()]);
+        assert_eq!(
+            keys(index.copies_of(Kind::Secret, &u1)),
+            Some(vec![("a".into(), "5".into()), ("b".into(), "6".into())])
+        );
+        let both = BTreeSet::from(["u1".to_string(), "u2".to_string()]);
+        assert_eq!(index.copies_of(Kind::Secret, &both).unwrap().len(), 3);
+        assert_eq!(index.len(Kind::Secret), 3);
+    }
+
+    #[test]
+    fn an_older_event_never_replaces_a_newer_write() {
+        let index = seeded(vec![meta("a", "app", "u1", 5)]);
+        let u1 = BTreeSet::from(["u1".to_string()]);
+        // copyrator's own write answered with 9; the event of an earlier write (7) arrives late.
+        index.observe(Kind::Secret, meta("a", "app", "u1", 9));
+        index.observe(Kind::Secret, meta("a", "app", "u1", 7));
+        assert_eq!(
+            keys(index.copies_of(Kind::Secret, &u1)),
+            Some(vec![("a".into(), "9".into())])
+        );
+        // Nor does a late deletion remove a copy created again since.
+        let key = ObjectKey::new(Kind::Secret, "a", "app");
+        index.forget(&key, Some("8"));
+        assert_eq!(index.len(Kind::Secret), 1);
+        index.forget(&key, Some("10"));
+        assert_eq!(index.len(Kind::Secret), 0);
+        // copyrator's own delete always removes it.
+        index.observe(Kind::Secret, meta("a", "app", "u1", 11));
+        index.forget(&key, None);
+        assert_eq!(index.len(Kind::Secret), 0);
+    }
+
+    #[test]
+    fn a_copy_that_loses_its_label_or_changes_source_moves() {
+        let index = seeded(vec![meta("a", "app", "u1", 5)]);
+        let u1 = BTreeSet::from(["u1".to_string()]);
+        let u2 = BTreeSet::from(["u2".to_string()]);
+        index.observe(Kind::Secret, meta("a", "app", "u2", 6));
+        assert_eq!(keys(index.copies_of(Kind::Secret, &u1)), Some(vec![]));
+        assert_eq!(index.copies_of(Kind::Secret, &u2).unwrap().len(), 1);
+        // Someone took it over: the ownership label is gone.
+        let mut taken = meta("a", "app", "u2", 7);
+        taken
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(marks::MANAGED_BY_LABEL);
+        index.observe(Kind::Secret, taken);
+        assert_eq!(keys(index.copies_of(Kind::Secret, &u2)), Some(vec![]));
+        assert_eq!(index.len(Kind::Secret), 0);
+    }
+
+    #[test]
+    fn a_new_seed_reports_what_was_deleted_meanwhile() {
+        let index = seeded(vec![meta("a", "app", "u1", 5), meta("b", "app", "u1", 6)]);
+        let items = vec![CopyIndex::item(Kind::Secret, meta("b", "app", "u1", 8)).unwrap()];
+        let gone = index.seed(Kind::Secret, items);
+        assert_eq!(gone, vec![ObjectKey::new(Kind::Secret, "a", "app")]);
+        let u1 = BTreeSet::from(["u1".to_string()]);
+        assert_eq!(
+            keys(index.copies_of(Kind::Secret, &u1)),
+            Some(vec![("b".into(), "8".into())]),
+            "still live: answers at once"
+        );
+    }
+
+    #[test]
+    fn malformed_copies_are_held_as_a_list_would_return_them() {
+        // Labelled, but no source annotation: a LIST by label returns it (unmanaged, with the
+        // reason); so does the index, so that jobs report and skip it as before.
+        let mut m = meta("a", "app", "u1", 5);
+        m.annotations = None;
+        let index = seeded(vec![m]);
+        let found = index
+            .copies_of(Kind::Secret, &BTreeSet::from(["u1".to_string()]))
+            .unwrap();
+        assert_eq!(found.len(), 1);
+        assert!(found[0].malformed.is_some());
+        assert!(matches!(found[0].existing, Existing::Unmanaged { .. }));
+    }
+}
