@@ -136,7 +136,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, sz: &Sizes) {
         )
         .await;
         let file = dir.join(format!("{stamp}-apiserver-{}.pb.gz", variant.name()));
-        let profile = tokio::spawn(fetch_profile(client.clone(), file.clone()));
+        let profile = tokio::spawn(fetch_profile(profile_client().await, file.clone()));
         // Let the profile start before the first round.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let deadline =
@@ -469,6 +469,18 @@ pub async fn unregister_copies_webhook(client: &kube::Client, name: String) {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     api.delete(&name, &Default::default()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// A client of its own for the profile request, its connection already open: under the
+/// rounds' load a new connection's TLS handshake can miss the client's 5 s connect timeout.
+async fn profile_client() -> kube::Client {
+    let client = common::client().await;
+    let req = hyper::Request::get("/healthz")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let resp = client.send(req).await.expect("the API server's /healthz");
+    let _ = resp.into_body().collect().await;
+    client
 }
 
 /// The API server's CPU profile over `PROFILE_SECONDS`, saved to `file`.

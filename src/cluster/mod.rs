@@ -143,11 +143,15 @@ impl Cluster {
         }
     }
 
-    /// Sends a request and parses the JSON answer, large ones on a blocking thread. It is
-    /// received as the chunks the connection delivers (never copied into one text) and each
-    /// chunk is freed as soon as the parser has passed it. Metadata LISTs, which can be
-    /// megabytes, are parsed item by item as they arrive instead (`reads::fetch_list`).
-    /// Unlike `kube::Client::request`, a parse failure never logs the body: it may be a Secret.
+    /// Sends a request and parses the JSON answer. Answers up to `INLINE_PARSE_BYTES` (GETs,
+    /// the metadata of a written copy's answer) are gathered into one buffer and parsed from
+    /// it on the calling task: parsing from a slice is several times cheaper than through a
+    /// reader, and a fan-out parses one answer per copy. Larger ones are received as the
+    /// chunks the connection delivers (never copied into one text), parsed on a blocking
+    /// thread, and each chunk is freed as soon as the parser has passed it. Metadata LISTs,
+    /// which can be megabytes, are parsed item by item as they arrive instead
+    /// (`reads::fetch_list`). Unlike `kube::Client::request`, a parse failure never logs the
+    /// body: it may be a Secret.
     async fn fetch<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
         req: axum::http::Request<Vec<u8>>,
@@ -155,8 +159,8 @@ impl Cluster {
         use futures::AsyncBufReadExt;
         let body = self.client.request_stream(req).await?;
         let mut body = std::pin::pin!(body);
+        let mut small = Vec::new();
         let mut chunks = std::collections::VecDeque::new();
-        let mut total = 0;
         loop {
             let chunk = body
                 .fill_buf()
@@ -166,15 +170,20 @@ impl Cluster {
                 break;
             }
             let n = chunk.len();
-            total += n;
-            chunks.push_back(bytes::Bytes::copy_from_slice(chunk));
+            if chunks.is_empty() && small.len() + n <= INLINE_PARSE_BYTES {
+                small.extend_from_slice(chunk);
+            } else {
+                if !small.is_empty() {
+                    chunks.push_back(bytes::Bytes::from(std::mem::take(&mut small)));
+                }
+                chunks.push_back(bytes::Bytes::copy_from_slice(chunk));
+            }
             body.consume_unpin(n);
         }
-        let parse = move || serde_json::from_reader(std::io::BufReader::new(ChunkReader(chunks)));
-        // Most answers (GETs, small lists) are parsed faster than a blocking thread is woken.
-        if total <= INLINE_PARSE_BYTES {
-            return parse().map_err(kube::Error::SerdeError);
+        if chunks.is_empty() {
+            return serde_json::from_slice(&small).map_err(kube::Error::SerdeError);
         }
+        let parse = move || serde_json::from_reader(std::io::BufReader::new(ChunkReader(chunks)));
         tokio::task::spawn_blocking(parse)
             .await
             .map_err(|e| kube::Error::Service(Box::new(e)))?
