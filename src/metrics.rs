@@ -73,6 +73,8 @@ pub struct LimitLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServedLabels {
+    /// `copies`, `sources` or `namespaces`.
+    pub what: &'static str,
     /// `index` or `list`.
     pub served_from: &'static str,
 }
@@ -118,8 +120,8 @@ pub struct Metrics {
     pub api_response_bytes: Counter,
     pub api_rate_limited: Family<LimitLabels, Counter>,
     pub api_rate_limited_seconds: Family<LimitLabels, Counter<f64, AtomicU64>>,
-    pub copy_index_reads: Family<ServedLabels, Counter>,
-    pub copy_index_copies: Family<KindLabels, Gauge>,
+    pub index_reads: Family<ServedLabels, Counter>,
+    pub index_objects: Family<FeedLabels, Gauge>,
     pub tls_reloads: Family<OutcomeLabels, Counter>,
     pub certificate_expiry: Family<CertificateLabels, Gauge>,
     pub certificates_issued: Family<CertificateLabels, Counter>,
@@ -277,17 +279,17 @@ impl Metrics {
             "Time Kubernetes API calls waited for copyrator's own client-side limit, summed over the calls",
             api_rate_limited_seconds.clone(),
         );
-        let copy_index_reads = Family::<ServedLabels, Counter>::default();
+        let index_reads = Family::<ServedLabels, Counter>::default();
         registry.register(
-            "copy_index_reads",
-            "Lookups of a source's copies, by where they were served from (index: copyrator's index of its copies; list: a LIST, while the index cannot answer)",
-            copy_index_reads.clone(),
+            "index_reads",
+            "Cached reads of a job, by what was read (copies, sources, namespaces) and where they were served from (index: what copyrator's watches keep; list: a LIST, while the index cannot answer)",
+            index_reads.clone(),
         );
-        let copy_index_copies = Family::<KindLabels, Gauge>::default();
+        let index_objects = Family::<FeedLabels, Gauge>::default();
         registry.register(
-            "copy_index_copies",
-            "Copies held in copyrator's index of its copies, by kind",
-            copy_index_copies.clone(),
+            "index_objects",
+            "Objects held in the index a watch keeps (copies, opted-in sources, namespaces), by feed",
+            index_objects.clone(),
         );
         let tls_reloads = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -385,8 +387,8 @@ impl Metrics {
             api_response_bytes,
             api_rate_limited,
             api_rate_limited_seconds,
-            copy_index_reads,
-            copy_index_copies,
+            index_reads,
+            index_objects,
             tls_reloads,
             certificate_expiry,
             certificates_issued,
@@ -447,10 +449,10 @@ impl Metrics {
             .inc_by(waited.as_secs_f64());
     }
 
-    /// A source's copies were looked up, in the copy index or by LISTs.
-    pub fn copy_index_read(&self, served_from: &'static str) {
-        self.copy_index_reads
-            .get_or_create(&ServedLabels { served_from })
+    /// A job read copies, sources or namespaces: from an index a watch keeps, or by LISTs.
+    pub fn index_read(&self, what: &'static str, served_from: &'static str) {
+        self.index_reads
+            .get_or_create(&ServedLabels { what, served_from })
             .inc();
     }
 

@@ -131,14 +131,22 @@ async fn a_source_job_finds_its_copies_in_the_copy_index_and_writes_nothing_it_d
         t.wait_value::<Secret>(ns, "cred", "password", "v1").await;
     }
     t.wait_metric(
-        "copyrator_copy_index_copies{kind=\"Secret\"}",
+        "copyrator_index_objects{feed=\"copied secrets\"}",
         "both copies in the index",
         |v| v >= 2.0,
     )
     .await;
-    let from_index = "copyrator_copy_index_reads_total{served_from=\"index\"}";
-    let from_lists = "copyrator_copy_index_reads_total{served_from=\"list\"}";
-    let (index_before, lists_before) = (t.metric(from_index).await, t.metric(from_lists).await);
+    // Each job's copies, sources and target namespaces come from the indexes the watches keep.
+    let served = |what: &str, from: &str| {
+        format!("copyrator_index_reads_total{{what=\"{what}\",served_from=\"{from}\"}}")
+    };
+    let whats = ["copies", "sources", "namespaces"];
+    let mut index_before = Vec::new();
+    let mut lists_before = Vec::new();
+    for what in whats {
+        index_before.push(t.metric(&served(what, "index")).await);
+        lists_before.push(t.metric(&served(what, "list")).await);
+    }
     let update = |value: &'static str| {
         let secrets = t.secrets(&src);
         async move {
@@ -157,15 +165,17 @@ async fn a_source_job_finds_its_copies_in_the_copy_index_and_writes_nothing_it_d
     for ns in [&a, &b] {
         t.wait_value::<Secret>(ns, "cred", "password", "v2").await;
     }
-    assert!(
-        t.metric(from_index).await > index_before,
-        "served from the index"
-    );
-    assert_eq!(
-        t.metric(from_lists).await,
-        lists_before,
-        "no LIST of copies"
-    );
+    for (i, what) in whats.into_iter().enumerate() {
+        assert!(
+            t.metric(&served(what, "index")).await > index_before[i],
+            "{what} served from the index"
+        );
+        assert_eq!(
+            t.metric(&served(what, "list")).await,
+            lists_before[i],
+            "no LIST of {what}"
+        );
+    }
 
     // Deleted by hand and the source updated at once: whatever the index held, the copy comes
     // back with the newest value.

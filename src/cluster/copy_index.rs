@@ -12,27 +12,17 @@
 //! a stale entry costs a conflict and a re-read, never an overwrite. While the watch is down
 //! (or not seeded yet) it answers nothing and jobs LIST as before.
 
-use std::{
-    collections::{BTreeSet, HashMap},
-    sync::Mutex,
-};
+use std::collections::BTreeSet;
 
-use super::load::{self, Listed};
+use super::{
+    index::{Index, PerKind, Versioned},
+    load::{self, Listed},
+};
 use crate::{
     marks,
     model::{Kind, Meta, ObjectKey},
     plan::Existing,
 };
-
-/// One kind's copies. A lookup walks them all: microseconds for thousands of copies, and no
-/// second map to keep in memory.
-#[derive(Default)]
-struct KindIndex {
-    /// Seeded by a LIST and its watch live: only then does it answer.
-    seeded: bool,
-    live: bool,
-    by_key: HashMap<ObjectKey, Entry>,
-}
 
 struct Entry {
     /// Its `source-uid` label (also on copies whose other marks do not parse).
@@ -40,7 +30,7 @@ struct Entry {
     listed: Listed,
 }
 
-impl Entry {
+impl Versioned for Entry {
     fn resource_version(&self) -> &str {
         match &self.listed.existing {
             Existing::Managed(m) => &m.resource_version,
@@ -50,10 +40,11 @@ impl Entry {
     }
 }
 
-/// See the module documentation.
+/// See the module documentation. A lookup walks one kind's copies: microseconds for
+/// thousands of copies, and no second map to keep in memory.
 #[derive(Default)]
 pub struct CopyIndex {
-    kinds: [Mutex<KindIndex>; 2],
+    kinds: PerKind<Index<ObjectKey, Entry>>,
 }
 
 /// What a seeding LIST item becomes (see [`CopyIndex::item`]).
@@ -62,56 +53,9 @@ pub struct Item {
     entry: Entry,
 }
 
-impl Item {
-    pub fn key(&self) -> &ObjectKey {
-        &self.key
-    }
-}
-
-/// Whether `new` is not older than `old`. resourceVersions are opaque to clients, and only
-/// used here to keep an event that arrives after copyrator's own write of the same copy from
-/// putting the older version back; when either does not parse as a number, the newer
-/// arrival wins (a stale entry costs a conflict, never a wrong write).
-fn not_older(new: &str, old: &str) -> bool {
-    match (new.parse::<u64>(), old.parse::<u64>()) {
-        (Ok(n), Ok(o)) => n >= o,
-        _ => true,
-    }
-}
-
-impl KindIndex {
-    fn insert(&mut self, key: ObjectKey, entry: Entry) {
-        if let Some(old) = self.by_key.get(&key)
-            && !not_older(entry.resource_version(), old.resource_version())
-        {
-            return;
-        }
-        self.by_key.insert(key, entry);
-    }
-
-    fn remove(&mut self, key: &ObjectKey, resource_version: Option<&str>) {
-        let Some(old) = self.by_key.get(key) else {
-            return;
-        };
-        if let Some(rv) = resource_version
-            && !not_older(rv, old.resource_version())
-        {
-            // A deletion older than the copy copyrator has written since.
-            return;
-        }
-        self.by_key.remove(key);
-    }
-}
-
 impl CopyIndex {
-    fn kind(&self, kind: Kind) -> std::sync::MutexGuard<'_, KindIndex> {
-        let i = match kind {
-            Kind::Secret => 0,
-            Kind::ConfigMap => 1,
-        };
-        // A panic while holding the lock cannot leave the maps half-updated in a way that
-        // matters more than a stale entry: keep serving.
-        self.kinds[i].lock().unwrap_or_else(|e| e.into_inner())
+    fn kind(&self, kind: Kind) -> &Index<ObjectKey, Entry> {
+        self.kinds.of(kind)
     }
 
     /// What to keep of one object's metadata; `None` without a name or namespace, or without
@@ -136,33 +80,18 @@ impl CopyIndex {
     /// Replaces what is held for `kind` by what a LIST returned; returns the keys held before
     /// that the LIST no longer has (deleted while the watch was away).
     pub fn seed(&self, kind: Kind, items: Vec<Item>) -> Vec<ObjectKey> {
-        let mut fresh = KindIndex {
-            seeded: true,
-            ..Default::default()
-        };
-        for item in items {
-            fresh.insert(item.key, item.entry);
-        }
-        let mut held = self.kind(kind);
-        let gone = held
-            .by_key
-            .keys()
-            .filter(|k| !fresh.by_key.contains_key(*k))
-            .cloned()
-            .collect();
-        fresh.live = held.live;
-        *held = fresh;
-        gone
+        self.kind(kind)
+            .seed(items.into_iter().map(|i| (i.key, i.entry)))
     }
 
     /// The watch is up (events arrive) or down (they may be missed: answer nothing).
     pub fn set_live(&self, kind: Kind, live: bool) {
-        self.kind(kind).live = live;
+        self.kind(kind).set_live(live);
     }
 
-    /// Forgets everything (the watch starts over with a new LIST).
+    /// Stops answering until seeded again (the watch starts over with a new LIST).
     pub fn unseed(&self, kind: Kind) {
-        self.kind(kind).seeded = false;
+        self.kind(kind).unseed();
     }
 
     /// An object as a watch event or copyrator's own write showed it. An object without the
@@ -188,23 +117,35 @@ impl CopyIndex {
     /// The copies whose `source-uid` label is one of `uids`, as a LIST selecting them would
     /// return them; `None` while the index cannot answer (not seeded, or its watch down).
     pub fn copies_of(&self, kind: Kind, uids: &BTreeSet<String>) -> Option<Vec<Listed>> {
-        let held = self.kind(kind);
-        if !(held.seeded && held.live) {
-            return None;
-        }
-        let mut out: Vec<Listed> = held
-            .by_key
-            .values()
-            .filter(|e| !e.uid.is_empty() && uids.contains(&e.uid))
-            .map(|e| e.listed.clone())
-            .collect();
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        Some(out)
+        self.copies_where(kind, |e| !e.uid.is_empty() && uids.contains(&e.uid))
+    }
+
+    /// The copies in namespace `namespace`, as a LIST of the namespace's managed objects
+    /// would return them; `None` while the index cannot answer.
+    pub fn copies_in(&self, kind: Kind, namespace: &str) -> Option<Vec<Listed>> {
+        self.copies_where(kind, |e| e.listed.key.namespace == namespace)
+    }
+
+    /// Every copy of `kind`; `None` while the index cannot answer.
+    pub fn all(&self, kind: Kind) -> Option<Vec<Listed>> {
+        self.copies_where(kind, |_| true)
+    }
+
+    fn copies_where(&self, kind: Kind, keep: impl Fn(&Entry) -> bool) -> Option<Vec<Listed>> {
+        self.kind(kind).read(|by_key| {
+            let mut out: Vec<Listed> = by_key
+                .values()
+                .filter(|e| keep(e))
+                .map(|e| e.listed.clone())
+                .collect();
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            out
+        })
     }
 
     /// Copies held, by kind (a gauge).
     pub fn len(&self, kind: Kind) -> usize {
-        self.kind(kind).by_key.len()
+        self.kind(kind).len()
     }
 }
 
@@ -342,16 +283,19 @@ mod tests {
     }
 
     #[test]
-    fn a_new_seed_reports_what_was_deleted_meanwhile() {
-        let index = seeded(vec![meta("a", "app", "u1", 5), meta("b", "app", "u1", 6)]);
-        let items = vec![CopyIndex::item(Kind::Secret, meta("b", "app", "u1", 8)).unwrap()];
-        let gone = index.seed(Kind::Secret, items);
-        assert_eq!(gone, vec![ObjectKey::new(Kind::Secret, "a", "app")]);
-        let u1 = BTreeSet::from(["u1".to_string()]);
-        assert_eq!(
-            keys(index.copies_of(Kind::Secret, &u1)),
-            Some(vec![("b".into(), "8".into())]),
-            "still live: answers at once"
+    fn finds_a_namespaces_copies() {
+        let index = seeded(vec![
+            meta("a", "app", "u1", 5),
+            meta("a", "db", "u2", 6),
+            meta("b", "app", "u1", 7),
+        ]);
+        let found = index.copies_in(Kind::Secret, "a").unwrap();
+        let names: Vec<&str> = found.iter().map(|l| l.key.name.as_str()).collect();
+        assert_eq!(names, ["app", "db"]);
+        assert!(index.copies_in(Kind::Secret, "c").unwrap().is_empty());
+        assert!(
+            index.copies_in(Kind::ConfigMap, "a").is_none(),
+            "not seeded"
         );
     }
 

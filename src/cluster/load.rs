@@ -172,10 +172,24 @@ pub async fn load_rules(
 ) -> ApiResult<World> {
     let lists = kinds
         .iter()
-        .map(|kind| {
-            cluster.list_meta(*kind, None, marks::SOURCE_SELECTOR, fresh, |m| {
-                SourceInfo::from_meta(*kind, &m)
-            })
+        .map(|kind| async move {
+            if fresh == Freshness::Indexed
+                && let Some(held) = cluster
+                    .source_index()
+                    .of(*kind)
+                    .read(|by_key| by_key.values().cloned().collect::<Vec<_>>())
+            {
+                cluster.metrics.index_read("sources", "index");
+                return Ok(held);
+            }
+            if fresh == Freshness::Indexed {
+                cluster.metrics.index_read("sources", "list");
+            }
+            cluster
+                .list_meta(*kind, None, marks::SOURCE_SELECTOR, fresh, |m| {
+                    SourceInfo::from_meta(*kind, &m)
+                })
+                .await
         })
         .collect::<Vec<_>>();
     let (sources, copy_rules) = tokio::try_join!(
@@ -248,30 +262,56 @@ pub async fn unlabelled_annotated_sources(cluster: &Cluster) -> ApiResult<Vec<So
     Ok(out)
 }
 
-/// Adds the namespaces `rules` target: one server-side selected LIST per selector, GETs for
-/// explicit names.
+/// Adds the namespaces `rules` target: from the namespace index when it can answer and a
+/// cached read was asked for, else one server-side selected LIST per selector; GETs for
+/// explicit names the index does not hold.
 pub async fn load_target_namespaces<'a>(
     cluster: &Cluster,
     world: &mut World,
     rules: impl IntoIterator<Item = &'a Rule>,
     fresh: Freshness,
 ) -> ApiResult<()> {
-    let mut selectors = BTreeSet::new();
-    let mut names = BTreeSet::new();
-    for rule in rules {
-        if let Some(sel) = &rule.namespace_selector {
-            selectors.insert(sel.to_string());
+    let rules: Vec<&Rule> = rules.into_iter().collect();
+    let mut names: BTreeSet<String> = rules
+        .iter()
+        .flat_map(|r| r.namespaces.iter().cloned())
+        .collect();
+    if fresh == Freshness::Indexed
+        && let Some(held) = cluster.namespace_index().read(|by_name| {
+            by_name
+                .values()
+                .filter(|ns| {
+                    names.contains(&ns.name)
+                        || rules.iter().any(|r| {
+                            r.namespace_selector
+                                .as_ref()
+                                .is_some_and(|sel| sel.matches(&ns.labels))
+                        })
+                })
+                .cloned()
+                .collect::<Vec<NamespaceInfo>>()
+        })
+    {
+        cluster.metrics.index_read("namespaces", "index");
+        world.insert_namespaces(held);
+    } else {
+        if fresh == Freshness::Indexed {
+            cluster.metrics.index_read("namespaces", "list");
         }
-        names.extend(rule.namespaces.iter().cloned());
+        let mut selectors: BTreeSet<String> = rules
+            .iter()
+            .filter_map(|r| r.namespace_selector.as_ref().map(|s| s.to_string()))
+            .collect();
+        if selectors.contains("") {
+            // A rule selects every namespace.
+            selectors = BTreeSet::from([String::new()]);
+        }
+        let listed = futures::future::try_join_all(
+            selectors.iter().map(|s| cluster.list_namespaces(s, fresh)),
+        )
+        .await?;
+        world.insert_namespaces(listed.into_iter().flatten());
     }
-    if selectors.contains("") {
-        // A rule selects every namespace.
-        selectors = BTreeSet::from([String::new()]);
-    }
-    let listed =
-        futures::future::try_join_all(selectors.iter().map(|s| cluster.list_namespaces(s, fresh)))
-            .await?;
-    world.insert_namespaces(listed.into_iter().flatten());
     names.retain(|n| !world.namespaces().contains_key(n));
     get_namespaces(cluster, world, names).await
 }
@@ -283,10 +323,31 @@ pub async fn ensure_namespaces(
     names: BTreeSet<String>,
     fresh: Freshness,
 ) -> ApiResult<()> {
-    let missing: BTreeSet<String> = names
+    let mut missing: BTreeSet<String> = names
         .into_iter()
         .filter(|n| !world.namespaces().contains_key(n))
         .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if fresh == Freshness::Indexed
+        && let Some(held) = cluster.namespace_index().read(|by_name| {
+            missing
+                .iter()
+                .filter_map(|n| by_name.get(n).cloned())
+                .collect::<Vec<NamespaceInfo>>()
+        })
+    {
+        cluster.metrics.index_read("namespaces", "index");
+        world.insert_namespaces(held);
+        missing.retain(|n| !world.namespaces().contains_key(n));
+        // Not in the index: not there a moment ago. A few are read to be sure (a namespace
+        // created since); many are left out, as the LIST below would have.
+        if missing.len() > NAMESPACE_GETS_MAX {
+            return Ok(());
+        }
+        return get_namespaces(cluster, world, missing).await;
+    }
     if missing.len() > NAMESPACE_GETS_MAX {
         world.insert_namespaces(cluster.list_namespaces("", fresh).await?);
         return Ok(());
@@ -396,14 +457,16 @@ pub async fn copies_of_sources(
     fresh: Freshness,
     found: &mut Found,
 ) -> ApiResult<()> {
-    if fresh == Freshness::Cached
+    if fresh == Freshness::Indexed
         && let Some(listed) = cluster.copy_index().copies_of(kind, uids)
     {
-        cluster.metrics.copy_index_read("index");
+        cluster.metrics.index_read("copies", "index");
         found.add_listed(listed);
         return Ok(());
     }
-    cluster.metrics.copy_index_read("list");
+    if fresh == Freshness::Indexed {
+        cluster.metrics.index_read("copies", "list");
+    }
     let uids: Vec<&String> = uids.iter().filter(|u| !u.is_empty()).collect();
     for chunk in uids.chunks(UID_CHUNK) {
         let list = chunk
@@ -425,7 +488,7 @@ pub async fn copies_of_sources(
     Ok(())
 }
 
-/// Every managed copy of `kind`, optionally in one namespace.
+/// Every managed copy of `kind`, optionally in one namespace (see [`copies_listed`]).
 pub async fn all_copies(
     cluster: &Cluster,
     kind: Kind,
@@ -433,14 +496,35 @@ pub async fn all_copies(
     fresh: Freshness,
     found: &mut Found,
 ) -> ApiResult<()> {
-    found.add_listed(
-        cluster
-            .list_meta(kind, namespace, marks::MANAGED_SELECTOR, fresh, |m| {
-                listed(kind, m)
-            })
-            .await?,
-    );
+    found.add_listed(copies_listed(cluster, kind, namespace, fresh).await?);
     Ok(())
+}
+
+/// Every managed copy of `kind`, optionally in one namespace: from the copy index when it can
+/// answer and a cached read was asked for, else by a LIST.
+pub async fn copies_listed(
+    cluster: &Cluster,
+    kind: Kind,
+    namespace: Option<&str>,
+    fresh: Freshness,
+) -> ApiResult<Vec<Listed>> {
+    if fresh == Freshness::Indexed {
+        let index = cluster.copy_index();
+        let held = match namespace {
+            Some(ns) => index.copies_in(kind, ns),
+            None => index.all(kind),
+        };
+        if let Some(listed) = held {
+            cluster.metrics.index_read("copies", "index");
+            return Ok(listed);
+        }
+        cluster.metrics.index_read("copies", "list");
+    }
+    cluster
+        .list_meta(kind, namespace, marks::MANAGED_SELECTOR, fresh, |m| {
+            listed(kind, m)
+        })
+        .await
 }
 
 /// Hands the memory a large load (a resync's namespaces and copies, a scan's pages) freed back

@@ -11,6 +11,7 @@ pub mod apply;
 pub mod client;
 pub mod copy_index;
 mod error;
+pub mod index;
 pub mod load;
 pub mod ratelimit;
 mod reads;
@@ -42,6 +43,10 @@ pub enum Freshness {
     Consistent,
     /// From the watch cache (`resourceVersion=0`), in one response: label-selected lists.
     Cached,
+    /// From what copyrator's watches keep (`index`), as fresh as `Cached`; LISTs as `Cached`
+    /// while an index cannot answer. Jobs read this way; the full resync LISTs (`Cached`),
+    /// independent of the indexes, to catch what they might have missed.
+    Indexed,
 }
 
 impl Freshness {
@@ -49,7 +54,7 @@ impl Freshness {
         match self {
             Freshness::Consistent => ListParams::default().limit(page_size),
             // The watch cache does not paginate (a limit would send the request to etcd).
-            Freshness::Cached => ListParams {
+            Freshness::Cached | Freshness::Indexed => ListParams {
                 resource_version: Some("0".into()),
                 ..Default::default()
             },
@@ -76,6 +81,9 @@ pub struct Cluster {
     page_size: u32,
     /// copyrator's copies by source, kept by the copies watch and copyrator's own writes.
     copies: Arc<copy_index::CopyIndex>,
+    /// The opted-in sources and every namespace, kept by their watches.
+    sources: Arc<index::SourceIndex>,
+    namespaces: Arc<index::NamespaceIndex>,
 }
 
 impl Cluster {
@@ -88,6 +96,8 @@ impl Cluster {
             read_slots: Arc::new(tokio::sync::Semaphore::new(limits.read_concurrency.max(1))),
             page_size: page_size.max(1),
             copies: Arc::default(),
+            sources: Arc::default(),
+            namespaces: Arc::default(),
         }
     }
 
@@ -95,6 +105,18 @@ impl Cluster {
     /// of `serve` keeps it.
     pub fn copy_index(&self) -> &copy_index::CopyIndex {
         &self.copies
+    }
+
+    /// The opted-in sources (see [`index`]); answers only while the sources watches of `serve`
+    /// keep it.
+    pub fn source_index(&self) -> &index::SourceIndex {
+        &self.sources
+    }
+
+    /// Every namespace (see [`index`]); answers only while the namespaces watch of `serve`
+    /// keeps it.
+    pub fn namespace_index(&self) -> &index::NamespaceIndex {
+        &self.namespaces
     }
 
     pub fn client(&self) -> &Client {

@@ -62,20 +62,6 @@ impl Cluster {
         fresh: Freshness,
         keep: impl FnMut(Meta) -> Option<U>,
     ) -> ApiResult<Vec<U>> {
-        self.list_meta_at(kind, namespace, label_selector, fresh, keep)
-            .await
-            .map(|(items, _)| items)
-    }
-
-    /// [`Cluster::list_meta`], with the resourceVersion the list is at (a watch resumes there).
-    pub async fn list_meta_at<U>(
-        &self,
-        kind: Kind,
-        namespace: Option<&str>,
-        label_selector: &str,
-        fresh: Freshness,
-        keep: impl FnMut(Meta) -> Option<U>,
-    ) -> ApiResult<(Vec<U>, String)> {
         self.list_pages(
             kind.plural(),
             Object::url_path(&kind, namespace),
@@ -84,6 +70,20 @@ impl Cluster {
             keep,
         )
         .await
+        .map(|(items, _)| items)
+    }
+
+    /// A watch's LIST: metadata of every object at `url_path` matching the selector, from the
+    /// watch cache, with the resourceVersion the watch resumes from.
+    pub(super) async fn list_feed<U>(
+        &self,
+        resource: &'static str,
+        url_path: String,
+        label_selector: &str,
+        keep: impl FnMut(Meta) -> Option<U>,
+    ) -> ApiResult<(Vec<U>, String)> {
+        self.list_pages(resource, url_path, label_selector, Freshness::Cached, keep)
+            .await
     }
 
     async fn list_pages<U>(

@@ -72,7 +72,7 @@ pub async fn run(
     let mut running: BTreeMap<SourceSelector, JoinHandle<()>> = BTreeMap::new();
     loop {
         let want = if *leading.borrow_and_update() {
-            match crate::cluster::load::load_rules(&cluster, &[], &policy, Freshness::Cached).await
+            match crate::cluster::load::load_rules(&cluster, &[], &policy, Freshness::Indexed).await
             {
                 Ok(world) => Some(wanted(&world.rules().rules)),
                 Err(e) => {

@@ -1,9 +1,10 @@
-//! Metadata-only watches that tell waiting jobs their change was persisted ([`crate::pipeline::waiters`]).
+//! Metadata-only watches that tell waiting jobs their change was persisted ([`crate::pipeline::waiters`])
+//! and keep the indexes jobs read instead of LISTs ([`super::index`], [`super::copy_index`]).
 //! Each is label-selected where the resource is numerous (sources and copies, never every
-//! Secret) and keeps nothing: an event wakes the jobs waiting on its object and is dropped, so
-//! memory stays flat in the number of objects watched. A watch resumes from the last
-//! resourceVersion it saw; when the API server no longer has that version (410), it starts
-//! over and wakes every job waiting on its feed, since events may have been missed.
+//! Secret), so memory stays flat in the number of unrelated objects. A watch starts from a
+//! LIST that seeds its index and resumes from the last resourceVersion it saw; when the API
+//! server no longer has that version (410), it starts over with a new LIST and wakes every job
+//! waiting on its feed, since events may have been missed.
 
 use std::{sync::Arc, time::Duration};
 
@@ -17,11 +18,11 @@ use kube::{
 use tokio::sync::{Notify, watch};
 
 use crate::{
-    cluster::{Cluster, Freshness, copy_index::CopyIndex},
+    cluster::{Cluster, copy_index::CopyIndex},
     copyrule::CopyRule,
     marks,
-    metrics::{FeedLabels, KindLabels, Metrics},
-    model::{Kind, Meta, MetaItem, Object, ObjectKey},
+    metrics::{FeedLabels, Metrics},
+    model::{Kind, Meta, MetaItem, Object, ObjectKey, SourceInfo},
     pipeline::{
         job::{Job, JobKey, Trigger},
         queue::{WorkQueue, enqueue},
@@ -35,6 +36,15 @@ use crate::{
 const WATCH_SECONDS: u32 = 50;
 
 impl Feed {
+    /// The resource, as API-call metrics name it.
+    fn resource(self) -> &'static str {
+        match self {
+            Feed::Namespaces => "namespaces",
+            Feed::Sources(kind) | Feed::Copies(kind) => kind.plural(),
+            Feed::CopyRules => "copyrules",
+        }
+    }
+
     fn url_path(self) -> String {
         match self {
             Feed::Namespaces => Namespace::url_path(&(), None),
@@ -126,28 +136,99 @@ struct FeedState {
 }
 
 impl FeedState {
-    /// The watch failed or expired: events may be missed until it is back.
-    fn lost_events(&self) {
-        if let Feed::Copies(kind) = self.feed {
-            self.cluster.copy_index().set_live(kind, false);
+    /// Whether this feed keeps an index of its objects (every feed but CopyRules, whose
+    /// jobs read the few CopyRules in full).
+    fn keeps(&self) -> bool {
+        !matches!(self.feed, Feed::CopyRules)
+    }
+
+    /// The feed's index answers (its watch is up) or not (events may be missed).
+    fn set_index_live(&self, live: bool) {
+        let c = &self.cluster;
+        match self.feed {
+            Feed::Copies(kind) => c.copy_index().set_live(kind, live),
+            Feed::Sources(kind) => c.source_index().of(kind).set_live(live),
+            Feed::Namespaces => c.namespace_index().set_live(live),
+            Feed::CopyRules => {}
         }
     }
 
-    fn show_index_size(&self, kind: Kind) {
+    /// The watch starts over with a new LIST: the index stops answering until then.
+    fn unseed(&self) {
+        let c = &self.cluster;
+        match self.feed {
+            Feed::Copies(kind) => c.copy_index().unseed(kind),
+            Feed::Sources(kind) => c.source_index().of(kind).unseed(),
+            Feed::Namespaces => c.namespace_index().unseed(),
+            Feed::CopyRules => {}
+        }
+    }
+
+    /// An event's object into the feed's index, before anyone waiting on it is woken.
+    fn keep(&self, meta: &Meta, deleted: bool) {
+        let c = &self.cluster;
+        let rv = meta.resource_version.as_deref();
+        match (self.feed, deleted) {
+            (Feed::Copies(kind), false) => c.copy_index().observe(kind, meta.clone()),
+            (Feed::Copies(_), true) => {
+                if let Some(Watched::Object(key)) = self.feed.watched(meta) {
+                    c.copy_index().forget(&key, rv);
+                }
+            }
+            (Feed::Sources(kind), _) => {
+                let index = c.source_index().of(kind);
+                let Some(Watched::Object(key)) = self.feed.watched(meta) else {
+                    return;
+                };
+                // An object that lost its opt-in label is no source any more.
+                let opted_in = meta
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(marks::SOURCE_LABEL))
+                    .is_some_and(|v| v == "true");
+                match SourceInfo::from_meta(kind, meta).filter(|_| !deleted && opted_in) {
+                    Some(info) => index.insert(key, info),
+                    None => index.remove(&key, rv),
+                }
+            }
+            (Feed::Namespaces, _) => {
+                let index = c.namespace_index();
+                match super::reads::namespace_info(meta) {
+                    Some(info) if !deleted => index.insert(info.name.clone(), info),
+                    _ => {
+                        if let Some(name) = &meta.name {
+                            index.remove(name, rv);
+                        }
+                    }
+                }
+            }
+            (Feed::CopyRules, _) => return,
+        }
+        self.show_index_size();
+    }
+
+    fn show_index_size(&self) {
+        let c = &self.cluster;
+        let len = match self.feed {
+            Feed::Copies(kind) => c.copy_index().len(kind),
+            Feed::Sources(kind) => c.source_index().of(kind).len(),
+            Feed::Namespaces => c.namespace_index().len(),
+            Feed::CopyRules => return,
+        };
         self.metrics
-            .copy_index_copies
-            .get_or_create(&KindLabels {
-                kind: kind.as_str(),
+            .index_objects
+            .get_or_create(&FeedLabels {
+                feed: self.feed.name(),
             })
-            .set(self.cluster.copy_index().len(kind) as i64);
+            .set(len as i64);
     }
 
     fn set_live(&self, live: bool) {
         self.waiters.set_live(self.feed, live);
-        // A watch that timed out resumes where it ended and misses nothing: the copy index
-        // keeps answering meanwhile; it stops when events may have been missed (`lost_events`).
-        if let (Feed::Copies(kind), true) = (self.feed, live) {
-            self.cluster.copy_index().set_live(kind, true);
+        // A watch that timed out resumes where it ended and misses nothing: its index keeps
+        // answering meanwhile; it stops when events may have been missed (`run`).
+        if live {
+            self.set_index_live(true);
         }
         if live {
             self.ready.connected(self.feed);
@@ -165,14 +246,14 @@ async fn run(state: FeedState, mut shutdown: watch::Receiver<bool>) {
     let feed = state.feed;
     let waiters = &state.waiters;
     let mut version = "0".to_string();
-    // Copies feeds start from a LIST that seeds the copy index (see `seed`).
+    // Feeds with an index start from a LIST that seeds it (see `seed`).
     let mut seeded = false;
     let mut failures = 0u32;
     loop {
         let ended = tokio::select! {
             r = async {
-                if let Feed::Copies(kind) = feed && !seeded {
-                    match seed(&state, kind).await {
+                if state.keeps() && !seeded {
+                    match seed(&state).await {
                         Ok(at) => {
                             version = at;
                             seeded = true;
@@ -186,7 +267,7 @@ async fn run(state: FeedState, mut shutdown: watch::Receiver<bool>) {
         };
         state.set_live(false);
         if !matches!(ended, Ended::Timeout) {
-            state.lost_events();
+            state.set_index_live(false);
         }
         match ended {
             Ended::Timeout => {
@@ -196,10 +277,8 @@ async fn run(state: FeedState, mut shutdown: watch::Receiver<bool>) {
             Ended::Expired => {
                 // Events since `version` are gone: start over, and let waiters look again.
                 state.ready.disconnected(feed);
-                if let Feed::Copies(kind) = feed {
-                    state.cluster.copy_index().unseed(kind);
-                    seeded = false;
-                }
+                state.unseed();
+                seeded = false;
                 version = "0".into();
                 waiters.notify_feed(feed);
                 failures = 0;
@@ -221,7 +300,7 @@ async fn run(state: FeedState, mut shutdown: watch::Receiver<bool>) {
         }
     }
     state.set_live(false);
-    state.lost_events();
+    state.set_index_live(false);
     state.ready.disconnected(feed);
 }
 
@@ -246,39 +325,86 @@ enum Ended {
     Failed(String),
 }
 
-/// Lists a copies feed's objects (from the API server's watch cache), seeds the copy index
-/// with them, and handles each as the watch would an event: every copy as added, and every
-/// copy the index held that the list no longer has as deleted (restored, SPEC §4.4). Returns
-/// the list's resourceVersion, where the watch starts.
-async fn seed(state: &FeedState, kind: Kind) -> Result<String, String> {
+/// Lists a feed's objects (from the API server's watch cache), seeds the feed's index with
+/// them, and handles each as the watch would an event: every object as added, and every one
+/// the index held that the list no longer has as deleted (a copy: restored, SPEC §4.4).
+/// Returns the list's resourceVersion, where the watch starts.
+async fn seed(state: &FeedState) -> Result<String, String> {
     let cluster = &state.cluster;
-    let (items, at) = cluster
-        .list_meta_at(
-            kind,
-            None,
-            marks::MANAGED_SELECTOR,
-            Freshness::Cached,
+    let feed = state.feed;
+    let (gone, at) = match feed {
+        Feed::Copies(kind) => {
+            let (items, at) = list_kept(state, |m| CopyIndex::item(kind, m)).await?;
+            (keys_gone(cluster.copy_index().seed(kind, items)), at)
+        }
+        Feed::Sources(kind) => {
+            let (items, at) = list_kept(state, |m| {
+                SourceInfo::from_meta(kind, &m).map(|s| (s.key.clone(), s))
+            })
+            .await?;
+            (keys_gone(cluster.source_index().of(kind).seed(items)), at)
+        }
+        Feed::Namespaces => {
+            let (items, at) = list_kept(state, |m| {
+                super::reads::namespace_info(&m).map(|n| (n.name.clone(), n))
+            })
+            .await?;
+            let gone = cluster.namespace_index().seed(items);
+            let gone = gone
+                .into_iter()
+                .map(|name| Meta {
+                    name: Some(name),
+                    ..Default::default()
+                })
+                .collect();
+            (gone, at)
+        }
+        Feed::CopyRules => return Ok("0".into()),
+    };
+    if at.is_empty() {
+        return Err(format!(
+            "the list of {} has no resourceVersion",
+            feed.name()
+        ));
+    }
+    for meta in gone {
+        on_event(state, &meta, true);
+    }
+    state.show_index_size();
+    Ok(at)
+}
+
+/// The feed's LIST (metadata, from the watch cache), every item handled as an ADDED event
+/// and then reduced by `keep`; with the resourceVersion the list is at.
+async fn list_kept<U>(
+    state: &FeedState,
+    mut keep: impl FnMut(Meta) -> Option<U>,
+) -> Result<(Vec<U>, String), String> {
+    let feed = state.feed;
+    state
+        .cluster
+        .list_feed(
+            feed.resource(),
+            feed.url_path(),
+            feed.label_selector().unwrap_or_default(),
             |meta| {
                 on_event(state, &meta, false);
-                CopyIndex::item(kind, meta)
+                keep(meta)
             },
         )
         .await
-        .map_err(|e| e.to_string())?;
-    if at.is_empty() {
-        return Err("the list of copies has no resourceVersion".into());
-    }
-    let gone = cluster.copy_index().seed(kind, items);
-    for key in gone {
-        let meta = Meta {
+        .map_err(|e| e.to_string())
+}
+
+/// Deleted objects' keys as the metadata an event would carry.
+fn keys_gone(keys: Vec<ObjectKey>) -> Vec<Meta> {
+    keys.into_iter()
+        .map(|key| Meta {
             name: Some(key.name),
             namespace: Some(key.namespace),
             ..Default::default()
-        };
-        on_event(state, &meta, true);
-    }
-    state.show_index_size(kind);
-    Ok(at)
+        })
+        .collect()
 }
 
 /// What every event of a feed does, before the watch moves on: early reads learn what changed,
@@ -361,17 +487,7 @@ async fn watch_once(state: &FeedState, version: &mut String) -> Ended {
                 }
                 events.inc();
                 let deleted = matches!(event, Ok(WatchEvent::Deleted(_)));
-                if let Feed::Copies(kind) = feed {
-                    let index = cluster.copy_index();
-                    match (deleted, feed.watched(&item.metadata)) {
-                        (true, Some(Watched::Object(key))) => {
-                            index.forget(&key, item.metadata.resource_version.as_deref())
-                        }
-                        (false, _) => index.observe(kind, item.metadata.clone()),
-                        _ => {}
-                    }
-                    state.show_index_size(kind);
-                }
+                state.keep(&item.metadata, deleted);
                 on_event(state, &item.metadata, deleted);
             }
             Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,

@@ -33,7 +33,7 @@ pub(in crate::sync) async fn run(
     let Some(ns) = ns else {
         return Ok(Outcome::Done);
     };
-    let fresh = Freshness::Cached;
+    let fresh = Freshness::Indexed;
     let mut world = load::load_rules(cluster, &[key.kind], &ctx.settings.policy, fresh).await?;
     world.insert_namespaces([ns]);
     let mut found = Found::default();

@@ -7,7 +7,6 @@ use crate::{
         apply::Applied,
         load::{self, Found, Listed},
     },
-    marks,
     metrics::OutcomeLabels,
     model::Kind,
     pipeline::{
@@ -67,7 +66,7 @@ pub(in crate::sync) async fn sync(
     name: &str,
 ) -> Result<Synced, SyncError> {
     let cluster = &ctx.cluster;
-    let fresh = Freshness::Cached;
+    let fresh = Freshness::Indexed;
     if parked(ctx, job) {
         return Ok(Synced::NotPersisted);
     }
@@ -143,12 +142,8 @@ pub(in crate::sync) async fn sync(
 /// The rules, and the copies in namespace `name` (of both kinds).
 async fn rules_and_copies(ctx: &Context, name: &str) -> Result<(World, Vec<Listed>), ApiError> {
     let cluster = &ctx.cluster;
-    let fresh = Freshness::Cached;
-    let copies = |kind| {
-        cluster.list_meta(kind, Some(name), marks::MANAGED_SELECTOR, fresh, move |m| {
-            load::listed(kind, m)
-        })
-    };
+    let fresh = Freshness::Indexed;
+    let copies = |kind| load::copies_listed(cluster, kind, Some(name), fresh);
     let (world, mut secrets, config_maps) = tokio::try_join!(
         load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, fresh),
         copies(Kind::Secret),

@@ -36,7 +36,7 @@ pub(in crate::sync) async fn run(
         Some(r) => vec![r.spec.kind],
         None => Kind::ALL.to_vec(),
     };
-    let fresh = Freshness::Cached;
+    let fresh = Freshness::Indexed;
     let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;
     // The rule as just read, not as listed a moment earlier.
     world.set_copy_rule(name, copy_rule.clone());

@@ -37,7 +37,7 @@ pub(in crate::sync) async fn run(
         .as_ref()
         .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
     // Label-selected lists come from the API server's watch cache (see Freshness).
-    let fresh = Freshness::Cached;
+    let fresh = Freshness::Indexed;
     // The rules and the source's existing copies are independent reads: do them at once.
     let copies = async {
         let mut found = Found::default();

@@ -1,0 +1,261 @@
+//! What copyrator's metadata watches keep of the objects they watch (SPEC §5, "Reads"): the
+//! copies (`copy_index`), the opted-in sources and the namespaces, each reduced to what a job
+//! needs (never a payload, never an unrelated Secret). A job's cached reads are served from
+//! here instead of a LIST per job: the 1.20 watch cache has no label index, so a
+//! label-selected LIST of Secrets walked every Secret in the cluster, and every LIST's answer
+//! was encoded as JSON for one job.
+//!
+//! An index answers only while it is seeded (by the LIST its watch starts from) and its watch
+//! has not failed since; otherwise callers LIST as before. What it answers is as fresh as a
+//! LIST from the API server's watch cache (the watch is fed by that same cache): a job that
+//! waited for its triggering change to be persisted sees that change here, because the watch
+//! applies an event to its index before it wakes the jobs waiting on it.
+
+use std::{collections::HashMap, hash::Hash, sync::Mutex};
+
+use crate::model::{Kind, NamespaceInfo, ObjectKey, SourceInfo};
+
+/// A value kept by an index: its object's resourceVersion orders updates.
+pub trait Versioned {
+    fn resource_version(&self) -> &str;
+}
+
+impl Versioned for SourceInfo {
+    fn resource_version(&self) -> &str {
+        &self.resource_version
+    }
+}
+
+impl Versioned for NamespaceInfo {
+    fn resource_version(&self) -> &str {
+        &self.resource_version
+    }
+}
+
+/// Whether `new` is not older than `old`. resourceVersions are opaque to clients, and only
+/// used here to keep an event that arrives after copyrator's own write of the same object from
+/// putting the older version back; when either does not parse as a number, the newer arrival
+/// wins (a stale entry costs a conflict, never a wrong write).
+fn not_older(new: &str, old: &str) -> bool {
+    match (new.parse::<u64>(), old.parse::<u64>()) {
+        (Ok(n), Ok(o)) => n >= o,
+        _ => true,
+    }
+}
+
+struct State<K, V> {
+    /// Seeded by a LIST and its watch live: only then does it answer.
+    seeded: bool,
+    live: bool,
+    by_key: HashMap<K, V>,
+}
+
+impl<K, V> Default for State<K, V> {
+    fn default() -> Self {
+        Self {
+            seeded: false,
+            live: false,
+            by_key: HashMap::new(),
+        }
+    }
+}
+
+/// One watch's objects by key (see the module documentation).
+pub struct Index<K, V> {
+    state: Mutex<State<K, V>>,
+}
+
+impl<K, V> Default for Index<K, V> {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+        }
+    }
+}
+
+impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<K, V>> {
+        // A panic while holding the lock cannot leave the map half-updated in a way that
+        // matters more than a stale entry: keep serving.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An object as a watch event or copyrator's own write showed it; an event older than
+    /// what is held (copyrator's own write, seen first) does not replace it.
+    pub fn insert(&self, key: K, value: V) {
+        let mut state = self.state();
+        if let Some(old) = state.by_key.get(&key)
+            && !not_older(value.resource_version(), old.resource_version())
+        {
+            return;
+        }
+        state.by_key.insert(key, value);
+    }
+
+    /// An object deleted: by a watch event (with its last resourceVersion) or by copyrator
+    /// (`None`). A deletion older than what is held (written again since) is ignored.
+    pub fn remove(&self, key: &K, resource_version: Option<&str>) {
+        let mut state = self.state();
+        let Some(old) = state.by_key.get(key) else {
+            return;
+        };
+        if let Some(rv) = resource_version
+            && !not_older(rv, old.resource_version())
+        {
+            return;
+        }
+        state.by_key.remove(key);
+    }
+
+    /// Replaces what is held by what a LIST returned; returns the keys held before that the
+    /// LIST no longer has (deleted while the watch was away).
+    pub fn seed(&self, items: impl IntoIterator<Item = (K, V)>) -> Vec<K> {
+        let mut fresh: HashMap<K, V> = HashMap::new();
+        for (key, value) in items {
+            match fresh.get(&key) {
+                Some(old) if !not_older(value.resource_version(), old.resource_version()) => {}
+                _ => {
+                    fresh.insert(key, value);
+                }
+            }
+        }
+        let mut state = self.state();
+        let gone = state
+            .by_key
+            .keys()
+            .filter(|k| !fresh.contains_key(*k))
+            .cloned()
+            .collect();
+        state.by_key = fresh;
+        state.seeded = true;
+        gone
+    }
+
+    /// The watch is up (events arrive) or down (they may be missed: answer nothing).
+    pub fn set_live(&self, live: bool) {
+        self.state().live = live;
+    }
+
+    /// Stops answering until seeded again (the watch starts over with a new LIST).
+    pub fn unseed(&self) {
+        self.state().seeded = false;
+    }
+
+    /// `read` over the objects held; `None` while the index cannot answer (not seeded, or its
+    /// watch down).
+    pub fn read<R>(&self, read: impl FnOnce(&HashMap<K, V>) -> R) -> Option<R> {
+        let state = self.state();
+        (state.seeded && state.live).then(|| read(&state.by_key))
+    }
+
+    /// Objects held (a gauge).
+    pub fn len(&self) -> usize {
+        self.state().by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One index per kind of Secret or ConfigMap.
+pub struct PerKind<T>([T; 2]);
+
+impl<T: Default> Default for PerKind<T> {
+    fn default() -> Self {
+        Self([T::default(), T::default()])
+    }
+}
+
+impl<T> PerKind<T> {
+    pub fn of(&self, kind: Kind) -> &T {
+        match kind {
+            Kind::Secret => &self.0[0],
+            Kind::ConfigMap => &self.0[1],
+        }
+    }
+}
+
+/// The opted-in sources (`copyrator.io/source=true`), from the sources watches.
+pub type SourceIndex = PerKind<Index<ObjectKey, SourceInfo>>;
+
+/// Every namespace (name, labels, consent annotation, terminating), from the namespaces watch.
+pub type NamespaceIndex = Index<String, NamespaceInfo>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns(name: &str, rv: u64) -> (String, NamespaceInfo) {
+        (
+            name.to_string(),
+            NamespaceInfo {
+                name: name.into(),
+                resource_version: rv.to_string(),
+                labels: Default::default(),
+                accept_from: None,
+                terminating: false,
+            },
+        )
+    }
+
+    fn names(index: &NamespaceIndex) -> Option<Vec<(String, String)>> {
+        index.read(|m| {
+            let mut v: Vec<_> = m
+                .values()
+                .map(|n| (n.name.clone(), n.resource_version.clone()))
+                .collect();
+            v.sort();
+            v
+        })
+    }
+
+    #[test]
+    fn answers_only_when_seeded_and_live() {
+        let index = NamespaceIndex::default();
+        assert!(names(&index).is_none());
+        index.set_live(true);
+        assert!(names(&index).is_none(), "not seeded");
+        index.seed([ns("a", 1)]);
+        assert_eq!(names(&index), Some(vec![("a".into(), "1".into())]));
+        index.set_live(false);
+        assert!(names(&index).is_none(), "watch down");
+        index.set_live(true);
+        index.unseed();
+        assert!(names(&index).is_none(), "starting over");
+    }
+
+    #[test]
+    fn an_older_event_never_replaces_a_newer_version() {
+        let index = NamespaceIndex::default();
+        index.seed([ns("a", 5)]);
+        index.set_live(true);
+        let (k, v) = ns("a", 9);
+        index.insert(k, v);
+        let (k, v) = ns("a", 7);
+        index.insert(k, v);
+        assert_eq!(names(&index), Some(vec![("a".into(), "9".into())]));
+        index.remove(&"a".to_string(), Some("8"));
+        assert_eq!(index.len(), 1, "a deletion older than the version held");
+        index.remove(&"a".to_string(), Some("10"));
+        assert_eq!(index.len(), 0);
+        let (k, v) = ns("a", 11);
+        index.insert(k, v);
+        index.remove(&"a".to_string(), None);
+        assert_eq!(index.len(), 0, "copyrator's own delete always removes");
+    }
+
+    #[test]
+    fn a_new_seed_reports_what_was_deleted_meanwhile() {
+        let index = NamespaceIndex::default();
+        index.seed([ns("a", 1), ns("b", 2)]);
+        index.set_live(true);
+        let gone = index.seed([ns("b", 3), ns("c", 4)]);
+        assert_eq!(gone, vec!["a".to_string()]);
+        assert_eq!(
+            names(&index),
+            Some(vec![("b".into(), "3".into()), ("c".into(), "4".into())]),
+            "still live: answers at once"
+        );
+    }
+}
