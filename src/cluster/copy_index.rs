@@ -15,24 +15,48 @@
 use std::collections::BTreeSet;
 
 use super::{
-    index::{Index, PerKind, Versioned},
+    index::{Index, PerKind, Seed, Versioned},
     load::{self, Listed},
 };
 use crate::{
     marks,
     model::{Kind, Meta, ObjectKey},
-    plan::Existing,
+    plan::{Existing, MarksError},
 };
 
+/// One copy, as a LIST of copies would show it ([`Listed`] without the key, which is the map's).
+/// Boxed in the map: the table stays small, and growing it moves pointers, not entries.
 struct Entry {
-    /// Its `source-uid` label (also on copies whose other marks do not parse).
-    uid: String,
-    listed: Listed,
+    /// Its `source-uid` label where the marks do not carry it (copies whose other marks do not
+    /// parse); a managed copy's is in `existing`.
+    other_uid: Option<String>,
+    existing: Existing,
+    suspect: bool,
+    malformed: Option<MarksError>,
+}
+
+impl Entry {
+    fn uid(&self) -> &str {
+        match (&self.existing, &self.other_uid) {
+            (Existing::Managed(m), _) => &m.source_uid,
+            (_, Some(uid)) => uid,
+            _ => "",
+        }
+    }
+
+    fn listed(&self, key: &ObjectKey) -> Listed {
+        Listed {
+            key: key.clone(),
+            existing: self.existing.clone(),
+            suspect: self.suspect,
+            malformed: self.malformed.clone(),
+        }
+    }
 }
 
 impl Versioned for Entry {
     fn resource_version(&self) -> &str {
-        match &self.listed.existing {
+        match &self.existing {
             Existing::Managed(m) => &m.resource_version,
             Existing::Unmanaged { resource_version } => resource_version,
             Existing::None => "",
@@ -44,17 +68,26 @@ impl Versioned for Entry {
 /// thousands of copies, and no second map to keep in memory.
 #[derive(Default)]
 pub struct CopyIndex {
-    kinds: PerKind<Index<ObjectKey, Entry>>,
+    kinds: PerKind<Index<ObjectKey, Box<Entry>>>,
 }
 
 /// What a seeding LIST item becomes (see [`CopyIndex::item`]).
 pub struct Item {
     key: ObjectKey,
-    entry: Entry,
+    entry: Box<Entry>,
+}
+
+/// A seeding LIST's copies so far (see [`CopyIndex::seeding`]).
+pub struct CopySeed(Seed<ObjectKey, Box<Entry>>);
+
+impl CopySeed {
+    pub fn insert(&mut self, item: Item) {
+        self.0.insert(item.key, item.entry);
+    }
 }
 
 impl CopyIndex {
-    fn kind(&self, kind: Kind) -> &Index<ObjectKey, Entry> {
+    fn kind(&self, kind: Kind) -> &Index<ObjectKey, Box<Entry>> {
         self.kinds.of(kind)
     }
 
@@ -71,17 +104,30 @@ impl CopyIndex {
             .cloned()
             .unwrap_or_default();
         let listed = load::listed(kind, meta)?;
+        let other_uid = match &listed.existing {
+            Existing::Managed(m) if m.source_uid == uid => None,
+            _ => Some(uid).filter(|u| !u.is_empty()),
+        };
         Some(Item {
-            key: listed.key.clone(),
-            entry: Entry { uid, listed },
+            key: listed.key,
+            entry: Box::new(Entry {
+                other_uid,
+                existing: listed.existing,
+                suspect: listed.suspect,
+                malformed: listed.malformed,
+            }),
         })
+    }
+
+    /// An empty seed for a LIST of `kind` to fill as its items arrive.
+    pub fn seeding(&self, kind: Kind) -> CopySeed {
+        CopySeed(self.kind(kind).seeding())
     }
 
     /// Replaces what is held for `kind` by what a LIST returned; returns the keys held before
     /// that the LIST no longer has (deleted while the watch was away).
-    pub fn seed(&self, kind: Kind, items: Vec<Item>) -> Vec<ObjectKey> {
-        self.kind(kind)
-            .seed(items.into_iter().map(|i| (i.key, i.entry)))
+    pub fn seed(&self, kind: Kind, seed: CopySeed) -> Vec<ObjectKey> {
+        self.kind(kind).seed(seed.0)
     }
 
     /// The watch is up (events arrive) or down (they may be missed: answer nothing).
@@ -117,26 +163,30 @@ impl CopyIndex {
     /// The copies whose `source-uid` label is one of `uids`, as a LIST selecting them would
     /// return them; `None` while the index cannot answer (not seeded, or its watch down).
     pub fn copies_of(&self, kind: Kind, uids: &BTreeSet<String>) -> Option<Vec<Listed>> {
-        self.copies_where(kind, |e| !e.uid.is_empty() && uids.contains(&e.uid))
+        self.copies_where(kind, |_, e| !e.uid().is_empty() && uids.contains(e.uid()))
     }
 
     /// The copies in namespace `namespace`, as a LIST of the namespace's managed objects
     /// would return them; `None` while the index cannot answer.
     pub fn copies_in(&self, kind: Kind, namespace: &str) -> Option<Vec<Listed>> {
-        self.copies_where(kind, |e| e.listed.key.namespace == namespace)
+        self.copies_where(kind, |k, _| k.namespace == namespace)
     }
 
     /// Every copy of `kind`; `None` while the index cannot answer.
     pub fn all(&self, kind: Kind) -> Option<Vec<Listed>> {
-        self.copies_where(kind, |_| true)
+        self.copies_where(kind, |_, _| true)
     }
 
-    fn copies_where(&self, kind: Kind, keep: impl Fn(&Entry) -> bool) -> Option<Vec<Listed>> {
+    fn copies_where(
+        &self,
+        kind: Kind,
+        keep: impl Fn(&ObjectKey, &Entry) -> bool,
+    ) -> Option<Vec<Listed>> {
         self.kind(kind).read(|by_key| {
             let mut out: Vec<Listed> = by_key
-                .values()
-                .filter(|e| keep(e))
-                .map(|e| e.listed.clone())
+                .iter()
+                .filter(|(k, e)| keep(k, e))
+                .map(|(k, e)| e.listed(k))
                 .collect();
             out.sort_by(|a, b| a.key.cmp(&b.key));
             out
@@ -192,11 +242,14 @@ mod tests {
 
     fn seeded(items: Vec<Meta>) -> CopyIndex {
         let index = CopyIndex::default();
-        let items = items
+        let mut seed = index.seeding(Kind::Secret);
+        for item in items
             .into_iter()
             .filter_map(|m| CopyIndex::item(Kind::Secret, m))
-            .collect();
-        assert!(index.seed(Kind::Secret, items).is_empty());
+        {
+            seed.insert(item);
+        }
+        assert!(index.seed(Kind::Secret, seed).is_empty());
         index.set_live(Kind::Secret, true);
         index
     }
@@ -208,7 +261,7 @@ mod tests {
         assert!(index.copies_of(Kind::Secret, &uids).is_none());
         index.set_live(Kind::Secret, true);
         assert!(index.copies_of(Kind::Secret, &uids).is_none(), "not seeded");
-        index.seed(Kind::Secret, Vec::new());
+        index.seed(Kind::Secret, index.seeding(Kind::Secret));
         assert_eq!(keys(index.copies_of(Kind::Secret, &uids)), Some(vec![]));
         index.set_live(Kind::Secret, false);
         assert!(index.copies_of(Kind::Secret, &uids).is_none(), "watch down");

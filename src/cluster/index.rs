@@ -26,6 +26,12 @@ impl Versioned for SourceInfo {
     }
 }
 
+impl<T: Versioned> Versioned for Box<T> {
+    fn resource_version(&self) -> &str {
+        (**self).resource_version()
+    }
+}
+
 impl Versioned for NamespaceInfo {
     fn resource_version(&self) -> &str {
         &self.resource_version
@@ -57,6 +63,30 @@ impl<K, V> Default for State<K, V> {
             live: false,
             by_key: HashMap::new(),
         }
+    }
+}
+
+/// What a seeding LIST has returned so far (see [`Index::seeding`]).
+pub struct Seed<K, V>(HashMap<K, V>);
+
+impl<K: Eq + Hash, V: Versioned> Seed<K, V> {
+    pub fn insert(&mut self, key: K, value: V) {
+        match self.0.get(&key) {
+            Some(old) if !not_older(value.resource_version(), old.resource_version()) => {}
+            _ => {
+                self.0.insert(key, value);
+            }
+        }
+    }
+}
+
+impl<K: Eq + Hash, V: Versioned> FromIterator<(K, V)> for Seed<K, V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(items: I) -> Self {
+        let mut seed = Seed(HashMap::new());
+        for (key, value) in items {
+            seed.insert(key, value);
+        }
+        seed
     }
 }
 
@@ -107,18 +137,17 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
         state.by_key.remove(key);
     }
 
+    /// An empty map for a LIST to fill as its items arrive (no list of them held besides),
+    /// sized for what the index holds now.
+    pub fn seeding(&self) -> Seed<K, V> {
+        Seed(HashMap::with_capacity(self.len()))
+    }
+
     /// Replaces what is held by what a LIST returned; returns the keys held before that the
     /// LIST no longer has (deleted while the watch was away).
-    pub fn seed(&self, items: impl IntoIterator<Item = (K, V)>) -> Vec<K> {
-        let mut fresh: HashMap<K, V> = HashMap::new();
-        for (key, value) in items {
-            match fresh.get(&key) {
-                Some(old) if !not_older(value.resource_version(), old.resource_version()) => {}
-                _ => {
-                    fresh.insert(key, value);
-                }
-            }
-        }
+    pub fn seed(&self, fresh: Seed<K, V>) -> Vec<K> {
+        let mut fresh = fresh.0;
+        fresh.shrink_to_fit();
         let mut state = self.state();
         let gone = state
             .by_key
@@ -216,7 +245,7 @@ mod tests {
         assert!(names(&index).is_none());
         index.set_live(true);
         assert!(names(&index).is_none(), "not seeded");
-        index.seed([ns("a", 1)]);
+        index.seed(Seed::from_iter([ns("a", 1)]));
         assert_eq!(names(&index), Some(vec![("a".into(), "1".into())]));
         index.set_live(false);
         assert!(names(&index).is_none(), "watch down");
@@ -228,7 +257,7 @@ mod tests {
     #[test]
     fn an_older_event_never_replaces_a_newer_version() {
         let index = NamespaceIndex::default();
-        index.seed([ns("a", 5)]);
+        index.seed(Seed::from_iter([ns("a", 5)]));
         index.set_live(true);
         let (k, v) = ns("a", 9);
         index.insert(k, v);
@@ -248,9 +277,9 @@ mod tests {
     #[test]
     fn a_new_seed_reports_what_was_deleted_meanwhile() {
         let index = NamespaceIndex::default();
-        index.seed([ns("a", 1), ns("b", 2)]);
+        index.seed(Seed::from_iter([ns("a", 1), ns("b", 2)]));
         index.set_live(true);
-        let gone = index.seed([ns("b", 3), ns("c", 4)]);
+        let gone = index.seed(Seed::from_iter([ns("b", 3), ns("c", 4)]));
         assert_eq!(gone, vec!["a".to_string()]);
         assert_eq!(
             names(&index),

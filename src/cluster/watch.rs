@@ -332,25 +332,40 @@ enum Ended {
 async fn seed(state: &FeedState) -> Result<String, String> {
     let cluster = &state.cluster;
     let feed = state.feed;
+    // Each item goes into a fresh index as it is parsed: no list of them is held besides.
     let (gone, at) = match feed {
         Feed::Copies(kind) => {
-            let (items, at) = list_kept(state, |m| CopyIndex::item(kind, m)).await?;
-            (keys_gone(cluster.copy_index().seed(kind, items)), at)
+            let index = cluster.copy_index();
+            let mut seed = index.seeding(kind);
+            let at = list_kept(state, |m| {
+                seed.insert(CopyIndex::item(kind, m)?);
+                None::<()>
+            })
+            .await?;
+            (keys_gone(index.seed(kind, seed)), at)
         }
         Feed::Sources(kind) => {
-            let (items, at) = list_kept(state, |m| {
-                SourceInfo::from_meta(kind, &m).map(|s| (s.key.clone(), s))
+            let index = cluster.source_index().of(kind);
+            let mut seed = index.seeding();
+            let at = list_kept(state, |m| {
+                let s = SourceInfo::from_meta(kind, &m)?;
+                seed.insert(s.key.clone(), s);
+                None::<()>
             })
             .await?;
-            (keys_gone(cluster.source_index().of(kind).seed(items)), at)
+            (keys_gone(index.seed(seed)), at)
         }
         Feed::Namespaces => {
-            let (items, at) = list_kept(state, |m| {
-                super::reads::namespace_info(&m).map(|n| (n.name.clone(), n))
+            let index = cluster.namespace_index();
+            let mut seed = index.seeding();
+            let at = list_kept(state, |m| {
+                let n = super::reads::namespace_info(&m)?;
+                seed.insert(n.name.clone(), n);
+                None::<()>
             })
             .await?;
-            let gone = cluster.namespace_index().seed(items);
-            let gone = gone
+            let gone = index
+                .seed(seed)
                 .into_iter()
                 .map(|name| Meta {
                     name: Some(name),
@@ -375,11 +390,11 @@ async fn seed(state: &FeedState) -> Result<String, String> {
 }
 
 /// The feed's LIST (metadata, from the watch cache), every item handled as an ADDED event
-/// and then reduced by `keep`; with the resourceVersion the list is at.
-async fn list_kept<U>(
+/// and then given to `keep`; returns the resourceVersion the list is at.
+async fn list_kept(
     state: &FeedState,
-    mut keep: impl FnMut(Meta) -> Option<U>,
-) -> Result<(Vec<U>, String), String> {
+    mut keep: impl FnMut(Meta) -> Option<()>,
+) -> Result<String, String> {
     let feed = state.feed;
     state
         .cluster
@@ -393,6 +408,7 @@ async fn list_kept<U>(
             },
         )
         .await
+        .map(|(_, at)| at)
         .map_err(|e| e.to_string())
 }
 

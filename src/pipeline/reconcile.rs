@@ -14,7 +14,12 @@ use super::{
     context::Context,
     job::{Job, JobKey, Trigger},
     queue::enqueue,
+    waiters::Feed,
 };
+
+/// How long the startup resync waits for the watches to be up: a watch that cannot start
+/// (RBAC, an API server that refuses it) delays convergence by no more than this.
+const WATCHES_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs until `shutdown` fires.
 pub async fn run(
@@ -31,6 +36,23 @@ pub async fn run(
         );
         Instant::now()
     };
+    // The startup resync waits until the watches that keep an index are up (at most
+    // `WATCHES_WAIT`; CopyRules keep none, and without the CRD their watch never is): their seeding
+    // LISTs and the resync's own then do not hold every namespace and copy at the same time
+    // (SPEC §5, the resync's peak memory).
+    let deadline = Instant::now() + WATCHES_WAIT;
+    let indexed_live = || {
+        Feed::ALL
+            .into_iter()
+            .filter(|f| *f != Feed::CopyRules)
+            .all(|f| ctx.waiters.is_live(f))
+    };
+    while !indexed_live() && Instant::now() < deadline {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
     let mut last = resync();
     loop {
         // Wait for leadership.
