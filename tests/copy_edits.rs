@@ -147,6 +147,17 @@ async fn a_source_job_finds_its_copies_in_the_copy_index_and_writes_nothing_it_d
         index_before.push(t.metric(&served(what, "index")).await);
         lists_before.push(t.metric(&served(what, "list")).await);
     }
+    // The post-write re-check looks the written namespaces up in the index as well: no GET
+    // of each, no LIST of every namespace from etcd after a job that wrote.
+    let namespace_reads = ["get", "list"].map(|verb| {
+        format!("copyrator_api_requests_total{{verb=\"{verb}\",resource=\"namespaces\"}}")
+    });
+    let mut namespace_reads_before = Vec::new();
+    for sample in &namespace_reads {
+        namespace_reads_before.push(t.metric(sample).await);
+    }
+    let source_jobs = "copyrator_jobs_total{kind=\"source\",outcome=\"ok\"}";
+    let source_jobs_before = t.metric(source_jobs).await;
     let update = |value: &'static str| {
         let secrets = t.secrets(&src);
         async move {
@@ -165,6 +176,11 @@ async fn a_source_job_finds_its_copies_in_the_copy_index_and_writes_nothing_it_d
     for ns in [&a, &b] {
         t.wait_value::<Secret>(ns, "cred", "password", "v2").await;
     }
+    // The re-check runs after the writes, inside the job: wait for the job to end.
+    t.wait_metric(source_jobs, "the source's job done", |n| {
+        n > source_jobs_before
+    })
+    .await;
     for (i, what) in whats.into_iter().enumerate() {
         assert!(
             t.metric(&served(what, "index")).await > index_before[i],
@@ -174,6 +190,13 @@ async fn a_source_job_finds_its_copies_in_the_copy_index_and_writes_nothing_it_d
             t.metric(&served(what, "list")).await,
             lists_before[i],
             "no LIST of {what}"
+        );
+    }
+    for (sample, before) in namespace_reads.iter().zip(namespace_reads_before) {
+        assert_eq!(
+            t.metric(sample).await,
+            before,
+            "no read of namespaces, the re-check after writing included: {sample}"
         );
     }
 

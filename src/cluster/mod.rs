@@ -15,6 +15,8 @@ pub mod index;
 pub mod load;
 pub mod ratelimit;
 mod reads;
+#[cfg(test)]
+pub(crate) use reads::namespace_info;
 pub mod selectors;
 pub mod watch;
 mod writes;

@@ -227,7 +227,7 @@ impl Cluster {
     }
 }
 
-pub(super) fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
+pub(crate) fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
     Some(NamespaceInfo {
         name: meta.name.clone()?,
         resource_version: meta.resource_version.clone().unwrap_or_default(),

@@ -244,6 +244,15 @@ pub(super) fn retry_unreadable(ctx: &Context, job: &Job, world: &World) {
 /// job's write landed. Anything that changed gets a follow-up job, which runs after this write
 /// and reads fresh state, so the last word is always based on the latest state. Costs nothing
 /// when nothing was written.
+///
+/// The written namespaces are looked up in the namespace index (a LIST from etcd only while
+/// it cannot answer): a LIST of every namespace from etcd after every writing job cost the API
+/// server in proportion to the cluster's namespaces, not to the job's writes (SPEC §5). A
+/// namespace job that ran on this replica before this write landed was woken by the watch
+/// event that put its change in this index. One that read its change otherwise (on another
+/// replica, or once its persistence wait ran out) takes a second look a second later
+/// (`follow_up::SECOND_LOOK`) and finds this write's copy; the resync, what both missed.
+/// Sources are read fresh (GET).
 pub(super) async fn recheck_inputs(
     ctx: &Context,
     world: &World,
@@ -271,13 +280,17 @@ pub(super) async fn recheck_inputs(
     if namespaces.is_empty() {
         return Ok(());
     }
-    // Fresh means fresh here: GETs, or one paginated LIST from etcd.
+    let indexed = ctx.cluster.namespace_index().read(|_| ()).is_some();
     let mut fresh = World::default();
     load::ensure_namespaces(
         &ctx.cluster,
         &mut fresh,
         namespaces.clone(),
-        Freshness::Consistent,
+        if indexed {
+            Freshness::Indexed
+        } else {
+            Freshness::Consistent
+        },
     )
     .await?;
     for ns in namespaces {

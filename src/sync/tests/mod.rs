@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{MAX_ROUNDS, Outcome, SyncError, run};
 use crate::{
-    cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
+    cluster::{ApiLimits, Cluster, namespace_info, ratelimit::RateLimiter},
     marks,
     metrics::{Metrics, WhatLabels},
     model::{Kind, ObjectKey},
@@ -238,17 +238,44 @@ async fn writes_that_never_settle_end_the_job_for_a_retry_after_a_few_rounds() {
     );
 }
 
-#[tokio::test]
-async fn a_namespace_relabelled_while_the_job_wrote_gets_a_job_of_its_own() {
+/// Seeds the namespace index with these namespaces as the fake API holds them and marks it
+/// live, as the namespaces watch does once its LIST has returned.
+fn index_namespaces(api: &FakeApi, ctx: &Context, names: &[&str]) {
+    let index = ctx.cluster.namespace_index();
+    let mut seed = index.seeding();
+    for name in names {
+        let info = namespace_info_in(&api.store(|s| s.get("namespaces", None, name).cloned()));
+        seed.insert(info.name.clone(), info);
+    }
+    index.seed(seed);
+    index.set_live(true);
+}
+
+fn namespace_info_in(ns: &Option<Value>) -> crate::model::NamespaceInfo {
+    let meta = serde_json::from_value(ns.as_ref().unwrap()["metadata"].clone()).unwrap();
+    namespace_info(&meta).unwrap()
+}
+
+/// team-a opts out while copyrator's create is on its way (with `indexed`, the namespace
+/// index is live and its watch delivers the change): the job writes from the older view and
+/// queues a follow-up that reads team-a again.
+async fn relabelled_while_the_job_wrote(indexed: bool) -> FakeApi {
     let api = scene();
-    // team-a opts out while copyrator's create is on its way.
-    api.hook(|req, store| {
+    let ctx = context(&api);
+    if indexed {
+        index_namespaces(&api, &ctx, &["platform", "team-a"]);
+    }
+    let cluster = ctx.cluster.clone();
+    api.hook(move |req, store| {
         if req.line() == "POST secrets team-a/*" {
             store.put("namespaces", namespace("team-a", json!({})));
+            if indexed {
+                let info = namespace_info_in(&store.get("namespaces", None, "team-a").cloned());
+                cluster.namespace_index().insert(info.name.clone(), info);
+            }
         }
         Step::Continue
     });
-    let ctx = context(&api);
     assert_eq!(run(&ctx, &source_job()).await.unwrap(), Outcome::Done);
 
     assert!(
@@ -259,6 +286,26 @@ async fn a_namespace_relabelled_while_the_job_wrote_gets_a_job_of_its_own() {
         queued(&ctx).contains(&(JobKey::Namespace("team-a".into()), Trigger::FollowUp)),
         "a follow-up reads the namespace again: {:?}",
         queued(&ctx)
+    );
+    api
+}
+
+#[tokio::test]
+async fn a_namespace_relabelled_while_the_job_wrote_gets_a_job_of_its_own() {
+    relabelled_while_the_job_wrote(false).await;
+}
+
+#[tokio::test]
+async fn the_post_write_recheck_reads_the_namespace_index_and_follows_a_relabel_it_holds() {
+    let api = relabelled_while_the_job_wrote(true).await;
+    let namespace_reads: Vec<String> = api
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains(" namespaces"))
+        .collect();
+    assert!(
+        namespace_reads.is_empty(),
+        "namespaces came from the index, before and after the write: {namespace_reads:?}"
     );
 }
 
