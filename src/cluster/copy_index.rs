@@ -12,42 +12,97 @@
 //! a stale entry costs a conflict and a re-read, never an overwrite. While the watch is down
 //! (or not seeded yet) it answers nothing and jobs LIST as before.
 
-use std::collections::BTreeSet;
+use std::{
+    collections::{BTreeSet, HashSet},
+    sync::{Arc, Mutex},
+};
 
 use super::{
     index::{Index, PerKind, Seed, Versioned},
     load::{self, Listed},
 };
 use crate::{
+    copyrule::DeletionPolicy,
     marks,
     model::{Kind, Meta, ObjectKey},
-    plan::{Existing, MarksError},
+    plan::{Existing, ManagedCopy, MarksError},
+    rules::RuleId,
 };
 
 /// One copy, as a LIST of copies would show it ([`Listed`] without the key, which is the map's).
 /// Boxed in the map: the table stays small, and growing it moves pointers, not entries.
 struct Entry {
     /// Its `source-uid` label where the marks do not carry it (copies whose other marks do not
-    /// parse); a managed copy's is in `existing`.
+    /// parse); a managed copy's is in its marks.
     other_uid: Option<String>,
-    existing: Existing,
+    held: Held,
     suspect: bool,
     malformed: Option<MarksError>,
 }
 
+/// [`Existing`], with what every copy of one source version carries alike shared.
+enum Held {
+    None,
+    Managed {
+        resource_version: Box<str>,
+        marks: Arc<Marks>,
+        deleting: bool,
+    },
+    Unmanaged {
+        resource_version: Box<str>,
+    },
+}
+
+/// A managed copy's marks but its resourceVersion: the same on every copy of a source version
+/// (source, its uid, rule, deletion policy, content hash), so held once for all of them
+/// ([`CopyIndex::intern`]). A copy's own fields were most of its entry: ~8,000 copies of 18
+/// sources held ~3.5 MB of repeated strings.
+#[derive(PartialEq, Eq, Hash)]
+struct Marks {
+    source: ObjectKey,
+    source_uid: String,
+    rule: RuleId,
+    deletion_policy: Option<DeletionPolicy>,
+    content_hash: Option<String>,
+    actual_hash: Option<String>,
+}
+
 impl Entry {
     fn uid(&self) -> &str {
-        match (&self.existing, &self.other_uid) {
-            (Existing::Managed(m), _) => &m.source_uid,
+        match (&self.held, &self.other_uid) {
+            (Held::Managed { marks, .. }, _) => &marks.source_uid,
             (_, Some(uid)) => uid,
             _ => "",
+        }
+    }
+
+    fn existing(&self) -> Existing {
+        match &self.held {
+            Held::None => Existing::None,
+            Held::Managed {
+                resource_version,
+                marks,
+                deleting,
+            } => Existing::Managed(ManagedCopy {
+                resource_version: resource_version.to_string(),
+                source: marks.source.clone(),
+                source_uid: marks.source_uid.clone(),
+                rule: marks.rule.clone(),
+                deletion_policy: marks.deletion_policy,
+                content_hash: marks.content_hash.clone(),
+                actual_hash: marks.actual_hash.clone(),
+                deleting: *deleting,
+            }),
+            Held::Unmanaged { resource_version } => Existing::Unmanaged {
+                resource_version: resource_version.to_string(),
+            },
         }
     }
 
     fn listed(&self, key: &ObjectKey) -> Listed {
         Listed {
             key: key.clone(),
-            existing: self.existing.clone(),
+            existing: self.existing(),
             suspect: self.suspect,
             malformed: self.malformed.clone(),
         }
@@ -56,10 +111,12 @@ impl Entry {
 
 impl Versioned for Entry {
     fn resource_version(&self) -> &str {
-        match &self.existing {
-            Existing::Managed(m) => &m.resource_version,
-            Existing::Unmanaged { resource_version } => resource_version,
-            Existing::None => "",
+        match &self.held {
+            Held::Managed {
+                resource_version, ..
+            }
+            | Held::Unmanaged { resource_version } => resource_version,
+            Held::None => "",
         }
     }
 }
@@ -69,6 +126,15 @@ impl Versioned for Entry {
 #[derive(Default)]
 pub struct CopyIndex {
     kinds: PerKind<Index<ObjectKey, Box<Entry>>>,
+    /// Every [`Marks`] an entry holds, each once; those no entry holds any more are dropped
+    /// when it has doubled since the last sweep.
+    marks: Mutex<Interned>,
+}
+
+#[derive(Default)]
+struct Interned {
+    held: HashSet<Arc<Marks>>,
+    after_sweep: usize,
 }
 
 /// What a seeding LIST item becomes (see [`CopyIndex::item`]).
@@ -93,7 +159,7 @@ impl CopyIndex {
 
     /// What to keep of one object's metadata; `None` without a name or namespace, or without
     /// copyrator's ownership label (not a copy: a LIST by that label would not return it).
-    pub fn item(kind: Kind, meta: Meta) -> Option<Item> {
+    pub fn item(&self, kind: Kind, meta: Meta) -> Option<Item> {
         let labels = meta.labels.as_ref()?;
         if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE)
         {
@@ -108,15 +174,49 @@ impl CopyIndex {
             Existing::Managed(m) if m.source_uid == uid => None,
             _ => Some(uid).filter(|u| !u.is_empty()),
         };
+        let held = match listed.existing {
+            Existing::None => Held::None,
+            Existing::Unmanaged { resource_version } => Held::Unmanaged {
+                resource_version: resource_version.into(),
+            },
+            Existing::Managed(m) => Held::Managed {
+                resource_version: m.resource_version.into(),
+                deleting: m.deleting,
+                marks: self.intern(Marks {
+                    source: m.source,
+                    source_uid: m.source_uid,
+                    rule: m.rule,
+                    deletion_policy: m.deletion_policy,
+                    content_hash: m.content_hash,
+                    actual_hash: m.actual_hash,
+                }),
+            },
+        };
         Some(Item {
             key: listed.key,
             entry: Box::new(Entry {
                 other_uid,
-                existing: listed.existing,
+                held,
                 suspect: listed.suspect,
                 malformed: listed.malformed,
             }),
         })
+    }
+
+    /// The one shared instance of `marks`.
+    fn intern(&self, marks: Marks) -> Arc<Marks> {
+        let mut interned = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = interned.held.get(&marks) {
+            return Arc::clone(held);
+        }
+        if interned.held.len() >= 2 * interned.after_sweep.max(32) {
+            // Only the set holds it: no entry does any more.
+            interned.held.retain(|m| Arc::strong_count(m) > 1);
+            interned.after_sweep = interned.held.len();
+        }
+        let marks = Arc::new(marks);
+        interned.held.insert(Arc::clone(&marks));
+        marks
     }
 
     /// An empty seed for a LIST of `kind` to fill as its items arrive.
@@ -148,7 +248,7 @@ impl CopyIndex {
             _ => return,
         };
         let rv = meta.resource_version.clone();
-        match Self::item(kind, meta) {
+        match self.item(kind, meta) {
             Some(item) => self.kind(kind).insert(item.key, item.entry),
             None => self.kind(kind).remove(&key, rv.as_deref()),
         }
@@ -245,7 +345,7 @@ mod tests {
         let mut seed = index.seeding(Kind::Secret);
         for item in items
             .into_iter()
-            .filter_map(|m| CopyIndex::item(Kind::Secret, m))
+            .filter_map(|m| index.item(Kind::Secret, m))
         {
             seed.insert(item);
         }
@@ -350,6 +450,54 @@ mod tests {
             index.copies_in(Kind::ConfigMap, "a").is_none(),
             "not seeded"
         );
+    }
+
+    /// A copy whose marks parse (`meta`'s lack the rule: held as unmanaged, with the reason).
+    fn managed(ns: &str, name: &str, uid: &str, rv: u64) -> Meta {
+        let mut m = meta(ns, name, uid, rv);
+        let annotations = m.annotations.as_mut().unwrap();
+        annotations.insert(marks::RULE_ANNOTATION.to_string(), "inline".to_string());
+        annotations.insert(marks::CONTENT_HASH_ANNOTATION.to_string(), "h1".to_string());
+        m
+    }
+
+    #[test]
+    fn copies_of_one_source_version_share_their_marks_and_old_ones_are_dropped() {
+        let index = seeded(vec![
+            managed("a", "app", "u1", 5),
+            managed("b", "app", "u1", 6),
+        ]);
+        let marks_of = |ns: &str| {
+            let key = ObjectKey::new(Kind::Secret, ns, "app");
+            index
+                .kind(Kind::Secret)
+                .read(|by_key| match &by_key[&key].held {
+                    Held::Managed { marks, .. } => Arc::clone(marks),
+                    _ => panic!("not managed"),
+                })
+                .unwrap()
+        };
+        assert!(Arc::ptr_eq(&marks_of("a"), &marks_of("b")));
+        // Sources come and go (here: a new source uid per write); marks no copy holds any
+        // more are not kept.
+        for v in 0..1_000 {
+            index.observe(Kind::Secret, managed("a", "app", &format!("v{v}"), 10 + v));
+        }
+        let held = index.marks.lock().unwrap().held.len();
+        assert!(held < 100, "{held} marks held for 2 copies");
+        assert_eq!(marks_of("a").source_uid, "v999");
+        assert_eq!(marks_of("b").source_uid, "u1");
+        let found = index.all(Kind::Secret).unwrap();
+        match &found[0].existing {
+            Existing::Managed(m) => {
+                assert_eq!(
+                    (m.resource_version.as_str(), m.source_uid.as_str()),
+                    ("1009", "v999")
+                );
+                assert_eq!(m.source, ObjectKey::new(Kind::Secret, "src", "app"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use kube::{
 use tokio::sync::{Notify, watch};
 
 use crate::{
-    cluster::{Cluster, copy_index::CopyIndex},
+    cluster::Cluster,
     copyrule::CopyRule,
     marks,
     metrics::{FeedLabels, Metrics},
@@ -338,7 +338,7 @@ async fn seed(state: &FeedState) -> Result<String, String> {
             let index = cluster.copy_index();
             let mut seed = index.seeding(kind);
             let at = list_kept(state, |m| {
-                seed.insert(CopyIndex::item(kind, m)?);
+                seed.insert(index.item(kind, m)?);
                 None::<()>
             })
             .await?;
