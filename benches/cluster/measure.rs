@@ -45,13 +45,29 @@ where
 {
     let seen = Arc::new(Mutex::new(HashMap::new()));
     let out = Arc::clone(&seen);
-    let mut rv = api
-        .list_metadata(&kube::api::ListParams::default().labels(&selector).limit(1))
-        .await
-        .expect("listing for the watch")
-        .metadata
-        .resource_version
-        .expect("a list resourceVersion");
+    // From the watch cache (`resourceVersion=0`), as an informer starts: a LIST with a limit
+    // goes to etcd, which walks every Secret for the selector (a phase after big-payload
+    // holds 500 MB of them) and missed the client's timeout under load.
+    let params = kube::api::ListParams::default()
+        .labels(&selector)
+        .match_any();
+    let mut attempt = 0;
+    let mut rv = loop {
+        match api.list_metadata(&params).await {
+            Ok(list) => {
+                break list
+                    .metadata
+                    .resource_version
+                    .expect("a list resourceVersion");
+            }
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                eprintln!("listing for the watch failed ({e}); again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => panic!("listing for the watch: {e}"),
+        }
+    };
     let task = tokio::spawn(async move {
         loop {
             let wp = WatchParams::default().labels(&selector).timeout(290);
