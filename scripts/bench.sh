@@ -3,7 +3,7 @@
 # against it with the raw API-server limit measured in the same run, then the in-process
 # microbenchmarks. Results are printed and written to bench-results/.
 #
-#   scripts/bench.sh                        full run (~15 min after the first build)
+#   scripts/bench.sh                        full run (~30 min after the first build)
 #   scripts/bench.sh --quick                small sizes, for a smoke run
 #   scripts/bench.sh --no-memory            all phases but memory (5,000 namespaces, 50,000
 #                                           Secrets) and resync, which runs on its load
