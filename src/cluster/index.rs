@@ -80,6 +80,7 @@ impl<K: Eq + Hash, V: Versioned> Seed<K, V> {
     }
 }
 
+#[cfg(test)]
 impl<K: Eq + Hash, V: Versioned> FromIterator<(K, V)> for Seed<K, V> {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(items: I) -> Self {
         let mut seed = Seed(HashMap::new());
@@ -175,6 +176,11 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
     pub fn read<R>(&self, read: impl FnOnce(&HashMap<K, V>) -> R) -> Option<R> {
         let state = self.state();
         (state.seeded && state.live).then(|| read(&state.by_key))
+    }
+
+    /// Whether [`Index::read`] would answer now.
+    pub fn answers(&self) -> bool {
+        self.read(|_| ()).is_some()
     }
 
     /// Objects held (a gauge).

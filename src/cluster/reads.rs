@@ -74,16 +74,22 @@ impl Cluster {
     }
 
     /// A watch's LIST: metadata of every object at `url_path` matching the selector, from the
-    /// watch cache, with the resourceVersion the watch resumes from.
-    pub(super) async fn list_feed<U>(
+    /// watch cache, each item given to `each` as it is parsed (none is held besides); returns
+    /// the resourceVersion the watch resumes from.
+    pub(super) async fn list_feed(
         &self,
         resource: &'static str,
         url_path: String,
         label_selector: &str,
-        keep: impl FnMut(Meta) -> Option<U>,
-    ) -> ApiResult<(Vec<U>, String)> {
+        mut each: impl FnMut(Meta),
+    ) -> ApiResult<String> {
+        let keep = |meta| {
+            each(meta);
+            None::<()>
+        };
         self.list_pages(resource, url_path, label_selector, Freshness::Cached, keep)
             .await
+            .map(|(_, at)| at)
     }
 
     async fn list_pages<U>(

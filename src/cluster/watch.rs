@@ -338,8 +338,9 @@ async fn seed(state: &FeedState) -> Result<String, String> {
             let index = cluster.copy_index();
             let mut seed = index.seeding(kind);
             let at = list_kept(state, |m| {
-                seed.insert(index.item(kind, m)?);
-                None::<()>
+                if let Some(item) = index.item(kind, m) {
+                    seed.insert(item);
+                }
             })
             .await?;
             (keys_gone(index.seed(kind, seed)), at)
@@ -348,9 +349,9 @@ async fn seed(state: &FeedState) -> Result<String, String> {
             let index = cluster.source_index().of(kind);
             let mut seed = index.seeding();
             let at = list_kept(state, |m| {
-                let s = SourceInfo::from_meta(kind, &m)?;
-                seed.insert(s.key.clone(), s);
-                None::<()>
+                if let Some(s) = SourceInfo::from_meta(kind, &m) {
+                    seed.insert(s.key.clone(), s);
+                }
             })
             .await?;
             (keys_gone(index.seed(seed)), at)
@@ -359,9 +360,9 @@ async fn seed(state: &FeedState) -> Result<String, String> {
             let index = cluster.namespace_index();
             let mut seed = index.seeding();
             let at = list_kept(state, |m| {
-                let n = super::reads::namespace_info(&m)?;
-                seed.insert(n.name.clone(), n);
-                None::<()>
+                if let Some(n) = super::reads::namespace_info(&m) {
+                    seed.insert(n.name.clone(), n);
+                }
             })
             .await?;
             let gone = index
@@ -391,10 +392,7 @@ async fn seed(state: &FeedState) -> Result<String, String> {
 
 /// The feed's LIST (metadata, from the watch cache), every item handled as an ADDED event
 /// and then given to `keep`; returns the resourceVersion the list is at.
-async fn list_kept(
-    state: &FeedState,
-    mut keep: impl FnMut(Meta) -> Option<()>,
-) -> Result<String, String> {
+async fn list_kept(state: &FeedState, mut keep: impl FnMut(Meta)) -> Result<String, String> {
     let feed = state.feed;
     state
         .cluster
@@ -408,7 +406,6 @@ async fn list_kept(
             },
         )
         .await
-        .map(|(_, at)| at)
         .map_err(|e| e.to_string())
 }
 

@@ -280,7 +280,7 @@ pub(super) async fn recheck_inputs(
     if namespaces.is_empty() {
         return Ok(());
     }
-    let indexed = ctx.cluster.namespace_index().read(|_| ()).is_some();
+    let indexed = ctx.cluster.namespace_index().answers();
     let mut fresh = World::default();
     load::ensure_namespaces(
         &ctx.cluster,
