@@ -105,8 +105,14 @@ impl ReadyIndex {
         self.entries.invalidate_all();
     }
 
-    /// A watch event.
+    /// A watch event. Events of a feed that is down (its watch starting, or starting over
+    /// with a LIST that seeds its index) are not recorded one by one: [`Self::connected`]
+    /// forgets everything when the feed comes up, and a seeding LIST delivers one for every
+    /// namespace (5,000 entries of `touched` held for nothing, BENCHMARKS.md, memory).
     pub fn observe(&self, feed: Feed, watched: &Watched) {
+        if self.live.load(Ordering::SeqCst) & (1 << feed.index()) == 0 {
+            return;
+        }
         match (feed, watched) {
             (Feed::Namespaces, Watched::Namespace(ns)) => self.touch(ns),
             (Feed::Copies(_), Watched::Object(key)) => self.touch(&key.namespace),
@@ -222,6 +228,34 @@ mod tests {
             index.get("a").is_some(),
             "a watch resumed while live forgets nothing"
         );
+    }
+
+    #[test]
+    fn events_of_a_feed_that_is_down_leave_no_entries_and_connecting_forgets_everything() {
+        let index = ReadyIndex::new(100);
+        for feed in Feed::ALL {
+            if feed != Feed::Namespaces {
+                index.connected(feed);
+            }
+        }
+        // A sync began while the namespaces' watch was still seeding its index.
+        let since = index.begin();
+        for i in 0..100 {
+            index.observe(Feed::Namespaces, &Watched::Namespace(format!("ns-{i}")));
+        }
+        index.touched.run_pending_tasks();
+        assert_eq!(index.touched.entry_count(), 0, "no entry per listed object");
+        index.connected(Feed::Namespaces);
+        assert!(
+            !index.record("ns-1", since, ready("x")),
+            "a sync that read before the feed came up is not trusted"
+        );
+        assert!(index.record("ns-1", index.begin(), ready("x")));
+        // Live again: an event of one namespace is recorded for that namespace.
+        let since = index.begin();
+        index.observe(Feed::Namespaces, &Watched::Namespace("ns-2".into()));
+        assert!(!index.record("ns-2", since, ready("x")));
+        assert!(index.record("ns-3", since, ready("x")));
     }
 
     #[test]
