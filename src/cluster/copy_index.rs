@@ -13,7 +13,7 @@
 //! (or not seeded yet) it answers nothing and jobs LIST as before.
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::BTreeSet,
     sync::{Arc, Mutex},
 };
 
@@ -22,11 +22,9 @@ use super::{
     load::{self, Listed},
 };
 use crate::{
-    copyrule::DeletionPolicy,
     marks,
     model::{Kind, Meta, ObjectKey},
-    plan::{Existing, ManagedCopy, MarksError},
-    rules::RuleId,
+    plan::{CopyMarks, Existing, ManagedCopy, MarksError, SharedMarks},
 };
 
 /// One copy, as a LIST of copies would show it ([`Listed`] without the key, which is the map's).
@@ -45,26 +43,12 @@ enum Held {
     None,
     Managed {
         resource_version: Box<str>,
-        marks: Arc<Marks>,
+        marks: Arc<CopyMarks>,
         deleting: bool,
     },
     Unmanaged {
         resource_version: Box<str>,
     },
-}
-
-/// A managed copy's marks but its resourceVersion: the same on every copy of a source version
-/// (source, its uid, rule, deletion policy, content hash), so held once for all of them
-/// ([`CopyIndex::intern`]). A copy's own fields were most of its entry: ~8,000 copies of 18
-/// sources held ~3.5 MB of repeated strings.
-#[derive(PartialEq, Eq, Hash)]
-struct Marks {
-    source: ObjectKey,
-    source_uid: String,
-    rule: RuleId,
-    deletion_policy: Option<DeletionPolicy>,
-    content_hash: Option<String>,
-    actual_hash: Option<String>,
 }
 
 impl Entry {
@@ -85,12 +69,8 @@ impl Entry {
                 deleting,
             } => Existing::Managed(ManagedCopy {
                 resource_version: resource_version.to_string(),
-                source: marks.source.clone(),
-                source_uid: marks.source_uid.clone(),
-                rule: marks.rule.clone(),
-                deletion_policy: marks.deletion_policy,
-                content_hash: marks.content_hash.clone(),
-                actual_hash: marks.actual_hash.clone(),
+                marks: Arc::clone(marks),
+                actual_hash: None,
                 deleting: *deleting,
             }),
             Held::Unmanaged { resource_version } => Existing::Unmanaged {
@@ -126,15 +106,10 @@ impl Versioned for Entry {
 #[derive(Default)]
 pub struct CopyIndex {
     kinds: PerKind<Index<ObjectKey, Box<Entry>>>,
-    /// Every [`Marks`] an entry holds, each once; those no entry holds any more are dropped
-    /// when it has doubled since the last sweep.
-    marks: Mutex<Interned>,
-}
-
-#[derive(Default)]
-struct Interned {
-    held: HashSet<Arc<Marks>>,
-    after_sweep: usize,
+    /// The marks every copy of one source version carries alike, held once for all of them:
+    /// a copy's own fields were most of its entry (~8,000 copies of 18 sources held ~3.5 MB
+    /// of repeated strings). A full resync's copies share them too ([`CopyIndex::share`]).
+    marks: Mutex<SharedMarks>,
 }
 
 /// What a seeding LIST item becomes (see [`CopyIndex::item`]).
@@ -179,18 +154,14 @@ impl CopyIndex {
             Existing::Unmanaged { resource_version } => Held::Unmanaged {
                 resource_version: resource_version.into(),
             },
-            Existing::Managed(m) => Held::Managed {
-                resource_version: m.resource_version.into(),
-                deleting: m.deleting,
-                marks: self.intern(Marks {
-                    source: m.source,
-                    source_uid: m.source_uid,
-                    rule: m.rule,
-                    deletion_policy: m.deletion_policy,
-                    content_hash: m.content_hash,
-                    actual_hash: m.actual_hash,
-                }),
-            },
+            Existing::Managed(mut m) => {
+                self.share(&mut m);
+                Held::Managed {
+                    resource_version: m.resource_version.into(),
+                    deleting: m.deleting,
+                    marks: m.marks,
+                }
+            }
         };
         Some(Item {
             key: listed.key,
@@ -203,20 +174,13 @@ impl CopyIndex {
         })
     }
 
-    /// The one shared instance of `marks`.
-    fn intern(&self, marks: Marks) -> Arc<Marks> {
-        let mut interned = self.marks.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = interned.held.get(&marks) {
-            return Arc::clone(held);
-        }
-        if interned.held.len() >= 2 * interned.after_sweep.max(32) {
-            // Only the set holds it: no entry does any more.
-            interned.held.retain(|m| Arc::strong_count(m) > 1);
-            interned.after_sweep = interned.held.len();
-        }
-        let marks = Arc::new(marks);
-        interned.held.insert(Arc::clone(&marks));
-        marks
+    /// Points `copy` at the one shared instance of its marks: the index's entries and a
+    /// full resync's copies hold each once (SPEC §5).
+    pub fn share(&self, copy: &mut ManagedCopy) {
+        self.marks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .share(copy);
     }
 
     /// An empty seed for a LIST of `kind` to fill as its items arrive.
@@ -483,7 +447,7 @@ mod tests {
         for v in 0..1_000 {
             index.observe(Kind::Secret, managed("a", "app", &format!("v{v}"), 10 + v));
         }
-        let held = index.marks.lock().unwrap().held.len();
+        let held = index.marks.lock().unwrap().len();
         assert!(held < 100, "{held} marks held for 2 copies");
         assert_eq!(marks_of("a").source_uid, "v999");
         assert_eq!(marks_of("b").source_uid, "u1");
@@ -496,6 +460,36 @@ mod tests {
                 );
                 assert_eq!(m.source, ObjectKey::new(Kind::Secret, "src", "app"));
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_resyncs_own_listed_copies_share_the_indexs_marks_but_keep_their_own_version() {
+        let index = seeded(vec![managed("a", "app", "u1", 5)]);
+        let held = match &index.all(Kind::Secret).unwrap()[0].existing {
+            Existing::Managed(m) => Arc::clone(&m.marks),
+            other => panic!("{other:?}"),
+        };
+        // The resync's LIST shows the copy at a later version, and another copy alike.
+        for (ns, rv) in [("a", 9), ("b", 10)] {
+            let listed = load::listed(Kind::Secret, managed(ns, "app", "u1", rv))
+                .unwrap()
+                .sharing_marks(&index);
+            match listed.existing {
+                Existing::Managed(m) => {
+                    assert!(Arc::ptr_eq(&m.marks, &held), "{ns}: one instance");
+                    assert_eq!(m.resource_version, rv.to_string(), "the LIST's own");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // Different marks are not merged.
+        let other = load::listed(Kind::Secret, managed("c", "app", "u2", 11))
+            .unwrap()
+            .sharing_marks(&index);
+        match other.existing {
+            Existing::Managed(m) => assert_eq!(m.source_uid, "u2"),
             other => panic!("{other:?}"),
         }
     }

@@ -86,6 +86,17 @@ pub fn listed(kind: Kind, m: Meta) -> Option<Listed> {
     })
 }
 
+impl Listed {
+    /// The same, its marks shared with the copies the copy index holds: a full resync holds
+    /// every copy in the cluster a second time, but their marks once (SPEC §5).
+    pub fn sharing_marks(mut self, index: &super::copy_index::CopyIndex) -> Self {
+        if let Existing::Managed(m) = &mut self.existing {
+            index.share(m);
+        }
+        self
+    }
+}
+
 impl Found {
     /// Adds what a LIST of managed copies found.
     pub fn add_listed(&mut self, items: Vec<Listed>) {

@@ -29,18 +29,26 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     // Label-selected lists from the watch cache (no etcd scan of every Secret); the complete
     // namespace list from etcd, page by page.
     let cached = Freshness::Cached;
+    // The copies are the resync's own LIST, not the copy index's; only the marks they carry
+    // alike are shared with it (values, never what the LIST says is there).
+    let copy_index = cluster.copy_index();
+    let listed = |kind| move |m| load::listed(kind, m).map(|l| l.sharing_marks(copy_index));
     let (mut world, namespaces, secrets, config_maps) = tokio::try_join!(
         load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, cached),
         cluster.list_namespaces("", Freshness::Consistent),
-        cluster.list_meta(Kind::Secret, None, marks::MANAGED_SELECTOR, cached, |m| {
-            load::listed(Kind::Secret, m)
-        }),
+        cluster.list_meta(
+            Kind::Secret,
+            None,
+            marks::MANAGED_SELECTOR,
+            cached,
+            listed(Kind::Secret)
+        ),
         cluster.list_meta(
             Kind::ConfigMap,
             None,
             marks::MANAGED_SELECTOR,
             cached,
-            |m| { load::listed(Kind::ConfigMap, m) }
+            listed(Kind::ConfigMap)
         ),
     )?;
     let mut found = Found::default();

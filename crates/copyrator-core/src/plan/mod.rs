@@ -13,7 +13,7 @@ use std::{
 };
 
 pub use action::{Action, ConflictReason};
-pub use existing::{Contents, Existing, ManagedCopy, MarksError};
+pub use existing::{Contents, CopyMarks, Existing, ManagedCopy, MarksError, SharedMarks};
 pub use world::{
     Claim, ClaimParts, ClaimRef, Claims, Policy, Targeting, Unreadable, World, merge_into,
 };
