@@ -101,7 +101,32 @@ async fn hand_deleted_and_hand_edited_copies_are_restored_from_the_copies_watch(
         || async { t.metric(jobs).await == after_edits },
     )
     .await;
+
+    // Nor its own deletes: the source deleted, its copy goes with it, and no copy job runs
+    // (the copy's DELETED event is copyrator's own echo, not a deletion to restore).
+    let before_delete = copy_jobs(&t).await;
+    t.secrets(&src)
+        .delete("cred", &DeleteParams::default())
+        .await
+        .unwrap();
+    t.wait_gone::<Secret>(&dest, "cred").await;
+    stays(
+        std::time::Duration::from_millis(500),
+        "no copy job for copyrator's own delete",
+        || async { copy_jobs(&t).await == before_delete },
+    )
+    .await;
     t.finish().await;
+}
+
+/// Copy jobs finished, whatever their outcome.
+async fn copy_jobs(t: &Harness) -> f64 {
+    t.metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("copyrator_jobs_total{kind=\"copy\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// A source's job finds its copies in copyrator's index of them (kept by the copies watch and

@@ -13,8 +13,9 @@
 //! (or not seeded yet) it answers nothing and jobs LIST as before.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use super::{
@@ -110,6 +111,23 @@ pub struct CopyIndex {
     /// a copy's own fields were most of its entry (~8,000 copies of 18 sources held ~3.5 MB
     /// of repeated strings). A full resync's copies share them too ([`CopyIndex::share`]).
     marks: Mutex<SharedMarks>,
+    /// Copies copyrator is deleting, or deleted and has not seen the DELETED event of yet.
+    own_deletes: Mutex<OwnDeletes>,
+}
+
+/// How long a delete copyrator made waits for its DELETED event before it is forgotten (the
+/// event comes within milliseconds, or the watch starts over, which forgets them all).
+const OWN_DELETE_TTL: Duration = Duration::from_secs(60);
+
+/// Copies copyrator deletes itself (its copy delete, as it sent it): their DELETED events are
+/// its own echo, not a deletion by someone else to restore (SPEC §4.4). Without it, a source
+/// deleted with 500 copies woke 500 copy jobs, each reading the copy, its namespace and the
+/// CopyRules to find nothing to restore.
+#[derive(Default)]
+struct OwnDeletes {
+    sent: HashMap<ObjectKey, Instant>,
+    /// `sent`'s size after its last pruning.
+    pruned_at: usize,
 }
 
 /// What a seeding LIST item becomes (see [`CopyIndex::item`]).
@@ -202,6 +220,41 @@ impl CopyIndex {
     /// Stops answering until seeded again (the watch starts over with a new LIST).
     pub fn unseed(&self, kind: Kind) {
         self.kind(kind).unseed();
+        // Events may have been missed: a delete whose event never comes is forgotten here.
+        self.own_deletes().sent.retain(|k, _| k.kind != kind);
+    }
+
+    fn own_deletes(&self) -> std::sync::MutexGuard<'_, OwnDeletes> {
+        self.own_deletes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// copyrator is about to delete `key` (noted before the request is sent: its DELETED
+    /// event can arrive before the answer).
+    pub fn deleting(&self, key: &ObjectKey) {
+        let now = Instant::now();
+        let mut own = self.own_deletes();
+        if own.sent.len() > 2 * own.pruned_at.max(1024) {
+            own.sent
+                .retain(|_, at| now.saturating_duration_since(*at) < OWN_DELETE_TTL);
+            own.pruned_at = own.sent.len();
+        }
+        own.sent.insert(key.clone(), now);
+    }
+
+    /// copyrator's delete of `key` did not happen (a precondition failed, the copy was gone
+    /// already, or the call failed): a DELETED event of it is someone else's.
+    pub fn delete_failed(&self, key: &ObjectKey) {
+        self.own_deletes().sent.remove(key);
+    }
+
+    /// Whether a DELETED event of `key` is the echo of copyrator's own delete; each delete
+    /// answers for one event. (Events of one object arrive in order: the first DELETED event
+    /// after copyrator's delete is that delete's.)
+    pub fn own_delete_seen(&self, key: &ObjectKey) -> bool {
+        self.own_deletes()
+            .sent
+            .remove(key)
+            .is_some_and(|at| at.elapsed() < OWN_DELETE_TTL)
     }
 
     /// An object as a watch event or copyrator's own write showed it. An object without the
@@ -492,6 +545,32 @@ mod tests {
             Existing::Managed(m) => assert_eq!(m.source_uid, "u2"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_deleted_event_is_copyrators_own_once_per_delete_it_made() {
+        let index = seeded(vec![managed("a", "app", "u1", 5)]);
+        let key = ObjectKey::new(Kind::Secret, "a", "app");
+        assert!(!index.own_delete_seen(&key), "nothing deleted yet");
+        // Sent, and its event arrives (before or after the answer): copyrator's echo, once.
+        index.deleting(&key);
+        assert!(index.own_delete_seen(&key));
+        assert!(
+            !index.own_delete_seen(&key),
+            "a later deletion is someone else's"
+        );
+        // A delete that did not happen (precondition failed, gone already) marks nothing.
+        index.deleting(&key);
+        index.delete_failed(&key);
+        assert!(!index.own_delete_seen(&key));
+        // Its watch starts over: what it would have delivered is forgotten (the other
+        // kind's watch is another matter).
+        index.deleting(&key);
+        index.unseed(Kind::ConfigMap);
+        assert!(index.own_delete_seen(&key));
+        index.deleting(&key);
+        index.unseed(Kind::Secret);
+        assert!(!index.own_delete_seen(&key));
     }
 
     #[test]

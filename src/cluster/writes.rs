@@ -146,10 +146,16 @@ impl Cluster {
             }),
             ..Default::default()
         };
+        // Its DELETED event is copyrator's own echo, not a deletion to restore.
+        self.copies.deleting(key);
         let res = self
             .call("delete", key.kind.plural(), api.delete(&key.name, &dp))
             .await;
-        written(res.map(|_| self.copies.forget(key, None)))
+        match &res {
+            Ok(_) => self.copies.forget(key, None),
+            Err(_) => self.copies.delete_failed(key),
+        }
+        written(res)
     }
 }
 
