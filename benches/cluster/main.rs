@@ -16,7 +16,7 @@
 //! - admission: throughput over TLS at rising concurrency, with copyrator's CPU;
 //! - pod-gate: the Pod gate's no-op path over TLS; Pods created right after their new
 //!   namespace, with the gate and with it unregistered (create time, copies present);
-//! - apiserver-profile: kube-apiserver CPU profiles while update fan-outs run back to back:
+//! - apiserver-profile: kube-apiserver CPU profiles while update fan-outs run one a second:
 //!   a plain client, the same with copyrator's marks, copyrator, and copyrator with a copies
 //!   webhook registered as well (the earlier design; needs `go` for `go tool pprof`);
 //! - memory: RSS with many namespaces and unrelated Secrets vs none;
