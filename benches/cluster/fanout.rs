@@ -142,7 +142,7 @@ async fn copyrator_fanout(
     let start = Instant::now();
     let create = all_seen(&seen, n, Duration::from_secs(120), start, "initial fan-out").await;
     watch.abort();
-    let (seen, watch) = watch_secrets(Api::all(client.clone()), selector.clone(), |s| {
+    let (seen, watch) = watch_secrets(Api::all(client.clone()), selector, |s| {
         s.data
             .as_ref()
             .and_then(|d| d.get("config.json"))
@@ -164,12 +164,17 @@ async fn copyrator_fanout(
     let update = all_seen(&seen, n, Duration::from_secs(120), start, "update fan-out").await;
     let cpu_used = cpu_since(cpu, cpu_before);
     watch.abort();
-    // The source deleted, and its copies with it (copyrator deletes them), before the next
-    // round: every round finds the cluster the same size.
+    (create, update, cpu_used)
+}
+
+/// Deletes the source of a [`copyrator_fanout`] round and waits until copyrator has deleted
+/// its copies: every round finds the cluster the same size.
+async fn remove_copyrator_round(env: &TestEnv, client: &kube::Client, src: &str, name: &str) {
     env.secrets(src)
         .delete(name, &Default::default())
         .await
         .unwrap();
+    let selector = format!("bench-{name}-{}=yes,{}", env.id, marks::MANAGED_SELECTOR);
     let copies: Api<Secret> = Api::all(client.clone());
     let listed = ListParams::default().labels(&selector).match_any();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -182,11 +187,10 @@ async fn copyrator_fanout(
     {
         assert!(
             Instant::now() < deadline,
-            "{n} copies deleted with their source"
+            "the copies of {name} deleted with it"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    (create, update, cpu_used)
 }
 
 #[derive(Default)]
@@ -245,21 +249,15 @@ async fn fanout_rounds(
         last_round = Some(Instant::now());
         pause(last_round).await;
         let before = p.metrics().await;
-        let (c, u, used) = copyrator_fanout(
-            env,
-            client,
-            src,
-            &format!("{tag}{round}"),
-            fan_key,
-            names.len(),
-            cpu.as_ref(),
-        )
-        .await;
-        last_round = Some(Instant::now());
+        let name = format!("{tag}{round}");
+        let (c, u, used) =
+            copyrator_fanout(env, client, src, &name, fan_key, names.len(), cpu.as_ref()).await;
         r.cr_creates.push(c);
         r.cr_updates.push(u);
         r.cr_update_cpu = std::array::from_fn(|i| r.cr_update_cpu[i] + used[i]);
         let after = p.metrics().await;
+        remove_copyrator_round(env, client, src, &name).await;
+        last_round = Some(Instant::now());
         let delta = |sample: &str| metric_value(&after, sample) - metric_value(&before, sample);
         r.cr_rate_limited.push((
             delta(RATE_LIMITED_WRITES) as u64,

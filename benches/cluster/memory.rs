@@ -6,7 +6,11 @@ use std::time::{Duration, Instant};
 use copyrator::marks;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, api::PostParams};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
 
 use crate::{
     LongRun, Sizes,
@@ -28,8 +32,9 @@ pub struct Loaded {
 
 /// The long-running process's RSS; then, with copyrator stopped, the cluster grown to
 /// `sz.memory_namespaces` namespaces (the jobs of a 4,000-namespace storm are not what is
-/// measured here) holding about as many copies (the earlier phases' and, to make up the rest,
-/// one source's copies in the new namespaces, made by a helper process that is not measured)
+/// measured here) holding 1.6 times as many copies (the earlier phases' and, to make up the
+/// rest, copies of 17 sources in the new namespaces, made by a helper process that is not
+/// measured)
 /// and a fresh process's RSS at it, then `sz.memory_secrets` unrelated Secrets added for the
 /// fresh process at the full load ([`crate::resync::fresh_process`]).
 pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
@@ -42,32 +47,60 @@ pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
         src,
         ..
     } = &*lr;
-    let existing = namespaces
+    let existing_names: Vec<String> = namespaces
         .list_metadata(&Default::default())
         .await
         .unwrap()
         .items
-        .len();
+        .into_iter()
+        // Being deleted (a phase's leftover): no copy can land there.
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let existing = existing_names.len();
     let extra_ns = sz.memory_namespaces.saturating_sub(existing);
     let total_ns = existing + extra_ns;
     let load_started = Instant::now();
     let mem_names: Vec<String> = (0..extra_ns)
         .map(|i| env.name(&format!("mem-{i}")))
         .collect();
-    // About one copy per namespace: the first `with_copy` new namespaces get one.
-    let with_copy = sz
-        .memory_namespaces
-        .saturating_sub(count(client, marks::MANAGED_SELECTOR).await)
+    // The same load whatever the earlier phases left: 1.6 copies per namespace (what the
+    // phase held on 2026-11-25 afternoon, 7,800-8,000 copies of 17-18 sources, most of them
+    // left behind by the fan-out's rounds, which now clean up). Every namespace but the
+    // sources' gets a copy of the memory source; the first `grouped` new ones also one of
+    // [`GROUPS`] group sources.
+    let existing_copies = count(client, marks::MANAGED_SELECTOR).await;
+    // Not the sources' own namespace, nor those copyrator excludes by default.
+    let relabelled: Vec<&String> = existing_names
+        .iter()
+        .filter(|n| *n != src && !["kube-system", "kube-node-lease"].contains(&n.as_str()))
+        .collect();
+    stream::iter(&relabelled)
+        .map(|name| {
+            let namespaces = namespaces.clone();
+            let patch = json!({"metadata": {"labels": {COPY_LABEL: "yes"}}});
+            async move {
+                namespaces
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    let grouped = (sz.memory_namespaces * 8 / 5)
+        .saturating_sub(existing_copies + relabelled.len() + extra_ns)
         .min(extra_ns);
+    let groups: Vec<String> = (0..GROUPS).map(|g| format!("g{g}")).collect();
     stream::iter(mem_names.iter().enumerate())
         .map(|(i, name)| {
             let namespaces = namespaces.clone();
-            let labels: &[(&str, &str)] = if i < with_copy {
-                &[("bench", "memory"), (COPY_LABEL, "yes")]
-            } else {
-                &[("bench", "memory")]
-            };
-            async move { create_namespace(&namespaces, name, labels).await }
+            let mut labels = vec![("bench", "memory"), (COPY_LABEL, "yes")];
+            if i < grouped {
+                labels.push((GROUP_LABEL, groups[i % GROUPS].as_str()));
+            }
+            async move { create_namespace(&namespaces, name, &labels).await }
         })
         .buffer_unordered(64)
         .collect::<Vec<_>>()
@@ -75,7 +108,8 @@ pub async fn load(report: &mut Report, lr: &mut LongRun, sz: &Sizes) -> Loaded {
     for name in &mem_names {
         env.track_namespace(name);
     }
-    make_copies(client, src, with_copy).await;
+    let with_copy = relabelled.len() + extra_ns + grouped;
+    make_copies(client, src, with_copy, grouped.min(GROUPS)).await;
     let (ns_only_rss, ns_only_peak) = fresh_process_memory().await;
 
     let per_ns = sz.memory_secrets.div_ceil(mem_names.len().max(1));
@@ -150,6 +184,10 @@ pub fn rows(report: &mut Report, l: &Loaded, rss_empty: f64, fresh: &Fresh) {
 
 /// Namespace label of the new namespaces that get a copy of the memory source.
 const COPY_LABEL: &str = "bench-memory-copy";
+/// Namespace label of the new namespaces that get a copy of a group source, and how many
+/// group sources there are.
+const GROUP_LABEL: &str = "bench-memory-group";
+const GROUPS: usize = 16;
 
 /// Secrets (sources and copies) matching `selector`, cluster-wide.
 async fn count(client: &kube::Client, selector: &str) -> usize {
@@ -161,24 +199,28 @@ async fn count(client: &kube::Client, selector: &str) -> usize {
         .len()
 }
 
-/// A source in `src` copied to the namespaces labelled [`COPY_LABEL`], and its `n` copies,
-/// made by a copyrator process of their own (its startup resync), stopped once they exist.
-async fn make_copies(client: &kube::Client, src: &str, n: usize) {
+/// A source in `src` copied to the namespaces labelled [`COPY_LABEL`] and `groups` sources
+/// copied to the namespaces of their [`GROUP_LABEL`], and their `n` copies, made by a
+/// copyrator process of their own (its startup resync), stopped once they exist.
+async fn make_copies(client: &kube::Client, src: &str, n: usize, groups: usize) {
     if n == 0 {
         return;
     }
     let before = count(client, marks::MANAGED_SELECTOR).await;
-    let selector = format!("{COPY_LABEL}=yes");
-    let source = secret(
-        "memory-source",
-        &[(marks::SOURCE_LABEL, "true")],
-        &[(marks::NAMESPACE_SELECTOR_ANNOTATION, selector.as_str())],
-        &[("k", "v")],
-    );
-    Api::<Secret>::namespaced(client.clone(), src)
-        .create(&PostParams::default(), &source)
-        .await
-        .unwrap();
+    let sources = std::iter::once(("memory-source".to_string(), format!("{COPY_LABEL}=yes")))
+        .chain((0..groups).map(|g| (format!("memory-group-{g}"), format!("{GROUP_LABEL}=g{g}"))));
+    for (name, selector) in sources {
+        let source = secret(
+            &name,
+            &[(marks::SOURCE_LABEL, "true")],
+            &[(marks::NAMESPACE_SELECTOR_ANNOTATION, selector.as_str())],
+            &[("k", "v")],
+        );
+        Api::<Secret>::namespaced(client.clone(), src)
+            .create(&PostParams::default(), &source)
+            .await
+            .unwrap();
+    }
     let mut p = Process::spawn(&[
         "--leader-election=false",
         "--resync-interval",
