@@ -425,13 +425,16 @@ fn keys_gone(keys: Vec<ObjectKey>) -> Vec<Meta> {
 /// else is queued for restoring.
 fn on_event(state: &FeedState, meta: &Meta, deleted: bool) {
     let feed = state.feed;
-    // A copy deleted, or written by a field manager other than copyrator: not the echo of
-    // copyrator's own write (or delete).
-    let own_delete = deleted
-        && matches!(feed, Feed::Copies(_))
-        && matches!(feed.watched(meta), Some(Watched::Object(key))
-            if state.cluster.copy_index().own_delete_seen(&key));
-    let foreign = (deleted && !own_delete) || meta.edited_by_others;
+    // A copy deleted by someone else, or written by a field manager other than copyrator:
+    // not the echo of copyrator's own delete or write. (Who last wrote a deleted copy's
+    // fields does not matter: who deleted it does.)
+    let foreign = if deleted {
+        !(matches!(feed, Feed::Copies(_))
+            && matches!(feed.watched(meta), Some(Watched::Object(key))
+                if state.cluster.copy_index().own_delete_seen(&key)))
+    } else {
+        meta.edited_by_others
+    };
     // Before anyone is woken: early reads of namespace jobs learn what changed.
     let prefetch = &state.waiters.prefetch;
     match feed {
