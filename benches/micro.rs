@@ -172,6 +172,7 @@ fn offline_context() -> Arc<Context> {
         fanout_concurrency: 1,
         fanout_bytes: 1 << 20,
         new_namespace_delay: std::time::Duration::ZERO,
+        resync_chunk: copyrator::pipeline::context::RESYNC_CHUNK,
     };
     Arc::new(Context::new(
         cluster,

@@ -27,7 +27,7 @@ use crate::{
     listener::tls::{CertFiles, ClientCa, ReloadingCert},
     listener::{self, ConnectionLimits, Readiness},
     metrics::Metrics,
-    pipeline::context::{Context, Periodic, SyncSettings},
+    pipeline::context::{Context, Periodic, RESYNC_CHUNK, SyncSettings},
     pipeline::leader::{self, ElectionConfig},
     pipeline::queue::WorkQueue,
     pipeline::reconcile,
@@ -178,6 +178,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         fanout_concurrency: args.fanout_concurrency,
         fanout_bytes: args.fanout_bytes,
         new_namespace_delay: args.new_namespace_delay,
+        resync_chunk: RESYNC_CHUNK,
     };
     let mut ctx = Context::new(
         cluster,

@@ -58,33 +58,26 @@ pub(super) async fn converge(
     mut contents: Contents,
 ) -> Result<Vec<(Action, Applied)>, SyncError> {
     report_malformed(ctx, &found);
-    load::known_hashes(world, &ctx.source_hashes, &mut contents);
-    let mut actions = plan(world, scope, &found.existing, &contents);
-    // Targets that need a source's payload, by source: planned again batch by batch.
-    let mut needing: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
-    actions.retain(|a| match a {
-        Action::NeedSource { target, source } if !contents.payloads.contains_key(source) => {
-            needing
-                .entry(source.clone())
-                .or_default()
-                .insert(target.clone());
-            false
+    let chunks = match scope {
+        Scope::All => namespace_chunks(world, &found, ctx.settings.resync_chunk),
+        _ => Vec::new(),
+    };
+    let outcomes = if chunks.len() > 1 {
+        // A full resync plans and writes a chunk of namespaces at a time: what planning holds
+        // (the claims on every target, an action per target, the targets that wait for a
+        // payload) is one chunk's, not the cluster's (SPEC §5, the resync's peak memory).
+        // Hashes learned from a payload read for one chunk serve the next ones.
+        let mut outcomes = Vec::new();
+        for chunk in chunks {
+            let scope = Scope::Namespaces(chunk);
+            let mut done =
+                plan_and_apply(ctx, job, world, &scope, &mut found, &mut contents).await?;
+            outcomes.append(&mut done);
         }
-        _ => true,
-    });
-    let mut outcomes = settle(ctx, job, world, &mut found, &mut contents, actions).await?;
-    let sources: Vec<ObjectKey> = needing.keys().cloned().collect();
-    for batch in sources.chunks(PAYLOAD_BATCH) {
-        read_sources(ctx, world, &mut contents, batch).await;
-        let targets: BTreeSet<ObjectKey> = batch
-            .iter()
-            .flat_map(|s| needing[s].iter().cloned())
-            .collect();
-        let actions = plan(world, &Scope::Targets(targets), &found.existing, &contents);
-        let mut settled = settle(ctx, job, world, &mut found, &mut contents, actions).await?;
-        outcomes.append(&mut settled);
-        contents.payloads.clear();
-    }
+        outcomes
+    } else {
+        plan_and_apply(ctx, job, world, scope, &mut found, &mut contents).await?
+    };
     let failed: Vec<&ApiError> = outcomes
         .iter()
         .filter_map(|(_, r)| match r {
@@ -105,6 +98,57 @@ pub(super) async fn converge(
             return Err(err);
         }
         tracing::warn!(error = %err, "giving up on writes until the next resync");
+    }
+    Ok(outcomes)
+}
+
+/// Namespaces whose targets are planned together in a full resync, `size` at a time: every
+/// namespace the world holds and every one a copy was found in, in order.
+fn namespace_chunks(world: &World, found: &Found, size: usize) -> Vec<BTreeSet<String>> {
+    let mut all: BTreeSet<&str> = world.namespaces().keys().map(String::as_str).collect();
+    all.extend(found.existing.keys().map(|k| k.namespace.as_str()));
+    let all: Vec<&str> = all.into_iter().collect();
+    all.chunks(size.max(1))
+        .map(|c| c.iter().map(|n| n.to_string()).collect())
+        .collect()
+}
+
+/// Plans the targets in `scope` and applies the plan: payloads read in batches, stale targets
+/// read and planned again. Returns the outcomes.
+async fn plan_and_apply(
+    ctx: &Context,
+    job: &Job,
+    world: &mut World,
+    scope: &Scope,
+    found: &mut Found,
+    contents: &mut Contents,
+) -> Result<Vec<(Action, Applied)>, SyncError> {
+    load::known_hashes(world, &ctx.source_hashes, contents);
+    let mut actions = plan(world, scope, &found.existing, contents);
+    // Targets that need a source's payload, by source: planned again batch by batch.
+    let mut needing: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
+    actions.retain(|a| match a {
+        Action::NeedSource { target, source } if !contents.payloads.contains_key(source) => {
+            needing
+                .entry(source.clone())
+                .or_default()
+                .insert(target.clone());
+            false
+        }
+        _ => true,
+    });
+    let mut outcomes = settle(ctx, job, world, found, contents, actions).await?;
+    let sources: Vec<ObjectKey> = needing.keys().cloned().collect();
+    for batch in sources.chunks(PAYLOAD_BATCH) {
+        read_sources(ctx, world, contents, batch).await;
+        let targets: BTreeSet<ObjectKey> = batch
+            .iter()
+            .flat_map(|s| needing[s].iter().cloned())
+            .collect();
+        let actions = plan(world, &Scope::Targets(targets), &found.existing, contents);
+        let mut settled = settle(ctx, job, world, found, contents, actions).await?;
+        outcomes.append(&mut settled);
+        contents.payloads.clear();
     }
     Ok(outcomes)
 }

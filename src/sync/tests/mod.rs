@@ -52,6 +52,7 @@ fn context(api: &FakeApi) -> Context {
         fanout_concurrency: 4,
         fanout_bytes: 16 << 20,
         new_namespace_delay: std::time::Duration::ZERO,
+        resync_chunk: crate::pipeline::context::RESYNC_CHUNK,
     };
     Context::new(cluster, events, metrics, WorkQueue::new(100), settings)
 }
@@ -477,5 +478,86 @@ async fn a_source_payload_read_once_serves_the_next_job_and_a_change_is_still_fo
         queued(&ctx).contains(&(JobKey::Source(source_key()), Trigger::FollowUp)),
         "the changed source is synced again: {:?}",
         queued(&ctx)
+    );
+}
+
+/// A full resync plans and writes a chunk of namespaces at a time (SPEC §5): in chunks of
+/// two it makes exactly the writes, and leaves exactly the copies, that one plan of the whole
+/// cluster does: copies created, updated and deleted, and an object copyrator does not own
+/// left as it is, in namespaces spread over several chunks.
+#[tokio::test]
+async fn a_resync_planned_chunk_by_chunk_writes_what_one_plan_writes() {
+    async fn resynced(chunk: usize) -> (FakeApi, Vec<String>) {
+        let api = scene();
+        api.store(|s| {
+            for i in 0..7 {
+                let labels = if [0, 1, 2, 4, 6].contains(&i) {
+                    json!({"registry": "enabled"})
+                } else {
+                    json!({})
+                };
+                s.put("namespaces", namespace(&format!("team-{i}"), labels));
+            }
+        });
+        let ctx = context(&api);
+        assert_eq!(run(&ctx, &source_job()).await.unwrap(), Outcome::Done);
+        // Then the cluster moves on: team-2 opts out, team-3 opts in, the source changes,
+        // and team-4's copy gives way to an object of someone else's.
+        api.store(|s| {
+            s.put("namespaces", namespace("team-2", json!({})));
+            s.put(
+                "namespaces",
+                namespace("team-3", json!({"registry": "enabled"})),
+            );
+            s.put("secrets", source("bmV3")); // "new"
+            s.remove("secrets", Some("team-4"), "registry");
+            s.put(
+                "secrets",
+                json!({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": "registry", "namespace": "team-4"},
+                       "data": {"mine": "eA=="}}),
+            );
+        });
+        let before = api.lines().len();
+        let mut ctx = context(&api);
+        ctx.settings.resync_chunk = chunk;
+        let job = Job::new(JobKey::Resync, Trigger::Reconciler);
+        run(&ctx, &job).await.unwrap();
+        let mut writes: Vec<String> = api.lines()[before..]
+            .iter()
+            .filter(|l| !l.starts_with("GET") && !l.starts_with("LIST"))
+            .filter(|l| !l.contains("events"))
+            .cloned()
+            .collect();
+        writes.sort();
+        (api, writes)
+    }
+    let (chunked, chunked_writes) = resynced(2).await;
+    let (whole, whole_writes) = resynced(10_000).await;
+    assert_eq!(chunked_writes, whole_writes);
+    for expected in [
+        "POST secrets team-3/*",
+        "PUT secrets team-0/registry",
+        "PUT secrets team-6/registry",
+        "DELETE secrets team-2/registry",
+    ] {
+        assert!(
+            chunked_writes.iter().any(|w| w == expected),
+            "{expected}: {chunked_writes:#?}"
+        );
+    }
+    for i in 0..7 {
+        let ns = format!("team-{i}");
+        let data = |api: &FakeApi| copy_in(api, &ns).map(|c| c["data"].clone());
+        assert_eq!(data(&chunked), data(&whole), "{ns}");
+    }
+    assert_eq!(
+        copy_in(&chunked, "team-4").unwrap()["data"]["mine"],
+        "eA==",
+        "never overwritten"
+    );
+    assert_eq!(
+        copy_in(&chunked, "team-3").unwrap()["data"]["password"],
+        "bmV3"
     );
 }

@@ -54,6 +54,9 @@ pub enum Scope {
     /// Several targets (re-planned after a stale write, or once their source's payload is read).
     Targets(BTreeSet<ObjectKey>),
     Rule(RuleId),
+    /// Every target in these namespaces: a full resync plans the cluster a chunk of namespaces
+    /// at a time, so that what planning holds is one chunk's (SPEC §5).
+    Namespaces(BTreeSet<String>),
 }
 
 impl Scope {
@@ -65,6 +68,7 @@ impl Scope {
         match self {
             Scope::All => true,
             Scope::Namespace(ns) => &target.namespace == ns,
+            Scope::Namespaces(nss) => nss.contains(&target.namespace),
             Scope::Target(t) => t == target,
             Scope::Targets(ts) => ts.contains(target),
             Scope::Source(src) => {
@@ -93,9 +97,10 @@ pub fn plan(
         Scope::Targets(ts) => Some(ts.iter().collect()),
         _ => None,
     };
-    let claims = match &named {
-        Some(ts) => world.claims_on(ts),
-        None => world.claims(),
+    let claims = match (&named, scope) {
+        (Some(ts), _) => world.claims_on(ts),
+        (None, Scope::Namespaces(nss)) => world.claims_in(nss),
+        (None, _) => world.claims(),
     };
     let none = Existing::None;
     let mut shared = Shared::default();
@@ -111,7 +116,12 @@ pub fn plan(
         None => {
             let mut all: BTreeSet<&ObjectKey> = claims.wanted.keys().collect();
             all.extend(claims.refused.keys());
-            all.extend(existing.keys());
+            match scope {
+                Scope::Namespaces(nss) => {
+                    all.extend(existing.keys().filter(|k| nss.contains(&k.namespace)));
+                }
+                _ => all.extend(existing.keys()),
+            }
             all
         }
     };

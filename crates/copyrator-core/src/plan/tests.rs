@@ -1151,3 +1151,60 @@ fn named_targets_are_planned_as_the_whole_plan_plans_them() {
         .collect();
     assert_eq!(summary(&f.plan(Scope::Targets(some.clone()))), only(&some));
 }
+
+/// A full resync plans the cluster a chunk of namespaces at a time: each chunk must get
+/// exactly what planning everything decides for its namespaces (conflicts between rules,
+/// renamed targets and orphaned copies included), and the chunks together all of it.
+#[test]
+fn namespace_chunks_are_planned_as_the_whole_plan_plans_them() {
+    let mut f = Fixture::new()
+        .ns("team-a", &[("secret", "yes")])
+        .ns("team-b", &[("secret", "yes")])
+        .ns("team-c", &[])
+        .ns("dest", &[]);
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
+    let mut renamed = rule_spec(Kind::Secret, "mysecret");
+    renamed.namespaces = vec!["dest".into()];
+    renamed.target_name = Some("pull-secret".into());
+    f.rebuild_rules(&[
+        copy_rule("newer", 2, rule_spec(Kind::Secret, "mysecret")),
+        copy_rule("older", 1, rule_spec(Kind::Secret, "mysecret")),
+        copy_rule("renamed", 3, renamed),
+    ]);
+    let src = f.source().clone();
+    let newer = f.world.rules().copy_rule("newer").unwrap().clone();
+    let (k, e) = f.copy_of(&src, &newer, &payload("v0"), "team-b", "4");
+    f.existing.insert(k, e);
+    // Copies no rule wants: in a namespace that exists, and in one the world does not hold.
+    let gone = Rule::inline(&inline_source()).unwrap().unwrap();
+    for ns in ["team-c", "vanished"] {
+        let (k, e) = f.copy_of(&src, &gone, &payload("v1"), ns, "5");
+        f.existing.insert(k, e);
+    }
+
+    let all = summary(&f.plan(Scope::All));
+    assert!(all.len() >= 6, "{all:?}");
+    let chunks = [
+        vec!["default", "dest"],
+        vec!["team-a", "team-b"],
+        vec!["team-c", "vanished"],
+    ];
+    let mut together = Vec::new();
+    for chunk in chunks {
+        let nss: BTreeSet<String> = chunk.iter().map(|n| n.to_string()).collect();
+        let planned = summary(&f.plan(Scope::Namespaces(nss.clone())));
+        let kept: Vec<Action> = f
+            .plan(Scope::All)
+            .into_iter()
+            .filter(|a| nss.contains(&target_of(a).namespace))
+            .collect();
+        let expected = summary(&kept);
+        assert_eq!(planned, expected, "{chunk:?}");
+        together.extend(planned);
+    }
+    together.sort();
+    let mut all = all;
+    all.sort();
+    assert_eq!(together, all, "the chunks together plan everything, once");
+}

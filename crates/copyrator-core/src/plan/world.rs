@@ -195,9 +195,17 @@ impl World {
         self.claims_where(Some(targets))
     }
 
+    /// The claims on targets in `namespaces` only, the same as [`World::claims`] holds for
+    /// them: a full resync plans a chunk of namespaces at a time (SPEC §5).
+    pub fn claims_in(&self, namespaces: &BTreeSet<String>) -> Claims<'_> {
+        let namespaces = namespaces
+            .iter()
+            .filter_map(|ns| self.namespaces.get(ns))
+            .collect();
+        self.claims_over(namespaces, None)
+    }
+
     fn claims_where(&self, only: Option<&BTreeSet<&ObjectKey>>) -> Claims<'_> {
-        let names: Option<BTreeSet<(Kind, &str)>> =
-            only.map(|ts| ts.iter().map(|t| (t.kind, t.name.as_str())).collect());
         let namespaces: Vec<&NamespaceInfo> = match only {
             None => self.namespaces.values().collect(),
             Some(ts) => ts
@@ -208,6 +216,17 @@ impl World {
                 .filter_map(|ns| self.namespaces.get(ns))
                 .collect(),
         };
+        self.claims_over(namespaces, only)
+    }
+
+    /// The claims of every rule on targets in `namespaces` (and among `only`, when given).
+    fn claims_over(
+        &self,
+        namespaces: Vec<&NamespaceInfo>,
+        only: Option<&BTreeSet<&ObjectKey>>,
+    ) -> Claims<'_> {
+        let names: Option<BTreeSet<(Kind, &str)>> =
+            only.map(|ts| ts.iter().map(|t| (t.kind, t.name.as_str())).collect());
         let mut out = Claims::default();
         for rule in &self.rules.rules {
             let sources: Vec<&SourceInfo> = self
