@@ -160,7 +160,15 @@ impl Job {
         self.since = self.since.min(newer.since);
         self.attempt = self.attempt.min(newer.attempt);
         self.full_scan |= newer.full_scan;
-        self.not_before = self.not_before.max(newer.not_before);
+        // An admitted change is not held back by the second look it joins (a namespace
+        // created, then labelled a moment later, would get its copies a second late): it runs
+        // as soon as it may, and once it has run it schedules a second look of its own
+        // (`sync::follow_up::after`). Otherwise the later of the two waits wins.
+        self.not_before = match (self.trigger, newer.trigger) {
+            (Trigger::SecondLook, Trigger::Admission) => newer.not_before,
+            (Trigger::Admission, Trigger::SecondLook) => self.not_before,
+            _ => self.not_before.max(newer.not_before),
+        };
         self.retry_at = match (self.retry_at, newer.retry_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             _ => None,

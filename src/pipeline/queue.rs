@@ -492,6 +492,30 @@ mod tests {
         assert_eq!(q.depth(), 0);
     }
 
+    /// A namespace created and labelled a moment later: the label's job joins the queued
+    /// second look of the create's job, and runs at once, not when the second look is due.
+    #[tokio::test]
+    async fn an_admitted_change_joining_a_queued_second_look_is_not_held_back() {
+        let q = WorkQueue::new(10);
+        let key = JobKey::Namespace("team-a".into());
+        let mut second = Job::new(key.clone(), Trigger::SecondLook);
+        second.not_before = Some(Instant::now() + Duration::from_secs(60));
+        q.push(second.clone());
+        assert!(pop_now(&q).await.is_none(), "the second look waits");
+        assert_eq!(
+            q.push(Job::new(key.clone(), Trigger::Admission)),
+            Pushed::Coalesced
+        );
+        let job = pop_now(&q).await.expect("the admitted change runs at once");
+        assert_eq!(job.trigger, Trigger::Admission);
+        q.done(&job.key);
+        // The other way round: a second look joining a queued admitted change.
+        q.push(Job::new(key.clone(), Trigger::Admission));
+        assert_eq!(q.push(second), Pushed::Coalesced);
+        let job = pop_now(&q).await.expect("not held back either");
+        q.done(&job.key);
+    }
+
     #[tokio::test]
     async fn job_arriving_while_its_key_runs_runs_once_more_afterwards() {
         let q = WorkQueue::new(10);
