@@ -522,6 +522,44 @@ fn served(api_version: &str, kind: &str, minor: u32) -> bool {
     range.contains(&minor)
 }
 
+/// How copyrator learns of hand edits and deletions of its copies does not depend on the
+/// cluster's version (SPEC §5: a watch of its copies, chosen over a copies webhook by
+/// measurement, with or without `matchConditions`): on 1.20 and on 1.30 the chart registers the
+/// same webhooks, none of them for copies' writes and none with `matchConditions`.
+#[test]
+fn copy_edits_are_watched_not_webhooked_on_every_kubernetes_version() {
+    let webhooks = |version: &str| -> Vec<Value> {
+        let docs = render_for(version, &[], &[]);
+        [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ]
+        .iter()
+        .flat_map(|kind| find(&docs, kind)["webhooks"].as_array().unwrap().clone())
+        .collect()
+    };
+    let (old, new) = (webhooks("v1.20.15"), webhooks("v1.30.4"));
+    assert_eq!(
+        old, new,
+        "the webhooks differ between Kubernetes 1.20 and 1.30"
+    );
+    for hook in &new {
+        let path = hook["clientConfig"]["service"]["path"].as_str().unwrap();
+        assert_ne!(path, "/admission/copies", "{hook}");
+        assert!(hook.get("matchConditions").is_none(), "{hook}");
+    }
+    let names: Vec<&str> = new.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "namespaces.copyrator.io",
+            "sources.copyrator.io",
+            "rules.copyrator.io",
+            "pods.copyrator.io"
+        ]
+    );
+}
+
 #[test]
 fn chart_renders_for_kubernetes_1_20_and_1_30() {
     let crds = ["monitoring.coreos.com/v1", "cert-manager.io/v1"];
