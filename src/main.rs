@@ -120,17 +120,15 @@ fn one_off(work: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()>
 /// `MALLOC_ARENA_MAX` and `MALLOC_MMAP_THRESHOLD_` in the environment win.
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: called before any other thread exists; mallopt only sets an allocator
-        // parameter and reports failure by its return value.
-        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+    for (env, param, value) in [
+        ("MALLOC_ARENA_MAX", libc::M_ARENA_MAX, 2),
+        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 128 * 1024),
+    ] {
+        if std::env::var_os(env).is_none() {
+            // SAFETY: called before any other thread exists; mallopt only sets an allocator
+            // parameter and reports failure by its return value.
             unsafe {
-                libc::mallopt(libc::M_ARENA_MAX, 2);
-            }
-        }
-        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
-            unsafe {
-                libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+                libc::mallopt(param, value);
             }
         }
     }

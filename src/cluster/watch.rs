@@ -420,6 +420,18 @@ fn keys_gone(keys: Vec<ObjectKey>) -> Vec<Meta> {
         .collect()
 }
 
+/// Whether the DELETED event of `meta` is the echo of copyrator's own delete of a copy (which
+/// answers for this one event: [`super::copy_index::CopyIndex::own_delete_seen`]).
+fn own_delete(state: &FeedState, meta: &Meta) -> bool {
+    let Feed::Copies(_) = state.feed else {
+        return false;
+    };
+    match state.feed.watched(meta) {
+        Some(Watched::Object(key)) => state.cluster.copy_index().own_delete_seen(&key),
+        _ => false,
+    }
+}
+
 /// What every event of a feed does, before the watch moves on: early reads learn what changed,
 /// the Pod gate's memory forgets, waiting jobs wake, and a copy deleted or edited by someone
 /// else is queued for restoring.
@@ -429,9 +441,7 @@ fn on_event(state: &FeedState, meta: &Meta, deleted: bool) {
     // not the echo of copyrator's own delete or write. (Who last wrote a deleted copy's
     // fields does not matter: who deleted it does.)
     let foreign = if deleted {
-        !(matches!(feed, Feed::Copies(_))
-            && matches!(feed.watched(meta), Some(Watched::Object(key))
-                if state.cluster.copy_index().own_delete_seen(&key)))
+        !own_delete(state, meta)
     } else {
         meta.edited_by_others
     };

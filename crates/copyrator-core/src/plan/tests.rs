@@ -1097,15 +1097,13 @@ fn target_of(a: &Action) -> ObjectKey {
     }
 }
 
-/// Planning named targets (a payload batch, a stale write, a copy job) computes only their
-/// claims; it must decide exactly what planning everything decides for them, conflicts
-/// between rules and renamed targets included.
-#[test]
-fn named_targets_are_planned_as_the_whole_plan_plans_them() {
-    let mut f = Fixture::new()
+/// `f` with two opted-in namespaces (team-a, team-b) and three CopyRules of the source that
+/// compete for them: "newer" and "older" for every opted-in namespace, "renamed" for "dest"
+/// under another name. team-b holds an outdated copy of "newer".
+fn competing_rules(f: Fixture) -> Fixture {
+    let mut f = f
         .ns("team-a", &[("secret", "yes")])
-        .ns("team-b", &[("secret", "yes")])
-        .ns("dest", &[]);
+        .ns("team-b", &[("secret", "yes")]);
     f.world
         .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
     let mut renamed = rule_spec(Kind::Secret, "mysecret");
@@ -1120,10 +1118,27 @@ fn named_targets_are_planned_as_the_whole_plan_plans_them() {
     let newer = f.world.rules().copy_rule("newer").unwrap().clone();
     let (k, e) = f.copy_of(&src, &newer, &payload("v0"), "team-b", "4");
     f.existing.insert(k, e);
+    f
+}
+
+impl Fixture {
+    /// A copy of the source in `ns` by a rule that no longer exists.
+    fn orphan_in(&mut self, ns: &str) {
+        let src = self.source().clone();
+        let gone = Rule::inline(&inline_source()).unwrap().unwrap();
+        let (k, e) = self.copy_of(&src, &gone, &payload("v1"), ns, "5");
+        self.existing.insert(k, e);
+    }
+}
+
+/// Planning named targets (a payload batch, a stale write, a copy job) computes only their
+/// claims; it must decide exactly what planning everything decides for them, conflicts
+/// between rules and renamed targets included.
+#[test]
+fn named_targets_are_planned_as_the_whole_plan_plans_them() {
+    let mut f = competing_rules(Fixture::new().ns("dest", &[]));
     // A copy of a rule that no longer exists.
-    let gone = Rule::inline(&inline_source()).unwrap().unwrap();
-    let (k, e) = f.copy_of(&src, &gone, &payload("v1"), "dest", "5");
-    f.existing.insert(k, e);
+    f.orphan_in("dest");
 
     let all = f.plan(Scope::All);
     let targets: BTreeSet<ObjectKey> = all.iter().map(target_of).collect();
@@ -1157,33 +1172,13 @@ fn named_targets_are_planned_as_the_whole_plan_plans_them() {
 /// renamed targets and orphaned copies included), and the chunks together all of it.
 #[test]
 fn namespace_chunks_are_planned_as_the_whole_plan_plans_them() {
-    let mut f = Fixture::new()
-        .ns("team-a", &[("secret", "yes")])
-        .ns("team-b", &[("secret", "yes")])
-        .ns("team-c", &[])
-        .ns("dest", &[]);
-    f.world
-        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
-    let mut renamed = rule_spec(Kind::Secret, "mysecret");
-    renamed.namespaces = vec!["dest".into()];
-    renamed.target_name = Some("pull-secret".into());
-    f.rebuild_rules(&[
-        copy_rule("newer", 2, rule_spec(Kind::Secret, "mysecret")),
-        copy_rule("older", 1, rule_spec(Kind::Secret, "mysecret")),
-        copy_rule("renamed", 3, renamed),
-    ]);
-    let src = f.source().clone();
-    let newer = f.world.rules().copy_rule("newer").unwrap().clone();
-    let (k, e) = f.copy_of(&src, &newer, &payload("v0"), "team-b", "4");
-    f.existing.insert(k, e);
+    let mut f = competing_rules(Fixture::new().ns("team-c", &[]).ns("dest", &[]));
     // Copies no rule wants: in a namespace that exists, and in one the world does not hold.
-    let gone = Rule::inline(&inline_source()).unwrap().unwrap();
-    for ns in ["team-c", "vanished"] {
-        let (k, e) = f.copy_of(&src, &gone, &payload("v1"), ns, "5");
-        f.existing.insert(k, e);
-    }
+    f.orphan_in("team-c");
+    f.orphan_in("vanished");
 
-    let all = summary(&f.plan(Scope::All));
+    let whole = f.plan(Scope::All);
+    let all = summary(&whole);
     assert!(all.len() >= 6, "{all:?}");
     let chunks = [
         vec!["default", "dest"],
@@ -1194,10 +1189,10 @@ fn namespace_chunks_are_planned_as_the_whole_plan_plans_them() {
     for chunk in chunks {
         let nss: BTreeSet<String> = chunk.iter().map(|n| n.to_string()).collect();
         let planned = summary(&f.plan(Scope::Namespaces(nss.clone())));
-        let kept: Vec<Action> = f
-            .plan(Scope::All)
-            .into_iter()
+        let kept: Vec<Action> = whole
+            .iter()
             .filter(|a| nss.contains(&target_of(a).namespace))
+            .cloned()
             .collect();
         let expected = summary(&kept);
         assert_eq!(planned, expected, "{chunk:?}");
