@@ -163,6 +163,14 @@ pub struct MigrateArgs {
     #[arg(long)]
     pub copy_rules: bool,
 
+    /// Print in force the CopyRules for sources of namespaces not in --trusted-namespaces.
+    /// Without it they are printed commented out, with a note: a CopyRule copies its source
+    /// into every namespace it selects with no consent, at the highest precedence, so it is
+    /// for content the cluster administrators take as theirs. Applies to every source read
+    /// (narrow it with -n).
+    #[arg(long)]
+    pub trust_sources: bool,
+
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "kubectl")]
     pub output: MigrateOutput,

@@ -1,12 +1,15 @@
 //! `copyrator migrate` against the real API server: each peer's annotations become
 //! copyrator configuration that, applied as printed, makes the same copies; `--adopt` takes
 //! over the peer's copies of the same source and leaves every other object byte for byte.
+//! A tenant's source never becomes a CopyRule in force unless the administrator says
+//! `--trust-sources`.
 //! The peers themselves do not run here: their copies are made as they make them (the same
 //! annotations and labels).
 
 mod common;
 
-use common::*;
+use common::{tenant::Tenant, *};
+use copyrator::marks;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 
@@ -405,5 +408,123 @@ async fn kubed_manifests_become_copyrator_configuration() {
     ])
     .await;
     assert!(!out.success);
+    t.finish().await;
+}
+
+/// A tenant's namespace, a team's namespace, and copyrator trusting only the platform's: the
+/// `--trusted-namespaces` flag to give `migrate` as well.
+async fn tenancy() -> (Harness, Tenant, String, String) {
+    let env = TestEnv::new().await;
+    let tenant = Tenant::new(&env, "mg-tenant").await;
+    let platform = env.namespace("mg-platform", &[]).await;
+    let team = env.namespace("mg-team", &[]).await;
+    let trusted = format!("--trusted-namespaces={platform}");
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![trusted.clone()],
+            ..Default::default()
+        },
+    )
+    .await;
+    (t, tenant, team, trusted)
+}
+
+#[tokio::test]
+async fn a_tenants_source_becomes_a_copy_rule_only_commented_out() {
+    let (t, tenant, team, trusted) = tenancy().await;
+    let own = tenant.namespace.clone();
+    // The tenant's own Secret: reflector copies it into the team's namespace, and it carries
+    // copyrator's annotations already (the running copyrator copies nothing: no consent).
+    // Only a CopyRule can say that, and a CopyRule needs no consent.
+    tenant
+        .secrets(&own)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "ca",
+                &[],
+                &[
+                    (&r("reflection-allowed"), "true"),
+                    (&r("reflection-auto-enabled"), "true"),
+                    (&r("reflection-auto-namespaces"), &team),
+                    (marks::NAMESPACES_ANNOTATION, &team),
+                ],
+                &[("v", "tenant")],
+            ),
+        )
+        .await
+        .unwrap();
+    let rule = format!("reflector-{own}-ca");
+    t.track_copy_rule(&rule);
+
+    for output in ["kubectl", "yaml"] {
+        let out = run_copyrator(&[
+            "migrate",
+            "--from",
+            "reflector",
+            "-n",
+            &own,
+            "-o",
+            output,
+            &trusted,
+        ])
+        .await;
+        assert!(out.success, "{}", out.stderr);
+        let printed = &out.stdout;
+        assert!(
+            printed.contains(&format!("# CopyRule {rule}"))
+                && printed.contains(&format!(
+                    "NOT IN FORCE, printed commented out: {own} is not a trusted namespace"
+                ))
+                && printed.contains(&format!("into {team} without their consent"))
+                && printed.contains("at CopyRule precedence"),
+            "the note names the namespace and the risk:\n{printed}"
+        );
+        assert!(
+            printed.contains("# kind: CopyRule\n")
+                && !printed
+                    .lines()
+                    .any(|l| l.starts_with("kubectl") || l.starts_with("kind:")),
+            "-o {output}: the CopyRule is commented out:\n{printed}"
+        );
+        // Applied as printed, it asks for nothing.
+        if output == "kubectl" {
+            let ran = sh(printed).await;
+            assert!(ran.success, "the script failed: {}\n{printed}", ran.stderr);
+        } else {
+            apply(&t, printed).await;
+        }
+        assert!(
+            t.rules().get_opt(&rule).await.unwrap().is_none(),
+            "-o {output} applied as printed created the CopyRule for the tenant's source"
+        );
+    }
+
+    // The administrator's decision: said, and in force.
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &own,
+        &trusted,
+        "--trust-sources",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("printed in force because of --trust-sources"),
+        "{}",
+        out.stdout
+    );
+    let ran = sh(&out.stdout).await;
+    assert!(
+        ran.success,
+        "the script failed: {}\n{}",
+        ran.stderr, out.stdout
+    );
+    t.wait_value::<Secret>(&team, "ca", "v", "tenant").await;
     t.finish().await;
 }

@@ -1,7 +1,9 @@
 //! From a peer's intents to copyrator configuration (pure): the inline rule on the source
 //! (its opt-in label and annotations) where one expresses the intent, a CopyRule where it
 //! cannot (every namespace, a copy named otherwise, a second selector, a source that already
-//! has copyrator annotations, or when asked), with what the reader must know as notes.
+//! has copyrator annotations, or when asked), with what the reader must know as notes. A
+//! CopyRule for a source of an untrusted namespace is commented out unless asked otherwise:
+//! it would turn a tenant's wish into a cluster administrator's decision (SPEC §12.1).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,6 +35,9 @@ pub struct Item {
     /// The intents it expresses (their targets are what `--adopt` looks at).
     pub intents: Vec<Intent>,
     pub notes: Vec<String>,
+    /// Printed commented out: not part of the configuration unless someone uncomments it (a
+    /// CopyRule for a source of an untrusted namespace without `--trust-sources`).
+    pub commented_out: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -65,6 +70,8 @@ pub struct Options<'a> {
     pub policy: &'a Policy,
     /// Every intent becomes a CopyRule.
     pub copy_rules: bool,
+    /// CopyRules for sources of untrusted namespaces are printed in force (`--trust-sources`).
+    pub trust_sources: bool,
 }
 
 /// Builds the configuration. `sources`: the objects read, by key (for their current
@@ -147,6 +154,7 @@ pub fn build(
                             },
                             notes: intent.notes.clone(),
                             intents: vec![intent],
+                            commented_out: false,
                         });
                         continue;
                     }
@@ -167,11 +175,18 @@ pub fn build(
                 );
             }
             match copy_rule(options.peer, &intent, &mut rule_names, &mut notes) {
-                Some(rule) => config.items.push(Item {
-                    change: Change::CopyRule(Box::new(rule)),
-                    intents: vec![intent],
-                    notes,
-                }),
+                Some(rule) => {
+                    let untrusted = !options.policy.trust.is_trusted(&source.namespace);
+                    if untrusted {
+                        notes.push(untrusted_rule_note(&intent, options.trust_sources));
+                    }
+                    config.items.push(Item {
+                        change: Change::CopyRule(Box::new(rule)),
+                        intents: vec![intent],
+                        notes,
+                        commented_out: untrusted && !options.trust_sources,
+                    });
+                }
                 None => config
                     .skipped
                     .extend(notes.into_iter().map(|n| format!("{source}: {n}"))),
@@ -230,6 +245,39 @@ fn consent_note(source: &ObjectKey, item: &Item) -> String {
         ));
     }
     note
+}
+
+/// A CopyRule is trusted (SPEC §9.1): for a source of an untrusted namespace, it makes whoever
+/// may edit that namespace decide what every selected namespace holds, with no consent and at
+/// the highest precedence (§9.3). Said, and (unless `trust_sources`) not put in force.
+fn untrusted_rule_note(intent: &Intent, trust_sources: bool) -> String {
+    let ns = &intent.source.namespace;
+    if trust_sources {
+        return format!(
+            "{ns} is not a trusted namespace; printed in force because of --trust-sources: this \
+             CopyRule copies what whoever may edit {ns} writes, without the targets' consent, \
+             at CopyRule precedence"
+        );
+    }
+    let targets = if intent.targets.every {
+        "into every namespace".to_string()
+    } else {
+        let mut targets: Vec<String> = intent.targets.names.iter().cloned().collect();
+        if let Some(sel) = &intent.targets.selector {
+            targets.push(format!("the namespaces labelled {sel}"));
+        }
+        format!("into {}", targets.join(", "))
+    };
+    format!(
+        "NOT IN FORCE, printed commented out: {ns} is not a trusted namespace. A CopyRule is \
+         trusted: it would copy {source}, whose content whoever may edit {ns} decides, {targets} \
+         without their consent ({accept}), taking the name there at CopyRule precedence, over a \
+         trusted source's copy of the same name. Uncomment it (or run migrate with \
+         --trust-sources) only if the cluster administrators take that content as theirs; if \
+         the running copyrator trusts {ns}, give migrate the same --trusted-namespaces",
+        source = intent.source,
+        accept = marks::ACCEPT_FROM_ANNOTATION,
+    )
 }
 
 /// The CopyRule for `intent`, named after the peer and the source (unique among `taken`).
@@ -388,6 +436,7 @@ mod tests {
                 peer: Peer::Reflector,
                 policy,
                 copy_rules,
+                trust_sources: false,
             },
         )
     }
@@ -491,6 +540,70 @@ mod tests {
     }
 
     #[test]
+    fn copy_rules_of_untrusted_sources_are_commented_out_unless_trusted_sources() {
+        let every = Targets {
+            every: true,
+            ..Default::default()
+        };
+        let intents = || {
+            vec![
+                intent("a", every.clone(), None),
+                intent("b", names(&["team-b"]), Some("renamed")),
+            ]
+        };
+        let config = build_with(intents(), &policy("team-*"), false);
+        assert!(config.items.iter().all(|i| i.commented_out));
+        let note = config.items[0].notes.join("\n");
+        assert!(
+            note.contains("NOT IN FORCE")
+                && note.contains("platform is not a trusted namespace")
+                && note.contains("into every namespace without their consent")
+                && note.contains("CopyRule precedence"),
+            "{note}"
+        );
+        assert!(
+            config.items[1]
+                .notes
+                .join("\n")
+                .contains("into team-b without"),
+            "{:?}",
+            config.items[1].notes
+        );
+
+        let asked = build(
+            Translation {
+                intents: intents(),
+                ..Default::default()
+            },
+            &BTreeMap::new(),
+            &Options {
+                peer: Peer::Reflector,
+                policy: &policy("team-*"),
+                copy_rules: false,
+                trust_sources: true,
+            },
+        );
+        assert!(asked.items.iter().all(|i| !i.commented_out));
+        assert!(
+            asked.items[0]
+                .notes
+                .iter()
+                .any(|n| n.contains("because of --trust-sources")),
+            "{:?}",
+            asked.items[0].notes
+        );
+
+        let trusted = build_with(intents(), &policy("platform"), false);
+        assert!(trusted.items.iter().all(|i| !i.commented_out));
+        assert!(
+            !trusted.items[0]
+                .notes
+                .iter()
+                .any(|n| n.contains("not a trusted namespace"))
+        );
+    }
+
+    #[test]
     fn copy_rules_when_asked_or_when_the_source_is_configured_already() {
         let config = build_with(
             vec![intent("a", names(&["team-a"]), None)],
@@ -522,6 +635,7 @@ mod tests {
                 peer: Peer::Kubed,
                 policy: &policy("*"),
                 copy_rules: false,
+                trust_sources: false,
             },
         );
         assert_eq!(summary(&config), ["copyrule kubed-platform-a"]);

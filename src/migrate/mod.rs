@@ -49,6 +49,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
             peer: args.from,
             policy: &policy,
             copy_rules: args.copy_rules,
+            trust_sources: args.trust_sources,
         },
     );
     let text = match args.output {

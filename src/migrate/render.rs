@@ -48,9 +48,11 @@ pub fn kubectl(config: &Config, peer: Peer) -> anyhow::Result<String> {
                 ));
             }
             Change::CopyRule(rule) => {
-                out.push_str("kubectl apply -f - <<'EOF'\n");
-                out.push_str(&yaml(&serde_json::to_value(rule)?)?);
-                out.push_str("EOF\n");
+                let apply = format!(
+                    "kubectl apply -f - <<'EOF'\n{}EOF\n",
+                    yaml(&serde_json::to_value(rule)?)?
+                );
+                out.push_str(&held(item, apply));
             }
         }
     }
@@ -102,7 +104,7 @@ pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
             }
             Change::CopyRule(rule) => serde_json::to_value(rule)?,
         };
-        out.push_str(&yaml(&doc)?);
+        out.push_str(&held(item, yaml(&doc)?));
     }
     Ok(out)
 }
@@ -119,6 +121,13 @@ fn header(config: &Config, peer: Peer, apply: &str) -> String {
         out.push_str(&format!(
             "# Nothing to migrate: no {} configuration found.\n",
             peer_name(peer)
+        ));
+    }
+    let held = config.items.iter().filter(|i| i.commented_out).count();
+    if held > 0 {
+        out.push_str(&format!(
+            "# {held} CopyRule(s) printed commented out: their sources are in namespaces that are\n\
+             #   not trusted (see each one's note; --trust-sources prints them in force).\n"
         ));
     }
     for skipped in &config.skipped {
@@ -140,6 +149,15 @@ fn comments(item: &Item, peer: Peer) -> String {
         out.push_str(&format!("#   {note}\n"));
     }
     out
+}
+
+/// `text` as printed: commented out line by line when the item is not in force (SPEC §12.1),
+/// so neither `sh` nor `kubectl apply -f` acts on it.
+fn held(item: &Item, text: String) -> String {
+    if !item.commented_out {
+        return text;
+    }
+    text.lines().map(|l| format!("# {l}\n")).collect()
 }
 
 fn names(key: &ObjectKey) -> (&'static str, &str, &str) {
@@ -179,6 +197,74 @@ fn yaml(value: &Value) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CopyRule for `platform/a` into every namespace, with `platform` untrusted.
+    fn untrusted_every(trust_sources: bool) -> Config {
+        use crate::{
+            migrate::{
+                config::{Options, build},
+                peers::{Intent, Targets, Translation},
+            },
+            model::Kind,
+            plan::Policy,
+            tenancy::{NamespacePatterns, TrustPolicy},
+        };
+        let intent = Intent {
+            source: ObjectKey::new(Kind::Secret, "platform", "a"),
+            target_name: None,
+            targets: Targets {
+                every: true,
+                ..Default::default()
+            },
+            notes: Vec::new(),
+        };
+        let policy = Policy {
+            excluded_namespaces: Default::default(),
+            trust: TrustPolicy {
+                trusted_namespaces: NamespacePatterns::parse("team-*").unwrap(),
+            },
+        };
+        build(
+            Translation {
+                intents: vec![intent],
+                ..Default::default()
+            },
+            &Default::default(),
+            &Options {
+                peer: Peer::Kubed,
+                policy: &policy,
+                copy_rules: false,
+                trust_sources,
+            },
+        )
+    }
+
+    #[test]
+    fn untrusted_copy_rules_are_comments_in_both_outputs() {
+        let config = untrusted_every(false);
+        let script = kubectl(&config, Peer::Kubed).unwrap();
+        assert!(
+            !script.lines().any(|l| l.starts_with("kubectl")),
+            "{script}"
+        );
+        assert!(
+            script.contains("# kubectl apply -f - <<'EOF'\n# apiVersion: copyrator.io/v1alpha1"),
+            "{script}"
+        );
+        let docs = manifests(&config, Peer::Kubed).unwrap();
+        let parsed: Vec<Value> = serde_saphyr::from_multiple(&docs).unwrap();
+        assert!(parsed.iter().all(Value::is_null), "{docs}");
+
+        let asked = untrusted_every(true);
+        let script = kubectl(&asked, Peer::Kubed).unwrap();
+        assert!(
+            script.contains("\nkubectl apply -f - <<'EOF'\napiVersion: copyrator.io/v1alpha1"),
+            "{script}"
+        );
+        let docs = manifests(&asked, Peer::Kubed).unwrap();
+        let parsed: Vec<Value> = serde_saphyr::from_multiple(&docs).unwrap();
+        assert!(parsed.iter().any(|d| d["kind"] == "CopyRule"), "{docs}");
+    }
 
     #[test]
     fn shell_quoting_survives_selectors() {
