@@ -1,8 +1,8 @@
 //! `copyrator migrate` against the real API server: each peer's annotations become
 //! copyrator configuration that, applied as printed, makes the same copies; `--adopt` takes
 //! over the peer's copies of the same source and leaves every other object byte for byte.
-//! A tenant's source never becomes a CopyRule in force unless the administrator says
-//! `--trust-sources`.
+//! A tenant's source never becomes a CopyRule in force, nor has its copies adopted by one,
+//! unless the administrator says `--trust-sources`.
 //! The peers themselves do not run here: their copies are made as they make them (the same
 //! annotations and labels).
 
@@ -526,5 +526,99 @@ async fn a_tenants_source_becomes_a_copy_rule_only_commented_out() {
         ran.stderr, out.stdout
     );
     t.wait_value::<Secret>(&team, "ca", "v", "tenant").await;
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn adopt_takes_no_copy_for_a_copy_rule_printed_commented_out() {
+    let (t, tenant, team, trusted) = tenancy().await;
+    let own = tenant.namespace.clone();
+    // The tenant's Secret permits the team's namespace, where a hand-made reflector mirror
+    // holds it under another name: a CopyRule with targetName.
+    tenant
+        .secrets(&own)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "tls",
+                &[],
+                &[
+                    (&r("reflection-allowed"), "true"),
+                    (&r("reflection-allowed-namespaces"), &team),
+                ],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    create(
+        &t,
+        &team,
+        secret(
+            "my-tls",
+            &[],
+            &[(&r("reflects"), &format!("{own}/tls"))],
+            &[("v", "0")],
+        ),
+    )
+    .await;
+    let mirror = snapshot(&t, &team, "my-tls").await;
+    let rule = format!("reflector-{own}-tls-to-my-tls");
+    t.track_copy_rule(&rule);
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &own,
+        "-o",
+        "yaml",
+        "--adopt",
+        &trusted,
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {team}/my-tls: not adopted: copyrule/{rule} is printed commented out \
+             ({own} is not a trusted namespace)"
+        )),
+        "{}",
+        out.stderr
+    );
+    // Marked as the copy of a rule that does not exist, it would be a Retained copy at
+    // CopyRule precedence that no trusted source could take over.
+    assert_eq!(
+        snapshot(&t, &team, "my-tls").await,
+        mirror,
+        "the peer's copy is left byte for byte"
+    );
+
+    // With --trust-sources the CopyRule is printed in force: its copy is adopted, and kept.
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &own,
+        "-o",
+        "yaml",
+        "--adopt",
+        &trusted,
+        "--trust-sources",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {team}/my-tls: adopted (copy of {own}/tls by copyrule/{rule})"
+        )),
+        "{}",
+        out.stderr
+    );
+    apply(&t, &out.stdout).await;
+    t.wait_value::<Secret>(&team, "my-tls", "v", "1").await;
+    assert!(managed(&t.secrets(&team).get("my-tls").await.unwrap()));
     t.finish().await;
 }

@@ -2,7 +2,9 @@
 //! as conflicts with objects it does not manage. Only an object whose peer annotations name
 //! the very source the generated rule copies is touched, and only its metadata: copyrator's
 //! ownership marks are added (deletion policy Retain until the rule is in force, so nothing
-//! is deleted meanwhile); the content is rewritten by copyrator's next sync.
+//! is deleted meanwhile); the content is rewritten by copyrator's next sync. An object is
+//! adopted only for a rule copyrator will follow as printed: not for a CopyRule printed
+//! commented out, nor where an untrusted inline rule lacks the target's consent.
 
 use serde_json::json;
 
@@ -100,6 +102,17 @@ async fn adopt_one(
                 source.key.namespaced_name()
             )));
         }
+    }
+    // A CopyRule printed commented out is not part of the configuration: marked as its copy,
+    // the object would be a Retained copy of a rule that does not exist, recorded at CopyRule
+    // precedence, which no trusted source's claim could take over (SPEC §9.3).
+    if item.commented_out {
+        return Ok(Some(format!(
+            "{key}: not adopted: {} is printed commented out ({} is not a trusted namespace); \
+             adopt with --trust-sources once the cluster administrators take it as theirs",
+            item.rule_mark(),
+            source.key.namespace
+        )));
     }
     // An inline rule of an untrusted namespace gets no copy where the target does not consent
     // (SPEC §9.2): adopting one there would have copyrator delete it.

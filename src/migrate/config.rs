@@ -36,7 +36,8 @@ pub struct Item {
     pub intents: Vec<Intent>,
     pub notes: Vec<String>,
     /// Printed commented out: not part of the configuration unless someone uncomments it (a
-    /// CopyRule for a source of an untrusted namespace without `--trust-sources`).
+    /// CopyRule for a source of an untrusted namespace without `--trust-sources`), so
+    /// `--adopt` takes none of its copies.
     pub commented_out: bool,
 }
 
