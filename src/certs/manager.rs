@@ -1,4 +1,4 @@
-//! copyrator's own webhook certificates (`--tls-secret`, SPEC §6.4): every replica reads the
+//! copyrator's own webhook certificates (`--tls-secret`, SPEC §6.5): every replica reads the
 //! certificate Secret in its namespace, serves the pair it holds, and takes the steps
 //! [`rotation::next_step`] names — a new CA, the CA bundle into copyrator's webhook
 //! configurations, a new serving certificate, old CAs dropped. Replicas need no leader for
@@ -43,7 +43,8 @@ pub const MANAGED_VALUE: &str = "managed";
 pub const TRUSTED_SINCE_ANNOTATION: &str = "copyrator.io/ca-trusted-since";
 /// When the serving certificate was written (RFC 3339).
 pub const SERVING_SINCE_ANNOTATION: &str = "copyrator.io/serving-issued-at";
-/// Set by hand to any new value to rotate the CA now (through the same safe order).
+/// Set by hand to any new value to rotate the CA now (through the same safe order), or, if a
+/// rotation is under way, once it has completed.
 pub const ROTATE_ANNOTATION: &str = "copyrator.io/rotate";
 /// The last `copyrator.io/rotate` value acted on.
 pub const ROTATED_ANNOTATION: &str = "copyrator.io/rotated";

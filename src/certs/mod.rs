@@ -1,6 +1,6 @@
 //! The webhook server's certificates: `copyrator certs` writes a throwaway CA and serving
 //! certificate into files (local runs, the demo, the tests); [`manager`] issues, publishes and
-//! rotates them in-process for a cluster install (SPEC §6.4).
+//! rotates them in-process for a cluster install (SPEC §6.5).
 
 use std::{
     fs,

@@ -1,12 +1,14 @@
 //! When to make a new CA, publish a CA bundle, sign a new serving certificate or drop an old
-//! CA: the order that keeps every webhook call verifiable across a rotation (SPEC §6.4). Pure:
+//! CA: the order that keeps every webhook call verifiable across a rotation (SPEC §6.5). Pure:
 //! [`next_step`] looks at what the certificate Secret holds and what the webhook
 //! configurations trust, at one instant, and names the one step to take.
 //!
 //! The order: a new CA is added to the bundle first, beside the old one; the bundle is
 //! published into every webhook; only once every webhook has trusted the new CA for
 //! `propagation` is a serving certificate signed by it; only once that certificate has been in
-//! the Secret for `propagation` (every replica has loaded it) is the old CA dropped.
+//! the Secret for `propagation` (every replica has loaded it) is the old CA dropped. A
+//! rotation asked for by hand waits for the one under way to complete, so requests faster than
+//! `propagation` never push the CA of a certificate still served out of the bundle.
 
 use time::{Duration, OffsetDateTime};
 
@@ -64,6 +66,18 @@ impl Stored {
     fn rotation_requested(&self) -> bool {
         self.rotate_requested.is_some() && self.rotate_requested != self.rotate_done
     }
+
+    /// Whether the last rotation has completed: the bundle is down to one CA, in the Secret
+    /// and in every webhook (older CAs are dropped only once every replica serves a
+    /// certificate of the current one).
+    fn rotation_completed(&self, published: &[Vec<CertFacts>]) -> bool {
+        let only = |b: &[CertFacts]| match b {
+            [c] => Some(c.fingerprint),
+            _ => None,
+        };
+        let ours = only(&self.bundle);
+        ours.is_some() && published.iter().all(|p| only(p) == ours)
+    }
 }
 
 /// The one step to take next.
@@ -92,9 +106,15 @@ pub fn next_step(
     now: OffsetDateTime,
     s: &Settings,
 ) -> Step {
+    // A rotation asked for by hand while the last one is under way waits until that one has
+    // completed. Acted on at once, a fourth request in a row pushed the CA of the certificate
+    // still served out of the full bundle, and that certificate, no longer usable, was replaced
+    // at once by one of a CA nobody trusted yet. Requests made meanwhile count as one (the
+    // annotation holds the latest), acted on then.
+    let rotate_now = stored.rotation_requested() && stored.rotation_completed(published);
     let Some(ca) = stored
         .current_ca()
-        .filter(|ca| ca.valid_at(now) && now < renew_at(ca) && !stored.rotation_requested())
+        .filter(|ca| ca.valid_at(now) && now < renew_at(ca) && !rotate_now)
     else {
         return Step::NewCa {
             keep: still_trusted(stored, published, now),

@@ -257,6 +257,62 @@ fn a_rotation_asked_for_by_hand_goes_through_the_same_order() {
     );
 }
 
+/// Rotations asked for by hand every `spacing`, four of them, from `first`: the world woken
+/// at each request, when a step is due, and every minute. Returns when the last has completed.
+fn ask_four_rotations(w: &mut World, first: OffsetDateTime, spacing: Duration) -> OffsetDateTime {
+    let requests: Vec<(OffsetDateTime, String)> = (0..4)
+        .map(|i| (first + spacing * i, format!("by-hand-{i}")))
+        .collect();
+    let end = first + Duration::hours(2);
+    let mut next = w.settle();
+    while w.now < end {
+        let request = requests.iter().find(|(t, _)| *t > w.now);
+        w.now = next.min(w.now + Duration::minutes(1));
+        if let Some((t, value)) = request
+            && *t <= w.now
+        {
+            w.now = *t;
+            w.stored.rotate_requested = Some(value.clone());
+        }
+        next = w.settle();
+        assert!(w.stored.bundle.len() <= MAX_BUNDLE, "{:?}", w.steps);
+    }
+    end
+}
+
+#[test]
+fn rotations_asked_faster_than_propagation_keep_the_serving_ca_trusted() {
+    // One a minute (all four inside one 5-minute propagation window), and spaced so that
+    // requests land in each phase of the rotation before them: new CA trusted, serving
+    // certificate signed, old CA dropped.
+    // Requests made while a rotation is under way wait for it and count as one: the CAs made.
+    for (spacing, new_cas) in [(1, 2), (3, 2), (4, 3)] {
+        let spacing = Duration::minutes(spacing);
+        let mut w = World::new(2);
+        let start = w.now;
+        w.settle();
+        let end = ask_four_rotations(&mut w, start + Duration::hours(1), spacing);
+        assert_verifiable_with_any_lag(&w, start + w.s.propagation, end);
+        let made = w.steps.iter().filter(|s| **s == "new-ca").count() - 1;
+        assert_eq!(made, new_cas, "({spacing}) {:?}", w.steps);
+        assert_eq!(
+            w.stored.rotate_done.as_deref(),
+            Some("by-hand-3"),
+            "the last request is done ({spacing}): {:?}",
+            w.steps
+        );
+        assert_eq!(w.stored.bundle.len(), 1, "rotations completed ({spacing})");
+        assert!(
+            w.stored
+                .serving
+                .as_ref()
+                .unwrap()
+                .cert
+                .signed_by(&w.stored.bundle[0])
+        );
+    }
+}
+
 #[test]
 fn a_lost_secret_keeps_the_cas_the_webhooks_trust() {
     let mut w = World::new(2);
