@@ -1,4 +1,4 @@
-//! copyrator's own certificates (`--tls-secret`, SPEC §6.4) against the real API server: the
+//! copyrator's own certificates (`--tls-secret`, SPEC §6.5) against the real API server: the
 //! CA and serving certificate issued into the Secret, the CA published into copyrator's
 //! webhook configurations, rotations (by expiry and by hand) while the API server keeps
 //! calling every webhook with `failurePolicy: Fail` — so a single call that failed its TLS
@@ -124,149 +124,192 @@ async fn served_fingerprint(port: u16, ca: &[u8]) -> Option<[u8; 32]> {
     Some(inspect::CertFacts::from_der(&der).unwrap().fingerprint)
 }
 
-#[tokio::test]
-async fn webhooks_keep_answering_across_certificate_rotations() {
-    let env = TestEnv::new().await;
-    let id = env.id.clone();
-    let own = env.namespace("certs", &[]).await;
-    let config = env.name("copyrator-rotation");
-    let ours = ("rotation-test", id.as_str());
-    let target_label = ("rotation-target", id.as_str());
+/// Two replicas sharing the certificate Secret, answering the test's webhooks
+/// (`failurePolicy: Fail`). `fast` looks every 200 ms, gives each step 2 s to reach everyone,
+/// and answers the validating webhooks. `slow` answers the Pod gate; it looks every second and
+/// gives each step 3 s, so it never takes a rotation step first: it follows, serving each new
+/// certificate up to a second late — were a CA dropped from the published bundle while a
+/// replica still serves a certificate it signed, Pod creates would fail.
+struct Replicas {
+    fast: Copyrator,
+    slow: Copyrator,
+    /// The namespace of the certificate Secret.
+    own: String,
+    /// The name of the test's webhook configurations.
+    config: String,
+}
 
-    // Short lives so that rotations happen within the test: a CA lives 24 s (a new one after
-    // 16 s), a serving certificate 12 s (a new one after 8 s); each step waits 2 s for the
-    // previous one to reach the API server and the replicas. Two replicas: one looks every
-    // 200 ms and answers the validating webhooks. The other answers the Pod gate; it looks
-    // every second and gives each step 3 s, so it never takes a rotation step first: it
-    // follows, serving each new certificate up to a second late — were an old CA dropped
-    // before every replica serves the new certificate, Pod creates would fail.
-    let replica = |interval: &str, propagation: &str| Options {
-        webhooks: false,
-        extra: [
-            "--tls-secret",
-            SECRET,
-            "--tls-secret-namespace",
-            &own,
-            "--tls-ips",
-            "127.0.0.1",
-            "--webhook-configuration",
-            &config,
-            "--ca-validity",
-            "24s",
-            "--cert-validity",
-            "12s",
-            "--cert-propagation",
-            propagation,
-            "--cert-check-interval",
-            interval,
-        ]
-        .map(String::from)
-        .to_vec(),
-        ..Default::default()
-    };
-    let copyrator = Copyrator::start(replica("200ms", "2s")).await;
-    let slow = Copyrator::start(replica("1s", "3s")).await;
-    let port = copyrator.running().webhook_addr.port();
-    let slow_port = slow.running().webhook_addr.port();
-    register(
-        &env.client,
-        &config,
-        &format!("https://127.0.0.1:{port}"),
-        &format!("https://127.0.0.1:{slow_port}"),
-        &id,
-    )
-    .await;
-
-    // Issued and published: the Secret holds a CA, its key and a serving pair; every webhook
-    // trusts exactly the Secret's CA bundle; the port serves the Secret's certificate.
-    let secrets = env.secrets(&own);
-    let secret = eventually(
-        Duration::from_secs(20),
-        "the certificate Secret",
-        || async {
-            let s = secrets.get_opt(SECRET).await.ok()??;
-            (!data(&s, "tls.crt").is_empty()).then_some(s)
-        },
-    )
-    .await;
-    let annotations = secret.metadata.annotations.clone().unwrap();
-    assert_eq!(
-        annotations
-            .get(manager::MANAGED_ANNOTATION)
-            .map(String::as_str),
-        Some(manager::MANAGED_VALUE)
-    );
-    eventually(
-        Duration::from_secs(20),
-        "the CA bundle published",
-        || async {
-            let s = secrets.get(SECRET).await.ok()?;
-            let ca = data(&s, "ca.crt");
-            bundles(&env.client, &config)
-                .await
-                .iter()
-                .all(|b| *b == ca)
-                .then_some(())
-        },
-    )
-    .await;
-    let ca = data(&secrets.get(SECRET).await.unwrap(), "ca.crt");
-    let serving = inspect::parse_bundle(&data(&secrets.get(SECRET).await.unwrap(), "tls.crt"));
-    for p in [port, slow_port] {
-        eventually(
-            Duration::from_secs(10),
-            "the Secret's certificate served",
-            || async {
-                (served_fingerprint(p, &ca).await == Some(serving[0].fingerprint)).then_some(())
-            },
+impl Replicas {
+    /// Starts both with these lifetimes, registers the webhooks, and waits until the Secret's
+    /// CA is published and both replicas serve its certificate.
+    async fn start(env: &TestEnv, ca_validity: &str, cert_validity: &str) -> Self {
+        let own = env.namespace("certs", &[]).await;
+        let config = env.name("copyrator-rotation");
+        let replica = |interval: &str, propagation: &str| Options {
+            webhooks: false,
+            extra: [
+                "--tls-secret",
+                SECRET,
+                "--tls-secret-namespace",
+                &own,
+                "--tls-ips",
+                "127.0.0.1",
+                "--webhook-configuration",
+                &config,
+                "--ca-validity",
+                ca_validity,
+                "--cert-validity",
+                cert_validity,
+                "--cert-propagation",
+                propagation,
+                "--cert-check-interval",
+                interval,
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        };
+        let fast = Copyrator::start(replica("200ms", "2s")).await;
+        let slow = Copyrator::start(replica("1s", "3s")).await;
+        let replicas = Self {
+            fast,
+            slow,
+            own,
+            config,
+        };
+        let [port, slow_port] = replicas.ports();
+        register(
+            &env.client,
+            &replicas.config,
+            &format!("https://127.0.0.1:{port}"),
+            &format!("https://127.0.0.1:{slow_port}"),
+            &env.id,
         )
         .await;
+        replicas.wait_settled(env).await;
+        replicas
     }
-    let first_ca = inspect::parse_bundle(&ca)[0].fingerprint;
 
-    // A source whose copies go to namespaces labelled rotation-target=<id>, and writes that
-    // go through every webhook, for 50 s: Namespace CREATE (validating), Secret UPDATE of the
-    // source (validating), Pod CREATE (mutating).
-    let src = env.namespace("rotation-src", &[ours]).await;
-    let pp = PostParams::default();
-    let selector = format!("{}={}", target_label.0, target_label.1);
-    secrets_create(&env, &src, &selector).await;
-    let first_target = env.namespace("rotation-dst", &[ours, target_label]).await;
-    service_account(&env.client, &first_target).await;
+    fn ports(&self) -> [u16; 2] {
+        [&self.fast, &self.slow].map(|c| c.running().webhook_addr.port())
+    }
 
-    let started = Instant::now();
-    let mut failures: Vec<String> = Vec::new();
-    let (mut namespaces, mut updates, mut pods) = (0u32, 0u32, 0u32);
-    let mut cas_seen = vec![first_ca];
-    let mut served_seen = vec![serving[0].fingerprint];
-    let mut rotation_asked = false;
-    let mut last_namespace = first_target.clone();
-    let calls_before = copyrator
-        .metric("copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"}")
-        .await;
-    let mut i = 0;
-    while started.elapsed() < Duration::from_secs(50) {
-        i += 1;
-        // By hand, a third of the way in: a new CA now, through the same order.
-        if !rotation_asked && started.elapsed() > Duration::from_secs(15) {
-            rotation_asked = true;
-            secrets
-                .patch(
-                    SECRET,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"annotations": {
-                        manager::ROTATE_ANNOTATION: "by-the-test"
-                    }}})),
-                )
-                .await
-                .unwrap();
+    /// Waits until the Secret holds a serving pair, every webhook trusts exactly the Secret's
+    /// CA bundle, and both replicas serve the Secret's certificate; returns the Secret.
+    async fn wait_settled(&self, env: &TestEnv) -> Secret {
+        let secrets = env.secrets(&self.own);
+        eventually(
+            Duration::from_secs(30),
+            "the Secret's CA bundle published and its certificate served",
+            || async {
+                let s = secrets.get_opt(SECRET).await.ok()??;
+                let ca = data(&s, "ca.crt");
+                let serving = inspect::parse_bundle(&data(&s, "tls.crt"))
+                    .first()?
+                    .fingerprint;
+                let published = bundles(&env.client, &self.config).await;
+                if !published.iter().all(|b| *b == ca) {
+                    return None;
+                }
+                for p in self.ports() {
+                    if served_fingerprint(p, &ca).await != Some(serving) {
+                        return None;
+                    }
+                }
+                Some(s)
+            },
+        )
+        .await
+    }
+
+    /// CAs issued so far, by either replica.
+    async fn cas_issued(&self) -> f64 {
+        let issued = "copyrator_certificates_issued_total{certificate=\"ca\"}";
+        self.fast.metric(issued).await + self.slow.metric(issued).await
+    }
+
+    /// Asks for a rotation by hand: `copyrator.io/rotate` set to `value`.
+    async fn ask_rotation(&self, env: &TestEnv, value: &str) {
+        env.secrets(&self.own)
+            .patch(
+                SECRET,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    manager::ROTATE_ANNOTATION: value
+                }}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn stop(self, env: &TestEnv) {
+        unregister(&env.client, &self.config).await;
+        self.fast.kill().await;
+        self.slow.kill().await;
+    }
+}
+
+/// Writes that go through every webhook with `failurePolicy: Fail`, so that a call that failed
+/// its TLS check fails the write: a Namespace CREATE and an UPDATE of a source (validating), a
+/// Pod CREATE (mutating). Each round makes one of each.
+struct Writes {
+    /// A source whose copies go to namespaces labelled `rotation-target=<id>`.
+    src: String,
+    /// Where the Pods are created.
+    first_target: String,
+    rounds: u32,
+    namespaces: u32,
+    updates: u32,
+    pods: u32,
+    failures: Vec<String>,
+    last_namespace: String,
+}
+
+impl Writes {
+    async fn prepare(env: &TestEnv) -> Self {
+        let id = env.id.as_str();
+        let src = env
+            .namespace("rotation-src", &[("rotation-test", id)])
+            .await;
+        let selector = format!("rotation-target={id}");
+        env.secrets(&src)
+            .create(
+                &PostParams::default(),
+                &common::secret(
+                    "shared",
+                    &[("copyrator.io/source", "true")],
+                    &[("copyrator.io/namespace-selector", &selector)],
+                    &[("k", "v")],
+                ),
+            )
+            .await
+            .unwrap();
+        let target = [("rotation-test", id), ("rotation-target", id)];
+        let first_target = env.namespace("rotation-dst", &target).await;
+        service_account(&env.client, &first_target).await;
+        Self {
+            src,
+            last_namespace: first_target.clone(),
+            first_target,
+            rounds: 0,
+            namespaces: 0,
+            updates: 0,
+            pods: 0,
+            failures: Vec::new(),
         }
+    }
+
+    async fn round(&mut self, env: &TestEnv) {
+        self.rounds += 1;
+        let i = self.rounds;
+        let id = env.id.as_str();
+        let pp = PostParams::default();
         let name = format!("rotation-{i}-{id}");
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 labels: Some(
-                    [ours, target_label]
+                    [("rotation-test", id), ("rotation-target", id)]
                         .iter()
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
@@ -281,30 +324,83 @@ async fn webhooks_keep_answering_across_certificate_rotations() {
         {
             Ok(_) => {
                 env.track_namespace(&name);
-                namespaces += 1;
-                last_namespace = name;
+                self.namespaces += 1;
+                self.last_namespace = name;
             }
-            Err(e) => failures.push(format!("namespace create: {e}")),
+            Err(e) => self.failures.push(format!("namespace create: {e}")),
         }
+        let round = base64::engine::general_purpose::STANDARD.encode(i.to_string());
         match env
-            .secrets(&src)
+            .secrets(&self.src)
             .patch(
                 "shared",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"data": {"round": base64::engine::general_purpose::STANDARD.encode(i.to_string())}})),
+                &Patch::Merge(json!({"data": {"round": round}})),
             )
             .await
         {
-            Ok(_) => updates += 1,
-            Err(e) => failures.push(format!("source update: {e}")),
+            Ok(_) => self.updates += 1,
+            Err(e) => self.failures.push(format!("source update: {e}")),
         }
-        match Api::<Pod>::namespaced(env.client.clone(), &first_target)
+        match Api::<Pod>::namespaced(env.client.clone(), &self.first_target)
             .create(&pp, &pod(&format!("p{i}"), &[], None))
             .await
         {
-            Ok(_) => pods += 1,
-            Err(e) => failures.push(format!("pod create: {e}")),
+            Ok(_) => self.pods += 1,
+            Err(e) => self.failures.push(format!("pod create: {e}")),
         }
+    }
+
+    fn assert_none_failed(&self, during: &str) {
+        assert!(
+            self.failures.is_empty(),
+            "{} of {} writes failed {during}: {:#?}",
+            self.failures.len(),
+            (self.namespaces + self.updates + self.pods) as usize + self.failures.len(),
+            &self.failures[..self.failures.len().min(10)]
+        );
+    }
+}
+
+#[tokio::test]
+async fn webhooks_keep_answering_across_certificate_rotations() {
+    let env = TestEnv::new().await;
+    // Short lives so that rotations happen within the test: a CA lives 24 s (a new one after
+    // 16 s), a serving certificate 12 s (a new one after 8 s).
+    let replicas = Replicas::start(&env, "24s", "12s").await;
+    let [port, slow_port] = replicas.ports();
+    let config = replicas.config.clone();
+    let secrets = env.secrets(&replicas.own);
+
+    // Issued and published (Replicas::start waited until every webhook trusts exactly the
+    // Secret's CA bundle and both ports serve the Secret's certificate), in a Secret marked
+    // as copyrator's.
+    let secret = secrets.get(SECRET).await.unwrap();
+    let annotations = secret.metadata.annotations.clone().unwrap();
+    assert_eq!(
+        annotations
+            .get(manager::MANAGED_ANNOTATION)
+            .map(String::as_str),
+        Some(manager::MANAGED_VALUE)
+    );
+    let first_ca = inspect::parse_bundle(&data(&secret, "ca.crt"))[0].fingerprint;
+    let serving = inspect::parse_bundle(&data(&secret, "tls.crt"))[0].fingerprint;
+
+    // Writes through every webhook for 50 s.
+    let mut writes = Writes::prepare(&env).await;
+    let started = Instant::now();
+    let mut cas_seen = vec![first_ca];
+    let mut served_seen = vec![serving];
+    let mut rotation_asked = false;
+    let namespace_reviews = "copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"}";
+    let calls_before = replicas.fast.metric(namespace_reviews).await;
+    while started.elapsed() < Duration::from_secs(50) {
+        // By hand, a third of the way in: a new CA now, through the same order.
+        if !rotation_asked && started.elapsed() > Duration::from_secs(15) {
+            rotation_asked = true;
+            replicas.ask_rotation(&env, "by-the-test").await;
+        }
+        writes.round(&env).await;
         for b in bundles(&env.client, &config).await {
             for c in inspect::parse_bundle(&b) {
                 if c.is_ca && !cas_seen.contains(&c.fingerprint) {
@@ -321,25 +417,19 @@ async fn webhooks_keep_answering_across_certificate_rotations() {
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
 
-    assert!(
-        failures.is_empty(),
-        "{} of {} writes failed while certificates rotated: {:#?}",
-        failures.len(),
-        namespaces as usize + updates as usize + pods as usize + failures.len(),
-        &failures[..failures.len().min(10)]
-    );
+    writes.assert_none_failed("while certificates rotated");
     // The API server did call copyrator for each of them (nothing skipped them).
-    let calls = copyrator
-        .metric("copyrator_admission_requests_total{endpoint=\"namespaces\",operation=\"CREATE\",outcome=\"allowed\"}")
-        .await
-        - calls_before;
+    let calls = replicas.fast.metric(namespace_reviews).await - calls_before;
     assert!(
-        calls >= f64::from(namespaces),
-        "{calls} namespace reviews for {namespaces} creates"
+        calls >= f64::from(writes.namespaces),
+        "{calls} namespace reviews for {} creates",
+        writes.namespaces
     );
     assert!(
-        pods > 100 && updates > 100,
-        "{pods} pods, {updates} updates"
+        writes.pods > 100 && writes.updates > 100,
+        "{} pods, {} updates",
+        writes.pods,
+        writes.updates
     );
     // Rotations happened: by hand after 15 s, then every 16 s by age; serving certificates
     // every ~8 s and after each new CA.
@@ -353,8 +443,7 @@ async fn webhooks_keep_answering_across_certificate_rotations() {
         "{} serving certificates in 50 s",
         served_seen.len()
     );
-    let issued = "copyrator_certificates_issued_total{certificate=\"ca\"}";
-    let cas_issued = copyrator.metric(issued).await + slow.metric(issued).await;
+    let cas_issued = replicas.cas_issued().await;
     assert!(cas_issued >= 3.0, "{cas_issued} CAs issued");
     let secret = secrets.get(SECRET).await.unwrap();
     assert_eq!(
@@ -377,28 +466,74 @@ async fn webhooks_keep_answering_across_certificate_rotations() {
         );
     }
     // And copyrator did its job throughout: the last namespace got its copy.
-    env.wait_for::<Secret>(&last_namespace, "shared", "the copy", |_| true)
+    env.wait_for::<Secret>(&writes.last_namespace, "shared", "the copy", |_| true)
         .await;
 
-    unregister(&env.client, &config).await;
-    copyrator.kill().await;
-    slow.kill().await;
+    replicas.stop(&env).await;
     env.cleanup().await;
 }
 
-async fn secrets_create(env: &TestEnv, ns: &str, selector: &str) {
-    env.secrets(ns)
-        .create(
-            &PostParams::default(),
-            &common::secret(
-                "shared",
-                &[("copyrator.io/source", "true")],
-                &[("copyrator.io/namespace-selector", selector)],
-                &[("k", "v")],
-            ),
-        )
-        .await
-        .unwrap();
+/// Four rotations asked for by hand inside one `--cert-propagation` window (SPEC §6.5): the API
+/// server verifies every replica's certificate throughout (no write through a
+/// `failurePolicy: Fail` webhook fails), the requests made while the first rotation is under
+/// way make one more between them, and it all ends on one CA, published and served.
+#[tokio::test]
+async fn rotations_asked_faster_than_propagation_fail_no_call() {
+    let env = TestEnv::new().await;
+    // Lives far longer than the test: only the requests rotate.
+    let replicas = Replicas::start(&env, "2h", "1h").await;
+    let secrets = env.secrets(&replicas.own);
+    let first = secrets.get(SECRET).await.unwrap();
+    let first_ca = inspect::parse_bundle(&data(&first, "ca.crt"))[0].fingerprint;
+    let cas_before = replicas.cas_issued().await;
+    let mut writes = Writes::prepare(&env).await;
+
+    // Four requests 400 ms apart, all inside the 2 s a new CA is trusted before a certificate
+    // is signed by it, with writes through every webhook in between.
+    for i in 0..4 {
+        replicas.ask_rotation(&env, &format!("burst-{i}")).await;
+        let asked = Instant::now();
+        while asked.elapsed() < Duration::from_millis(400) {
+            writes.round(&env).await;
+        }
+    }
+    // Writes go on until the last request is recorded as done and the Secret is back to one
+    // CA, then until that CA is published everywhere and both replicas serve its certificate.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        writes.round(&env).await;
+        let s = secrets.get(SECRET).await.unwrap();
+        let done = s
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(manager::ROTATED_ANNOTATION))
+            .is_some_and(|v| v == "burst-3");
+        if done && inspect::parse_bundle(&data(&s, "ca.crt")).len() == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rotations did not complete in 30 s"
+        );
+    }
+    let last = replicas.wait_settled(&env).await;
+    for _ in 0..10 {
+        writes.round(&env).await;
+    }
+
+    writes.assert_none_failed("while four rotations were asked for");
+    assert!(writes.pods >= 20, "{} pods", writes.pods);
+    let ca = inspect::parse_bundle(&data(&last, "ca.crt"));
+    assert_ne!(ca[0].fingerprint, first_ca, "the CA was rotated");
+    let made = replicas.cas_issued().await - cas_before;
+    assert!(
+        (1.0..=2.0).contains(&made),
+        "{made} CAs made for four requests inside one rotation"
+    );
+
+    replicas.stop(&env).await;
+    env.cleanup().await;
 }
 
 /// A Secret of that name that copyrator did not make is left alone, and copyrator says so
