@@ -210,7 +210,7 @@ impl Metrics {
         let refused_targets = Counter::default();
         registry.register(
             "refused_targets",
-            "Targets an untrusted source asked for whose namespace did not consent (never written)",
+            "Refusals of inline rules of untrusted namespaces: each namespace one names that does not consent, and each selector no consenting namespace matches (never written; namespaces a selector matches without consent are not looked at)",
             refused_targets.clone(),
         );
         let malformed_marks = Counter::default();

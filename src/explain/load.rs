@@ -144,8 +144,7 @@ async fn rules_world(cluster: &Cluster, kinds: &[Kind], policy: &Policy) -> anyh
     Ok(world)
 }
 
-/// Adds the targets some rule claims (or is refused) for a source `keep` accepts; returns
-/// those sources.
+/// Adds the targets some rule claims for a source `keep` accepts; returns those sources.
 fn claimed(
     world: &World,
     targets: &mut BTreeSet<ObjectKey>,
@@ -153,7 +152,7 @@ fn claimed(
 ) -> BTreeSet<ObjectKey> {
     let claims = world.claims();
     let mut sources = BTreeSet::new();
-    for (target, on) in claims.wanted.iter().chain(claims.refused.iter()) {
+    for (target, on) in claims.wanted.iter() {
         for claim in on.iter().filter(|c| keep(&c.source.key)) {
             targets.insert(target.clone());
             sources.insert(claim.source.key.clone());

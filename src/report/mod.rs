@@ -20,11 +20,13 @@ use crate::{
     rules::RuleId,
 };
 
-/// Per-rule tally of one job's outcomes.
+/// Per-rule tally of one job's outcomes (or of a resync's chunks, summed: [`Tally::absorb`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Tally {
-    /// Copies the rule wants (claims), by target.
-    pub wanted: BTreeSet<(String, String)>,
+    /// Copies the rule wants (claims).
+    pub wanted: u32,
+    /// Namespaces those are in.
+    pub namespaces: u32,
     pub synced: u32,
     pub created: u32,
     pub updated: u32,
@@ -38,26 +40,36 @@ impl Tally {
         self.created + self.updated + self.deleted
     }
 
-    pub fn namespaces(&self) -> u32 {
-        self.wanted
-            .iter()
-            .map(|(ns, _)| ns)
-            .collect::<BTreeSet<_>>()
-            .len() as u32
+    /// Adds the tally of targets in other namespaces (another chunk of a resync): the sums are
+    /// the tally of both, and nothing is held per target.
+    pub fn absorb(&mut self, other: Tally) {
+        self.wanted += other.wanted;
+        self.namespaces += other.namespaces;
+        self.synced += other.synced;
+        self.created += other.created;
+        self.updated += other.updated;
+        self.deleted += other.deleted;
+        self.failed += other.failed;
+        self.conflicts.extend(other.conflicts);
     }
 }
 
 /// Sums up outcomes per rule. Deletions are counted against the rule recorded on the copy.
 pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
+    // The targets each rule wants, deduplicated (a target can have a conflict and a write).
+    type Wanted<'a> = BTreeMap<RuleId, BTreeSet<(&'a str, &'a str)>>;
+    fn want<'a>(wanted: &mut Wanted<'a>, rule: &RuleId, target: &'a ObjectKey) {
+        let (ns, name) = (target.namespace.as_str(), target.name.as_str());
+        wanted.entry(rule.clone()).or_default().insert((ns, name));
+    }
+    let mut wanted: Wanted = BTreeMap::new();
     let mut out: BTreeMap<RuleId, Tally> = BTreeMap::new();
     for (action, applied) in outcomes {
         let done = matches!(applied, Applied::Done);
         match action {
             Action::InSync { target, by } => {
-                let t = out.entry(by.rule.clone()).or_default();
-                t.wanted
-                    .insert((target.namespace.clone(), target.name.clone()));
-                t.synced += 1;
+                want(&mut wanted, &by.rule, target);
+                out.entry(by.rule.clone()).or_default().synced += 1;
             }
             Action::Create { copy, by }
             | Action::Update { copy, by, .. }
@@ -65,9 +77,8 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
                 if matches!(applied, Applied::NamespaceTerminating) {
                     continue;
                 }
+                want(&mut wanted, &by.rule, &copy.key);
                 let t = out.entry(by.rule.clone()).or_default();
-                t.wanted
-                    .insert((copy.key.namespace.clone(), copy.key.name.clone()));
                 if done {
                     t.synced += 1;
                     match action {
@@ -84,9 +95,8 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
                 out.entry(rule.clone()).or_default().deleted += 1;
             }
             Action::Conflict { target, by, reason } => {
+                want(&mut wanted, &by.rule, target);
                 let t = out.entry(by.rule.clone()).or_default();
-                t.wanted
-                    .insert((target.namespace.clone(), target.name.clone()));
                 t.conflicts.push(CopyConflict {
                     namespace: target.namespace.clone(),
                     name: target.name.clone(),
@@ -96,37 +106,35 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
             _ => {}
         }
     }
+    for (rule, targets) in wanted {
+        let t = out.entry(rule).or_default();
+        t.wanted = targets.len() as u32;
+        t.namespaces = targets
+            .iter()
+            .map(|(ns, _)| *ns)
+            .collect::<BTreeSet<_>>()
+            .len() as u32;
+    }
     out
 }
 
 /// Events and metrics for one job's outcomes.
 ///
 /// Events about the source of an untrusted namespace (SPEC §9.5) never name objects in other
-/// namespaces: the tenant who reads them may not be allowed to see those. They say how many
-/// targets were refused or not written, and why, in one Event per reason.
+/// namespaces and carry no counts: the tenant who reads them may not be allowed to see those
+/// namespaces, and a count of them would tell what a name could not (which exist, how many
+/// carry a label). They say that some targets were not written, and why, in one Event per
+/// reason.
 pub async fn publish(
     events: &Events,
     metrics: &Metrics,
     world: &World,
     outcomes: &[(Action, Applied)],
 ) {
-    // (source of an untrusted inline rule, event reason, summary) -> count
-    let mut anonymous: BTreeMap<(ObjectKey, &'static str, String), usize> = BTreeMap::new();
+    // (source of an untrusted inline rule, event reason, summary)
+    let mut anonymous: BTreeSet<(ObjectKey, &'static str, String)> = BTreeSet::new();
     for (action, applied) in outcomes {
         match (action, applied) {
-            (Action::Refused { by, .. }, _) => {
-                metrics.refused_targets.inc();
-                if let RuleId::Inline(source) = &by.rule {
-                    let why = format!(
-                        "its namespace does not accept copies from {0} (it needs {1}: {0} on the target namespace)",
-                        source.namespace,
-                        marks::ACCEPT_FROM_ANNOTATION
-                    );
-                    *anonymous
-                        .entry((source.clone(), reason::REFUSED, why))
-                        .or_default() += 1;
-                }
-            }
             (
                 Action::Conflict {
                     target,
@@ -164,9 +172,7 @@ pub async fn publish(
                             "a retained copy of higher precedence holds the name"
                         }
                     };
-                    *anonymous
-                        .entry((source.clone(), event_reason, summary.to_string()))
-                        .or_default() += 1;
+                    anonymous.insert((source.clone(), event_reason, summary.to_string()));
                     continue;
                 }
                 let note = match why {
@@ -214,13 +220,11 @@ pub async fn publish(
                 Applied::Failed(e),
             ) => {
                 if let Some(source) = untrusted_source(world, by) {
-                    *anonymous
-                        .entry((
-                            source.clone(),
-                            reason::FAILED,
-                            format!("writing failed with HTTP {} (retrying)", e.code()),
-                        ))
-                        .or_default() += 1;
+                    anonymous.insert((
+                        source.clone(),
+                        reason::FAILED,
+                        format!("writing failed with HTTP {} (retrying)", e.code()),
+                    ));
                     continue;
                 }
                 if let Some(regarding) = regarding(world, by) {
@@ -236,16 +240,47 @@ pub async fn publish(
             _ => {}
         }
     }
-    for ((source, event_reason, why), count) in anonymous {
+    for (source, event_reason, why) in anonymous {
         let Some(info) = world.sources().get(&source) else {
             continue;
         };
         let regarding = Regarding::source(source.kind, &source, &info.uid);
-        let note = match count {
-            1 => format!("1 target namespace gets no copy: {why}"),
-            n => format!("{n} target namespaces get no copy: {why}"),
-        };
+        let note = format!("some target namespaces get no copy: {why}");
         events.warning(&regarding, event_reason, note).await;
+    }
+}
+
+/// Events and metrics for what the inline rules of untrusted namespaces ask for and do not get
+/// ([`World::refusals`]; of `source` only, when given): one Event per rule, on its source,
+/// with no count and no name (SPEC §9.5). Called by jobs whose world holds every namespace the
+/// rules name or select (a source's job, a resync), once per job.
+pub async fn refusals(
+    events: &Events,
+    metrics: &Metrics,
+    world: &World,
+    source: Option<&ObjectKey>,
+) {
+    for refusal in world.refusals(source) {
+        let src = refusal.claim.source;
+        let ns = &src.key.namespace;
+        let needs = format!("the annotation {}: {ns}", marks::ACCEPT_FROM_ANNOTATION);
+        let mut notes = Vec::new();
+        if refusal.named > 0 {
+            metrics.refused_targets.inc_by(refusal.named as u64);
+            notes.push(format!(
+                "namespaces it names that do not accept copies from {ns} get no copy (each needs {needs})"
+            ));
+        }
+        if refusal.unmatched_selector {
+            metrics.refused_targets.inc();
+            notes.push(format!(
+                "no namespace that accepts copies from {ns} matches its selector (a namespace needs {needs} to get copies)"
+            ));
+        }
+        let regarding = Regarding::source(src.key.kind, &src.key, &src.uid);
+        for note in notes {
+            events.warning(&regarding, reason::REFUSED, note).await;
+        }
     }
 }
 

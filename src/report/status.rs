@@ -26,7 +26,7 @@ pub fn rule_status(
         Err(e) => (false, "Invalid", e.to_string(), None),
         Ok(r) => {
             let source = Some(r.source_description());
-            let wanted = tally.wanted.len();
+            let wanted = tally.wanted;
             let source_missing = matches!(&r.sources, SourceMatch::Name(_))
                 && !world
                     .sources()
@@ -97,7 +97,7 @@ pub fn rule_status(
             observed_generation: rule.metadata.generation,
         }],
         source,
-        target_namespaces: tally.namespaces(),
+        target_namespaces: tally.namespaces,
         synced_copies: tally.synced,
         conflicts,
         last_sync_time: Some(Time(now)),

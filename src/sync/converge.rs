@@ -16,7 +16,7 @@ use crate::{
         load::{self, Found},
     },
     content,
-    metrics::WhatLabels,
+    metrics::{ReasonLabels, WhatLabels},
     model::{Object, ObjectKey, SourceInfo},
     pipeline::{
         context::{Context, SOURCE_PAYLOAD_CACHE_MAX_ENTRY, payload_bytes},
@@ -24,7 +24,8 @@ use crate::{
         queue::enqueue,
     },
     plan::{Action, Contents, Scope, World, plan},
-    report,
+    report::{self, Tally},
+    rules::RuleId,
 };
 
 /// Loads what every job needs once its scope is known: sources named by the copies found,
@@ -58,48 +59,113 @@ pub(super) async fn converge(
     mut contents: Contents,
 ) -> Result<Vec<(Action, Applied)>, SyncError> {
     report_malformed(ctx, &found);
-    let chunks = match scope {
-        Scope::All => namespace_chunks(world, &found, ctx.settings.resync_chunk),
-        _ => Vec::new(),
-    };
-    let outcomes = if chunks.len() > 1 {
-        // A full resync plans and writes a chunk of namespaces at a time: what planning holds
-        // (the claims on every target, an action per target, the targets that wait for a
-        // payload) is one chunk's, not the cluster's (SPEC §5, the resync's peak memory).
-        // Hashes learned from a payload read for one chunk serve the next ones.
-        let mut outcomes = Vec::new();
-        for chunk in chunks {
-            let scope = Scope::Namespaces(chunk);
-            let mut done =
-                plan_and_apply(ctx, job, world, &scope, &mut found, &mut contents).await?;
-            outcomes.append(&mut done);
-        }
-        outcomes
-    } else {
-        plan_and_apply(ctx, job, world, scope, &mut found, &mut contents).await?
-    };
-    let failed: Vec<&ApiError> = outcomes
-        .iter()
-        .filter_map(|(_, r)| match r {
-            Applied::Failed(e) => Some(&**e),
-            _ => None,
-        })
-        .collect();
+    let outcomes = plan_and_apply(ctx, job, world, scope, &mut found, &mut contents).await?;
+    let mut failed = Failed::default();
+    failed.add(&outcomes);
     report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
     recheck_inputs(ctx, world, &outcomes).await?;
     retry_unreadable(ctx, job, world);
-    if let Some(first) = failed.first() {
-        let transient = failed.iter().all(|e| e.is_transient() || e.code() == 409);
-        let err = SyncError::Writes {
-            count: failed.len(),
-            first: first.to_string(),
+    failed.into_result(job)?;
+    Ok(outcomes)
+}
+
+/// What a full resync came to, summed over its chunks: nothing is held per target.
+#[derive(Debug, Default)]
+pub(super) struct Resynced {
+    /// Per CopyRule (for their status); inline rules are not summed.
+    pub tallies: BTreeMap<RuleId, Tally>,
+    pub writes: usize,
+}
+
+/// Plans and applies every target in the cluster, a chunk of namespaces at a time: what
+/// planning holds (the claims on every target, an action per target, the targets that wait
+/// for a payload) and what a chunk's writes came to (its outcomes, published and checked
+/// before the next chunk) is one chunk's, not the cluster's (SPEC §5, the resync's peak
+/// memory). Hashes learned from a payload read for one chunk serve the next ones.
+pub(super) async fn converge_all(
+    ctx: &Context,
+    job: &Job,
+    world: &mut World,
+    mut found: Found,
+) -> Result<Resynced, SyncError> {
+    report_malformed(ctx, &found);
+    let mut contents = Contents::default();
+    let mut failed = Failed::default();
+    let mut done = Resynced::default();
+    for chunk in namespace_chunks(world, &found, ctx.settings.resync_chunk) {
+        let scope = Scope::Namespaces(chunk);
+        let outcomes = plan_and_apply(ctx, job, world, &scope, &mut found, &mut contents).await?;
+        count_drift(ctx, &outcomes);
+        failed.add(&outcomes);
+        report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
+        recheck_inputs(ctx, world, &outcomes).await?;
+        done.writes += outcomes.iter().filter(|(a, _)| a.is_write()).count();
+        for (rule, tally) in report::tally(&outcomes) {
+            if rule.copy_rule_name().is_some() {
+                done.tallies.entry(rule).or_default().absorb(tally);
+            }
+        }
+    }
+    retry_unreadable(ctx, job, world);
+    failed.into_result(job)?;
+    Ok(done)
+}
+
+/// What a resync found drifted and put right, by kind of drift.
+fn count_drift(ctx: &Context, outcomes: &[(Action, Applied)]) {
+    for (action, applied) in outcomes {
+        let drift = match (action, applied) {
+            (Action::Create { .. }, Applied::Done) => "missing",
+            (Action::Update { .. } | Action::Recreate { .. }, Applied::Done) => "stale",
+            (Action::Delete { .. }, Applied::Done) => "orphaned",
+            _ => continue,
         };
-        if transient || job.attempt < 3 {
+        ctx.metrics
+            .resync_drift
+            .get_or_create(&ReasonLabels { reason: drift })
+            .inc();
+    }
+}
+
+/// Writes that failed in a job, summed (a resync's over all its chunks).
+#[derive(Debug, Default)]
+struct Failed {
+    count: usize,
+    first: Option<String>,
+    /// Every failure may pass by itself (a timeout, a conflict).
+    transient: bool,
+}
+
+impl Failed {
+    fn add(&mut self, outcomes: &[(Action, Applied)]) {
+        for (_, applied) in outcomes {
+            if let Applied::Failed(e) = applied {
+                if self.count == 0 {
+                    self.transient = true;
+                    self.first = Some(e.to_string());
+                }
+                self.count += 1;
+                self.transient &= e.is_transient() || e.code() == 409;
+            }
+        }
+    }
+
+    /// The job fails (and is retried) while writes fail, unless they keep failing for reasons
+    /// that do not pass by themselves: then it gives up until the next resync.
+    fn into_result(self, job: &Job) -> Result<(), SyncError> {
+        let Some(first) = self.first else {
+            return Ok(());
+        };
+        let err = SyncError::Writes {
+            count: self.count,
+            first,
+        };
+        if self.transient || job.attempt < 3 {
             return Err(err);
         }
         tracing::warn!(error = %err, "giving up on writes until the next resync");
+        Ok(())
     }
-    Ok(outcomes)
 }
 
 /// Namespaces whose targets are planned together in a full resync, `size` at a time: every

@@ -2,7 +2,7 @@
 //! follow-up jobs that keep the last word based on the latest state.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
@@ -18,17 +18,19 @@ use crate::{
     },
     plan::{Action, World},
     report::{
-        self,
+        self, Tally,
         events::{Regarding, reason},
     },
     rules::RuleId,
 };
 
+/// Writes the status of CopyRule `cr` from what a job found (`tallies`, by rule), when it
+/// changed.
 pub(super) async fn write_rule_status(
     ctx: &Context,
     world: &World,
     cr: &crate::copyrule::CopyRule,
-    outcomes: &[(Action, Applied)],
+    tallies: &BTreeMap<RuleId, Tally>,
 ) {
     let Some(name) = cr.metadata.name.as_deref() else {
         return;
@@ -36,7 +38,6 @@ pub(super) async fn write_rule_status(
     if cr.metadata.deletion_timestamp.is_some() {
         return;
     }
-    let tallies = report::tally(outcomes);
     let id = RuleId::CopyRule(name.to_string());
     let tally = tallies.get(&id);
     let parsed = match world.rules().copy_rule(name) {
@@ -78,10 +79,7 @@ pub(super) async fn write_rule_status(
                 reason::SYNCED,
                 format!(
                     "{} created, {} updated; {}/{} copies in sync",
-                    t.created,
-                    t.updated,
-                    t.synced,
-                    t.wanted.len()
+                    t.created, t.updated, t.synced, t.wanted
                 ),
             )
             .await;

@@ -5,19 +5,19 @@ use std::time::Instant;
 use crate::{
     cluster::{
         Freshness,
-        apply::Applied,
         load::{self, Found},
     },
     marks,
-    metrics::ReasonLabels,
     model::Kind,
     pipeline::{context::Context, job::Job},
-    plan::{Action, Contents, Scope},
-    report::events::{Regarding, reason},
+    report::{
+        self,
+        events::{Regarding, reason},
+    },
     sync::{
         Outcome, SyncError,
-        converge::{converge, finish_loading},
-        follow_up::{after, write_rule_status},
+        converge::{converge_all, finish_loading},
+        follow_up::write_rule_status,
         sources::label_source,
     },
 };
@@ -65,29 +65,10 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     world.set_sources(unlabelled.into_iter().map(|s| (s.key.clone(), Some(s))));
     finish_loading(ctx, &mut world, &mut found, cached).await?;
 
-    let outcomes = converge(
-        ctx,
-        job,
-        &mut world,
-        &Scope::All,
-        found,
-        Contents::default(),
-    )
-    .await?;
-    for (action, applied) in &outcomes {
-        let drift = match (action, applied) {
-            (Action::Create { .. }, Applied::Done) => "missing",
-            (Action::Update { .. } | Action::Recreate { .. }, Applied::Done) => "stale",
-            (Action::Delete { .. }, Applied::Done) => "orphaned",
-            _ => continue,
-        };
-        ctx.metrics
-            .resync_drift
-            .get_or_create(&ReasonLabels { reason: drift })
-            .inc();
-    }
+    let done = converge_all(ctx, job, &mut world, found).await?;
+    report::refusals(&ctx.events, &ctx.metrics, &world, None).await;
     for cr in world.copy_rules() {
-        write_rule_status(ctx, &world, cr, &outcomes).await;
+        write_rule_status(ctx, &world, cr, &done.tallies).await;
     }
     for (key, err) in &world.rules().invalid_sources {
         if let Some(src) = world.sources().get(key) {
@@ -109,8 +90,8 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     ctx.resyncs.send_modify(|n| *n += 1);
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
-        writes = outcomes.iter().filter(|(a, _)| a.is_write()).count(),
+        writes = done.writes,
         "resync done"
     );
-    after(ctx, job, &outcomes)
+    Ok(Outcome::Done)
 }

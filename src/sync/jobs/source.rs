@@ -10,6 +10,7 @@ use crate::{
     model::{ObjectKey, SourceInfo},
     pipeline::{context::Context, job::Job},
     plan::{Contents, Existing, Scope},
+    report,
     rules::Rule,
     sync::{
         Outcome, SyncError,
@@ -84,6 +85,7 @@ pub(in crate::sync) async fn run(
         contents,
     )
     .await?;
+    report::refusals(&ctx.events, &ctx.metrics, &world, Some(key)).await;
     // A source a CopyRule selects gets the opt-in label (after its copies are written: not on
     // their way), so that its changes also reach the sources webhook (SPEC §2.2).
     if let Some(info) = info.as_ref().filter(|i| !i.deleting)

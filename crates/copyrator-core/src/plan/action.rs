@@ -90,12 +90,6 @@ pub enum Action {
         by: ClaimRef,
         reason: ConflictReason,
     },
-    /// An untrusted inline rule wants this target but its namespace did not consent
-    /// (SPEC §9.2): never written.
-    Refused {
-        target: ObjectKey,
-        by: ClaimRef,
-    },
     /// The payload of this source must be read before the target can be planned.
     NeedSource {
         target: ObjectKey,

@@ -15,7 +15,7 @@ use std::{
 pub use action::{Action, ConflictReason};
 pub use existing::{Contents, CopyMarks, Existing, ManagedCopy, MarksError, SharedMarks};
 pub use world::{
-    Claim, ClaimParts, ClaimRef, Claims, Policy, Targeting, Unreadable, World, merge_into,
+    Claim, ClaimParts, ClaimRef, Claims, Policy, Refusal, Targeting, Unreadable, World, merge_into,
 };
 
 use crate::{
@@ -82,8 +82,7 @@ impl Scope {
     }
 }
 
-/// Plans every target in `scope`: targets some rule claims (or was refused) and targets
-/// where a copy exists.
+/// Plans every target in `scope`: targets some rule claims and targets where a copy exists.
 pub fn plan(
     world: &World,
     scope: &Scope,
@@ -107,15 +106,10 @@ pub fn plan(
     let targets: BTreeSet<&ObjectKey> = match named {
         Some(ts) => ts
             .into_iter()
-            .filter(|t| {
-                claims.wanted.contains_key(*t)
-                    || claims.refused.contains_key(*t)
-                    || existing.contains_key(*t)
-            })
+            .filter(|t| claims.wanted.contains_key(*t) || existing.contains_key(*t))
             .collect(),
         None => {
             let mut all: BTreeSet<&ObjectKey> = claims.wanted.keys().collect();
-            all.extend(claims.refused.keys());
             match scope {
                 Scope::Namespaces(nss) => {
                     all.extend(existing.keys().filter(|k| nss.contains(&k.namespace)));
@@ -129,9 +123,8 @@ pub fn plan(
     let mut actions = Vec::with_capacity(targets.len());
     for target in targets {
         let wanted = claims.wanted.get(target).map(Vec::as_slice).unwrap_or(&[]);
-        let refused = claims.refused.get(target).map(Vec::as_slice).unwrap_or(&[]);
         let found = existing.get(target).unwrap_or(&none);
-        if scope.covers(target, wanted, found) || scope.covers(target, refused, &none) {
+        if scope.covers(target, wanted, found) {
             actions.extend(plan_target(
                 world,
                 target,
@@ -140,10 +133,6 @@ pub fn plan(
                 contents,
                 &mut shared,
             ));
-            actions.extend(refused.iter().map(|c| Action::Refused {
-                target: target.clone(),
-                by: shared.by(c),
-            }));
         }
     }
     actions

@@ -180,7 +180,6 @@ fn summary(actions: &[Action]) -> Vec<String> {
                     ConflictReason::ServiceAccountToken => "sa-token".to_string(),
                 }
             ),
-            Action::Refused { target, .. } => format!("refused {}", target.namespace),
             Action::NeedSource { source, .. } => format!("need {}", source.namespaced_name()),
             Action::Skip { target, reason } => format!("skip {} ({reason})", target.namespace),
         })
@@ -866,12 +865,22 @@ mod tenancy {
                                 other => other.to_string(),
                             }
                         ),
-                        Action::Refused { target, by: c } => {
-                            format!("refused {} for {}", target.namespace, by(c))
-                        }
                         other => summary(std::slice::from_ref(other)).join(""),
                     }
                 })
+                .chain(self.world.refusals(None).iter().map(|r| {
+                    format!(
+                        "refused {} {}: {} named{}",
+                        r.claim.source.key.namespace,
+                        r.claim.rule.id.mark(),
+                        r.named,
+                        if r.unmatched_selector {
+                            ", no consenting namespace selected"
+                        } else {
+                            ""
+                        }
+                    )
+                }))
                 .collect()
         }
     }
@@ -896,19 +905,30 @@ mod tenancy {
                 Cluster::new(PLATFORM)
                     .namespace("istio-system", &[], None)
                     .source(inline(TENANT, 1, &push)),
-                vec!["refused istio-system for tenant-a inline"],
+                vec!["refused tenant-a inline: 1 named"],
             ),
             (
-                "a match-all selector is refused everywhere but where consent was given",
+                "a match-all selector copies only where consent was given, and costs the \
+                 other namespaces nothing (not even a refusal each)",
                 Cluster::new(PLATFORM)
                     .namespace("istio-system", &[], None)
                     .namespace("team-b", &[], Some("tenant-a"))
                     .source(inline(TENANT, 1, &match_all)),
-                vec![
-                    "refused istio-system for tenant-a inline",
-                    "refused platform for tenant-a inline",
-                    "create team-b by tenant-a inline",
-                ],
+                vec!["create team-b by tenant-a inline"],
+            ),
+            (
+                "a match-all selector no namespace consents to is refused, once",
+                Cluster::new(PLATFORM)
+                    .namespace("istio-system", &[], None)
+                    .namespace("team-b", &[], Some("tenant-b"))
+                    .source(inline(TENANT, 1, &match_all)),
+                vec!["refused tenant-a inline: 0 named, no consenting namespace selected"],
+            ),
+            (
+                "a named namespace that does not exist is refused like one that does not \
+                 consent (a refusal says nothing about existence)",
+                Cluster::new(PLATFORM).source(inline(TENANT, 1, &push)),
+                vec!["refused tenant-a inline: 1 named"],
             ),
             (
                 "consent by pattern",
@@ -922,7 +942,7 @@ mod tenancy {
                 Cluster::new(PLATFORM)
                     .namespace("istio-system", &[], Some("tenant-b,team-*"))
                     .source(inline(TENANT, 1, &push)),
-                vec!["refused istio-system for tenant-a inline"],
+                vec!["refused tenant-a inline: 1 named"],
             ),
             (
                 "consent withdrawn: the tenant's copy goes",
@@ -931,10 +951,7 @@ mod tenancy {
                     .source(inline(TENANT, 1, &push))
                     .with_copy_by("inline", TENANT, "istio-system")
                     .namespace("istio-system", &[], None),
-                vec![
-                    "delete istio-system@7",
-                    "refused istio-system for tenant-a inline",
-                ],
+                vec!["delete istio-system@7", "refused tenant-a inline: 1 named"],
             ),
             (
                 "a trusted namespace needs no consent",
@@ -1030,10 +1047,7 @@ mod tenancy {
                     .namespace("istio-system", &[], None)
                     .with_retained_copy()
                     .source(inline(TENANT, 5, &push)),
-                vec![
-                    "retain istio-system",
-                    "refused istio-system for tenant-a inline",
-                ],
+                vec!["retain istio-system", "refused tenant-a inline: 1 named"],
             ),
             (
                 "two consented tenants: the older one gets the name",
@@ -1091,7 +1105,6 @@ fn target_of(a: &Action) -> ObjectKey {
         | Action::InSync { target, .. }
         | Action::Retain { target, .. }
         | Action::Conflict { target, .. }
-        | Action::Refused { target, .. }
         | Action::NeedSource { target, .. }
         | Action::Skip { target, .. } => target.clone(),
     }

@@ -11,7 +11,7 @@ use crate::{
     copyrule::CopyRule,
     model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
     rules::{Rule, RuleId, RuleSet, Selection},
-    tenancy::TrustPolicy,
+    tenancy::{NamespacePatterns, Tier, TrustPolicy},
 };
 
 use super::ManagedCopy;
@@ -220,6 +220,12 @@ impl World {
     }
 
     /// The claims of every rule on targets in `namespaces` (and among `only`, when given).
+    ///
+    /// The inline rule of an untrusted namespace is judged only against the namespaces that
+    /// accept copies from that namespace (SPEC §9.2): the others cannot take its copies, so
+    /// they are not looked at, and a tenant's rules cost what the namespaces that consented to
+    /// it hold, not what the cluster holds (a thousand match-all sources of one tenant are not
+    /// a thousand claims on every namespace).
     fn claims_over(
         &self,
         namespaces: Vec<&NamespaceInfo>,
@@ -227,6 +233,15 @@ impl World {
     ) -> Claims<'_> {
         let names: Option<BTreeSet<(Kind, &str)>> =
             only.map(|ts| ts.iter().map(|t| (t.kind, t.name.as_str())).collect());
+        // The namespaces that accept copies from somewhere, with their patterns parsed once.
+        let accepting: Vec<(&NamespaceInfo, NamespacePatterns)> = namespaces
+            .iter()
+            .filter_map(|ns| {
+                let list = ns.accept_from.as_deref()?;
+                let patterns = NamespacePatterns::parse_lenient(list).0;
+                (!patterns.is_empty()).then_some((*ns, patterns))
+            })
+            .collect();
         let mut out = Claims::default();
         for rule in &self.rules.rules {
             let sources: Vec<&SourceInfo> = self
@@ -242,24 +257,94 @@ impl World {
             if sources.is_empty() {
                 continue;
             }
-            for ns in &namespaces {
-                let into = match self.targeting(rule, ns) {
-                    Targeting::Wanted(_) => &mut out.wanted,
-                    Targeting::Refused(_) => &mut out.refused,
-                    _ => continue,
+            let candidates: Box<dyn Iterator<Item = &NamespaceInfo>> =
+                if rule.tier == Tier::ConsentedInline {
+                    Box::new(
+                        accepting
+                            .iter()
+                            .filter(|(_, p)| p.matches(&rule.source_namespace))
+                            .map(|(ns, _)| *ns),
+                    )
+                } else {
+                    Box::new(namespaces.iter().copied())
                 };
+            for ns in candidates {
+                if !matches!(self.targeting(rule, ns), Targeting::Wanted(_)) {
+                    continue;
+                }
                 for source in &sources {
                     let target =
                         ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
                     if only.is_some_and(|ts| !ts.contains(&target)) {
                         continue;
                     }
-                    into.entry(target).or_default().push(Claim { rule, source });
+                    out.wanted
+                        .entry(target)
+                        .or_default()
+                        .push(Claim { rule, source });
                 }
             }
         }
         out
     }
+
+    /// What the inline rules of untrusted namespaces (of `source` only, when given) asked
+    /// for and do not get, one summary per rule and source (SPEC §9.5): how many of the
+    /// namespaces it names do not take its copies (missing ones included: a refusal says
+    /// nothing about whether a namespace exists), and whether its selector finds no
+    /// namespace that consents. Namespaces its selector matches without consent are never
+    /// looked at. Meaningful for a world holding every namespace the rule names or selects
+    /// (a source's job, a resync), not for a namespace's job.
+    pub fn refusals(&self, source: Option<&ObjectKey>) -> Vec<Refusal<'_>> {
+        let mut out = Vec::new();
+        for rule in &self.rules.rules {
+            if rule.tier != Tier::ConsentedInline {
+                continue;
+            }
+            for src in self.sources.values() {
+                if src.deleting
+                    || !rule.applies_to(src)
+                    || source.is_some_and(|key| key != &src.key)
+                {
+                    continue;
+                }
+                let wanted =
+                    |ns: &NamespaceInfo| matches!(self.targeting(rule, ns), Targeting::Wanted(_));
+                let named = rule
+                    .namespaces
+                    .iter()
+                    .filter(|name| match self.namespaces.get(*name) {
+                        None => true,
+                        Some(ns) => matches!(self.targeting(rule, ns), Targeting::Refused(_)),
+                    })
+                    .count();
+                let unmatched_selector = rule.namespace_selector.is_some()
+                    && !self
+                        .namespaces
+                        .values()
+                        .filter(|ns| ns.accept_from.is_some())
+                        .any(|ns| rule.selection(ns) == Selection::SelectorMatches && wanted(ns));
+                if named > 0 || unmatched_selector {
+                    out.push(Refusal {
+                        claim: Claim { rule, source: src },
+                        named,
+                        unmatched_selector,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What an untrusted inline rule asked for and does not get (see [`World::refusals`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Refusal<'w> {
+    pub claim: Claim<'w>,
+    /// Namespaces the rule names that do not take its copies (missing ones included).
+    pub named: usize,
+    /// The rule has a selector, and no namespace that consents matches it.
+    pub unmatched_selector: bool,
 }
 
 /// Whether a rule gets copies in a namespace, and why.
@@ -279,14 +364,12 @@ pub enum Targeting {
     Terminating,
 }
 
-/// Every target some rule wants, with the claims on it in precedence order.
+/// Every target some rule wants, with the claims on it in precedence order. What untrusted
+/// rules ask for and do not get is not here, target by target: [`World::refusals`] sums it up.
 #[derive(Debug, Default)]
 pub struct Claims<'w> {
     /// Targets whose namespace accepts the claim.
     pub wanted: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
-    /// Targets an untrusted inline rule wants but whose namespace did not consent (SPEC §9.2):
-    /// never written, only reported.
-    pub refused: BTreeMap<ObjectKey, Vec<Claim<'w>>>,
 }
 
 /// One rule wanting one source copied to one target.

@@ -157,7 +157,6 @@ fn wanted(
                 format!("{why}, but {reason}{tail}"),
             )
         }
-        Action::Refused { .. } => (Verdict::NotConsented, copy(None), why),
         _ => (applies(Planned::Nothing), copy(None), why),
     }
 }

@@ -285,9 +285,9 @@ fn index(actions: Vec<Action>) -> Decided {
             Action::Create { copy, by }
             | Action::Update { copy, by, .. }
             | Action::Recreate { copy, by, .. } => Some((copy.key.clone(), by.clone())),
-            Action::InSync { target, by }
-            | Action::Conflict { target, by, .. }
-            | Action::Refused { target, by } => Some((target.clone(), by.clone())),
+            Action::InSync { target, by } | Action::Conflict { target, by, .. } => {
+                Some((target.clone(), by.clone()))
+            }
             Action::Delete { .. } | Action::Retain { .. } => {
                 planned.orphans.push(action);
                 continue;

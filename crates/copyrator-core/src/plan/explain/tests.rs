@@ -481,9 +481,7 @@ fn explanation_agrees_with_the_plan() {
                     (&copy.key, by, true)
                 }
                 Action::InSync { target, by } => (target, by, false),
-                Action::Conflict { target, by, .. } | Action::Refused { target, by } => {
-                    (target, by, false)
-                }
+                Action::Conflict { target, by, .. } => (target, by, false),
                 _ => continue,
             };
             let finding = e
