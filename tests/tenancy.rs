@@ -390,3 +390,146 @@ async fn trusting_every_namespace_copies_without_consent() {
     assert!(!events.iter().any(|e| source_warning(e, "CopyRefused")));
     t.finish().await;
 }
+
+/// A tenant's copy cannot be laundered into a source (SPEC §9.6): its copy lands in a
+/// namespace that accepts it, carrying the labels a CopyRule's source selector asks for and the
+/// name another CopyRule names, and neither CopyRule takes it for a source, through the
+/// selector watches, the jobs or the full resync. Labelling a copy as a source is denied.
+#[tokio::test]
+async fn a_tenant_copy_is_never_a_source() {
+    let env = TestEnv::new().await;
+    let tenant = Tenant::new(&env, "tenant-a").await;
+    let platform = env.namespace("platform", &[]).await;
+    let shared = env.namespace("shared", &[]).await;
+    annotate(&env, &shared, Some(&tenant.namespace)).await;
+    let label = env.name("bundles");
+    let teams = [
+        env.namespace("team-x", &[(&label, "yes")]).await,
+        env.namespace("team-y", &[(&label, "yes")]).await,
+    ];
+    // Short resyncs: "no copy" below is asserted after full resyncs planned the cluster.
+    let t = Harness::start_in(
+        env,
+        Options {
+            resync_interval: "2s",
+            extra: vec![format!("--trusted-namespaces={platform}")],
+            ..Default::default()
+        },
+    )
+    .await;
+    let every_team = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_labels: Some([(label.clone(), "yes".to_string())].into()),
+        match_expressions: None,
+    };
+    let by_selector = t
+        .copy_rule(
+            "ca-bundles",
+            CopyRuleSpec {
+                kind: Kind::Secret,
+                source_namespace: shared.clone(),
+                source_name: None,
+                source_selector: Some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                        match_labels: Some([("app".to_string(), "ca".to_string())].into()),
+                        match_expressions: None,
+                    },
+                ),
+                namespace_selector: Some(every_team.clone()),
+                namespaces: vec![],
+                exclude_namespaces: vec![],
+                target_name: None,
+                deletion_policy: DeletionPolicy::Delete,
+                conflict_policy: Default::default(),
+                image_pull_secret: false,
+            },
+        )
+        .await;
+    let by_name = t
+        .copy_rule(
+            "cacerts",
+            CopyRuleSpec {
+                kind: Kind::Secret,
+                source_namespace: shared.clone(),
+                source_name: Some("cacerts".into()),
+                source_selector: None,
+                namespace_selector: Some(every_team),
+                namespaces: vec![],
+                exclude_namespaces: vec![],
+                target_name: Some("cacerts-by-name".into()),
+                deletion_policy: DeletionPolicy::Delete,
+                conflict_policy: Default::default(),
+                image_pull_secret: false,
+            },
+        )
+        .await;
+
+    // The tenant's source, labelled as the selector asks, copied into `shared` (consented).
+    let mut source = cacerts("tenant", &[(marks::NAMESPACES_ANNOTATION, &shared)]);
+    source
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("app".into(), "ca".into());
+    tenant
+        .secrets(&tenant.namespace)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let copy = t
+        .wait_value::<Secret>(&shared, "cacerts", "ca.crt", "tenant")
+        .await;
+    let labels = copy.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("app").map(String::as_str), Some("ca"), "carried");
+
+    // Two full resyncs after the copy landed planned everything once more.
+    let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
+    let seen = t.metric(resyncs).await;
+    t.wait_metric(resyncs, "two more full resyncs", |v| v >= seen + 2.0)
+        .await;
+    for team in &teams {
+        assert_no_copy(&t, &[team.as_str()]).await;
+        assert!(
+            t.secrets(team)
+                .get_opt("cacerts-by-name")
+                .await
+                .unwrap()
+                .is_none(),
+            "the CopyRule naming the copy took it for its source: copy in {team}"
+        );
+    }
+    let copy = t.secrets(&shared).get("cacerts").await.unwrap();
+    assert!(
+        !copy
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key(marks::SOURCE_LABEL),
+        "copyrator labelled its own copy as a CopyRule's source"
+    );
+    for name in [&by_selector, &by_name] {
+        let status = t
+            .rules()
+            .get(name)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        assert_eq!(status.synced_copies, 0, "{name}: {status:?}");
+    }
+
+    // Opting a copy in as a source by hand is denied, with a message that says why.
+    let denied = t
+        .secrets(&shared)
+        .patch(
+            "cacerts",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {marks::SOURCE_LABEL: "true"}}})),
+        )
+        .await
+        .expect_err("a copy cannot be opted in as a source");
+    assert!(
+        denied.to_string().contains("a copy is never a source"),
+        "{denied}"
+    );
+    t.finish().await;
+}

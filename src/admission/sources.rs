@@ -34,6 +34,9 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
             meta.namespace = Some(key.namespace.clone());
             meta.name = meta.name.or_else(|| Some(key.name.clone()));
             let rule = match SourceInfo::from_meta(kind, &meta).map(|i| Rule::inline(&i)) {
+                Some(Err(e)) if e.field == marks::SOURCE_LABEL => {
+                    return Verdict::deny(format!("copyrator: label {e}"));
+                }
                 Some(Err(e)) => return Verdict::deny(format!("copyrator: invalid annotation {e}")),
                 Some(Ok(rule)) => rule,
                 None => None,

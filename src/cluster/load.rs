@@ -235,7 +235,7 @@ pub async fn unlabelled_rule_sources(
     let mut out = Vec::new();
     for (kind, ns) in groups {
         let infos = cluster
-            .list_meta(kind, Some(&ns), "", fresh, |m| {
+            .list_meta(kind, Some(&ns), marks::NOT_A_COPY_SELECTOR, fresh, |m| {
                 SourceInfo::from_meta(kind, &m)
             })
             .await?;

@@ -132,7 +132,8 @@ async fn watch_selector(
     let mut failures = 0u32;
     loop {
         let wp = WatchParams {
-            label_selector: Some(sel.selector.clone()),
+            // A copy is never a source (SPEC §9.6), whatever labels it carried over.
+            label_selector: Some(marks::not_a_copy(&sel.selector)),
             timeout: Some(50),
             bookmarks: true,
             ..Default::default()

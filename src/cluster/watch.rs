@@ -55,7 +55,8 @@ impl Feed {
 
     fn label_selector(self) -> Option<&'static str> {
         match self {
-            Feed::Sources(_) => Some(marks::SOURCE_SELECTOR),
+            // A copy is never a source (SPEC §9.6): copies do not even enter the index.
+            Feed::Sources(_) => Some(marks::OPTED_IN_SELECTOR),
             Feed::Copies(_) => Some(marks::MANAGED_SELECTOR),
             Feed::Namespaces | Feed::CopyRules => None,
         }

@@ -36,13 +36,15 @@ pub(super) async fn adopt_rule_sources(
                 .list_meta(
                     rule.kind,
                     Some(&rule.source_namespace),
-                    &sel.to_string(),
+                    &marks::not_a_copy(&sel.to_string()),
                     fresh,
                     |m| SourceInfo::from_meta(rule.kind, &m),
                 )
                 .await?
         }
     };
+    // A copy is never a source (SPEC §9.6): never labelled, never in the world as one.
+    let infos: Vec<SourceInfo> = infos.into_iter().filter(|i| rule.applies_to(i)).collect();
     for info in &infos {
         if info.labels.get(marks::SOURCE_LABEL).map(String::as_str) != Some("true")
             && !info.deleting

@@ -49,6 +49,23 @@ pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=copyrator";
 /// Label selector matching every opted-in source.
 pub const SOURCE_SELECTOR: &str = "copyrator.io/source=true";
 
+/// Label selector matching every object that is not one of copyrator's copies: a copy is
+/// never a source (SPEC §9.6), so every selection of sources adds it on the server side.
+pub const NOT_A_COPY_SELECTOR: &str = "app.kubernetes.io/managed-by!=copyrator";
+
+/// Label selector matching every opted-in source that is not a copy.
+pub const OPTED_IN_SELECTOR: &str =
+    "copyrator.io/source=true,app.kubernetes.io/managed-by!=copyrator";
+
+/// `selector` (label-selector syntax, possibly empty) narrowed to objects that are not copies.
+pub fn not_a_copy(selector: &str) -> String {
+    if selector.is_empty() {
+        NOT_A_COPY_SELECTOR.to_string()
+    } else {
+        format!("{selector},{NOT_A_COPY_SELECTOR}")
+    }
+}
+
 /// Metadata keys that are never carried from a source to its copies: tracking and tooling
 /// metadata (so GitOps tools neither adopt nor prune copies), copyrator's own configuration and
 /// marks, and keys whose value must be copyrator's.
@@ -87,6 +104,12 @@ mod tests {
             format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
         );
         assert_eq!(SOURCE_SELECTOR, format!("{SOURCE_LABEL}=true"));
+        assert_eq!(
+            NOT_A_COPY_SELECTOR,
+            format!("{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}")
+        );
+        assert_eq!(OPTED_IN_SELECTOR, not_a_copy(SOURCE_SELECTOR));
+        assert_eq!(not_a_copy(""), NOT_A_COPY_SELECTOR);
     }
 
     #[test]

@@ -117,9 +117,11 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// Whether `source` is one of this rule's sources.
+    /// Whether `source` is one of this rule's sources. A copy never is (SPEC §9.6), whatever
+    /// its name or the labels it carried over from its own source.
     pub fn selects_source(&self, source: &SourceInfo) -> bool {
-        source.key.kind == self.kind
+        !source.is_copy()
+            && source.key.kind == self.kind
             && source.key.namespace == self.source_namespace
             && match &self.sources {
                 SourceMatch::Name(name) => &source.key.name == name,
@@ -131,7 +133,7 @@ impl Rule {
     /// source; a CopyRule to every source it selects.
     pub fn applies_to(&self, source: &SourceInfo) -> bool {
         match &self.id {
-            RuleId::Inline(key) => key == &source.key,
+            RuleId::Inline(key) => key == &source.key && !source.is_copy(),
             RuleId::CopyRule(_) => self.selects_source(source),
         }
     }
@@ -192,6 +194,16 @@ impl Rule {
     pub fn inline(source: &SourceInfo) -> Result<Option<Rule>, RuleError> {
         if source.labels.get(marks::SOURCE_LABEL).map(String::as_str) != Some("true") {
             return Ok(None);
+        }
+        if source.is_copy() {
+            return Err(RuleError::new(
+                marks::SOURCE_LABEL,
+                format!(
+                    "is set on one of copyrator's copies ({}: {}); a copy is never a source: remove the label, or make the original the source",
+                    marks::MANAGED_BY_LABEL,
+                    marks::MANAGED_BY_VALUE
+                ),
+            ));
         }
         let namespace_selector = match source.annotations.get(marks::NAMESPACE_SELECTOR_ANNOTATION)
         {
@@ -769,6 +781,37 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_is_never_a_source() {
+        let copy = source(
+            "shared",
+            "cacerts",
+            &[
+                (marks::SOURCE_LABEL, "true"),
+                (marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE),
+            ],
+            &[(marks::NAMESPACE_SELECTOR_ANNOTATION, "")],
+        );
+        let err = Rule::inline(&copy).unwrap_err();
+        assert_eq!(err.field, marks::SOURCE_LABEL);
+        assert!(err.message.contains("a copy is never a source"), "{err}");
+        // Named by a CopyRule's sourceName: not selected either.
+        let rule = Rule::from_copy_rule(&copy_rule(CopyRuleSpec {
+            kind: Kind::Secret,
+            source_namespace: "shared".into(),
+            source_name: Some("cacerts".into()),
+            ..spec()
+        }))
+        .unwrap();
+        assert!(!rule.selects_source(&copy));
+        let mut original = copy.clone();
+        original.labels.remove(marks::MANAGED_BY_LABEL);
+        assert!(rule.selects_source(&original));
+        let set = RuleSet::build([&copy], [], &TrustPolicy::trust_all());
+        assert!(set.rules.is_empty());
+        assert!(set.invalid_sources.contains_key(&copy.key));
+    }
+
+    #[test]
     fn copy_rule_selects_sources_and_namespaces() {
         let rule = Rule::from_copy_rule(&copy_rule(CopyRuleSpec {
             kind: Kind::Secret,
@@ -786,6 +829,17 @@ mod tests {
         assert!(rule.selects_source(&source("platform", "a", &[("copyrator", "true")], &[])));
         assert!(!rule.selects_source(&source("other", "a", &[("copyrator", "true")], &[])));
         assert!(!rule.selects_source(&source("platform", "a", &[], &[])));
+        // A copy never is a source, whatever labels it carried over (SPEC §9.6).
+        let copy = source(
+            "platform",
+            "a",
+            &[
+                ("copyrator", "true"),
+                (marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE),
+            ],
+            &[],
+        );
+        assert!(!rule.selects_source(&copy) && !rule.applies_to(&copy));
         assert!(rule.targets_namespace(&ns("explicit", &[])));
         assert!(rule.targets_namespace(&ns("t", &[("team", "a")])));
         assert!(!rule.targets_namespace(&ns("sandbox", &[("team", "a")])));

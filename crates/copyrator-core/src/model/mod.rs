@@ -135,6 +135,18 @@ impl SourceInfo {
             deleting: meta.deletion_timestamp.is_some(),
         })
     }
+
+    /// Whether the object carries copyrator's `managed-by` mark: one of copyrator's copies (or
+    /// an object made to look like one). A copy is never a source, by any path (SPEC §9.6):
+    /// copies carry their source's labels and land in namespaces their source's owner chose,
+    /// so a copy taken for a source would let a tenant's content travel on under another
+    /// rule's trust.
+    pub fn is_copy(&self) -> bool {
+        self.labels
+            .get(crate::marks::MANAGED_BY_LABEL)
+            .map(String::as_str)
+            == Some(crate::marks::MANAGED_BY_VALUE)
+    }
 }
 
 /// The part of a Secret or ConfigMap that a copy carries. Its `Debug` shows keys and sizes,
