@@ -3,13 +3,22 @@
 # kube-apiserver sends them. A recorder webhook (python, TLS, allows everything) is registered
 # for the kinds copyrator reviews; the script makes the changes copyrator reacts to and stores
 # each review, then provokes the API errors copyrator classifies and stores their Status.
+# Last, copyrator itself runs under a ServiceAccount and the reviews of its own writes are
+# stored (review-own-*.json: what the chart's ValidatingAdmissionPolicy must allow, and the
+# takeover it must refuse; tests/helm/admission_policy.rs).
 #
 #   scripts/control-plane.sh run -- scripts/capture-fixtures.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/tests/data"
 work=$(mktemp -d)
-trap 'kill "$(cat "$work/pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$work"' EXIT
+cleanup() {
+  for f in pid copyrator.pid; do
+    [ -f "$work/$f" ] && kill "$(cat "$work/$f")" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 : "${KUBECONFIG:?run under scripts/control-plane.sh run --}"
 
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 \
@@ -27,6 +36,10 @@ class H(http.server.BaseHTTPRequestHandler):
         obj = req.get("object") or req.get("oldObject") or {}
         name = "%s-%s-%s" % (req["kind"]["kind"].lower(), req["operation"].lower(),
                              obj.get("metadata", {}).get("name", req.get("name", "")))
+        # copyrator's own writes (the second part below): by namespace too, apart.
+        if req["userInfo"]["username"].startswith("system:serviceaccount:"):
+            name = "own-%s-%s-%s-%s" % (req["kind"]["kind"].lower(), req["operation"].lower(),
+                                        req.get("namespace", ""), req.get("name", ""))
         with open(os.path.join(work, "reviews", name + ".json"), "w") as f:
             json.dump(review, f, indent=2, sort_keys=True)
         out = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -164,4 +177,125 @@ k create namespace leaving >/dev/null
 k delete namespace leaving --wait=false >/dev/null
 api -X POST "$server/api/v1/namespaces/leaving/secrets" -d "$secret" | status namespace-terminating
 api "$server/api/v1/namespaces/nowhere/secrets/none" | status not-found
+# copyrator's own writes, as the API server admits them: copyrator runs as the ServiceAccount
+# the chart names for release `copyrator` in `copyrator-system` (cluster-admin here: what it
+# writes is the point, tests/least_privilege.rs checks its RBAC), issuing its own certificates
+# into copyrator-webhook-certs and publishing the CA into its webhook configuration
+# `copyrator`. A validating recorder sees each write after every mutation, as a
+# ValidatingAdmissionPolicy does.
+cargo build -q --bin copyrator
+bin="${CARGO_TARGET_DIR:-$ROOT/target}/debug/copyrator"
+k create namespace copyrator-system >/dev/null
+k create serviceaccount copyrator -n copyrator-system >/dev/null
+k create clusterrolebinding copyrator-fixtures --clusterrole=cluster-admin \
+  --serviceaccount=copyrator-system:copyrator >/dev/null
+k config view --raw --minify >"$work/own.kubeconfig"
+kubectl --kubeconfig "$work/own.kubeconfig" config set-credentials copyrator \
+  --token="$(k create token copyrator -n copyrator-system)" >/dev/null
+kubectl --kubeconfig "$work/own.kubeconfig" config set-context --current --user=copyrator >/dev/null
+{
+  echo "apiVersion: admissionregistration.k8s.io/v1"
+  echo "kind: ValidatingWebhookConfiguration"
+  echo "metadata: {name: fixtures-own}"
+  echo "webhooks:"
+  hook objects '"secrets","configmaps"' '"CREATE","UPDATE","DELETE"' ""
+} | k apply -f - >/dev/null
+cport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+hport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$bin" manifests webhooks --url "https://127.0.0.1:$cport" --name copyrator | k apply -f - >/dev/null
+k get validatingwebhookconfiguration copyrator --show-managed-fields -o json >"$work/webhooks-before.json"
+k create namespace own-src >/dev/null
+"$bin" serve --kubeconfig "$work/own.kubeconfig" \
+  --webhook-addr "127.0.0.1:$cport" --http-addr "127.0.0.1:$hport" \
+  --tls-secret copyrator-webhook-certs --tls-secret-namespace copyrator-system --tls-ips 127.0.0.1 \
+  --webhook-configuration copyrator --cert-check-interval 1s --cert-propagation 2s \
+  --lease-namespace copyrator-system --trusted-namespaces own-src --log-level warn \
+  >"$work/copyrator.log" 2>&1 &
+echo $! >"$work/copyrator.pid"
+# Ready once the webhooks trust copyrator's CA: from then on every change reaches it at once.
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null \
+    && [ -n "$(k get validatingwebhookconfiguration copyrator -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" ] \
+    && break
+  sleep 0.2
+done
+k get validatingwebhookconfiguration copyrator --show-managed-fields -o json >"$work/webhooks-after.json"
+settle() { sleep 2; }
+# An inline rule: copies created in own-a and own-b, replaced when the source changes, deleted
+# from own-b when it opts out.
+k create namespace own-a >/dev/null && k label namespace own-a own=yes >/dev/null
+k create namespace own-b >/dev/null && k label namespace own-b own=yes >/dev/null
+cat <<YAML | k apply -f - >/dev/null
+apiVersion: v1
+kind: Secret
+metadata:
+  name: registry
+  namespace: own-src
+  labels: {copyrator.io/source: "true"}
+  annotations: {copyrator.io/namespace-selector: "own=yes"}
+type: kubernetes.io/dockerconfigjson
+data: {.dockerconfigjson: eyJhdXRocyI6e319}
+YAML
+settle
+k patch secret registry -n own-src -p '{"data":{".dockerconfigjson":"eyJhdXRocyI6eyJyZWdpc3RyeS5leGFtcGxlIjp7fX19"}}' >/dev/null
+settle
+k label namespace own-b own- >/dev/null
+settle
+# CopyRules whose sources lack the opt-in label: copyrator adds it. One copies a ConfigMap
+# into own-a; the other takes over an unmanaged Secret there (conflictPolicy: Overwrite).
+k create configmap ca-bundle -n own-src --from-literal=ca.crt=pem >/dev/null
+k label configmap ca-bundle -n own-src team=platform >/dev/null
+k create secret generic settings -n own-src --from-literal=level=debug >/dev/null
+k create secret generic settings -n own-a --from-literal=level=info >/dev/null
+cat <<YAML | k apply -f - >/dev/null
+apiVersion: copyrator.io/v1alpha1
+kind: CopyRule
+metadata: {name: ca-bundle}
+spec: {kind: ConfigMap, sourceNamespace: own-src, sourceName: ca-bundle, namespaces: [own-a]}
+---
+apiVersion: copyrator.io/v1alpha1
+kind: CopyRule
+metadata: {name: settings}
+spec:
+  kind: Secret
+  sourceNamespace: own-src
+  sourceName: settings
+  namespaces: [own-a]
+  conflictPolicy: Overwrite
+YAML
+settle
+kill "$(cat "$work/copyrator.pid")" && rm "$work/copyrator.pid"
+k delete validatingwebhookconfiguration fixtures-own copyrator >/dev/null
+k delete mutatingwebhookconfiguration copyrator --ignore-not-found >/dev/null
+own() { cp "$work/reviews/own-$1.json" "$OUT/review-own-$2.json"; }
+own secret-create-copyrator-system-copyrator-webhook-certs tls-secret-create
+own secret-update-copyrator-system-copyrator-webhook-certs tls-secret-update
+own secret-create-own-a-registry copy-create
+own secret-update-own-a-registry copy-update
+own secret-delete-own-b-registry copy-delete
+own configmap-update-own-src-ca-bundle label-source-configmap
+own secret-update-own-src-settings label-source-secret
+own secret-update-own-a-settings overwrite-unmanaged
+# Webhook configurations are never sent to webhooks: the caBundle patch's review is made from
+# the configuration before and after it (the object a policy sees keeps the old
+# resourceVersion; its generation is already the new one).
+python3 - "$work/webhooks-before.json" "$work/webhooks-after.json" >"$OUT/review-own-webhook-cabundle.json" <<'PY'
+import json, sys
+old, new = (json.load(open(p)) for p in sys.argv[1:3])
+new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+gvr = {"group": "admissionregistration.k8s.io", "version": "v1"}
+review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    "uid": "00000000-0000-0000-0000-000000000000",
+    "kind": dict(gvr, kind="ValidatingWebhookConfiguration"),
+    "resource": dict(gvr, resource="validatingwebhookconfigurations"),
+    "requestKind": dict(gvr, kind="ValidatingWebhookConfiguration"),
+    "requestResource": dict(gvr, resource="validatingwebhookconfigurations"),
+    "name": old["metadata"]["name"], "operation": "UPDATE",
+    "userInfo": {"username": "system:serviceaccount:copyrator-system:copyrator",
+                 "groups": ["system:serviceaccounts", "system:serviceaccounts:copyrator-system",
+                            "system:authenticated"]},
+    "object": new, "oldObject": old, "dryRun": False,
+    "options": {"apiVersion": "meta.k8s.io/v1", "kind": "PatchOptions"}}}
+print(json.dumps(review, indent=2, sort_keys=True))
+PY
 ls "$OUT"
