@@ -16,6 +16,9 @@ mod monitoring;
 #[path = "helm/test_hook.rs"]
 mod test_hook;
 
+#[path = "helm/admission_policy.rs"]
+mod admission_policy;
+
 use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
 use common::{Process, TestEnv, eventually};
@@ -606,6 +609,10 @@ fn deployment_runs_two_hardened_replicas_with_probes() {
             "Secret",
             "Service",
             "ServiceAccount",
+            // Helm renders for Kubernetes >= 1.30 without a cluster: the admission policy on
+            // copyrator's ServiceAccount (tests/helm/admission_policy.rs).
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingWebhookConfiguration",
         ]
         .into_iter()
@@ -810,6 +817,11 @@ fn values_schema_rejects_bad_values_naming_the_field() {
             "certManager:\n  enabled: \"yes\"\n",
             "/certManager/enabled",
             "want boolean",
+        ),
+        (
+            "admissionPolicy:\n  enabled: \"yes\"\n",
+            "/admissionPolicy/enabled",
+            "one of",
         ),
     ];
     for (i, (values, field, complaint)) in cases.iter().enumerate() {

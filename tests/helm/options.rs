@@ -514,6 +514,10 @@ fn served(api_version: &str, kind: &str, minor: u32) -> bool {
         ("apps/v1", "Deployment") => 9..=u32::MAX,
         ("v1", _) => 0..=u32::MAX,
         ("rbac.authorization.k8s.io/v1", _) => 8..=u32::MAX,
+        (
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding",
+        ) => 30..=u32::MAX,
         ("admissionregistration.k8s.io/v1", _) => 16..=u32::MAX,
         ("networking.k8s.io/v1", "NetworkPolicy") => 7..=u32::MAX,
         ("monitoring.coreos.com/v1", _) | ("cert-manager.io/v1", _) => 0..=u32::MAX,

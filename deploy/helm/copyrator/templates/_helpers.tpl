@@ -181,3 +181,33 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "certManager.issuerRef is only used with certManager.enabled=true" }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the admission policy on copyrator's own ServiceAccount is rendered:
+admissionPolicy.enabled true or false, or "auto": the cluster is Kubernetes >= 1.30 (where
+ValidatingAdmissionPolicy v1 is GA and on) and, when Helm knows the cluster's kinds (an install
+reads them from discovery, e.g. `v1/Secret`), serves admissionregistration.k8s.io/v1
+ValidatingAdmissionPolicy. `helm template` without a cluster knows API groups, not kinds: there
+the version decides. */}}
+{{- define "copyrator.admissionPolicy" -}}
+{{- $enabled := .Values.admissionPolicy.enabled -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- $apis := .Capabilities.APIVersions -}}
+{{- $served := or ($apis.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (not ($apis.Has "v1/Secret")) -}}
+{{- and (semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version) $served -}}
+{{- else -}}
+{{- $enabled -}}
+{{- end -}}
+{{- end }}
+
+{{/* CEL: the object in the variable named by the argument (object or oldObject) exists and
+carries copyrator's marks: the ownership label and the two annotations copyrator parses
+(copyrator itself also requires them to parse, SPEC §4.5, so this never refuses its own copy). */}}
+{{- define "copyrator.cel.marked" -}}
+{{ . }} != null && has({{ . }}.metadata.labels) && 'app.kubernetes.io/managed-by' in {{ . }}.metadata.labels && {{ . }}.metadata.labels['app.kubernetes.io/managed-by'] == 'copyrator' && has({{ . }}.metadata.annotations) && 'copyrator.io/source' in {{ . }}.metadata.annotations && 'copyrator.io/rule' in {{ . }}.metadata.annotations
+{{- end }}
+
+{{/* CEL: the object in the variable named by the argument exists and carries the annotation
+copyrator.io/certificates: managed (src/certs/manager.rs writes no Secret without it). */}}
+{{- define "copyrator.cel.certificatesManaged" -}}
+{{ . }} != null && has({{ . }}.metadata.annotations) && 'copyrator.io/certificates' in {{ . }}.metadata.annotations && {{ . }}.metadata.annotations['copyrator.io/certificates'] == 'managed'
+{{- end }}
