@@ -1,4 +1,4 @@
-//! The chart's ValidatingAdmissionPolicy on copyrator's own ServiceAccount (SPEC §9.6). The test
+//! The chart's ValidatingAdmissionPolicy on copyrator's own ServiceAccount (SPEC §9.9). The test
 //! API server (Kubernetes 1.20) cannot run it, so it is rendered, and its CEL is evaluated
 //! offline with the `cel` crate against AdmissionReviews: the reviews of copyrator's own writes
 //! captured from the API server (tests/data/review-own-*.json, scripts/capture-fixtures.sh) must
