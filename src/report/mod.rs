@@ -298,10 +298,18 @@ fn untrusted_source<'a>(world: &World, by: &'a ClaimRef) -> Option<&'a ObjectKey
 /// The object an Event about a claim belongs on: the CopyRule, or the source of an inline rule.
 fn regarding(world: &World, by: &ClaimRef) -> Option<Regarding> {
     match &by.rule {
-        RuleId::CopyRule(name) => Some(Regarding::CopyRule {
-            name: name.clone(),
-            uid: String::new(),
-        }),
+        // With its uid: `kubectl describe copyrule` selects Events by it.
+        RuleId::CopyRule(name) => Some(
+            world
+                .copy_rules()
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+                .map(Regarding::copy_rule)
+                .unwrap_or_else(|| Regarding::CopyRule {
+                    name: name.clone(),
+                    uid: String::new(),
+                }),
+        ),
         RuleId::Inline(key) => world
             .sources()
             .get(key)
