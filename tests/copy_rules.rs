@@ -75,8 +75,11 @@ fn about_rule(rule: &str, reason: &str) -> impl Fn(&Event) -> bool {
     }
 }
 
+/// Where Events about CopyRules live (SPEC §9.5): they name target namespaces.
+const RULE_EVENTS: &str = "kube-system";
+
 async fn rule_events(env: &TestEnv, rule: &str, reason: &str) -> Vec<Event> {
-    env.api::<Event>("default")
+    env.api::<Event>(RULE_EVENTS)
         .list(&ListParams::default())
         .await
         .unwrap()
@@ -505,7 +508,7 @@ async fn overwrite_policy_adopts_an_unmanaged_object_and_says_so() {
         Some("copyrator")
     );
     t.wait_for_any::<Event>(
-        "default",
+        RULE_EVENTS,
         "a CopyAdopted event on the rule",
         about_rule(&name, "CopyAdopted"),
     )
@@ -786,7 +789,7 @@ async fn rule_for_a_missing_source_is_not_ready_until_the_source_appears() {
         .unwrap();
     assert_eq!(ready(&status).unwrap().0, "False");
     t.wait_for_any::<Event>(
-        "default",
+        RULE_EVENTS,
         "a SourceNotFound event on the rule",
         about_rule(&name, "SourceNotFound"),
     )

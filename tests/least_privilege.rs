@@ -99,7 +99,8 @@ where
 
 /// copyrator's whole job, as the ServiceAccount: leader election, inline copies created,
 /// updated, deleted and conflicted, a new namespace served by the webhook, a CopyRule whose
-/// source gets labelled and whose status gets written. `Err` says what did not happen.
+/// source gets labelled, whose status gets written and which gets an Event. `Err` says what did
+/// not happen.
 async fn whole_job(env: &TestEnv, rbac: &Rbac, kubeconfig: &str, run: usize) -> Result<(), String> {
     // As after a fresh install: no Lease yet, the first replica creates it.
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), &rbac.namespace);
@@ -298,6 +299,15 @@ async fn whole_job_steps(env: &TestEnv, p: &Process, run: usize) -> Result<(), S
                 .ok()
                 .and_then(|r| r.status)
                 .is_some_and(|s| s.synced_copies == 1)
+        })
+        .await?;
+        // In kube-system, where only administrators read (SPEC §9.5).
+        let about_rule = format!("involvedObject.kind=CopyRule,involvedObject.name={rule_name}");
+        step(p, "CopyRule Event written in kube-system", || async {
+            Api::<Event>::namespaced(env.client.clone(), "kube-system")
+                .list(&ListParams::default().fields(&about_rule))
+                .await
+                .is_ok_and(|l| !l.items.is_empty())
         })
         .await
     }

@@ -1,7 +1,7 @@
 //! Tenancy (SPEC §9), end to end with a real tenant identity: a ServiceAccount token whose Role
 //! allows Secrets in its own namespace only. No copy lands in a namespace that did not consent,
 //! the platform's sources win names a tenant took first, and nothing a tenant can read names
-//! objects it could not.
+//! objects it could not (not even a CopyRule Event, read with `view` on `default`).
 
 mod common;
 
@@ -15,11 +15,14 @@ use copyrator::{
 };
 use k8s_openapi::{
     ByteString,
-    api::core::v1::{Event, Namespace, Secret},
+    api::{
+        core::v1::{Event, Namespace, Secret},
+        rbac::v1::{RoleBinding, RoleRef, Subject},
+    },
 };
 use kube::{
     Api,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -531,5 +534,130 @@ async fn a_tenant_copy_is_never_a_source() {
         denied.to_string().contains("a copy is never a source"),
         "{denied}"
     );
+    t.finish().await;
+}
+
+/// SPEC §9.5: CopyRule Events name target namespaces, so they live in kube-system, not in
+/// `default` where tenants are often given `view`. An administrator still finds them with
+/// `kubectl describe copyrule` and `copyrator explain`; a tenant with `view` on `default` reads
+/// none of them.
+#[tokio::test]
+async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
+    let env = TestEnv::new().await;
+    let tenant = Tenant::new(&env, "tenant-a").await;
+    let src = env.namespace("rule-src", &[]).await;
+    let taken = env.namespace("rule-taken", &[]).await;
+    // What `view` grants: this API server runs no controller manager to aggregate `view`, so
+    // the tenant is bound to the role `view` aggregates (Events get/list/watch among it).
+    let binding = env.name("tenant-view");
+    let bindings = Api::<RoleBinding>::namespaced(env.client.clone(), "default");
+    bindings
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(binding.clone()),
+                    ..Default::default()
+                },
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: "system:aggregate-to-view".into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: "tenant".into(),
+                    namespace: Some(tenant.namespace.clone()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await
+        .unwrap();
+    let t = Harness::start_in(env, Options::default()).await;
+
+    // A CopyRule whose copy finds the name taken: a CopyConflict Event naming the target.
+    t.config_maps(&taken)
+        .create(
+            &PostParams::default(),
+            &config_map("settings", &[], &[], &[("theirs", "1")]),
+        )
+        .await
+        .unwrap();
+    t.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("settings", &[], &[], &[("v", "1")]),
+        )
+        .await
+        .unwrap();
+    let rule = t
+        .copy_rule(
+            "taken",
+            CopyRuleSpec {
+                kind: Kind::ConfigMap,
+                source_namespace: src.clone(),
+                source_name: Some("settings".into()),
+                source_selector: None,
+                namespace_selector: None,
+                namespaces: vec![taken.clone()],
+                exclude_namespaces: vec![],
+                target_name: None,
+                deletion_policy: DeletionPolicy::Delete,
+                conflict_policy: Default::default(),
+                image_pull_secret: false,
+            },
+        )
+        .await;
+
+    // The administrator sees it where users look: `kubectl describe`, and explain's lastEvent.
+    eventually(CONVERGE, "the conflict in kubectl describe", || async {
+        let out = kubectl(&["describe", "copyrule", &rule], "").await;
+        (out.stdout.contains("CopyConflict") && out.stdout.contains(&taken)).then_some(())
+    })
+    .await;
+    let about_rule = format!("involvedObject.kind=CopyRule,involvedObject.name={rule}");
+    let in_kube_system = Api::<Event>::namespaced(t.client.clone(), "kube-system")
+        .list(&ListParams::default().fields(&about_rule))
+        .await
+        .unwrap();
+    assert!(
+        !in_kube_system.items.is_empty(),
+        "the rule's Events live in kube-system"
+    );
+    let out = run_copyrator(&["explain", "namespace", &taken, "-o", "json"]).await;
+    assert!(out.success, "{}", out.stderr);
+    let report = out.json();
+    let finding = report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["source"]["namespace"] == src.as_str())
+        .unwrap_or_else(|| panic!("a finding about {src}/settings: {report}"));
+    assert_eq!(finding["lastEvent"]["reason"], "CopyConflict", "{finding}");
+
+    // The tenant reads Events in `default`, none of them about the rule or naming its target,
+    // and none in kube-system.
+    let visible = Api::<Event>::namespaced(tenant.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("view on default lets the tenant list its Events");
+    let leaked: Vec<_> = visible
+        .items
+        .iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("CopyRule")
+                || e.message.as_deref().is_some_and(|m| m.contains(&taken))
+        })
+        .map(|e| (e.involved_object.name.clone(), e.message.clone()))
+        .collect();
+    assert!(leaked.is_empty(), "CopyRule Events in default: {leaked:?}");
+    let refused = Api::<Event>::namespaced(tenant.client.clone(), "kube-system")
+        .list(&ListParams::default())
+        .await
+        .expect_err("the tenant may not read Events in kube-system");
+    assert!(refused.to_string().contains("forbidden"), "{refused}");
+
+    let _ = bindings.delete(&binding, &Default::default()).await;
     t.finish().await;
 }

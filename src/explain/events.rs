@@ -1,12 +1,12 @@
 //! The last Event copyrator wrote about a source or CopyRule (`report::events` writes them:
-//! core/v1 Events on the source, in `default` for a CopyRule).
+//! core/v1 Events on the source, in kube-system for a CopyRule).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::{api::core::v1::Event, jiff::Timestamp};
 use kube::{Api, Client, api::ListParams};
 
-use crate::{model::ObjectKey, rules::RuleId};
+use crate::{model::ObjectKey, report::events::COPY_RULE_EVENTS_NAMESPACE, rules::RuleId};
 
 /// What an Event is about, as explain groups findings: the object copyrator reports on for
 /// a rule (the CopyRule, or the source of an inline rule).
@@ -51,7 +51,7 @@ pub async fn last_events(client: &Client, about: BTreeSet<About>) -> BTreeMap<Ab
     for a in about {
         let (namespace, kind, name) = match &a {
             About::Source(key) => (key.namespace.as_str(), key.kind.as_str(), key.name.as_str()),
-            About::CopyRule(name) => ("default", "CopyRule", name.as_str()),
+            About::CopyRule(name) => (COPY_RULE_EVENTS_NAMESPACE, "CopyRule", name.as_str()),
         };
         let api: Api<Event> = Api::namespaced(client.clone(), namespace);
         let lp = ListParams::default().fields(&format!(

@@ -2,16 +2,23 @@
 //! same finding does not write the same Event again. Event messages name objects and reasons
 //! only, never data.
 //!
-//! Written through the core/v1 Events API in its classic form (no eventTime): older API
-//! servers (1.20) reject events.k8s.io/v1 Events about cluster-scoped objects such as
-//! CopyRules unless they live in kube-system; classic Events about them live in `default`.
-//! Both APIs show the same Events (`kubectl describe`, `kubectl get events`).
+//! An Event about a source lives in the source's namespace. An Event about a CopyRule names
+//! target namespaces, which only administrators may read (SPEC §9.5), so it lives in
+//! kube-system ([`COPY_RULE_EVENTS_NAMESPACE`]): the API server accepts an Event about a
+//! cluster-scoped object in `default` (which many clusters let tenants read) or, only when the
+//! Event has an eventTime, in kube-system (1.20 accepts nowhere else; copyrator's own namespace
+//! is refused). `kubectl describe copyrule` finds it there: it lists Events in all namespaces by
+//! `involvedObject` with an empty namespace.
+//!
+//! Written through the core/v1 Events API with eventTime and the reporting fields set (what
+//! that API calls a new Event), and also the classic count, timestamps and source that older
+//! readers show. Both Events APIs show the same Events (`kubectl describe`, `kubectl get events`).
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::core::v1::{Event, EventSource, ObjectReference},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
     jiff::Timestamp,
 };
 use kube::{Api, Client, api::PostParams};
@@ -22,6 +29,13 @@ use crate::{
     metrics::Metrics,
     model::{Kind, ObjectKey},
 };
+
+/// Where Events about CopyRules live: the one namespace besides `default` the API server accepts
+/// them in, and one only administrators read on a typical cluster (SPEC §9.5).
+pub const COPY_RULE_EVENTS_NAMESPACE: &str = "kube-system";
+
+/// The longest `reportingInstance` the API server accepts.
+const INSTANCE_LIMIT: usize = 128;
 
 /// How long an identical Event is suppressed.
 const DEDUP_WINDOW: Duration = Duration::from_secs(15 * 60);
@@ -51,6 +65,14 @@ impl Regarding {
                 uid: Some(uid.clone()).filter(|u| !u.is_empty()),
                 ..Default::default()
             },
+        }
+    }
+
+    /// The namespace an Event about this object lives in.
+    fn event_namespace(&self) -> &str {
+        match self {
+            Regarding::Source { key, .. } => &key.namespace,
+            Regarding::CopyRule { .. } => COPY_RULE_EVENTS_NAMESPACE,
         }
     }
 
@@ -93,10 +115,12 @@ pub struct Events {
 }
 
 impl Events {
+    /// `instance` (the replica's identity) becomes each Event's `reportingInstance`, which the
+    /// API server requires non-empty and at most 128 bytes long.
     pub fn new(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
         Self {
             client,
-            instance,
+            instance: reporting_instance(&instance),
             seen: Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(DEDUP_WINDOW)
@@ -126,11 +150,7 @@ impl Events {
         }
         self.seen.insert(key, ());
         let reference = regarding.reference();
-        // Events about cluster-scoped objects live in `default`.
-        let namespace = reference
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+        let namespace = regarding.event_namespace().to_string();
         let now = Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
@@ -149,6 +169,8 @@ impl Events {
             type_: Some(type_.into()),
             action: Some("Sync".into()),
             count: Some(1),
+            // With an eventTime the API server takes an Event about a CopyRule in kube-system.
+            event_time: Some(MicroTime(now)),
             first_timestamp: Some(Time(now)),
             last_timestamp: Some(Time(now)),
             reporting_component: Some("copyrator".into()),
@@ -172,6 +194,14 @@ impl Events {
     }
 }
 
+/// A replica's identity as the API server takes it for `reportingInstance`.
+fn reporting_instance(identity: &str) -> String {
+    match identity.trim() {
+        "" => "copyrator".to_string(),
+        i => truncate(i.to_string(), INSTANCE_LIMIT),
+    }
+}
+
 fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;
@@ -181,4 +211,40 @@ fn truncate(mut s: String, max: usize) -> String {
         s.truncate(cut);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_rule_events_live_in_kube_system_and_source_events_beside_the_source() {
+        let rule = Regarding::CopyRule {
+            name: "r".into(),
+            uid: "u".into(),
+        };
+        assert_eq!(rule.event_namespace(), "kube-system");
+        // `kubectl describe copyrule` selects involvedObject.namespace="".
+        assert_eq!(rule.reference().namespace, None);
+        let source = Regarding::source(
+            Kind::Secret,
+            &ObjectKey::new(Kind::Secret, "team-a", "cred"),
+            "u",
+        );
+        assert_eq!(source.event_namespace(), "team-a");
+        assert_eq!(source.reference().namespace.as_deref(), Some("team-a"));
+    }
+
+    #[test]
+    fn the_reporting_instance_is_never_empty_nor_too_long() {
+        assert_eq!(reporting_instance("copyrator-7d9f-x2"), "copyrator-7d9f-x2");
+        assert_eq!(reporting_instance(" "), "copyrator");
+        assert_eq!(reporting_instance(&"a".repeat(300)).len(), 128);
+    }
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        assert_eq!(truncate("abc".into(), 5), "abc");
+        assert_eq!(truncate("aé".into(), 2), "a");
+    }
 }
