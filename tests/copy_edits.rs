@@ -82,6 +82,23 @@ async fn hand_deleted_and_hand_edited_copies_are_restored_from_the_copies_watch(
     // Both came from copy jobs, which only the copies watch queues.
     assert!(t.metric(jobs).await >= before + 2.0);
 
+    // Edited under copyrator's own field manager name, as anyone may write it (`kubectl
+    // edit --field-manager=copyrator`), the marks left as they were: restored all the same.
+    // Who wrote is known by the versions copyrator's own writes returned (SPEC §5).
+    t.secrets(&dest)
+        .patch(
+            "cred",
+            &PatchParams {
+                field_manager: Some(marks::FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"data": {"password": "Zm9yZ2Vk"}})),
+        )
+        .await
+        .unwrap();
+    t.wait_value::<Secret>(&dest, "cred", "password", "s3cret")
+        .await;
+
     // copyrator's own writes are not taken for edits: a source update fans out and the copy
     // jobs stay where they are.
     let after_edits = t.metric(jobs).await;

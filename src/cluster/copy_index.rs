@@ -53,6 +53,14 @@ enum Held {
 }
 
 impl Entry {
+    /// Its marks, when it is a managed copy.
+    fn marks(&self) -> Option<Arc<CopyMarks>> {
+        match &self.held {
+            Held::Managed { marks, .. } => Some(Arc::clone(marks)),
+            _ => None,
+        }
+    }
+
     fn uid(&self) -> &str {
         match (&self.held, &self.other_uid) {
             (Held::Managed { marks, .. }, _) => &marks.source_uid,
@@ -113,6 +121,49 @@ pub struct CopyIndex {
     marks: Mutex<SharedMarks>,
     /// Copies copyrator is deleting, or deleted and has not seen the DELETED event of yet.
     own_deletes: Mutex<OwnDeletes>,
+    /// Copies copyrator is writing, or wrote and has not seen the event of yet.
+    own_writes: Mutex<OwnWrites>,
+    /// Copies found edited by someone else once a write of theirs answered (an event that came
+    /// while the write was in flight was not its echo): taken by the watch, which restores them.
+    edited: Mutex<Vec<ObjectKey>>,
+    edited_notify: tokio::sync::Notify,
+}
+
+/// What a copy's ADDED or MODIFIED event is to this replica (SPEC §5, copies edited by someone
+/// else). Who wrote a copy is known by the resourceVersion copyrator's own writes returned, not
+/// by a field manager's name, which any client may give.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// The echo of this replica's own write: the resourceVersion its write returned, or an
+    /// event while a write of the copy is in flight (checked when the write answers).
+    Own,
+    /// Someone else changed the copy and left copyrator's marks as they were (or wrote it
+    /// under another field manager's name): read it in full, and restore it.
+    Edited,
+    /// The copy's marks changed, and no write of this replica did it: most likely another
+    /// replica's write (a new version of the source, a takeover). The copy's source is
+    /// checked against it.
+    Remarked(ObjectKey),
+}
+
+/// copyrator's own writes of copies on this replica: the ones in flight, and the
+/// resourceVersions answered writes returned until their events are seen.
+#[derive(Default)]
+struct OwnWrites {
+    in_flight: HashMap<ObjectKey, Flight>,
+    written: HashMap<ObjectKey, Vec<(Box<str>, Instant)>>,
+    /// `written`'s size after its last pruning.
+    pruned_at: usize,
+}
+
+/// The writes of one copy in flight, and the events that came meanwhile.
+#[derive(Default)]
+struct Flight {
+    writes: u32,
+    /// Events taken for a write's echo until the writes answer.
+    presumed: Vec<Box<str>>,
+    /// What the answered writes returned.
+    answered: Vec<Box<str>>,
 }
 
 /// How long a delete copyrator made waits for its DELETED event before it is forgotten (the
@@ -129,6 +180,9 @@ struct OwnDeletes {
     /// `sent`'s size after its last pruning.
     pruned_at: usize,
 }
+
+/// How long the version an own write returned waits for its event before it is forgotten.
+const OWN_WRITE_TTL: Duration = Duration::from_secs(60);
 
 /// What a seeding LIST item becomes (see [`CopyIndex::item`]).
 pub struct Item {
@@ -220,8 +274,139 @@ impl CopyIndex {
     /// Stops answering until seeded again (the watch starts over with a new LIST).
     pub fn unseed(&self, kind: Kind) {
         self.kind(kind).unseed();
-        // Events may have been missed: a delete whose event never comes is forgotten here.
+        // Events may have been missed: a delete or write whose event never comes is forgotten
+        // here.
         self.own_deletes().sent.retain(|k, _| k.kind != kind);
+        self.own_writes().written.retain(|k, _| k.kind != kind);
+    }
+
+    fn own_writes(&self) -> std::sync::MutexGuard<'_, OwnWrites> {
+        self.own_writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// copyrator is about to create or replace `key` (noted before the request is sent: its
+    /// event can arrive before the answer).
+    pub fn writing(&self, key: &ObjectKey) {
+        self.own_writes()
+            .in_flight
+            .entry(key.clone())
+            .or_default()
+            .writes += 1;
+    }
+
+    /// A write of copy `key` answered with `meta` (`None`: it failed): the index learns the
+    /// copy, the version it returned waits for its event, and once no write of the copy is in
+    /// flight any more, an event taken for an echo meanwhile that no write returned is
+    /// someone else's edit (queued for restoring, [`CopyIndex::take_edited`]).
+    pub fn write_answered(&self, key: &ObjectKey, meta: Option<Meta>) {
+        let now = Instant::now();
+        let rv: Option<Box<str>> = meta
+            .as_ref()
+            .and_then(|m| m.resource_version.as_deref())
+            .map(Into::into);
+        let foreign = {
+            let mut own = self.own_writes();
+            let Some(flight) = own.in_flight.get_mut(key) else {
+                return;
+            };
+            flight.writes = flight.writes.saturating_sub(1);
+            flight.answered.extend(rv);
+            if flight.writes > 0 {
+                Vec::new()
+            } else {
+                let flight = own.in_flight.remove(key).unwrap_or_default();
+                let unseen: Vec<(Box<str>, Instant)> = flight
+                    .answered
+                    .iter()
+                    .filter(|rv| !flight.presumed.contains(rv))
+                    .map(|rv| (rv.clone(), now))
+                    .collect();
+                if !unseen.is_empty() {
+                    if own.written.len() > 2 * own.pruned_at.max(1024) {
+                        own.written.retain(|_, v| {
+                            v.retain(|(_, at)| now.saturating_duration_since(*at) < OWN_WRITE_TTL);
+                            !v.is_empty()
+                        });
+                        own.pruned_at = own.written.len();
+                    }
+                    own.written.entry(key.clone()).or_default().extend(unseen);
+                }
+                flight
+                    .presumed
+                    .into_iter()
+                    .filter(|rv| !flight.answered.contains(rv))
+                    .collect()
+            }
+        };
+        if let Some(meta) = meta {
+            self.observe(key.kind, meta);
+        }
+        if !foreign.is_empty() {
+            self.edited
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(key.clone());
+            self.edited_notify.notify_one();
+        }
+    }
+
+    /// Copies found edited by someone else when a write of theirs answered; waits until there
+    /// is one.
+    pub async fn take_edited(&self) -> Vec<ObjectKey> {
+        loop {
+            let notified = self.edited_notify.notified();
+            let taken = std::mem::take(&mut *self.edited.lock().unwrap_or_else(|e| e.into_inner()));
+            if !taken.is_empty() {
+                return taken;
+            }
+            notified.await;
+        }
+    }
+
+    /// What a copy's ADDED or MODIFIED event is ([`Seen`]), and the index learns the copy from
+    /// it. `None` when it is no copy (any more): no name, or no ownership label.
+    pub fn event(&self, kind: Kind, meta: Meta) -> Option<Seen> {
+        let key = match (&meta.namespace, &meta.name) {
+            (Some(ns), Some(name)) => ObjectKey::new(kind, ns.clone(), name.clone()),
+            _ => return None,
+        };
+        let rv = meta.resource_version.clone().unwrap_or_default();
+        let others = meta.edited_by_others;
+        let own = {
+            let mut own = self.own_writes();
+            let echo = own.written.get_mut(&key).and_then(|v| {
+                let i = v.iter().position(|(r, _)| **r == *rv)?;
+                v.remove(i);
+                Some(())
+            });
+            if own.written.get(&key).is_some_and(Vec::is_empty) {
+                own.written.remove(&key);
+            }
+            match own.in_flight.get_mut(&key) {
+                _ if echo.is_some() => true,
+                Some(flight) if !others => {
+                    flight.presumed.push(rv.as_str().into());
+                    true
+                }
+                _ => false,
+            }
+        };
+        let before = self.kind(kind).peek(&key, |e| e.marks());
+        let item = self.item(kind, meta);
+        let Some(item) = item else {
+            self.kind(kind).remove(&key, Some(&rv));
+            return None;
+        };
+        let after = item.entry.marks();
+        self.kind(kind).insert(item.key, item.entry);
+        Some(match after {
+            _ if own => Seen::Own,
+            // Marks that no longer parse: read it (and report it, never write it).
+            None => Seen::Edited,
+            Some(_) if others => Seen::Edited,
+            Some(after) if before.flatten().is_some_and(|b| *b == *after) => Seen::Edited,
+            Some(after) => Seen::Remarked(after.source.clone()),
+        })
     }
 
     fn own_deletes(&self) -> std::sync::MutexGuard<'_, OwnDeletes> {
@@ -571,6 +756,80 @@ mod tests {
         index.deleting(&key);
         index.unseed(Kind::Secret);
         assert!(!index.own_delete_seen(&key));
+    }
+
+    /// Whose write an event is, told by the resourceVersion copyrator's own writes returned,
+    /// not by the field manager's name (SPEC §5): a copy edited under copyrator's own field
+    /// manager name is someone else's edit.
+    #[test]
+    fn an_event_is_copyrators_own_only_by_the_version_its_write_returned() {
+        let index = seeded(vec![managed("a", "app", "u1", 5)]);
+        let key = ObjectKey::new(Kind::Secret, "a", "app");
+        let mut v2 = managed("a", "app", "u1", 0);
+        v2.annotations
+            .as_mut()
+            .unwrap()
+            .insert(marks::CONTENT_HASH_ANNOTATION.into(), "h2".into());
+        let at = |m: &Meta, rv: u64| Meta {
+            resource_version: Some(rv.to_string()),
+            ..m.clone()
+        };
+        // Its own write answers first, then its event: the echo, once.
+        index.writing(&key);
+        index.write_answered(&key, Some(at(&v2, 6)));
+        assert_eq!(index.event(Kind::Secret, at(&v2, 6)), Some(Seen::Own));
+        // The same marks again at a version no write of this replica returned: someone edited
+        // the copy (its data, say) and left copyrator's marks, whatever field manager it named.
+        assert_eq!(index.event(Kind::Secret, at(&v2, 7)), Some(Seen::Edited));
+        // Someone else's manager in managedFields: edited, whatever the marks.
+        let mut by_kubectl = at(&v2, 8);
+        by_kubectl.edited_by_others = true;
+        assert_eq!(index.event(Kind::Secret, by_kubectl), Some(Seen::Edited));
+        // New marks from a write this replica did not make: another replica's write, most
+        // likely; the source is checked.
+        let v3 = managed("a", "app", "u2", 9);
+        assert_eq!(
+            index.event(Kind::Secret, v3),
+            Some(Seen::Remarked(ObjectKey::new(Kind::Secret, "src", "app")))
+        );
+    }
+
+    #[test]
+    fn an_event_that_beats_its_writes_answer_is_checked_when_the_answer_comes() {
+        let index = seeded(vec![managed("a", "app", "u1", 5)]);
+        let key = ObjectKey::new(Kind::Secret, "a", "app");
+        let at = |rv: u64| managed("a", "app", "u1", rv);
+        let edited = || std::mem::take(&mut *index.edited.lock().unwrap());
+        // The echo arrives before the answer: taken for it, and the answer agrees.
+        index.writing(&key);
+        assert_eq!(index.event(Kind::Secret, at(6)), Some(Seen::Own));
+        index.write_answered(&key, Some(at(6)));
+        assert!(edited().is_empty());
+        // Someone's edit lands right after copyrator's write, both events before the answer:
+        // the answer shows which was not copyrator's, and the copy is restored.
+        index.writing(&key);
+        assert_eq!(index.event(Kind::Secret, at(7)), Some(Seen::Own));
+        assert_eq!(index.event(Kind::Secret, at(8)), Some(Seen::Own));
+        index.write_answered(&key, Some(at(7)));
+        assert_eq!(edited(), std::slice::from_ref(&key));
+        // A write that failed returned nothing: an event meanwhile was someone else's.
+        index.writing(&key);
+        assert_eq!(index.event(Kind::Secret, at(9)), Some(Seen::Own));
+        index.write_answered(&key, None);
+        assert_eq!(edited(), std::slice::from_ref(&key));
+        // Two writes of one copy in flight: decided when both answered.
+        index.writing(&key);
+        index.writing(&key);
+        assert_eq!(index.event(Kind::Secret, at(10)), Some(Seen::Own));
+        index.write_answered(&key, None);
+        assert!(edited().is_empty(), "one write still in flight");
+        index.write_answered(&key, Some(at(10)));
+        assert!(edited().is_empty());
+        // An answered write whose echo comes later: known by its version, once.
+        index.writing(&key);
+        index.write_answered(&key, Some(at(11)));
+        assert_eq!(index.event(Kind::Secret, at(11)), Some(Seen::Own));
+        assert_eq!(index.event(Kind::Secret, at(12)), Some(Seen::Edited));
     }
 
     #[test]

@@ -178,6 +178,12 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
         (state.seeded && state.live).then(|| read(&state.by_key))
     }
 
+    /// What is held for `key`, answered or not (the previous version of an object whose event
+    /// just arrived).
+    pub fn peek<R>(&self, key: &K, read: impl FnOnce(&V) -> R) -> Option<R> {
+        self.state().by_key.get(key).map(read)
+    }
+
     /// Whether [`Index::read`] would answer now.
     pub fn answers(&self) -> bool {
         self.read(|_| ()).is_some()

@@ -18,7 +18,7 @@ use kube::{
 use tokio::sync::{Notify, watch};
 
 use crate::{
-    cluster::Cluster,
+    cluster::{Cluster, copy_index::Seen},
     copyrule::CopyRule,
     marks,
     metrics::{FeedLabels, Metrics},
@@ -105,6 +105,12 @@ pub fn spawn(
     copy_edits: &CopyEdits,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let edited = tokio::spawn(restore_edited_after_writes(
+        cluster.clone(),
+        copy_edits.clone(),
+        Arc::clone(metrics),
+        shutdown.clone(),
+    ));
     Feed::ALL
         .into_iter()
         .map(|feed| {
@@ -119,6 +125,7 @@ pub fn spawn(
             };
             tokio::spawn(run(feed_state, shutdown.clone()))
         })
+        .chain([edited])
         .collect()
 }
 
@@ -165,12 +172,14 @@ impl FeedState {
         }
     }
 
-    /// An event's object into the feed's index, before anyone waiting on it is woken.
-    fn keep(&self, meta: &Meta, deleted: bool) {
+    /// An event's object into the feed's index, before anyone waiting on it is woken; for a
+    /// copy's ADDED or MODIFIED event, what the event is to this replica.
+    fn keep(&self, meta: &Meta, deleted: bool) -> Option<Seen> {
         let c = &self.cluster;
         let rv = meta.resource_version.as_deref();
+        let mut seen = None;
         match (self.feed, deleted) {
-            (Feed::Copies(kind), false) => c.copy_index().observe(kind, meta.clone()),
+            (Feed::Copies(kind), false) => seen = c.copy_index().event(kind, meta.clone()),
             (Feed::Copies(_), true) => {
                 if let Some(Watched::Object(key)) = self.feed.watched(meta) {
                     c.copy_index().forget(&key, rv);
@@ -179,7 +188,7 @@ impl FeedState {
             (Feed::Sources(kind), _) => {
                 let index = c.source_index().of(kind);
                 let Some(Watched::Object(key)) = self.feed.watched(meta) else {
-                    return;
+                    return None;
                 };
                 // An object that lost its opt-in label is no source any more.
                 let opted_in = meta
@@ -203,9 +212,10 @@ impl FeedState {
                     }
                 }
             }
-            (Feed::CopyRules, _) => return,
+            (Feed::CopyRules, _) => return None,
         }
         self.show_index_size();
+        seen
     }
 
     fn show_index_size(&self) {
@@ -318,6 +328,41 @@ fn restore(edits: &CopyEdits, metrics: &Metrics, key: &ObjectKey) {
     );
 }
 
+/// Queues a job of `source` on the leading replica: a copy of it got new marks from a write
+/// this replica did not make (most likely another replica's, for a new version of the
+/// source); the source's job finds any copy whose marks do not match the source and restores
+/// it. Coalesced: the copies of one fan-out by another replica are one job here.
+fn check_source(edits: &CopyEdits, metrics: &Metrics, source: &ObjectKey) {
+    if !*edits.leading.borrow() {
+        return;
+    }
+    enqueue(
+        &edits.queue,
+        metrics,
+        Job::new(JobKey::Source(source.clone()), Trigger::Watch),
+    );
+}
+
+/// Restores the copies found edited by someone else once copyrator's own write of them
+/// answered (an event that came while the write was in flight, not its echo).
+async fn restore_edited_after_writes(
+    cluster: Cluster,
+    edits: CopyEdits,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            keys = cluster.copy_index().take_edited() => {
+                for key in keys {
+                    restore(&edits, &metrics, &key);
+                }
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
 enum Ended {
     /// The server ended the watch after its timeout: resume.
     Timeout,
@@ -385,7 +430,7 @@ async fn seed(state: &FeedState) -> Result<String, String> {
         ));
     }
     for meta in gone {
-        on_event(state, &meta, true);
+        on_event(state, &meta, true, None);
     }
     state.show_index_size();
     Ok(at)
@@ -402,7 +447,7 @@ async fn list_kept(state: &FeedState, mut keep: impl FnMut(Meta)) -> Result<Stri
             feed.url_path(),
             feed.label_selector().unwrap_or_default(),
             |meta| {
-                on_event(state, &meta, false);
+                on_event(state, &meta, false, None);
                 keep(meta)
             },
         )
@@ -435,16 +480,23 @@ fn own_delete(state: &FeedState, meta: &Meta) -> bool {
 
 /// What every event of a feed does, before the watch moves on: early reads learn what changed,
 /// the Pod gate's memory forgets, waiting jobs wake, and a copy deleted or edited by someone
-/// else is queued for restoring.
-fn on_event(state: &FeedState, meta: &Meta, deleted: bool) {
+/// else is queued for restoring. `seen`: what a copy's event is to this replica (`None` for an
+/// item of a seeding LIST, which no write of this process can explain).
+fn on_event(state: &FeedState, meta: &Meta, deleted: bool, seen: Option<Seen>) {
     let feed = state.feed;
-    // A copy deleted by someone else, or written by a field manager other than copyrator:
-    // not the echo of copyrator's own delete or write. (Who last wrote a deleted copy's
-    // fields does not matter: who deleted it does.)
+    // A copy deleted by someone else, or changed by a write this replica did not make while
+    // its marks stayed (or under another field manager): not the echo of copyrator's own
+    // delete or write. Who wrote is known by the resourceVersions copyrator's own writes
+    // returned, not by a field manager's name, which anyone may give. (Who last wrote a
+    // deleted copy's fields does not matter: who deleted it does.)
     let foreign = if deleted {
         !own_delete(state, meta)
     } else {
-        meta.edited_by_others
+        match &seen {
+            Some(Seen::Edited) => true,
+            Some(Seen::Own | Seen::Remarked(_)) => false,
+            None => meta.edited_by_others,
+        }
     };
     // Before anyone is woken: early reads of namespace jobs learn what changed.
     let prefetch = &state.waiters.prefetch;
@@ -474,6 +526,9 @@ fn on_event(state: &FeedState, meta: &Meta, deleted: bool) {
         state.waiters.notify(&watched);
         if let (Some(edits), Watched::Object(key), true) = (&state.copy_edits, &watched, foreign) {
             restore(edits, &state.metrics, key);
+        }
+        if let (Some(edits), Some(Seen::Remarked(source))) = (&state.copy_edits, &seen) {
+            check_source(edits, &state.metrics, source);
         }
     }
     if let Some(on_event) = &state.on_event {
@@ -518,8 +573,8 @@ async fn watch_once(state: &FeedState, version: &mut String) -> Ended {
                 }
                 events.inc();
                 let deleted = matches!(event, Ok(WatchEvent::Deleted(_)));
-                state.keep(&item.metadata, deleted);
-                on_event(state, &item.metadata, deleted);
+                let seen = state.keep(&item.metadata, deleted);
+                on_event(state, &item.metadata, deleted, seen);
             }
             Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,
             Ok(WatchEvent::Error(status)) if status.code == 410 => return Ended::Expired,

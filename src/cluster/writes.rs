@@ -100,9 +100,11 @@ impl Cluster {
 
     /// Creates a copy if the name is free. The body is serialized from the copy's shared
     /// parts, and of the answer (the whole object again) only the metadata is kept, in the
-    /// copy index. Writes to copies update the index before their watch events arrive.
+    /// copy index. Writes to copies update the index before their watch events arrive, and
+    /// the index knows their events by the resourceVersion the answer carries (SPEC §5).
     pub async fn create_copy(&self, copy: &DesiredCopy) -> ApiResult<Written> {
         let key = &copy.key;
+        self.copies.writing(key);
         let send = async {
             let body = copy.body(None).map_err(kube::Error::SerdeError)?;
             let req = Self::objects_request(key.kind, Some(&key.namespace))
@@ -110,9 +112,12 @@ impl Cluster {
                 .map_err(kube::Error::BuildRequest)?;
             self.fetch::<MetaItem>(req).await
         };
-        match self.call("create", key.kind.plural(), send).await {
+        let res = self.call("create", key.kind.plural(), send).await;
+        self.copies
+            .write_answered(key, res.as_ref().ok().map(|item| item.metadata.clone()));
+        match res {
             Err(e) if e.is_namespace_terminating() => Ok(Written::NamespaceTerminating),
-            other => written(other.map(|item| self.copies.observe(key.kind, item.metadata))),
+            other => written(other.map(|_| ())),
         }
     }
 
@@ -123,6 +128,7 @@ impl Cluster {
         resource_version: &str,
     ) -> ApiResult<Written> {
         let key = &copy.key;
+        self.copies.writing(key);
         let send = async {
             let body = copy
                 .body(Some(resource_version))
@@ -133,7 +139,9 @@ impl Cluster {
             self.fetch::<MetaItem>(req).await
         };
         let res = self.call("update", key.kind.plural(), send).await;
-        written(res.map(|item| self.copies.observe(key.kind, item.metadata)))
+        self.copies
+            .write_answered(key, res.as_ref().ok().map(|item| item.metadata.clone()));
+        written(res.map(|_| ()))
     }
 
     /// Deletes a copy, preconditioned on the resourceVersion it was planned from.
