@@ -196,6 +196,7 @@ fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
         )]),
         created: 0,
         deleting: false,
+        dropped: None,
     };
     let payload = Payload {
         type_: Some("Opaque".into()),
@@ -315,6 +316,7 @@ fn many_rules_world(rules: usize, n: usize) -> (World, BTreeSet<ObjectKey>) {
             )]),
             created: i as i64,
             deleting: false,
+            dropped: None,
         })
         .collect();
     let mut world = World::from_parts(

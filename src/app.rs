@@ -32,9 +32,7 @@ use crate::{
     pipeline::queue::WorkQueue,
     pipeline::reconcile,
     pipeline::worker,
-    plan::Policy,
     report::events::Events,
-    tenancy::TrustPolicy,
 };
 
 /// A running copyrator.
@@ -162,17 +160,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         .clone()
         .unwrap_or_else(leader::default_identity);
     let events = Events::new(client.clone(), identity.clone(), Arc::clone(&metrics));
-    let policy = Policy {
-        excluded_namespaces: args
-            .exclude_namespaces
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        trust: TrustPolicy {
-            trusted_namespaces: args.trusted_namespaces.clone(),
-        },
-    };
+    let policy = args.policy.policy();
     let settings = SyncSettings {
         policy: policy.clone(),
         fanout_concurrency: args.fanout_concurrency,
@@ -276,6 +264,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let rules_changed = Arc::new(tokio::sync::Notify::new());
     tasks.extend(crate::cluster::watch::spawn(
         &ctx.cluster,
+        &Arc::new(ctx.settings.policy.clone()),
         &ctx.waiters,
         &ctx.ready,
         &metrics,

@@ -4,7 +4,10 @@ use std::{net::IpAddr, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::tenancy::NamespacePatterns;
+use crate::{
+    plan::{Policy, SourceCaps},
+    tenancy::{NamespacePatterns, TrustPolicy},
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,11 +42,12 @@ pub enum Command {
     Migrate(Box<MigrateArgs>),
 }
 
-/// How copyrator's own policy is given to the commands that reason like it (`explain`): the
-/// same flags and environment variables as `serve`, which must agree with the running one's.
+/// copyrator's policy (SPEC §2.3, §9): one set of flags and environment variables for
+/// `serve` and for the commands that reason like it (`explain`, `migrate`), which must agree
+/// with the running copyrator's.
 #[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
-    /// Namespaces that never receive copies, as `serve --exclude-namespaces`.
+    /// Namespaces that never receive copies (comma-separated).
     #[arg(
         long,
         env = "COPYRATOR_EXCLUDE_NAMESPACES",
@@ -52,8 +56,11 @@ pub struct PolicyArgs {
     )]
     pub exclude_namespaces: Vec<String>,
 
-    /// Trusted namespaces, as `serve --trusted-namespaces` (the chart trusts its release
-    /// namespace).
+    /// Namespaces whose sources' inline rules (annotations) are trusted to copy into any
+    /// namespace: comma-separated names or patterns with `*` (`*` trusts every namespace, as a
+    /// single-team cluster would). A source anywhere else copies only into namespaces whose
+    /// `copyrator.io/accept-from` annotation lists its namespace. CopyRules are always
+    /// trusted. Default: none (the chart trusts its release namespace).
     #[arg(
         long,
         env = "COPYRATOR_TRUSTED_NAMESPACES",
@@ -61,6 +68,46 @@ pub struct PolicyArgs {
         value_parser = parse_namespace_patterns
     )]
     pub trusted_namespaces: NamespacePatterns,
+
+    /// Opted-in sources copyrator acts on per namespace it does not trust: the oldest ones;
+    /// the rest are held back (their copies left as they are) and reported (SPEC §9.7).
+    #[arg(
+        long,
+        env = "COPYRATOR_MAX_SOURCES_PER_NAMESPACE",
+        default_value_t = SourceCaps::default().per_namespace
+    )]
+    pub max_sources_per_namespace: usize,
+
+    /// Bytes of labels and annotations (those its copies carry, and copyrator's own
+    /// configuration) copyrator keeps of a source of a namespace it does not trust; a source
+    /// over it is held back (its copies left as they are) and reported (SPEC §9.7).
+    #[arg(
+        long,
+        env = "COPYRATOR_MAX_SOURCE_METADATA_BYTES",
+        default_value_t = SourceCaps::default().metadata_bytes
+    )]
+    pub max_source_metadata_bytes: usize,
+}
+
+impl PolicyArgs {
+    /// The policy these flags give: the one function that builds it, for every command.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            excluded_namespaces: self
+                .exclude_namespaces
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            trust: TrustPolicy {
+                trusted_namespaces: self.trusted_namespaces.clone(),
+            },
+            caps: SourceCaps {
+                per_namespace: self.max_sources_per_namespace,
+                metadata_bytes: self.max_source_metadata_bytes,
+            },
+        }
+    }
 }
 
 /// Output of `explain`.
@@ -377,27 +424,8 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_UNLABELLED_SCAN_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub unlabelled_scan_interval: Duration,
 
-    /// Namespaces that never receive copies (comma-separated).
-    #[arg(
-        long,
-        env = "COPYRATOR_EXCLUDE_NAMESPACES",
-        value_delimiter = ',',
-        default_value = "kube-system,kube-node-lease"
-    )]
-    pub exclude_namespaces: Vec<String>,
-
-    /// Namespaces whose sources' inline rules (annotations) are trusted to copy into any
-    /// namespace: comma-separated names or patterns with `*` (`*` trusts every namespace, as a
-    /// single-team cluster would). A source anywhere else copies only into namespaces whose
-    /// `copyrator.io/accept-from` annotation lists its namespace. CopyRules are always
-    /// trusted. Default: none.
-    #[arg(
-        long,
-        env = "COPYRATOR_TRUSTED_NAMESPACES",
-        default_value = "",
-        value_parser = parse_namespace_patterns
-    )]
-    pub trusted_namespaces: NamespacePatterns,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 
     /// Elect one replica (Lease) to run the reconciler. Off: this process always runs it.
     #[arg(long, env = "COPYRATOR_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
@@ -575,19 +603,54 @@ mod tests {
         let args = serve(&[]).unwrap();
         assert_eq!(args.webhook_addr.port(), 8443);
         assert_eq!(args.http_addr.port(), 9090);
-        assert_eq!(args.exclude_namespaces, ["kube-system", "kube-node-lease"]);
+        assert_eq!(
+            args.policy.exclude_namespaces,
+            ["kube-system", "kube-node-lease"]
+        );
         assert_eq!(args.max_body_bytes, 6 * 1024 * 1024);
         assert_eq!(args.new_namespace_delay, Duration::from_micros(500));
         assert!(args.leader_election);
         assert!(
-            args.trusted_namespaces.is_empty(),
+            args.policy.trusted_namespaces.is_empty(),
             "no namespace is trusted unless told"
         );
+        assert_eq!(args.policy.policy().caps, SourceCaps::default());
+    }
+
+    /// `serve` and `explain` take the same policy flags and build the same policy from them.
+    #[test]
+    fn serve_and_explain_build_one_policy_from_one_set_of_flags() {
+        let flags = [
+            "--trusted-namespaces=platform",
+            "--exclude-namespaces=a,b",
+            "--max-sources-per-namespace=7",
+            "--max-source-metadata-bytes=99",
+        ];
+        let serve = serve(&flags).unwrap().policy.policy();
+        let explain = Cli::try_parse_from(
+            ["copyrator", "explain", "namespace", "x"]
+                .into_iter()
+                .chain(flags),
+        )
+        .unwrap();
+        let Command::Explain(ExplainCommand::Namespace { options, .. }) = explain.command else {
+            panic!("explain namespace");
+        };
+        assert_eq!(options.policy.policy(), serve);
+        assert_eq!(
+            serve.caps,
+            SourceCaps {
+                per_namespace: 7,
+                metadata_bytes: 99
+            }
+        );
+        assert!(serve.is_excluded("b") && serve.trust.is_trusted("platform"));
     }
 
     #[test]
     fn trusted_namespaces_are_validated() {
-        let parse = |v: &str| serve(&["--trusted-namespaces", v]).map(|a| a.trusted_namespaces);
+        let parse =
+            |v: &str| serve(&["--trusted-namespaces", v]).map(|a| a.policy.trusted_namespaces);
         let p = parse("platform,infra-*").unwrap();
         assert!(p.matches("platform") && p.matches("infra-x") && !p.matches("tenant"));
         assert!(parse("*").unwrap().matches("anything"));

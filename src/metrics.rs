@@ -51,6 +51,11 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapLabels {
+    pub cap: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WhatLabels {
     pub what: &'static str,
 }
@@ -110,6 +115,8 @@ pub struct Metrics {
     pub conflicts: Family<ReasonLabels, Counter>,
     pub refused_targets: Counter,
     pub malformed_marks: Counter,
+    pub capped_sources: Family<CapLabels, Gauge>,
+    pub namespaces_at_source_cap: Gauge,
     pub unreadable: Family<WhatLabels, Counter>,
     pub early_reads: Family<OutcomeLabels, Counter>,
     pub copy_lag: Histogram,
@@ -212,6 +219,18 @@ impl Metrics {
             "refused_targets",
             "Refusals of inline rules of untrusted namespaces: each namespace one names that does not consent, and each selector no consenting namespace matches (never written; namespaces a selector matches without consent are not looked at)",
             refused_targets.clone(),
+        );
+        let capped_sources = Family::<CapLabels, Gauge>::default();
+        registry.register(
+            "capped_sources",
+            "Sources of untrusted namespaces held back by a cap as of the last full resync (their copies left as they are), by cap: per_namespace or metadata_bytes",
+            capped_sources.clone(),
+        );
+        let namespaces_at_source_cap = Gauge::default();
+        registry.register(
+            "namespaces_at_source_cap",
+            "Untrusted namespaces holding more opted-in sources than --max-sources-per-namespace, as of the last full resync",
+            namespaces_at_source_cap.clone(),
         );
         let malformed_marks = Counter::default();
         registry.register(
@@ -377,6 +396,8 @@ impl Metrics {
             conflicts,
             refused_targets,
             malformed_marks,
+            capped_sources,
+            namespaces_at_source_cap,
             unreadable,
             early_reads,
             copy_lag,

@@ -330,3 +330,104 @@ async fn with_copyrator_down_pods_are_admitted_unchanged() {
     assert_eq!(pull_secret_names(&admitted), ["own"], "unchanged");
     t.finish().await;
 }
+
+/// A tenant edits its own source every 100 ms (SPEC §10.2): its rule reaches no namespace (none
+/// consents), so its events forget nothing the Pod gate knows. 100 Pods across 20 namespaces
+/// are admitted with their pull secret, most answered from memory (without the fix, every edit
+/// forgot every namespace and sent nearly every Pod down the slow path).
+#[tokio::test]
+async fn a_tenant_editing_its_source_cannot_blind_the_pod_gate() {
+    let env = TestEnv::new().await;
+    let tenant = common::tenant::Tenant::new(&env, "tenant-a").await;
+    let platform = env.namespace("gate-platform", &[]).await;
+    let key = env.name("blind");
+    let selector = format!("{key}=on");
+    let mut namespaces = Vec::new();
+    for i in 0..20 {
+        let ns = env.namespace(&format!("blind-{i}"), &[(&key, "on")]).await;
+        service_account(&env.client, &ns).await;
+        namespaces.push(ns);
+    }
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![format!("--trusted-namespaces={platform}")],
+            ..Default::default()
+        },
+    )
+    .await;
+    t.secrets(&platform)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &selector, true),
+        )
+        .await
+        .unwrap();
+    for ns in &namespaces {
+        t.wait_for::<k8s_openapi::api::core::v1::Secret>(ns, "registry", "copied", |_| true)
+            .await;
+    }
+    // The tenant's match-all source, which no namespace consents to.
+    tenant
+        .secrets(&tenant.namespace)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "noise",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, "!no-such-label")],
+                &[("k", "v")],
+            ),
+        )
+        .await
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let edits = {
+        let api = tenant.secrets(&tenant.namespace);
+        let stop = std::sync::Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let patch = serde_json::json!({"metadata": {"annotations": {"example.com/tick": n.to_string()}}});
+                api.patch(
+                    "noise",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .expect("the tenant edits its own source");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            n
+        })
+    };
+    let cached = "copyrator_pod_gate_total{outcome=\"cached\"}";
+    let before = t.metric(cached).await;
+    // Five rounds over the 20 namespaces, a Pod every 25 ms: ~2.5 s, ~25 edits.
+    let mut missing = Vec::new();
+    for round in 0..5 {
+        for ns in &namespaces {
+            let admitted =
+                create_pod(&t.client, ns, &pod(&format!("app-{round}"), &[], None)).await;
+            if pull_secret_names(&admitted) != ["registry"] {
+                missing.push(format!("{ns}/app-{round}"));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let ticks = edits.await.unwrap();
+    assert!(ticks >= 15, "the tenant edited its source {ticks} times");
+    assert!(
+        missing.is_empty(),
+        "admitted without the pull secret: {missing:?}"
+    );
+    // At most the first Pod of each namespace was synced; the rest came from memory.
+    let from_memory = t.metric(cached).await - before;
+    assert!(
+        from_memory >= 70.0,
+        "only {from_memory} of 100 Pods answered from memory"
+    );
+    t.finish().await;
+}

@@ -661,3 +661,107 @@ async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
     let _ = bindings.delete(&binding, &Default::default()).await;
     t.finish().await;
 }
+
+/// The tenant's source as YAML for `kubectl apply`: `name`, pushed into `target`, with `extra`
+/// bytes in an annotation its copies carry.
+fn pushed(tenant: &Tenant, name: &str, target: &str, value: &str, extra: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {}\n  labels:\n    {}: \"true\"\n  annotations:\n    {}: {target}\n    example.com/notes: \"{}\"\nstringData:\n  ca.crt: {value}\n",
+        tenant.namespace,
+        marks::SOURCE_LABEL,
+        marks::NAMESPACES_ANNOTATION,
+        "n".repeat(extra),
+    )
+}
+
+/// SPEC §9.7: what one tenant can make copyrator hold and do is capped. Beyond the sources
+/// per namespace, the newest source is held back; a source whose labels and annotations are
+/// over the byte cap is held back too, its copy left as it was. kubectl shows both at once;
+/// Events and metrics say so after a resync.
+#[tokio::test]
+async fn a_tenant_is_held_to_its_caps() {
+    let env = TestEnv::new().await;
+    let tenant = Tenant::new(&env, "tenant-a").await;
+    let platform = env.namespace("platform", &[]).await;
+    let shared = env.namespace("shared", &[]).await;
+    annotate(&env, &shared, Some(&tenant.namespace)).await;
+    let t = Harness::start_in(
+        env,
+        Options {
+            resync_interval: "2s",
+            extra: vec![
+                format!("--trusted-namespaces={platform}"),
+                "--max-sources-per-namespace=2".into(),
+                "--max-source-metadata-bytes=1024".into(),
+            ],
+            ..Default::default()
+        },
+    )
+    .await;
+    for name in ["first", "second"] {
+        let (ok, stderr) = tenant
+            .kubectl_apply(&pushed(&tenant, name, &shared, "v1", 10))
+            .await;
+        assert!(ok && !stderr.contains("Warning"), "{stderr}");
+        t.wait_value::<Secret>(&shared, name, "ca.crt", "v1").await;
+    }
+    // The third: said at once, held back (no copy), and told on the source.
+    let (ok, stderr) = tenant
+        .kubectl_apply(&pushed(&tenant, "third", &shared, "v1", 10))
+        .await;
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("already holds 2 opted-in sources"),
+        "kubectl shows the cap: {stderr}"
+    );
+    let held = |name: &'static str| {
+        move |e: &Event| {
+            e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref() == Some("SourceHeldBack")
+        }
+    };
+    t.wait_for_any::<Event>(&tenant.namespace, "SourceHeldBack on third", held("third"))
+        .await;
+    t.wait_metric(
+        "copyrator_capped_sources{cap=\"per_namespace\"}",
+        "the resync counts the held-back source",
+        |v| v == 1.0,
+    )
+    .await;
+    assert_eq!(t.metric("copyrator_namespaces_at_source_cap").await, 1.0);
+    assert!(t.secrets(&shared).get_opt("third").await.unwrap().is_none());
+
+    // The first grows over the byte cap: said at once; its copy is left as it was (neither
+    // updated nor deleted), and the third, now among the two that act, gets its copy.
+    let (ok, stderr) = tenant
+        .kubectl_apply(&pushed(&tenant, "first", &shared, "v2", 2048))
+        .await;
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("its labels and annotations take"),
+        "kubectl shows the cap: {stderr}"
+    );
+    t.wait_value::<Secret>(&shared, "third", "ca.crt", "v1")
+        .await;
+    t.wait_for_any::<Event>(&tenant.namespace, "SourceHeldBack on first", held("first"))
+        .await;
+    let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
+    let seen = t.metric(resyncs).await;
+    t.wait_metric(resyncs, "two more full resyncs", |v| v >= seen + 2.0)
+        .await;
+    assert_eq!(
+        copy_named(&t, &shared, "first").await.as_deref(),
+        Some("v1")
+    );
+    assert_eq!(
+        t.metric("copyrator_capped_sources{cap=\"metadata_bytes\"}")
+            .await,
+        1.0
+    );
+    t.finish().await;
+}
+
+async fn copy_named(env: &TestEnv, ns: &str, name: &str) -> Option<String> {
+    let s = env.secrets(ns).get_opt(name).await.ok()??;
+    secret_value(&s, "ca.crt")
+}

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use crate::{
     cluster::Cluster,
     marks,
-    model::NamespaceInfo,
+    model::{Kind, NamespaceInfo, ObjectKey},
     plan::Policy,
     rules::Rule,
     tenancy::{self, Tier},
@@ -122,6 +122,31 @@ impl Advisor {
         })
     }
 
+    /// A warning for a source being opted in (`key`) in a namespace that already holds as many
+    /// opted-in sources as copyrator acts on there (SPEC §9.7), from the sources indexes
+    /// (nothing while they cannot answer).
+    pub fn source_count_warning(&self, key: &ObjectKey) -> Option<String> {
+        let caps = &self.policy.caps;
+        if self.policy.trust.is_trusted(&key.namespace) {
+            return None;
+        }
+        let mut held = 0;
+        for kind in Kind::ALL {
+            held += self.cluster.source_index().of(kind).read(|by_key| {
+                by_key
+                    .keys()
+                    .filter(|k| k.namespace == key.namespace && *k != key)
+                    .count()
+            })?;
+        }
+        (held >= caps.per_namespace).then(|| {
+            format!(
+                "namespace {} already holds {held} opted-in sources, as many as copyrator acts on in a namespace it does not trust (--max-sources-per-namespace {}): the newest are held back, with no copies",
+                key.namespace, caps.per_namespace
+            )
+        })
+    }
+
     /// The warnings for `rule` (the inline rule of a source being written).
     pub async fn warnings(&self, rule: &Rule) -> Vec<String> {
         let mut looked = BTreeMap::new();
@@ -185,6 +210,7 @@ mod tests {
                 .collect(),
             created: 0,
             deleting: false,
+            dropped: None,
         };
         let mut r = Rule::inline(&info).unwrap().unwrap();
         r.tier = trust.inline_tier(ns);
@@ -197,6 +223,7 @@ mod tests {
             trust: TrustPolicy {
                 trusted_namespaces: NamespacePatterns::parse("platform").unwrap(),
             },
+            ..Default::default()
         }
     }
 

@@ -99,6 +99,8 @@ pub struct Verdict {
     pub advise: Option<Box<Rule>>,
     /// A Pod to hold until its namespace's copies exist ([`pods`]).
     pub pod: Option<pods::PodCheck>,
+    /// A source being opted in: warn when its namespace is at its cap of sources.
+    pub opted_in: Option<crate::model::ObjectKey>,
 }
 
 impl Verdict {
@@ -308,6 +310,9 @@ async fn handle(
             Endpoint::Rules => rules::review(&request),
             Endpoint::Pods => pods::review(&request),
         };
+        if let (Some(key), Some(advisor)) = (verdict.opted_in.take(), &state.advisor) {
+            verdict.warnings.extend(advisor.source_count_warning(&key));
+        }
         if let Some(rule) = verdict.advise.take() {
             match &state.advisor {
                 Some(advisor) => verdict.warnings.extend(advisor.warnings(&rule).await),

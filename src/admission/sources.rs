@@ -33,7 +33,16 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
             // On CREATE with generateName the name is not in the request's name field.
             meta.namespace = Some(key.namespace.clone());
             meta.name = meta.name.or_else(|| Some(key.name.clone()));
-            let rule = match SourceInfo::from_meta(kind, &meta).map(|i| Rule::inline(&i)) {
+            let info = SourceInfo::from_meta(kind, &meta);
+            // Over a cap (a source of an untrusted namespace, SPEC §9.7): allowed, and said.
+            let held_back = info
+                .as_ref()
+                .map(|i| policy.keep_source(i.clone()))
+                .and_then(|i| i.dropped)
+                .map(|bytes| crate::report::held_back(&crate::rules::Capped::MetadataBytes(bytes)));
+            let newly_opted_in =
+                rule_config(req.old_object.as_ref())[0].map(String::as_str) != Some("true");
+            let rule = match info.map(|i| Rule::inline(&i)) {
                 Some(Err(e)) if e.field == marks::SOURCE_LABEL => {
                     return Verdict::deny(format!("copyrator: label {e}"));
                 }
@@ -71,6 +80,12 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                 }
             };
             verdict.advise = advise;
+            verdict.warnings.extend(held_back);
+            if newly_opted_in
+                && rule_config(req.object.as_ref())[0].map(String::as_str) == Some("true")
+            {
+                verdict.opted_in = Some(key);
+            }
             verdict
         }
         Operation::Delete => Verdict::job(job.awaiting(Awaited::Gone)),

@@ -20,6 +20,7 @@ fn state() -> AdmissionState {
             trust: crate::tenancy::TrustPolicy {
                 trusted_namespaces: crate::tenancy::NamespacePatterns::parse("default").unwrap(),
             },
+            ..Default::default()
         }),
         advisor: None,
         gate: None,

@@ -198,7 +198,7 @@ pub async fn load_rules(
             }
             cluster
                 .list_meta(*kind, None, marks::SOURCE_SELECTOR, fresh, |m| {
-                    SourceInfo::from_meta(*kind, &m)
+                    SourceInfo::from_meta(*kind, &m).map(|s| policy.keep_source(s))
                 })
                 .await
         })

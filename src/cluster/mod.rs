@@ -15,6 +15,7 @@ pub mod index;
 pub mod load;
 pub mod ratelimit;
 mod reads;
+pub mod rule_scope;
 #[cfg(test)]
 pub(crate) use reads::namespace_info;
 pub mod selectors;
@@ -86,6 +87,8 @@ pub struct Cluster {
     /// The opted-in sources and every namespace, kept by their watches.
     sources: Arc<index::SourceIndex>,
     namespaces: Arc<index::NamespaceIndex>,
+    /// The CopyRules as last listed, unless a CopyRule event came since.
+    copy_rules: Arc<rule_scope::CopyRuleScope>,
 }
 
 impl Cluster {
@@ -100,7 +103,14 @@ impl Cluster {
             copies: Arc::default(),
             sources: Arc::default(),
             namespaces: Arc::default(),
+            copy_rules: Arc::default(),
         }
+    }
+
+    /// The CopyRules as last listed (see [`rule_scope`]); the CopyRules watch tells it when
+    /// they change.
+    pub fn copy_rule_scope(&self) -> &rule_scope::CopyRuleScope {
+        &self.copy_rules
     }
 
     /// copyrator's copies by source (see [`copy_index`]); answers only while the copies watch

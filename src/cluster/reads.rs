@@ -209,10 +209,12 @@ impl Cluster {
         let api: Api<CopyRule> = Api::all(self.client.clone());
         let mut lp = fresh.list_params(self.page_size);
         let mut out = Vec::new();
+        let since = self.copy_rules.listing();
         loop {
             match self.call("list", "copyrules", api.list(&lp)).await {
                 Err(e) if e.is_not_found() => {
                     tracing::debug!("CopyRule CRD not installed; only inline rules apply");
+                    self.copy_rules.listed(since, &[]);
                     return Ok(Vec::new());
                 }
                 Err(e) => return Err(e),
@@ -220,7 +222,10 @@ impl Cluster {
                     out.extend(page.items);
                     match page.metadata.continue_ {
                         Some(token) if !token.is_empty() => lp.continue_token = Some(token),
-                        _ => return Ok(out),
+                        _ => {
+                            self.copy_rules.listed(since, &out);
+                            return Ok(out);
+                        }
                     }
                 }
             }

@@ -26,9 +26,11 @@ use crate::{
     pipeline::{
         job::{Job, JobKey, Trigger},
         queue::{WorkQueue, enqueue},
-        ready::ReadyIndex,
+        ready::{Reach, ReadyIndex},
         waiters::{Feed, Waiters, Watched},
     },
+    plan::{Policy, reach},
+    rules::Rule,
 };
 
 /// Server-side timeout of one watch request: below the client's read timeout, so a quiet
@@ -86,6 +88,15 @@ impl Feed {
     }
 }
 
+/// What keeping an event's object found out (see [`FeedState::keep`]).
+#[derive(Default)]
+struct Kept {
+    /// A copy's ADDED or MODIFIED event: whose it is.
+    seen: Option<Seen>,
+    /// A source's event: the namespaces it can change.
+    reach: Option<Reach>,
+}
+
 /// Where copy events that need work go: a copy deleted, or edited by someone else, is queued
 /// for restoring by the replica that leads (SPEC §4.4); the others only watch.
 #[derive(Clone)]
@@ -96,8 +107,10 @@ pub struct CopyEdits {
 
 /// Starts one watch per feed; they run until `shutdown` fires. `rules_changed` is told about
 /// every CopyRule event (see `selectors.rs`); copy events go to `copy_edits`.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     cluster: &Cluster,
+    policy: &Arc<Policy>,
     waiters: &Arc<Waiters>,
     ready: &Arc<ReadyIndex>,
     metrics: &Arc<Metrics>,
@@ -116,6 +129,7 @@ pub fn spawn(
         .map(|feed| {
             let feed_state = FeedState {
                 cluster: cluster.clone(),
+                policy: Arc::clone(policy),
                 feed,
                 waiters: Arc::clone(waiters),
                 ready: Arc::clone(ready),
@@ -132,6 +146,8 @@ pub fn spawn(
 /// A feed, where its events go, and where its state is shown.
 struct FeedState {
     cluster: Cluster,
+    /// Trust and exclusions, for what a source's event can reach.
+    policy: Arc<Policy>,
     feed: Feed,
     waiters: Arc<Waiters>,
     /// Forgets what events may have changed (the Pod gate's memory).
@@ -172,14 +188,14 @@ impl FeedState {
         }
     }
 
-    /// An event's object into the feed's index, before anyone waiting on it is woken; for a
-    /// copy's ADDED or MODIFIED event, what the event is to this replica.
-    fn keep(&self, meta: &Meta, deleted: bool) -> Option<Seen> {
+    /// An event's object into the feed's index, before anyone waiting on it is woken; what
+    /// the event is to this replica (a copy's), and which namespaces it can change (a source's).
+    fn keep(&self, meta: &Meta, deleted: bool) -> Kept {
         let c = &self.cluster;
         let rv = meta.resource_version.as_deref();
-        let mut seen = None;
+        let mut kept = Kept::default();
         match (self.feed, deleted) {
-            (Feed::Copies(kind), false) => seen = c.copy_index().event(kind, meta.clone()),
+            (Feed::Copies(kind), false) => kept.seen = c.copy_index().event(kind, meta.clone()),
             (Feed::Copies(_), true) => {
                 if let Some(Watched::Object(key)) = self.feed.watched(meta) {
                     c.copy_index().forget(&key, rv);
@@ -188,7 +204,7 @@ impl FeedState {
             (Feed::Sources(kind), _) => {
                 let index = c.source_index().of(kind);
                 let Some(Watched::Object(key)) = self.feed.watched(meta) else {
-                    return None;
+                    return kept;
                 };
                 // An object that lost its opt-in label is no source any more.
                 let opted_in = meta
@@ -196,7 +212,12 @@ impl FeedState {
                     .as_ref()
                     .and_then(|l| l.get(marks::SOURCE_LABEL))
                     .is_some_and(|v| v == "true");
-                match SourceInfo::from_meta(kind, meta).filter(|_| !deleted && opted_in) {
+                let before = index.peek(&key, Clone::clone);
+                let after = SourceInfo::from_meta(kind, meta)
+                    .filter(|_| !deleted && opted_in)
+                    .map(|s| self.policy.keep_source(s));
+                kept.reach = Some(self.source_reach(before.as_ref(), after.as_ref()));
+                match after {
                     Some(info) => index.insert(key, info),
                     None => index.remove(&key, rv),
                 }
@@ -212,10 +233,48 @@ impl FeedState {
                     }
                 }
             }
-            (Feed::CopyRules, _) => return None,
+            (Feed::CopyRules, _) => {
+                // What the CopyRules were is not known any more (a source's reach).
+                c.copy_rule_scope().changed();
+                return kept;
+            }
         }
         self.show_index_size();
-        seen
+        kept
+    }
+
+    /// The namespaces a source's change can reach: where its rules before and after the change
+    /// (its inline rule, the CopyRules selecting it) can have copies. Every namespace while
+    /// the CopyRules or the namespaces are not known, or when it reaches most of them.
+    fn source_reach(&self, before: Option<&SourceInfo>, after: Option<&SourceInfo>) -> Reach {
+        let c = &self.cluster;
+        let Some(copy_rules) = c.copy_rule_scope().rules() else {
+            return Reach::All;
+        };
+        let mut rules = Vec::new();
+        for source in [before, after].into_iter().flatten() {
+            if let Ok(Some(mut inline)) = Rule::inline(source) {
+                inline.tier = self.policy.trust.inline_tier(&inline.source_namespace);
+                rules.push(inline);
+            }
+            rules.extend(
+                copy_rules
+                    .iter()
+                    .filter(|r| r.selects_source(source))
+                    .cloned(),
+            );
+        }
+        if rules.is_empty() {
+            return Reach::Nothing;
+        }
+        let reached = c
+            .namespace_index()
+            .read(|by_name| (reach(&self.policy, &rules, by_name.values()), by_name.len()));
+        match reached {
+            Some((names, _)) if names.is_empty() => Reach::Nothing,
+            Some((names, all)) if names.len() * 2 <= all => Reach::Namespaces(names),
+            _ => Reach::All,
+        }
     }
 
     fn show_index_size(&self) {
@@ -396,6 +455,7 @@ async fn seed(state: &FeedState) -> Result<String, String> {
             let mut seed = index.seeding();
             let at = list_kept(state, |m| {
                 if let Some(s) = SourceInfo::from_meta(kind, &m) {
+                    let s = state.policy.keep_source(s);
                     seed.insert(s.key.clone(), s);
                 }
             })
@@ -430,7 +490,7 @@ async fn seed(state: &FeedState) -> Result<String, String> {
         ));
     }
     for meta in gone {
-        on_event(state, &meta, true, None);
+        on_event(state, &meta, true, Kept::default());
     }
     state.show_index_size();
     Ok(at)
@@ -447,7 +507,7 @@ async fn list_kept(state: &FeedState, mut keep: impl FnMut(Meta)) -> Result<Stri
             feed.url_path(),
             feed.label_selector().unwrap_or_default(),
             |meta| {
-                on_event(state, &meta, false, None);
+                on_event(state, &meta, false, Kept::default());
                 keep(meta)
             },
         )
@@ -482,7 +542,8 @@ fn own_delete(state: &FeedState, meta: &Meta) -> bool {
 /// the Pod gate's memory forgets, waiting jobs wake, and a copy deleted or edited by someone
 /// else is queued for restoring. `seen`: what a copy's event is to this replica (`None` for an
 /// item of a seeding LIST, which no write of this process can explain).
-fn on_event(state: &FeedState, meta: &Meta, deleted: bool, seen: Option<Seen>) {
+fn on_event(state: &FeedState, meta: &Meta, deleted: bool, kept: Kept) {
+    let Kept { seen, reach } = kept;
     let feed = state.feed;
     // A copy deleted by someone else, or changed by a write this replica did not make while
     // its marks stayed (or under another field manager): not the echo of copyrator's own
@@ -520,8 +581,10 @@ fn on_event(state: &FeedState, meta: &Meta, deleted: bool, seen: Option<Seen>) {
     if let Some(watched) = feed.watched(meta) {
         // copyrator's own copy writes follow a change the index already saw (a source, a
         // namespace, a rule): they change no namespace's answer.
-        if foreign || !matches!(feed, Feed::Copies(_)) {
-            state.ready.observe(feed, &watched);
+        match (&reach, foreign || !matches!(feed, Feed::Copies(_))) {
+            (Some(reach), _) => state.ready.forget(feed, reach),
+            (None, true) => state.ready.observe(feed, &watched),
+            (None, false) => {}
         }
         state.waiters.notify(&watched);
         if let (Some(edits), Watched::Object(key), true) = (&state.copy_edits, &watched, foreign) {
@@ -573,8 +636,8 @@ async fn watch_once(state: &FeedState, version: &mut String) -> Ended {
                 }
                 events.inc();
                 let deleted = matches!(event, Ok(WatchEvent::Deleted(_)));
-                let seen = state.keep(&item.metadata, deleted);
-                on_event(state, &item.metadata, deleted, seen);
+                let kept = state.keep(&item.metadata, deleted);
+                on_event(state, &item.metadata, deleted, kept);
             }
             Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,
             Ok(WatchEvent::Error(status)) if status.code == 410 => return Ended::Expired,

@@ -13,16 +13,12 @@ use anyhow::Context as _;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{
-    cli::{ExplainCommand, ExplainOptions, ExplainOutput, KindArg, PolicyArgs},
+    cli::{ExplainCommand, ExplainOptions, ExplainOutput, KindArg},
     cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
     metrics::Metrics,
     model::{Kind, ObjectKey},
-    plan::{
-        Policy,
-        explain::{Focus, explain},
-    },
+    plan::explain::{Focus, explain},
     selector,
-    tenancy::TrustPolicy,
 };
 
 /// Runs `copyrator explain`; the explanation goes to stdout.
@@ -51,7 +47,7 @@ pub async fn run(command: ExplainCommand) -> anyhow::Result<()> {
     } = options;
     let client = crate::app::kube_client(kubeconfig.as_deref()).await?;
     let cluster = cli_cluster(client.clone());
-    let policy = policy_of(&policy);
+    let policy = policy.policy();
     let inputs = match &focus {
         Focus::Namespace(name) => load::for_namespace(&cluster, &policy, name).await?,
         Focus::Source(key) => load::for_source(&cluster, &policy, key).await?,
@@ -107,21 +103,6 @@ pub(crate) fn cli_cluster(client: kube::Client) -> Cluster {
         },
         500,
     )
-}
-
-/// The policy `serve` would run with, from the same flags.
-pub(crate) fn policy_of(args: &PolicyArgs) -> Policy {
-    Policy {
-        excluded_namespaces: args
-            .exclude_namespaces
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        trust: TrustPolicy {
-            trusted_namespaces: args.trusted_namespaces.clone(),
-        },
-    }
 }
 
 /// `NS/NAME` (of kind `kind`, default Secret), or `secret/NS/NAME`, `configmap/NS/NAME`

@@ -423,6 +423,7 @@ mod tests {
             trust: TrustPolicy {
                 trusted_namespaces: NamespacePatterns::parse(trusted).unwrap(),
             },
+            ..Default::default()
         }
     }
 
@@ -622,6 +623,7 @@ mod tests {
             annotations: BTreeMap::new(),
             created: 0,
             deleting: false,
+            dropped: None,
         };
         configured
             .annotations

@@ -13,12 +13,12 @@ use std::collections::BTreeMap;
 
 use crate::{
     cli::{MigrateArgs, MigrateOutput},
-    explain::{cli_cluster, policy_of},
+    explain::cli_cluster,
 };
 
 /// Runs `copyrator migrate`: the configuration to stdout, what `--adopt` did to stderr.
 pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
-    let policy = policy_of(&args.policy);
+    let policy = args.policy.policy();
     let cluster = if args.files.is_empty() {
         Some(cli_cluster(
             crate::app::kube_client(args.kubeconfig.as_deref()).await?,

@@ -223,6 +223,7 @@ mod tests {
             trust: TrustPolicy {
                 trusted_namespaces: NamespacePatterns::parse("team-*").unwrap(),
             },
+            ..Default::default()
         };
         build(
             Translation {

@@ -3,8 +3,9 @@
 //! sync of that namespace that settled, and only if nothing that could change the answer
 //! happened since that sync began; every watch event that could change it removes entries
 //! (a namespace's own events and its copies' events, except the echo of copyrator's own copy
-//! writes, which the watch does not pass on: that namespace; a source or CopyRule event: all
-//! of them). While any watch is not live, nothing is trusted.
+//! writes, which the watch does not pass on: that namespace; a source's event: the namespaces
+//! its rules can reach, [`Reach`]; a CopyRule event: all of them). While any watch is not live,
+//! nothing is trusted.
 
 use std::sync::{
     Arc,
@@ -14,6 +15,17 @@ use std::sync::{
 use moka::sync::Cache;
 
 use super::waiters::{Feed, Watched};
+
+/// Which namespaces' answers a source's event may change: those its rules (before and after
+/// the change) can have copies in ([`crate::plan::reach`]). A tenant's source that no namespace
+/// consents to reaches nothing, so editing it forgets nothing (SPEC §10.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    Nothing,
+    Namespaces(Vec<String>),
+    /// Not known (the CopyRules or the namespaces are not known now), or most namespaces.
+    All,
+}
 
 /// What a settled namespace's Pods get: the copies to add to `spec.imagePullSecrets`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -120,6 +132,19 @@ impl ReadyIndex {
         }
     }
 
+    /// A source's watch event that may change the answer of the namespaces `reach` names.
+    /// Ignored while the feed is down, as in [`Self::observe`].
+    pub fn forget(&self, feed: Feed, reach: &Reach) {
+        if self.live.load(Ordering::SeqCst) & (1 << feed.index()) == 0 {
+            return;
+        }
+        match reach {
+            Reach::Nothing => {}
+            Reach::Namespaces(names) => names.iter().for_each(|ns| self.touch(ns)),
+            Reach::All => self.touch_all(),
+        }
+    }
+
     /// A watch is connected. If it was down, events may have been missed: forget everything.
     /// (A watch the server ended after its timeout and that resumed from its last version
     /// missed nothing and never went down.)
@@ -195,6 +220,23 @@ mod tests {
         index.record("a", index.begin(), ready("x"));
         index.observe(Feed::CopyRules, &Watched::CopyRule("r".into()));
         assert!(index.get("a").is_none());
+    }
+
+    #[test]
+    fn a_source_event_forgets_only_the_namespaces_it_reaches() {
+        let index = live();
+        let since = index.begin();
+        for ns in ["a", "b", "c"] {
+            assert!(index.record(ns, since, ready("x")));
+        }
+        let feed = Feed::Sources(Kind::Secret);
+        index.forget(feed, &Reach::Nothing);
+        assert!(["a", "b", "c"].iter().all(|ns| index.get(ns).is_some()));
+        index.forget(feed, &Reach::Namespaces(vec!["b".into()]));
+        assert!(index.get("a").is_some() && index.get("b").is_none());
+        assert!(!index.record("b", since, ready("x")), "b changed since");
+        index.forget(feed, &Reach::All);
+        assert!(index.get("a").is_none() && index.get("c").is_none());
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub mod reason {
     pub const SOURCE_NOT_FOUND: &str = "SourceNotFound";
     pub const REFUSED: &str = "CopyRefused";
     pub const NOT_OPTED_IN: &str = "SourceNotOptedIn";
+    pub const HELD_BACK: &str = "SourceHeldBack";
 }
 
 #[derive(Clone)]

@@ -14,10 +14,10 @@ use crate::{
     cluster::apply::Applied,
     copyrule::CopyConflict,
     marks,
-    metrics::{Metrics, ReasonLabels},
+    metrics::{CapLabels, Metrics, ReasonLabels},
     model::ObjectKey,
     plan::{Action, ClaimRef, ConflictReason, World},
-    rules::RuleId,
+    rules::{Capped, RuleId},
 };
 
 /// Per-rule tally of one job's outcomes (or of a resync's chunks, summed: [`Tally::absorb`]).
@@ -248,6 +248,58 @@ pub async fn publish(
         let note = format!("some target namespaces get no copy: {why}");
         events.warning(&regarding, event_reason, note).await;
     }
+}
+
+/// Events on the sources one namespace's count cap holds back, per resync: enough to say
+/// why, without one Event per source of a namespace that holds thousands.
+const HELD_BACK_EVENTS_PER_NAMESPACE: usize = 10;
+
+/// Events and metrics for the sources a cap holds back (SPEC §9.7), after a full resync: an
+/// Event on each (in its own namespace; at most [`HELD_BACK_EVENTS_PER_NAMESPACE`] per
+/// namespace for the count cap), and gauges of how many and of the namespaces over the
+/// per-namespace cap.
+pub async fn capped(events: &Events, metrics: &Metrics, world: &World) {
+    let capped = &world.rules().capped_sources;
+    let mut per_namespace: BTreeMap<&str, usize> = BTreeMap::new();
+    let (mut by_count, mut by_bytes) = (0, 0);
+    for (key, why) in capped {
+        match why {
+            Capped::PerNamespace => {
+                by_count += 1;
+                let told = per_namespace.entry(&key.namespace).or_default();
+                *told += 1;
+                if *told > HELD_BACK_EVENTS_PER_NAMESPACE {
+                    continue;
+                }
+            }
+            Capped::MetadataBytes(_) => by_bytes += 1,
+        }
+        if let Some(info) = world.sources().get(key) {
+            events
+                .warning(
+                    &Regarding::source(key.kind, key, &info.uid),
+                    reason::HELD_BACK,
+                    held_back(why),
+                )
+                .await;
+        }
+    }
+    for (cap, n) in [("per_namespace", by_count), ("metadata_bytes", by_bytes)] {
+        metrics
+            .capped_sources
+            .get_or_create(&CapLabels { cap })
+            .set(n);
+    }
+    metrics
+        .namespaces_at_source_cap
+        .set(per_namespace.len() as i64);
+}
+
+/// What a source held back by a cap is told (an Event, an admission warning).
+pub fn held_back(why: &Capped) -> String {
+    format!(
+        "copyrator does not act on this source: {why}; its copies are left as they are and no new ones are made"
+    )
 }
 
 /// Events and metrics for what the inline rules of untrusted namespaces ask for and do not get

@@ -161,6 +161,7 @@ mod tests {
                 annotations: Default::default(),
                 created: 0,
                 deleting: false,
+                dropped: None,
             }),
         )]);
         w

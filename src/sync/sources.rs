@@ -8,7 +8,10 @@ use crate::{
     model::{ObjectKey, SourceInfo},
     pipeline::context::Context,
     plan::World,
-    report::events::{Regarding, reason},
+    report::{
+        self,
+        events::{Regarding, reason},
+    },
     rules::{Rule, SourceMatch},
 };
 
@@ -68,6 +71,12 @@ pub(super) async fn label_source(ctx: &Context, info: &SourceInfo) {
 /// Events about a source's own configuration (inline rule).
 pub(super) async fn warn_about_source(ctx: &Context, world: &World, info: &SourceInfo) {
     let regarding = Regarding::source(info.key.kind, &info.key, &info.uid);
+    if let Some(why) = world.rules().capped_sources.get(&info.key) {
+        ctx.events
+            .warning(&regarding, reason::HELD_BACK, report::held_back(why))
+            .await;
+        return;
+    }
     if let Some(err) = world.rules().invalid_sources.get(&info.key) {
         ctx.events
             .warning(&regarding, reason::INVALID, err.to_string())

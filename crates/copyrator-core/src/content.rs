@@ -300,6 +300,7 @@ mod tests {
             .collect(),
             created: 0,
             deleting: false,
+            dropped: None,
         }
     }
 

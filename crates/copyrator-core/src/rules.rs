@@ -432,13 +432,61 @@ impl RuleError {
     }
 }
 
+/// How much of the sources of an untrusted namespace copyrator acts on (SPEC §9.7): what one
+/// tenant can make it hold and do is bounded by the tenant, not multiplied by the cluster.
+/// Sources of trusted namespaces are the platform's own and are not capped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceCaps {
+    /// Opted-in sources per namespace (`--max-sources-per-namespace`): the oldest act, the
+    /// rest are held back.
+    pub per_namespace: usize,
+    /// Bytes of the labels and annotations copyrator keeps of one source
+    /// (`--max-source-metadata-bytes`, [`SourceInfo::kept`]).
+    pub metadata_bytes: usize,
+}
+
+impl Default for SourceCaps {
+    fn default() -> Self {
+        Self {
+            per_namespace: 100,
+            metadata_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// Why a source of an untrusted namespace is held back (SPEC §9.7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Capped {
+    /// Its labels and annotations take this many bytes, over the cap.
+    MetadataBytes(usize),
+    /// Its namespace holds more opted-in sources than the cap, and older ones act.
+    PerNamespace,
+}
+
+impl std::fmt::Display for Capped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Capped::MetadataBytes(bytes) => write!(
+                f,
+                "its labels and annotations take {bytes} bytes, more than copyrator acts on for a source of a namespace it does not trust (--max-source-metadata-bytes)"
+            ),
+            Capped::PerNamespace => f.write_str(
+                "its namespace holds more opted-in sources than copyrator acts on for a namespace it does not trust (--max-sources-per-namespace); older ones are copied",
+            ),
+        }
+    }
+}
+
 /// Every rule in force, in precedence order (tier, then older first, then by id), plus the
-/// sources whose inline configuration is invalid.
+/// sources whose inline configuration is invalid and the sources a cap holds back.
 #[derive(Clone, Debug, Default)]
 pub struct RuleSet {
     pub rules: Vec<Rule>,
     pub invalid_sources: BTreeMap<ObjectKey, RuleError>,
     pub invalid_copy_rules: BTreeMap<String, RuleError>,
+    /// Sources of untrusted namespaces over a cap: no rule applies to them, and their copies
+    /// stay as they are (neither written nor deleted).
+    pub capped_sources: BTreeMap<ObjectKey, Capped>,
 }
 
 impl RuleSet {
@@ -449,8 +497,51 @@ impl RuleSet {
         copy_rules: impl IntoIterator<Item = &'a CopyRule>,
         trust: &TrustPolicy,
     ) -> Self {
+        Self::build_capped(labelled_sources, copy_rules, trust, &SourceCaps::default())
+    }
+
+    /// [`RuleSet::build`], the sources of untrusted namespaces over `caps` held back: no
+    /// rule, inline or CopyRule, applies to them.
+    pub fn build_capped<'a>(
+        labelled_sources: impl IntoIterator<Item = &'a SourceInfo>,
+        copy_rules: impl IntoIterator<Item = &'a CopyRule>,
+        trust: &TrustPolicy,
+        caps: &SourceCaps,
+    ) -> Self {
         let mut set = RuleSet::default();
+        // The sources of each untrusted namespace, oldest first: the first ones act.
+        let mut untrusted: BTreeMap<&str, Vec<&SourceInfo>> = BTreeMap::new();
+        let mut acting = Vec::new();
         for source in labelled_sources {
+            if trust.is_trusted(&source.key.namespace) {
+                acting.push(source);
+            } else {
+                untrusted
+                    .entry(source.key.namespace.as_str())
+                    .or_default()
+                    .push(source);
+            }
+        }
+        for (_, mut sources) in untrusted {
+            sources.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
+            let mut held = 0;
+            for source in sources {
+                let bytes = source.dropped.unwrap_or_else(|| source.metadata_bytes());
+                if bytes > caps.metadata_bytes {
+                    set.capped_sources
+                        .insert(source.key.clone(), Capped::MetadataBytes(bytes));
+                } else if source.deleting || source.is_copy() {
+                    acting.push(source);
+                } else if held >= caps.per_namespace {
+                    set.capped_sources
+                        .insert(source.key.clone(), Capped::PerNamespace);
+                } else {
+                    held += 1;
+                    acting.push(source);
+                }
+            }
+        }
+        for source in acting {
             if source.deleting {
                 continue;
             }
@@ -524,6 +615,7 @@ mod tests {
                 .collect(),
             created: 0,
             deleting: false,
+            dropped: None,
         }
     }
 
@@ -778,6 +870,97 @@ mod tests {
             assert_eq!(e.field, field, "{e}");
             assert!(e.message.contains(needle), "{e} should mention {needle:?}");
         }
+    }
+
+    /// SPEC §9.7: of an untrusted namespace's sources the oldest act, up to the cap; one whose
+    /// labels and annotations are over the byte cap does not; trusted namespaces are not
+    /// capped.
+    #[test]
+    fn caps_hold_back_the_newest_and_the_largest_sources_of_untrusted_namespaces() {
+        let caps = SourceCaps {
+            per_namespace: 2,
+            metadata_bytes: 100,
+        };
+        let trust = TrustPolicy {
+            trusted_namespaces: tenancy::NamespacePatterns::parse("platform").unwrap(),
+        };
+        let opted = [(marks::SOURCE_LABEL, "true")];
+        let annotated = [(marks::NAMESPACES_ANNOTATION, "team-a")];
+        let at = |ns: &str, name: &str, created: i64| SourceInfo {
+            created,
+            ..source(ns, name, &opted, &annotated)
+        };
+        let big = "x".repeat(200);
+        let mut large = at("tenant", "large", 0);
+        large
+            .annotations
+            .insert("example.com/big".into(), big.clone());
+        // Tracking metadata is never copied: it does not count.
+        let mut applied = at("tenant", "applied", 1);
+        applied.annotations.insert(
+            "kubectl.kubernetes.io/last-applied-configuration".into(),
+            big.clone(),
+        );
+        let sources = [
+            large,
+            applied,
+            at("tenant", "b", 2),
+            at("tenant", "a", 2),
+            at("tenant", "newest", 3),
+            at("platform", "p1", 1),
+            at("platform", "p2", 2),
+            at("platform", "p3", 3),
+        ];
+        // The opt-in label, the namespaces annotation and the big one.
+        let large_bytes = marks::SOURCE_LABEL.len()
+            + "true".len()
+            + marks::NAMESPACES_ANNOTATION.len()
+            + "team-a".len()
+            + "example.com/big".len()
+            + big.len();
+        let set = RuleSet::build_capped(&sources, [], &trust, &caps);
+        let capped: Vec<(&str, &Capped)> = set
+            .capped_sources
+            .iter()
+            .map(|(k, why)| (k.name.as_str(), why))
+            .collect();
+        assert_eq!(
+            capped,
+            [
+                ("b", &Capped::PerNamespace),
+                ("large", &Capped::MetadataBytes(large_bytes)),
+                ("newest", &Capped::PerNamespace),
+            ],
+            "the oldest two act (applied, then a before b by name)"
+        );
+        let acting: BTreeSet<&str> = set
+            .rules
+            .iter()
+            .filter_map(|r| match &r.id {
+                RuleId::Inline(k) => Some(k.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acting, BTreeSet::from(["a", "applied", "p1", "p2", "p3"]));
+        // What is kept of a source over the byte cap is its key and opt-in label, and its size.
+        let kept = sources[0].clone().kept(Some(caps.metadata_bytes));
+        assert!(kept.annotations.is_empty());
+        assert_eq!(kept.labels.len(), 1);
+        assert_eq!(kept.dropped, Some(large_bytes));
+        let again = RuleSet::build_capped([&kept], [], &trust, &caps);
+        assert!(matches!(
+            again.capped_sources.values().next(),
+            Some(Capped::MetadataBytes(_))
+        ));
+        // Within the cap, only what is never copied is dropped.
+        let kept = sources[1].clone().kept(Some(caps.metadata_bytes));
+        assert_eq!(kept.dropped, None);
+        assert!(
+            !kept
+                .annotations
+                .contains_key("kubectl.kubernetes.io/last-applied-configuration")
+        );
+        assert!(kept.annotations.contains_key(marks::NAMESPACES_ANNOTATION));
     }
 
     #[test]

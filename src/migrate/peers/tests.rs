@@ -17,6 +17,7 @@ fn object(kind: Kind, ns: &str, name: &str, annotations: &[(&str, &str)]) -> Sou
             .collect(),
         created: 0,
         deleting: false,
+        dropped: None,
     }
 }
 

@@ -67,6 +67,7 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
 
     let done = converge_all(ctx, job, &mut world, found).await?;
     report::refusals(&ctx.events, &ctx.metrics, &world, None).await;
+    report::capped(&ctx.events, &ctx.metrics, &world).await;
     for cr in world.copy_rules() {
         write_rule_status(ctx, &world, cr, &done.tallies).await;
     }

@@ -117,6 +117,9 @@ pub struct SourceInfo {
     /// Seconds since the epoch, for ordering rules deterministically.
     pub created: i64,
     pub deleting: bool,
+    /// Its labels and annotations were over the cap of what copyrator keeps of a source of an
+    /// untrusted namespace and were dropped (SPEC §9.7): their size in bytes.
+    pub dropped: Option<usize>,
 }
 
 impl SourceInfo {
@@ -133,7 +136,39 @@ impl SourceInfo {
                 .map(|t| t.0.as_second())
                 .unwrap_or_default(),
             deleting: meta.deletion_timestamp.is_some(),
+            dropped: None,
         })
+    }
+
+    /// Bytes of the labels and annotations copyrator acts on: those a copy carries and
+    /// copyrator's own configuration (what [`SourceInfo::kept`] keeps).
+    pub fn metadata_bytes(&self) -> usize {
+        let size = |m: &BTreeMap<String, String>| -> usize {
+            m.iter()
+                .filter(|(k, _)| kept_key(k))
+                .map(|(k, v)| k.len() + v.len())
+                .sum()
+        };
+        size(&self.labels) + size(&self.annotations)
+    }
+
+    /// What copyrator keeps of a source while it holds many (its indexes, a resync): the
+    /// labels and annotations a copy carries and copyrator's own configuration, nothing else
+    /// (tracking metadata such as `kubectl.kubernetes.io/last-applied-configuration` is never
+    /// copied). Over `max_bytes` (a source of an untrusted namespace, SPEC §9.7), those are
+    /// dropped too but for the opt-in label, and their size is noted: such a source makes no
+    /// rule, and what it holds costs nothing here.
+    pub fn kept(mut self, max_bytes: Option<usize>) -> Self {
+        self.labels.retain(|k, _| kept_key(k));
+        self.annotations.retain(|k, _| kept_key(k));
+        let bytes = self.metadata_bytes();
+        if max_bytes.is_some_and(|max| bytes > max) {
+            self.labels
+                .retain(|k, v| k == crate::marks::SOURCE_LABEL && v == "true");
+            self.annotations.clear();
+            self.dropped = Some(bytes);
+        }
+        self
     }
 
     /// Whether the object carries copyrator's `managed-by` mark: one of copyrator's copies (or
@@ -147,6 +182,14 @@ impl SourceInfo {
             .map(String::as_str)
             == Some(crate::marks::MANAGED_BY_VALUE)
     }
+}
+
+/// Whether copyrator acts on a source's label or annotation `key`: one a copy carries, or
+/// copyrator's own configuration.
+fn kept_key(key: &str) -> bool {
+    crate::marks::is_carried_key(key)
+        || key.starts_with("copyrator.io/")
+        || key == crate::marks::MANAGED_BY_LABEL
 }
 
 /// The part of a Secret or ConfigMap that a copy carries. Its `Debug` shows keys and sizes,

@@ -15,7 +15,8 @@ use std::{
 pub use action::{Action, ConflictReason};
 pub use existing::{Contents, CopyMarks, Existing, ManagedCopy, MarksError, SharedMarks};
 pub use world::{
-    Claim, ClaimParts, ClaimRef, Claims, Policy, Refusal, Targeting, Unreadable, World, merge_into,
+    Claim, ClaimParts, ClaimRef, Claims, Policy, Refusal, SourceCaps, Targeting, Unreadable, World,
+    merge_into, reach,
 };
 
 use crate::{
@@ -164,11 +165,15 @@ fn plan_target<'w>(
         }];
     }
     let unreadable = world.unreadable();
+    if matches!(existing, Existing::Managed(m) if unreadable.capped.contains(&m.source)) {
+        return vec![Action::Skip {
+            target: target.clone(),
+            reason: "its source is held back by a cap (SPEC §9.7)",
+        }];
+    }
     if unreadable.namespaces.contains(&target.namespace)
-        || matches!(existing, Existing::Managed(m) if unreadable.sources.contains(&m.source))
-        || claims
-            .iter()
-            .any(|c| unreadable.sources.contains(&c.source.key))
+        || matches!(existing, Existing::Managed(m) if unreadable.holds(&m.source))
+        || claims.iter().any(|c| unreadable.holds(&c.source.key))
     {
         return vec![Action::Skip {
             target: target.clone(),

@@ -28,6 +28,7 @@ fn inline_source() -> SourceInfo {
         annotations: map(&[(marks::NAMESPACE_SELECTOR_ANNOTATION, "secret=yes")]),
         created: 100,
         deleting: false,
+        dropped: None,
     }
 }
 
@@ -749,6 +750,7 @@ mod tenancy {
             annotations: map(annotations),
             created,
             deleting: false,
+            dropped: None,
         }
     }
 
@@ -892,6 +894,58 @@ mod tenancy {
         spec.namespaces = vec!["istio-system".into()];
         spec.deletion_policy = DeletionPolicy::Retain;
         copy_rule(name, 1, spec)
+    }
+
+    /// SPEC §9.7: a source a cap holds back makes no claim, and its copy is left as it is
+    /// (neither written nor deleted: not an orphan).
+    #[test]
+    fn a_capped_sources_copy_is_left_as_it_is() {
+        let push = [(marks::NAMESPACES_ANNOTATION, "istio-system")];
+        let mut c = Cluster::new(PLATFORM)
+            .namespace("istio-system", &[], Some(TENANT))
+            .source(inline(TENANT, 1, &push))
+            .with_copy_by("inline", TENANT, "istio-system");
+        let mut newer = inline(TENANT, 2, &push);
+        newer.key.name = "newer".into();
+        c = c.source(newer);
+        assert_eq!(
+            c.plan(),
+            [
+                "in-sync istio-system by tenant-a inline",
+                "create istio-system by tenant-a inline"
+            ]
+        );
+        let mut policy = c.world.policy().clone();
+        policy.caps.per_namespace = 1;
+        let mut capped = World::new(policy.clone());
+        capped.insert_namespaces(c.world.namespaces().values().cloned());
+        capped.set_sources(
+            c.world
+                .sources()
+                .values()
+                .map(|s| (s.key.clone(), Some(s.clone()))),
+        );
+        c.world = capped;
+        assert_eq!(
+            c.plan(),
+            ["in-sync istio-system by tenant-a inline"],
+            "the newer source is held back: no copy made"
+        );
+        // Over the byte cap, the older one too: its copy stays, untouched.
+        policy.caps.metadata_bytes = 10;
+        let mut capped = World::new(policy);
+        capped.insert_namespaces(c.world.namespaces().values().cloned());
+        capped.set_sources(
+            c.world
+                .sources()
+                .values()
+                .map(|s| (s.key.clone(), Some(s.clone()))),
+        );
+        c.world = capped;
+        assert_eq!(
+            c.plan(),
+            ["skip istio-system (its source is held back by a cap (SPEC §9.7))"]
+        );
     }
 
     #[test]

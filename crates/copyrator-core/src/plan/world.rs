@@ -7,6 +7,7 @@ use std::{
     sync::Arc,
 };
 
+pub use crate::rules::SourceCaps;
 use crate::{
     copyrule::CopyRule,
     model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
@@ -23,6 +24,8 @@ pub struct Policy {
     pub excluded_namespaces: BTreeSet<String>,
     /// Which namespaces' inline rules are trusted (`--trusted-namespaces`, SPEC §9).
     pub trust: TrustPolicy,
+    /// How much of the sources of untrusted namespaces copyrator acts on (SPEC §9.7).
+    pub caps: SourceCaps,
 }
 
 impl Policy {
@@ -30,20 +33,38 @@ impl Policy {
     pub fn is_excluded(&self, namespace: &str) -> bool {
         self.excluded_namespaces.contains(namespace)
     }
+
+    /// What copyrator keeps of `source` while it holds many ([`SourceInfo::kept`]): the
+    /// metadata cap applies to the sources of untrusted namespaces (SPEC §9.7).
+    pub fn keep_source(&self, source: SourceInfo) -> SourceInfo {
+        let cap =
+            (!self.trust.is_trusted(&source.key.namespace)).then_some(self.caps.metadata_bytes);
+        source.kept(cap)
+    }
 }
 
-/// Sources, namespaces and copies a job failed to read.
+/// Sources, namespaces and copies a job failed to read, and sources a cap holds back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unreadable {
     pub sources: BTreeSet<ObjectKey>,
     pub namespaces: BTreeSet<String>,
     /// Copies whose content could not be read (judged by their marks meanwhile).
     pub copies: BTreeSet<ObjectKey>,
+    /// Sources of untrusted namespaces over a cap (SPEC §9.7): like unreadable ones, their
+    /// copies are neither written nor deleted, but nothing reads them again (derived from the
+    /// rules, [`RuleSet::capped_sources`]).
+    pub capped: BTreeSet<ObjectKey>,
 }
 
 impl Unreadable {
+    /// Nothing failed to be read (capped sources are no failure).
     pub fn is_empty(&self) -> bool {
         self.sources.is_empty() && self.namespaces.is_empty() && self.copies.is_empty()
+    }
+
+    /// Whether targets depending on `source` are left as they are.
+    pub fn holds(&self, source: &ObjectKey) -> bool {
+        self.sources.contains(source) || self.capped.contains(source)
     }
 }
 
@@ -161,7 +182,14 @@ impl World {
     }
 
     fn rebuild_rules(&mut self) {
-        self.rules = RuleSet::build(self.sources.values(), &self.copy_rules, &self.policy.trust);
+        self.rules = RuleSet::build_capped(
+            self.sources.values(),
+            &self.copy_rules,
+            &self.policy.trust,
+            &self.policy.caps,
+        );
+        // What a cap holds back is neither written nor deleted: its copies stay as they are.
+        self.unreadable.capped = self.rules.capped_sources.keys().cloned().collect();
     }
 
     /// Whether `rule` gets copies in `ns`, and why (SPEC §2.3, §9.2): the rule's own clauses
@@ -244,10 +272,12 @@ impl World {
             .collect();
         let mut out = Claims::default();
         for rule in &self.rules.rules {
+            // A source a cap holds back makes no claim (its copies stay as they are).
             let sources: Vec<&SourceInfo> = self
                 .sources
                 .values()
-                .filter(|s| !s.deleting && rule.applies_to(s))
+                .filter(|s| !s.deleting && !self.unreadable.capped.contains(&s.key))
+                .filter(|s| rule.applies_to(s))
                 .filter(|s| {
                     names.as_ref().is_none_or(|names| {
                         names.contains(&(rule.kind, rule.target_name(&s.key.name)))
@@ -303,6 +333,7 @@ impl World {
             }
             for src in self.sources.values() {
                 if src.deleting
+                    || self.unreadable.capped.contains(&src.key)
                     || !rule.applies_to(src)
                     || source.is_some_and(|key| key != &src.key)
                 {
@@ -335,6 +366,28 @@ impl World {
         }
         out
     }
+}
+
+/// The namespaces among `namespaces` where `rules` may have copies: selected by a rule's
+/// clauses, not excluded, and consenting where the rule needs consent (SPEC §9.2). What a
+/// change of the rules' sources can change there and nowhere else (the Pod gate forgets only
+/// these, SPEC §10.2): a source whose rules target nothing (no namespace consents to a tenant)
+/// reaches nothing. Terminating namespaces count: their copies are being taken away.
+pub fn reach<'a>(
+    policy: &Policy,
+    rules: &[Rule],
+    namespaces: impl IntoIterator<Item = &'a NamespaceInfo>,
+) -> Vec<String> {
+    namespaces
+        .into_iter()
+        .filter(|ns| !policy.is_excluded(&ns.name))
+        .filter(|ns| {
+            rules
+                .iter()
+                .any(|r| r.selection(ns).selects() && r.consented_by(ns))
+        })
+        .map(|ns| ns.name.clone())
+        .collect()
 }
 
 /// What an untrusted inline rule asked for and does not get (see [`World::refusals`]).

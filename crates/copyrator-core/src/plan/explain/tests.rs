@@ -51,6 +51,7 @@ fn cred() -> SourceInfo {
         annotations: map(&[(marks::NAMESPACE_SELECTOR_ANNOTATION, "registry=enabled")]),
         created: 10,
         deleting: false,
+        dropped: None,
     }
 }
 
@@ -90,6 +91,7 @@ impl Case {
         let mut world = World::new(Policy {
             trust,
             excluded_namespaces: ["kube-system".to_string()].into(),
+            ..Default::default()
         });
         world.set_sources([(cred().key, Some(cred()))]);
         world.insert_namespaces(namespaces.iter().cloned());
