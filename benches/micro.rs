@@ -54,10 +54,14 @@ fn admission(c: &mut Criterion) {
         .build()
         .unwrap();
     let queue = WorkQueue::new(10_000);
+    let metrics = Arc::new(Metrics::new());
     let state = AdmissionState {
-        waiters: copyrator::pipeline::waiters::Waiters::new(Arc::clone(&queue)),
+        waiters: copyrator::pipeline::waiters::Waiters::new(
+            Arc::clone(&queue),
+            Arc::clone(&metrics),
+        ),
         queue,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         policy: Arc::new(Policy {
             trust: TrustPolicy::trust_all(),
             ..Default::default()
@@ -107,7 +111,10 @@ fn admission(c: &mut Criterion) {
     ));
     let queue = WorkQueue::new(10_000);
     let pods = router(AdmissionState {
-        waiters: copyrator::pipeline::waiters::Waiters::new(Arc::clone(&queue)),
+        waiters: copyrator::pipeline::waiters::Waiters::new(
+            Arc::clone(&queue),
+            Arc::clone(&ctx.metrics),
+        ),
         queue,
         metrics: Arc::clone(&ctx.metrics),
         policy: Arc::new(ctx.settings.policy.clone()),

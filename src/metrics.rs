@@ -41,6 +41,16 @@ pub struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DroppedLabels {
+    /// The job's kind (`source`, `namespace`, `copy`, `rule`).
+    pub kind: &'static str,
+    /// `queue_full`: the queue held `--queue-capacity` jobs; `unseen_share`: the job waited for
+    /// an admitted change no watch event had shown, and more such jobs waited than their share
+    /// holds (a flood of reviews of changes that never happen).
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
     pub verb: &'static str,
 }
@@ -109,6 +119,8 @@ pub struct Metrics {
     pub queue_delayed: Gauge,
     pub queue_coalesced: Counter,
     pub queue_dropped: Counter,
+    pub jobs_dropped: Family<DroppedLabels, Counter>,
+    pub queue_unseen: Gauge,
     pub jobs: Family<JobLabels, Counter>,
     pub job_duration: Family<KindLabels, Histogram>,
     pub copy_writes: Family<VerbLabels, Counter>,
@@ -190,6 +202,18 @@ impl Metrics {
             "queue_dropped",
             "Jobs dropped because the queue was full (each schedules a full resync)",
             queue_dropped.clone(),
+        );
+        let jobs_dropped = Family::<DroppedLabels, Counter>::default();
+        registry.register(
+            "jobs_dropped",
+            "Jobs dropped, by kind and reason (queue_full, unseen_share); each schedules a full resync",
+            jobs_dropped.clone(),
+        );
+        let queue_unseen = Gauge::default();
+        registry.register(
+            "queue_unseen",
+            "Jobs waiting for an admitted change no watch event has shown yet (their share of the queue)",
+            queue_unseen.clone(),
         );
         let jobs = Family::<JobLabels, Counter>::default();
         registry.register("jobs", "Jobs finished, by kind and outcome", jobs.clone());
@@ -390,6 +414,8 @@ impl Metrics {
             queue_delayed,
             queue_coalesced,
             queue_dropped,
+            jobs_dropped,
+            queue_unseen,
             jobs,
             job_duration,
             copy_writes,

@@ -11,10 +11,11 @@ use tower::ServiceExt;
 
 fn state() -> AdmissionState {
     let queue = WorkQueue::new(100);
+    let metrics = Arc::new(Metrics::new());
     AdmissionState {
-        waiters: Waiters::new(Arc::clone(&queue)),
+        waiters: Waiters::new(Arc::clone(&queue), Arc::clone(&metrics)),
         queue,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         policy: Arc::new(Policy {
             excluded_namespaces: ["kube-system".to_string()].into(),
             trust: crate::tenancy::TrustPolicy {

@@ -138,8 +138,8 @@ impl Context {
         Self {
             cluster,
             events,
+            waiters: Waiters::new(Arc::clone(&queue), Arc::clone(&metrics)),
             metrics,
-            waiters: Waiters::new(Arc::clone(&queue)),
             queue,
             settings,
             source_hashes: Cache::builder().max_capacity(100_000).build(),

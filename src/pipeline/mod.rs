@@ -9,5 +9,6 @@ pub mod prefetch;
 pub mod queue;
 pub mod ready;
 pub mod reconcile;
+pub mod unseen;
 pub mod waiters;
 pub mod worker;

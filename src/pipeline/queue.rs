@@ -8,25 +8,33 @@
 //!
 //! Every job lives in here until it is done, also while it waits: for a retry's backoff, for an
 //! admitted change to be persisted, or for the earliest start of a resync (a due-time heap
-//! inside the queue, not timers outside it). Waiting jobs count toward the capacity and the
-//! depth, and are dropped when the queue closes. When the queue is full, a new job is dropped
-//! and a full resync is queued instead, which always fits: nothing is lost (SPEC §4.8).
+//! inside the queue, not timers outside it). Waiting jobs count toward the depth, and are
+//! dropped when the queue closes. When the queue is full, a new job is dropped and a full
+//! resync is queued instead, which always fits: nothing is lost (SPEC §4.8). Jobs waiting for
+//! an admitted change no watch event has shown yet do not count toward the capacity: they
+//! have a bounded share of their own, fair between classes of reviews
+//! (`waiters::Waiters`), which gives them up ([`WorkQueue::evict`]) when a flood of reviews
+//! of changes that never happen overflows it; real work never makes room for them.
 //!
 //! Ready jobs run in two classes: first attempts before retries and re-checks, so that work that
-//! keeps failing (or reviews of changes that never happen) cannot starve fresh work. A retry
-//! that has been ready for [`LOW_MAX_WAIT`] runs anyway.
+//! keeps failing (or reviews of changes that never happen, their waits ended by a deadline or
+//! given up under a flood) cannot starve fresh work. A retry that has been ready for
+//! [`LOW_MAX_WAIT`] runs anyway.
 
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, HashMap, HashSet, VecDeque},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use tokio::sync::Notify;
 
 use super::job::{Awaited, Job, JobKey, Trigger};
-use crate::metrics::Metrics;
+use crate::metrics::{DroppedLabels, Metrics};
 
 /// Result of [`WorkQueue::push`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +44,17 @@ pub enum Pushed {
     Coalesced,
     /// The queue was full (or closed): dropped, and a full resync queued in its place.
     Dropped,
+}
+
+/// What [`WorkQueue::evict`] did with a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evicted {
+    /// It waited in the queue: dropped, and a full resync queued in its place.
+    Dropped,
+    /// It is ready or running: it acts on what is persisted without waiting any longer.
+    Released,
+    /// No job of the key waits for a change.
+    Absent,
 }
 
 /// What became of a job a worker ran (see [`WorkQueue::finish`]).
@@ -76,12 +95,15 @@ struct State {
     parked: HashMap<JobKey, Job>,
     /// Active keys woken while running: their next wait ends at once.
     woken: HashSet<JobKey>,
-    /// Active keys released while running: their next run does not wait.
+    /// Active keys given up while running ([`WorkQueue::evict`]): their next run does not
+    /// wait, and comes after fresh work.
     released: HashSet<JobKey>,
     /// Queued jobs waiting in the heap.
     n_delayed: usize,
     /// The last job taken was a retry (see `take_ready`).
     last_was_retry: bool,
+    /// When the last resync was taken to run.
+    resync_started: Option<Instant>,
     seq: u64,
     closed: bool,
 }
@@ -195,6 +217,9 @@ pub struct WorkQueue {
     state: Mutex<State>,
     notify: Notify,
     capacity: usize,
+    /// Jobs waiting for a change no watch event has shown yet (`waiters::Waiters` keeps the
+    /// count): their share is bounded there, and they leave the capacity to other work.
+    unseen: AtomicUsize,
 }
 
 impl WorkQueue {
@@ -203,7 +228,18 @@ impl WorkQueue {
             state: Mutex::new(State::default()),
             notify: Notify::new(),
             capacity: capacity.max(1),
+            unseen: AtomicUsize::new(0),
         })
+    }
+
+    /// How many jobs wait for a change no watch event has shown yet (see the field).
+    pub(super) fn set_unseen(&self, n: usize) {
+        self.unseen.store(n, Ordering::Relaxed);
+    }
+
+    /// The room for jobs: the capacity, beside the share of jobs waiting for unseen changes.
+    fn room(&self) -> usize {
+        self.capacity + self.unseen.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -226,11 +262,11 @@ impl WorkQueue {
         if st.closed {
             return Pushed::Dropped;
         }
-        let result = Self::push_locked(&mut st, job, self.capacity, Instant::now());
+        let result = Self::push_locked(&mut st, job, self.room(), Instant::now());
         drop(st);
-        if result != Pushed::Dropped {
-            self.notify.notify_one();
-        }
+        // Also after a drop: the resync queued in its place may be due before what the
+        // workers sleep for.
+        self.notify.notify_one();
         result
     }
 
@@ -243,7 +279,7 @@ impl WorkQueue {
                 }
                 None => {
                     if job.key != JobKey::Resync && st.waiting() >= capacity {
-                        return Self::drop_for_resync(st, capacity, now);
+                        return Self::drop_for_resync(st, now + DROPPED_SETTLE, now);
                     }
                     st.parked.insert(job.key.clone(), job);
                     // Counted as queued: it will run.
@@ -258,19 +294,32 @@ impl WorkQueue {
             return Pushed::Coalesced;
         }
         if job.key != JobKey::Resync && st.waiting() >= capacity {
-            return Self::drop_for_resync(st, capacity, now);
+            return Self::drop_for_resync(st, now + DROPPED_SETTLE, now);
         }
         st.place(job, now);
         Pushed::Queued
     }
 
-    fn drop_for_resync(st: &mut State, capacity: usize, now: Instant) -> Pushed {
+    /// Queues a full resync in place of a dropped job, to start at `earliest`.
+    fn drop_for_resync(st: &mut State, earliest: Instant, now: Instant) -> Pushed {
         // The resync always fits (it bypasses the capacity check) and covers the dropped job,
         // once the dropped job's admitted change can have been persisted.
         let mut resync = Job::new(JobKey::Resync, Trigger::Reconciler);
-        resync.not_before = Some(now + DROPPED_SETTLE);
-        Self::push_locked(st, resync, capacity, now);
+        resync.not_before = Some(earliest.max(now));
+        Self::push_locked(st, resync, usize::MAX, now);
         Pushed::Dropped
+    }
+
+    /// When the resync covering a job triggered at `since` and given up under a flood may
+    /// start: once its change can have been persisted, and [`FLOOD_RESYNC_GAP`] after the
+    /// previous resync started (a flood that goes on costs one resync per gap, not one after
+    /// the other).
+    fn flood_resync_at(st: &State, since: Instant) -> Instant {
+        let settled = since + DROPPED_SETTLE;
+        match st.resync_started {
+            Some(at) => settled.max(at + FLOOD_RESYNC_GAP),
+            None => settled,
+        }
     }
 
     /// Waits for the next ready job; `None` once the queue is closed and nothing is ready
@@ -285,7 +334,12 @@ impl WorkQueue {
                 let now = Instant::now();
                 let next_due = st.promote(now);
                 if let Some(key) = st.take_ready(now) {
-                    let entry = st.queued.remove(&key);
+                    let Some(entry) = st.queued.remove(&key) else {
+                        continue;
+                    };
+                    if key == JobKey::Resync {
+                        st.resync_started = Some(now);
+                    }
                     st.active.insert(key);
                     let more = !st.fresh.is_empty() || !st.retries.is_empty();
                     drop(st);
@@ -293,10 +347,7 @@ impl WorkQueue {
                         // Wake another worker for the rest.
                         self.notify.notify_one();
                     }
-                    if let Some(entry) = entry {
-                        return Some(entry.job);
-                    }
-                    continue;
+                    return Some(entry.job);
                 }
                 if st.closed {
                     return None;
@@ -323,15 +374,13 @@ impl WorkQueue {
         let now = Instant::now();
         st.active.remove(key);
         let released = st.released.remove(key);
-        let woken = st.woken.remove(key) || released;
+        let woken = st.woken.remove(key);
         let mut job = match next {
             // A job parked behind this one takes its wake-up: the event it waits for may have
             // arrived (and the waiter that would wake it been used) while this one ran; without
-            // it, it would sit until its persistence deadline.
+            // it, it would sit until its persistence deadline. (Giving up the running job's
+            // wait is not the parked one's: that one waits for a change of its own.)
             Finished::Done => st.parked.remove(key).map(|mut job| {
-                if released {
-                    job.awaited = Awaited::Nothing;
-                }
                 if woken && job.retry_at.is_some() {
                     job.retry_at = (job.attempt > 0).then_some(now);
                 }
@@ -341,11 +390,12 @@ impl WorkQueue {
                 if released {
                     job.awaited = Awaited::Nothing;
                 }
-                // Woken: due at once, with the first attempts (see `wake`).
+                // Woken: due at once, with the first attempts (see `wake`). Given up: due at
+                // once, after fresh work.
                 job.retry_at = if woken && job.attempt == 0 {
                     None
                 } else {
-                    Some(if woken { now } else { at })
+                    Some(if woken || released { now } else { at })
                 };
                 if let Some(parked) = st.parked.remove(key) {
                     job.merge(parked);
@@ -358,7 +408,7 @@ impl WorkQueue {
                 drop(job);
                 Pushed::Dropped
             }
-            Some(job) => Self::push_locked(&mut st, job, self.capacity, now),
+            Some(job) => Self::push_locked(&mut st, job, self.room(), now),
             None => return Pushed::Queued,
         };
         drop(st);
@@ -393,24 +443,55 @@ impl WorkQueue {
         }
     }
 
-    /// Ends the wait of a queued job at once and lets it act on what is persisted without
-    /// waiting any longer (see `persisted::Waiters`: the oldest waits give way under a flood).
-    pub fn release(&self, key: &JobKey) {
+    /// Gives up the wait of the job of `key` for an admitted change no watch event has shown,
+    /// to make room in the share of such jobs (`waiters::Waiters`, under a flood of reviews of
+    /// changes that never happen). Waiting in the queue, or parked behind a running job of its
+    /// key, it is dropped and a full resync queued in its place, to start once its change can
+    /// have been persisted (and [`FLOOD_RESYNC_GAP`] after the previous one started): if it was
+    /// real, nothing is lost, and a flood costs a resync every few seconds, not a read per
+    /// review. Ready or running, it acts on what is persisted without waiting any
+    /// longer, after fresh work.
+    pub fn evict(&self, key: &JobKey) -> Evicted {
         let mut st = self.lock();
         let now = Instant::now();
-        if let Some(entry) = st.queued.get_mut(key) {
-            entry.job.awaited = Awaited::Nothing;
-            if entry.delayed.is_some() && entry.job.retry_at.is_some() {
-                entry.job.retry_at = Some(now);
-                st.replace(key, now);
+        let evicted = if st.active.contains(key) {
+            match st.parked.get(key) {
+                Some(parked) if parked.awaited != Awaited::Nothing => {
+                    let at = Self::flood_resync_at(&st, parked.since);
+                    st.parked.remove(key);
+                    Self::drop_for_resync(&mut st, at, now);
+                    Evicted::Dropped
+                }
+                _ => {
+                    st.released.insert(key.clone());
+                    Evicted::Released
+                }
             }
-        } else if st.active.contains(key) {
-            st.released.insert(key.clone());
         } else {
-            return;
-        }
+            match st.queued.get_mut(key) {
+                Some(entry) if entry.job.awaited == Awaited::Nothing => Evicted::Absent,
+                Some(entry) if entry.delayed.is_some() => {
+                    let since = entry.job.since;
+                    st.queued.remove(key);
+                    // Its heap entry is stale now (`promote` skips it).
+                    st.n_delayed -= 1;
+                    let at = Self::flood_resync_at(&st, since);
+                    Self::drop_for_resync(&mut st, at, now);
+                    Evicted::Dropped
+                }
+                Some(entry) => {
+                    entry.job.awaited = Awaited::Nothing;
+                    Evicted::Released
+                }
+                None => Evicted::Absent,
+            }
+        };
         drop(st);
-        self.notify.notify_one();
+        if evicted == Evicted::Dropped {
+            // The resync may be due before what the workers sleep for.
+            self.notify.notify_one();
+        }
+        evicted
     }
 
     /// Jobs queued, waiting or parked behind a running job of the same key.
@@ -438,12 +519,13 @@ impl WorkQueue {
 
 /// Queues `job`, counting coalesced and dropped jobs.
 pub fn enqueue(queue: &WorkQueue, metrics: &Metrics, job: Job) {
-    count(metrics, queue.push(job));
+    let kind = job.key.kind();
+    count(metrics, kind, queue.push(job));
     metrics.queue_depth.set(queue.depth() as i64);
 }
 
-/// Counts what became of a push.
-pub fn count(metrics: &Metrics, pushed: Pushed) {
+/// Counts what became of a push of a job of `kind` ([`JobKey::kind`]).
+pub fn count(metrics: &Metrics, kind: &'static str, pushed: Pushed) {
     match pushed {
         Pushed::Queued => {}
         Pushed::Coalesced => {
@@ -451,6 +533,13 @@ pub fn count(metrics: &Metrics, pushed: Pushed) {
         }
         Pushed::Dropped => {
             metrics.queue_dropped.inc();
+            metrics
+                .jobs_dropped
+                .get_or_create(&DroppedLabels {
+                    kind,
+                    reason: "queue_full",
+                })
+                .inc();
             tracing::warn!("work queue full: job dropped, full resync scheduled");
         }
     }
@@ -458,6 +547,10 @@ pub fn count(metrics: &Metrics, pushed: Pushed) {
 
 /// How long after a dropped admission job its resync starts at the earliest.
 pub const DROPPED_SETTLE: Duration = Duration::from_secs(1);
+
+/// Under a flood of reviews of changes that never happen, the resync covering the jobs given
+/// up starts no sooner than this after the previous resync started.
+pub const FLOOD_RESYNC_GAP: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {
@@ -728,6 +821,94 @@ mod tests {
             q.pop().await.is_none(),
             "waiting jobs are not run after close"
         );
+    }
+
+    fn waiting(name: &str) -> Job {
+        let mut job = source(name).awaiting(Awaited::Exists);
+        job.retry_at = Some(job.since + Duration::from_secs(5));
+        job
+    }
+
+    /// A job given up under a flood (`evict`): waiting in the queue or parked behind a running
+    /// job of its key, it is dropped and one resync covers it once its change can have been
+    /// persisted; running, it runs again at once on what is persisted, after fresh work.
+    #[tokio::test]
+    async fn a_job_given_up_is_dropped_if_it_waits_else_acts_after_fresh_work() {
+        let q = WorkQueue::new(10);
+        let first = waiting("a");
+        q.push(first.clone());
+        assert_eq!(q.evict(&first.key), Evicted::Dropped);
+        assert_eq!(q.evict(&first.key), Evicted::Absent);
+        let queued = q.snapshot();
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].key, JobKey::Resync);
+        assert_eq!(queued[0].not_before, Some(first.since + DROPPED_SETTLE));
+        assert_eq!(
+            q.delayed(),
+            1,
+            "the dropped job's heap entry no longer counts"
+        );
+
+        // Parked behind a running job of its key: the parked one goes.
+        q.push(source("b"));
+        let running = q.pop().await.unwrap();
+        assert_eq!(q.push(waiting("b")), Pushed::Queued);
+        assert_eq!(q.evict(&running.key), Evicted::Dropped);
+        q.done(&running.key);
+        assert!(pop_now(&q).await.is_none(), "nothing parked any more");
+
+        // Running: it runs again at once, on what is persisted, after fresh work.
+        q.push(waiting("c"));
+        q.wake(&source("c").key);
+        let running = q.pop().await.unwrap();
+        assert_eq!(q.evict(&running.key), Evicted::Released);
+        q.push(source("fresh"));
+        let key = running.key.clone();
+        let at = Instant::now() + Duration::from_secs(60);
+        q.finish(&key, Finished::Again { job: running, at });
+        assert_eq!(pop_now(&q).await.unwrap().key, source("fresh").key);
+        let again = pop_now(&q).await.expect("not held until its deadline");
+        assert_eq!(again.key, key);
+        assert_eq!(again.awaited, Awaited::Nothing);
+    }
+
+    /// Under a flood that goes on, jobs keep giving way: the resync covering them waits for the
+    /// gap after the previous one, instead of running again as soon as that one ends.
+    #[tokio::test]
+    async fn a_flood_costs_one_resync_per_gap() {
+        let q = WorkQueue::new(10);
+        q.push(Job::new(JobKey::Resync, Trigger::Reconciler));
+        let started = Instant::now();
+        let resync = q.pop().await.unwrap();
+        let mut old = waiting("a");
+        old.since = started - Duration::from_secs(3);
+        q.push(old.clone());
+        assert_eq!(q.evict(&old.key), Evicted::Dropped);
+        q.done(&resync.key);
+        let next = q.snapshot();
+        assert_eq!(next.len(), 1);
+        assert!(next[0].not_before.unwrap() >= started + FLOOD_RESYNC_GAP);
+    }
+
+    /// The only thing a drop queues is a resync due later: the workers must still wake for it.
+    #[tokio::test]
+    async fn the_resync_of_a_drop_runs_without_another_push() {
+        let q = WorkQueue::new(10);
+        let worker = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move { q.pop().await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut old = waiting("a");
+        old.since = Instant::now() - DROPPED_SETTLE;
+        q.push(old.clone());
+        q.evict(&old.key);
+        let job = tokio::time::timeout(Duration::from_millis(500), worker)
+            .await
+            .expect("the resync ran")
+            .unwrap()
+            .unwrap();
+        assert_eq!(job.key, JobKey::Resync);
     }
 
     #[tokio::test]

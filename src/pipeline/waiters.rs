@@ -6,9 +6,14 @@
 //! look again. The waiter is registered *before* the job reads, so a change persisted after
 //! that read always produces an event that finds it, and one persisted before it is seen by the
 //! read. While a feed's watch is down, waiting jobs poll instead, with a growing interval.
+//!
+//! Jobs waiting for a change no event has shown since their trigger hold a bounded share of
+//! the queue of their own, fair between classes of reviews ([`Unseen`]): under a flood of
+//! reviews of changes that never happen, the flooding class gives way, and the jobs of real
+//! changes, whose events come within milliseconds, are not dropped.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashMap, HashSet},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -18,9 +23,10 @@ use std::{
 
 use super::job::{Awaited, Job, JobKey};
 use super::prefetch::Prefetches;
-use super::queue::{WorkQueue, enqueue};
+use super::queue::{Evicted, WorkQueue, enqueue};
+use super::unseen::{Class, Unseen};
 use crate::{
-    metrics::Metrics,
+    metrics::{DroppedLabels, Metrics},
     model::{Kind, ObjectKey},
 };
 
@@ -80,10 +86,11 @@ impl Feed {
     }
 }
 
-/// Most jobs waiting for a persisted change at once. Real changes are persisted within
-/// milliseconds of their admission; what waits long is mostly a review of a change that never
-/// happens (denied by another webhook, or posted by someone who is not the API server). When
-/// more wait, the oldest waits end early: those jobs act on what is persisted.
+/// Most jobs waiting at once for a change no watch event has shown yet. Real changes are
+/// persisted within milliseconds of their admission, and their events end the wait; what
+/// waits long is a review of a change that never happens (denied by another webhook, or posted
+/// by someone who is not the API server). When more wait, the class of reviews holding the
+/// most gives up its oldest ([`Unseen`]).
 pub const MAX_WAITING: usize = 1024;
 
 /// Jobs waiting for objects to change, and which feeds are live.
@@ -91,12 +98,13 @@ pub struct Waiters {
     /// Early reads of namespace jobs and what the feeds saw since (see [`Prefetches`]).
     pub prefetch: Prefetches,
     queue: Arc<WorkQueue>,
+    metrics: Arc<Metrics>,
     waiting: Mutex<Registry>,
     live: [AtomicBool; 6],
-    capacity: usize,
+    /// Jobs dropped from the unseen share so far (for logging a flood sparingly).
+    dropped: std::sync::atomic::AtomicU64,
 }
 
-#[derive(Default)]
 struct Registry {
     /// When an event for an object was last received (the last [`RECENT`]), by a 64-bit hash
     /// of the object ([`recent_key`]), not the object's name: a watch that starts or starts
@@ -107,9 +115,9 @@ struct Registry {
     /// `recent`'s size after its last pruning.
     pruned_at: usize,
     by_object: HashMap<Watched, HashSet<JobKey>>,
-    /// Jobs in the order they started waiting (entries of jobs no longer waiting are stale).
-    order: VecDeque<(Watched, JobKey)>,
     count: usize,
+    /// Of the waiting jobs, those that no event has shown their change since their trigger.
+    unseen: Unseen,
 }
 
 /// How long the receipt of an event is remembered: longer than any wait.
@@ -145,6 +153,7 @@ impl Registry {
     }
 
     fn remove(&mut self, watched: &Watched, job: &JobKey) -> bool {
+        self.unseen.remove(job);
         let Some(jobs) = self.by_object.get_mut(watched) else {
             return false;
         };
@@ -161,22 +170,37 @@ impl Registry {
     fn take(&mut self, watched: &Watched) -> HashSet<JobKey> {
         let jobs = self.by_object.remove(watched).unwrap_or_default();
         self.count -= jobs.len();
+        for job in &jobs {
+            self.unseen.remove(job);
+        }
         jobs
     }
 }
 
 impl Waiters {
-    pub fn new(queue: Arc<WorkQueue>) -> Arc<Self> {
-        Self::with_capacity(queue, MAX_WAITING)
+    pub fn new(queue: Arc<WorkQueue>, metrics: Arc<Metrics>) -> Arc<Self> {
+        Self::with_capacity(queue, metrics, MAX_WAITING)
     }
 
-    pub fn with_capacity(queue: Arc<WorkQueue>, capacity: usize) -> Arc<Self> {
+    /// Waiters whose unseen share holds `capacity` jobs.
+    pub fn with_capacity(
+        queue: Arc<WorkQueue>,
+        metrics: Arc<Metrics>,
+        capacity: usize,
+    ) -> Arc<Self> {
         Arc::new(Self {
             prefetch: Prefetches::default(),
             queue,
-            waiting: Mutex::new(Registry::default()),
+            metrics,
+            waiting: Mutex::new(Registry {
+                recent: HashMap::new(),
+                pruned_at: 0,
+                by_object: HashMap::new(),
+                count: 0,
+                unseen: Unseen::new(capacity),
+            }),
             live: Default::default(),
-            capacity: capacity.max(1),
+            dropped: Default::default(),
         })
     }
 
@@ -186,18 +210,20 @@ impl Waiters {
 
     /// `job`, triggered at `since`, waits for `watched` to change: it is registered, and told
     /// whether it must read the object now. Checking and registering happen under the lock
-    /// that events take: an event before is seen here, an event after wakes the job.
+    /// that events take: an event before is seen here, an event after wakes the job. A job
+    /// no event has shown its change to joins the unseen share.
     pub fn check(&self, feed: Feed, watched: &Watched, job: &JobKey, since: Instant) -> Check {
         let live = self.is_live(feed);
-        let (seen, released) = {
+        let (seen, gone) = {
             let mut reg = self.lock();
             let seen = reg
                 .recent
                 .get(&recent_key(watched))
                 .is_some_and(|at| *at >= since);
-            (seen, self.register_locked(&mut reg, watched, job))
+            let gone = self.register_locked(&mut reg, watched, job, !seen);
+            (seen, gone)
         };
-        self.release(released);
+        self.give_way(gone);
         if live && !seen {
             Check::Parked
         } else {
@@ -205,55 +231,87 @@ impl Waiters {
         }
     }
 
-    /// `job` waits for `watched` to change; beyond the capacity, the job that has waited
-    /// longest stops waiting.
+    /// `job` waits for `watched` to change, no event having shown it yet (see [`Self::check`]).
     pub fn register(&self, watched: &Watched, job: &JobKey) {
-        let released = {
+        let gone = {
             let mut reg = self.lock();
-            self.register_locked(&mut reg, watched, job)
+            self.register_locked(&mut reg, watched, job, true)
         };
-        self.release(released);
+        self.give_way(gone);
     }
 
-    fn register_locked(&self, reg: &mut Registry, watched: &Watched, job: &JobKey) -> Vec<JobKey> {
-        let mut released = Vec::new();
-        if !reg
+    /// Registers `job`, in the unseen share if `unseen`; returns the jobs that give way for it
+    /// there, no longer registered.
+    fn register_locked(
+        &self,
+        reg: &mut Registry,
+        watched: &Watched,
+        job: &JobKey,
+        unseen: bool,
+    ) -> Vec<(JobKey, Class)> {
+        if reg
             .by_object
             .entry(watched.clone())
             .or_default()
             .insert(job.clone())
         {
-            return released;
+            reg.count += 1;
         }
-        reg.count += 1;
-        reg.order.push_back((watched.clone(), job.clone()));
-        while reg.count > self.capacity {
-            let Some((w, j)) = reg.order.pop_front() else {
-                break;
-            };
-            if reg.remove(&w, &j) {
-                released.push(j);
+        let gone = if unseen {
+            reg.unseen.insert(job)
+        } else {
+            Vec::new()
+        };
+        for (key, _) in &gone {
+            if let Some((_, watched)) = Feed::of(key) {
+                reg.remove(&watched, key);
             }
         }
-        // Forget stale order entries once they outnumber the live ones.
-        if reg.order.len() > 2 * reg.count + 64 {
-            let Registry {
-                by_object, order, ..
-            } = reg;
-            order.retain(|(w, j)| by_object.get(w).is_some_and(|js| js.contains(j)));
-        }
-        released
+        self.set_unseen(reg);
+        gone
     }
 
-    fn release(&self, jobs: Vec<JobKey>) {
-        for job in jobs {
-            tracing::debug!(job = %job, "too many jobs waiting for persistence: the oldest acts now");
-            self.queue.release(&job);
+    /// The share's size, where the queue's capacity and the metrics look.
+    fn set_unseen(&self, reg: &Registry) {
+        self.queue.set_unseen(reg.unseen.len());
+        self.metrics.queue_unseen.set(reg.unseen.len() as i64);
+    }
+
+    /// Jobs that gave way in the unseen share stop waiting: dropped from the queue (a full
+    /// resync covers them), or, when ready or running, acting on what is persisted.
+    fn give_way(&self, jobs: Vec<(JobKey, Class)>) {
+        for (job, class) in jobs {
+            match self.queue.evict(&job) {
+                Evicted::Dropped => {
+                    self.metrics
+                        .jobs_dropped
+                        .get_or_create(&DroppedLabels {
+                            kind: job.kind(),
+                            reason: "unseen_share",
+                        })
+                        .inc();
+                    let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        tracing::warn!(
+                            dropped = n,
+                            class = %class,
+                            "more admitted changes wait for their watch event than {MAX_WAITING}: \
+                             the oldest of the class holding most is dropped (a flood of reviews of \
+                             changes that never happen?); a full resync covers it"
+                        );
+                    }
+                }
+                Evicted::Released | Evicted::Absent => {
+                    tracing::debug!(job = %job, %class, "too many jobs waiting for unseen changes: this one acts now");
+                }
+            }
         }
     }
 
     pub fn unregister(&self, watched: &Watched, job: &JobKey) {
-        self.lock().remove(watched, job);
+        let mut reg = self.lock();
+        reg.remove(watched, job);
+        self.set_unseen(&reg);
     }
 
     /// Something happened to `watched`: its waiters look again.
@@ -261,7 +319,11 @@ impl Waiters {
         let jobs = {
             let mut reg = self.lock();
             reg.record(watched, Instant::now());
-            reg.take(watched)
+            let jobs = reg.take(watched);
+            if !jobs.is_empty() {
+                self.set_unseen(&reg);
+            }
+            jobs
         };
         for job in jobs {
             self.queue.wake(&job);
@@ -279,7 +341,9 @@ impl Waiters {
                 .filter(|(_, jobs)| jobs.iter().any(|j| Feed::of(j).map(|f| f.0) == Some(feed)))
                 .map(|(w, _)| w.clone())
                 .collect();
-            keys.iter().flat_map(|w| reg.take(w)).collect()
+            let jobs = keys.iter().flat_map(|w| reg.take(w)).collect();
+            self.set_unseen(&reg);
+            jobs
         };
         for job in jobs {
             self.queue.wake(&job);
@@ -307,6 +371,11 @@ impl Waiters {
     /// Jobs waiting (for tests and metrics).
     pub fn len(&self) -> usize {
         self.lock().count
+    }
+
+    /// Of those, the jobs no event has shown their change yet.
+    pub fn unseen(&self) -> usize {
+        self.lock().unseen.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -353,12 +422,12 @@ impl Waiters {
 mod tests {
     use super::*;
     use crate::pipeline::job::Trigger;
-    use crate::pipeline::queue::Finished;
+    use crate::pipeline::queue::{Finished, Pushed};
 
     #[tokio::test]
     async fn an_event_wakes_the_jobs_waiting_on_its_object() {
         let queue = WorkQueue::new(10);
-        let waiters = Waiters::new(queue.clone());
+        let waiters = Waiters::new(queue.clone(), Default::default());
         let key = JobKey::Namespace("team-a".into());
         queue.push(Job::new(key.clone(), Trigger::Admission));
         let job = queue.pop().await.unwrap();
@@ -387,7 +456,7 @@ mod tests {
 
     #[test]
     fn a_job_reads_only_if_something_happened_since_its_trigger_or_no_feed_will_tell() {
-        let waiters = Waiters::new(WorkQueue::new(10));
+        let waiters = Waiters::new(WorkQueue::new(10), Default::default());
         let feed = Feed::Namespaces;
         let key = JobKey::Namespace("a".into());
         let watched = Watched::Namespace("a".into());
@@ -417,36 +486,94 @@ mod tests {
         );
     }
 
+    fn dropped(metrics: &Metrics, kind: &'static str) -> u64 {
+        metrics
+            .jobs_dropped
+            .get_or_create(&DroppedLabels {
+                kind,
+                reason: "unseen_share",
+            })
+            .get()
+    }
+
+    /// More reviews of changes that never happen than the unseen share holds: the oldest of
+    /// the class holding most are dropped from the queue (a resync queued in their place), and
+    /// the job of a real change in another class waits on, and runs at once on its event.
     #[tokio::test]
-    async fn under_a_flood_of_waits_the_oldest_stops_waiting() {
+    async fn under_a_flood_of_waits_the_flooding_class_gives_way() {
         let queue = WorkQueue::new(100);
-        let waiters = Waiters::with_capacity(queue.clone(), 2);
-        let mut keys = Vec::new();
-        for name in ["a", "b", "c"] {
-            let key = JobKey::Namespace(name.into());
-            queue.push(Job::new(key.clone(), Trigger::Admission).awaiting(Awaited::Exists));
-            let job = queue.pop().await.unwrap();
-            waiters.register(&Watched::Namespace(name.into()), &key);
-            let at = Instant::now() + Duration::from_secs(60);
-            queue.finish(&key, Finished::Again { job, at });
-            keys.push(key);
+        let metrics = Arc::new(Metrics::new());
+        let waiters = Waiters::with_capacity(queue.clone(), Arc::clone(&metrics), 3);
+        for feed in Feed::ALL {
+            waiters.set_live(feed, true);
         }
-        assert_eq!(waiters.len(), 2);
-        let released = tokio::time::timeout(Duration::from_millis(100), queue.pop())
-            .await
-            .expect("the oldest wait ended")
-            .unwrap();
-        assert_eq!(released.key, keys[0]);
-        assert_eq!(
-            released.awaited,
-            Awaited::Nothing,
-            "it acts on what is persisted"
+        let real = ObjectKey::new(Kind::Secret, "team-a", "cred");
+        waiters.enqueue_admitted(
+            &metrics,
+            Job::new(JobKey::Source(real.clone()), Trigger::Admission)
+                .awaiting(Awaited::ChangedFrom("1".into())),
         );
+        for name in ["a", "b", "c", "d"] {
+            waiters.enqueue_admitted(
+                &metrics,
+                Job::new(JobKey::Namespace(name.into()), Trigger::Admission)
+                    .awaiting(Awaited::Exists),
+            );
+        }
+        assert_eq!((waiters.unseen(), waiters.len()), (3, 3));
+        let queued: Vec<JobKey> = queue.snapshot().into_iter().map(|j| j.key).collect();
+        assert_eq!(
+            queued,
+            [
+                JobKey::Source(real.clone()),
+                JobKey::Namespace("c".into()),
+                JobKey::Namespace("d".into()),
+                JobKey::Resync,
+            ]
+        );
+        assert_eq!(dropped(&metrics, "namespace"), 2);
+        assert_eq!(dropped(&metrics, "source"), 0);
+        assert_eq!(metrics.queue_dropped.get(), 0, "no job dropped for room");
+
+        waiters.notify(&Watched::Object(real.clone()));
+        assert_eq!(waiters.unseen(), 2, "seen: out of the share");
+        let job = tokio::time::timeout(Duration::from_millis(100), queue.pop())
+            .await
+            .expect("woken by its event")
+            .unwrap();
+        assert_eq!(job.key, JobKey::Source(real));
+    }
+
+    /// Jobs waiting for unseen changes have their own share: they leave the queue's capacity
+    /// to other work.
+    #[tokio::test]
+    async fn unseen_waits_leave_the_capacity_to_other_work() {
+        let queue = WorkQueue::new(2);
+        let metrics = Arc::new(Metrics::new());
+        let waiters = Waiters::new(queue.clone(), Arc::clone(&metrics));
+        waiters.set_live(Feed::CopyRules, true);
+        for name in ["a", "b", "c"] {
+            waiters.enqueue_admitted(
+                &metrics,
+                Job::new(JobKey::Rule(name.into()), Trigger::Admission).awaiting(Awaited::Gone),
+            );
+        }
+        assert_eq!(waiters.unseen(), 3);
+        for name in ["x", "y"] {
+            let follow_up = Job::new(JobKey::Namespace(name.into()), Trigger::FollowUp);
+            assert_eq!(queue.push(follow_up), Pushed::Queued);
+        }
+        assert_eq!(
+            queue.push(Job::new(JobKey::Namespace("z".into()), Trigger::FollowUp)),
+            Pushed::Dropped,
+            "the capacity still holds for the rest"
+        );
+        assert_eq!(dropped(&metrics, "rule"), 0);
     }
 
     #[test]
     fn without_a_live_feed_jobs_poll_with_a_growing_interval() {
-        let waiters = Waiters::new(WorkQueue::new(1));
+        let waiters = Waiters::new(WorkQueue::new(1), Default::default());
         let since = Instant::now();
         let first = waiters.next_look(Feed::Namespaces, since, since);
         assert_eq!(first - since, Duration::from_millis(2));

@@ -104,7 +104,7 @@ async fn work(ctx: Arc<Context>, worker: usize) {
                 ("failed", Finished::Done)
             }
         };
-        count(&ctx.metrics, ctx.queue.finish(&key, next));
+        count(&ctx.metrics, kind, ctx.queue.finish(&key, next));
         ctx.metrics
             .jobs
             .get_or_create(&JobLabels { kind, outcome })
