@@ -36,11 +36,23 @@ pub async fn settle_namespace(ctx: &Context, name: &str) -> Result<Settled, Sync
     let since = ctx.ready.begin();
     let job = Job::new(JobKey::Namespace(name.to_string()), Trigger::PodGate);
     match sync(ctx, &job, name).await? {
-        // Awaits nothing: never "not persisted". A namespace being deleted takes no Pods.
-        Synced::NotPersisted | Synced::Gone => Ok(Settled {
+        // Awaits nothing: never "not persisted".
+        Synced::NotPersisted => Ok(Settled {
             ready: Some(Ready::default()),
             written: 0,
         }),
+        // A namespace that does not exist (a review no API server sent: it admits Pods only
+        // into namespaces that exist) or is being deleted (it takes no Pods) has nothing to
+        // inject, and is remembered like any namespace with nothing to do, until its own
+        // event: the answer, its outcome and its cost say nothing about whether it exists,
+        // and reviews naming it cost one sync, not one each (SPEC §9.8).
+        Synced::Gone => {
+            ctx.ready.record(name, since, Ready::default());
+            Ok(Settled {
+                ready: Some(Ready::default()),
+                written: 0,
+            })
+        }
         // Only jobs awaiting a namespace CREATE are held back; were this one, it settled
         // nothing.
         Synced::NotBefore(_) => Ok(Settled {

@@ -32,6 +32,12 @@ pub(in crate::sync) async fn run(
     else {
         return Ok(Outcome::NotPersisted);
     };
+    let id = RuleId::CopyRule(name.to_string());
+    if copy_rule.is_none() && cluster.copy_index().any_copy(|m| m.rule == id) == Some(false) {
+        // No such rule and no copy of it: nothing to do. A review of a CopyRule that never
+        // existed (forged, or denied by another webhook) costs this one read (SPEC §9.8).
+        return Ok(Outcome::Done);
+    }
     let kinds: Vec<Kind> = match &copy_rule {
         Some(r) => vec![r.spec.kind],
         None => Kind::ALL.to_vec(),
@@ -40,7 +46,6 @@ pub(in crate::sync) async fn run(
     let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;
     // The rule as just read, not as listed a moment earlier.
     world.set_copy_rule(name, copy_rule.clone());
-    let id = RuleId::CopyRule(name.to_string());
     let rule = world.rules().copy_rule(name).cloned();
     let mut found = Found::default();
 

@@ -37,6 +37,11 @@ pub(in crate::sync) async fn run(
     let info = source
         .as_ref()
         .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
+    if info.is_none() && cluster.copy_index().any_copy(|m| &m.source == key) == Some(false) {
+        // Not a source and no copy of it: nothing to do. A review of a source that does not
+        // exist (forged, or denied by another webhook) costs this one read (SPEC §9.8).
+        return Ok(Outcome::Done);
+    }
     // Label-selected lists come from the API server's watch cache (see Freshness).
     let fresh = Freshness::Indexed;
     // The rules and the source's existing copies are independent reads: do them at once.

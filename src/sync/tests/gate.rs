@@ -128,3 +128,34 @@ async fn excluded_namespaces_are_not_synced() {
     assert_eq!(gate.check("team-a", false).await.0, Outcome::Excluded);
     assert!(api.lines().is_empty());
 }
+
+/// A Pod review naming a namespace that does not exist (no API server sends one: a forged
+/// review) is answered as a namespace with nothing to do is, and from memory the next time,
+/// until the namespace's own event.
+#[tokio::test]
+async fn a_namespace_that_does_not_exist_is_answered_like_one_with_nothing_to_do() {
+    let api = scene();
+    api.store(|s| {
+        s.put(
+            "namespaces",
+            super::namespace("quiet", serde_json::json!({})),
+        )
+    });
+    let ctx = live(context(&api));
+    let gate = PodGate::new(Arc::clone(&ctx), BUDGET);
+    for namespace in ["quiet", "nowhere"] {
+        let (outcome, ready) = gate.check(namespace, false).await;
+        assert_eq!(outcome, Outcome::Settled, "{namespace}");
+        assert!(ready.unwrap().pull_secrets.is_empty(), "{namespace}");
+    }
+    let requests = api.lines().len();
+    for namespace in ["quiet", "nowhere"] {
+        assert_eq!(gate.check(namespace, false).await.0, Outcome::Cached);
+    }
+    assert_eq!(api.lines().len(), requests, "answered without an API call");
+
+    // Created since: its event makes the next Pod sync it.
+    ctx.ready
+        .observe(Feed::Namespaces, &Watched::Namespace("nowhere".into()));
+    assert_eq!(gate.check("nowhere", false).await.0, Outcome::Settled);
+}

@@ -380,6 +380,69 @@ async fn a_rule_status_that_lost_a_race_is_not_cached_and_the_rule_is_synced_aga
     );
 }
 
+/// A copy in `ns` of the source in `platform`, made by `rule` (the value of its rule mark), as
+/// a metadata LIST shows it.
+fn copy_meta(ns: &str, rule: &str) -> crate::model::Meta {
+    serde_json::from_value(json!({
+        "name": "registry", "namespace": ns, "resourceVersion": "7",
+        "labels": {
+            marks::MANAGED_BY_LABEL: marks::MANAGED_BY_VALUE,
+            marks::SOURCE_UID_LABEL: "uid-1",
+        },
+        "annotations": {
+            marks::SOURCE_ANNOTATION: "platform/registry",
+            marks::RULE_ANNOTATION: rule,
+            marks::CONTENT_HASH_ANNOTATION: "h",
+        },
+    }))
+    .unwrap()
+}
+
+/// Seeds the copy index with `copies` (Secrets) and marks it live, as its watches do.
+fn index_copies(ctx: &Context, copies: Vec<crate::model::Meta>) {
+    let index = ctx.cluster.copy_index();
+    for kind in Kind::ALL {
+        let mut seed = index.seeding(kind);
+        if kind == Kind::Secret {
+            for meta in copies.iter().cloned() {
+                seed.insert(index.item(kind, meta).unwrap());
+            }
+        }
+        index.seed(kind, seed);
+        index.set_live(kind, true);
+    }
+}
+
+/// A review of a CopyRule that does not exist (a forged DELETE, or a CREATE another webhook
+/// denied): its job reads the rule, asks the copy index whether any copy carries its mark,
+/// and stops; no LIST of the rules, no walk of every copy.
+#[tokio::test]
+async fn the_job_of_a_rule_that_does_not_exist_and_owns_no_copy_reads_once() {
+    let api = scene();
+    let ctx = context(&api);
+    let ghost = Job::new(JobKey::Rule("ghost".into()), Trigger::Admission).full_scan();
+    index_copies(&ctx, vec![copy_meta("team-a", "inline")]);
+    assert_eq!(run(&ctx, &ghost).await.unwrap(), Outcome::Done);
+    assert_eq!(api.lines(), ["GET copyrules -/ghost"]);
+
+    // A copy of it remains (the rule was deleted): the job looks for its copies.
+    index_copies(&ctx, vec![copy_meta("team-a", "copyrule/ghost")]);
+    assert_eq!(run(&ctx, &ghost).await.unwrap(), Outcome::Done);
+    assert_eq!(count(&api, "LIST copyrules -/*"), 1, "{:#?}", api.lines());
+}
+
+/// The same for a source: a review of a Secret that does not exist costs one read.
+#[tokio::test]
+async fn the_job_of_a_source_that_does_not_exist_and_has_no_copy_reads_once() {
+    let api = scene();
+    let ctx = context(&api);
+    index_copies(&ctx, vec![copy_meta("team-a", "inline")]);
+    let ghost = ObjectKey::new(Kind::Secret, "platform", "ghost");
+    let job = Job::new(JobKey::Source(ghost), Trigger::Admission);
+    assert_eq!(run(&ctx, &job).await.unwrap(), Outcome::Done);
+    assert_eq!(api.lines(), ["GET secrets platform/ghost"]);
+}
+
 #[tokio::test]
 async fn a_job_whose_admitted_change_is_not_visible_yet_reads_once_and_writes_nothing() {
     let api = scene();

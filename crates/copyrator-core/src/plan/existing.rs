@@ -84,6 +84,11 @@ impl SharedMarks {
         self.held.len()
     }
 
+    /// Whether `f` holds for marks some copy holds (held by anything besides this set).
+    pub fn any_held(&self, f: impl Fn(&CopyMarks) -> bool) -> bool {
+        self.held.iter().any(|m| Arc::strong_count(m) > 1 && f(m))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
