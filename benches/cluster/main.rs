@@ -45,6 +45,7 @@ mod restore;
 mod resync;
 mod scale;
 mod selector_sources;
+mod update_round;
 
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};
 

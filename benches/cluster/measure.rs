@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api, ResourceExt,
-    api::{ObjectMeta, PostParams, WatchEvent, WatchParams},
+    api::{ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams},
 };
 
 use crate::common::{Process, metric_value};
@@ -169,6 +169,23 @@ pub async fn create_namespace(
         .await
         .expect("namespace");
     Instant::now()
+}
+
+/// Objects of `api` matching `selector`, counted page by page.
+pub async fn count<K>(api: &Api<K>, selector: &str) -> usize
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut lp = ListParams::default().labels(selector).limit(5000);
+    let mut n = 0;
+    loop {
+        let page = api.list_metadata(&lp).await.expect("counting");
+        n += page.items.len();
+        match page.metadata.continue_ {
+            Some(t) if !t.is_empty() => lp.continue_token = Some(t),
+            _ => return n,
+        }
+    }
 }
 
 /// Total API calls in a /metrics text.

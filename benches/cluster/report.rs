@@ -94,6 +94,22 @@ pub fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// The median of `v` (the upper one of an even count).
+pub fn median(v: &[Duration]) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// `v` in milliseconds, `a/b/c ms`.
+pub fn list(v: &[Duration]) -> String {
+    let ms: Vec<String> = v
+        .iter()
+        .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .collect();
+    format!("{} ms", ms.join("/"))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;

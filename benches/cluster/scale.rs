@@ -18,29 +18,26 @@
 //! 100-rule point the 90 extra sources are deleted (the next step's converging process deletes
 //! their copies), so that every step has a 10-rule point.
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use copyrator::marks;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    Api,
+    api::{DeleteParams, ListParams, PostParams},
 };
-use serde_json::json;
 
 use crate::{
     CONCURRENCY,
     common::{Process, TestEnv, config_map, metric_value, secret, unregister_webhooks},
     measure::{
-        CPU_PARTS, CpuMeter, all_seen, cpu_since, cpu_time, create_namespace, memory, wait_idle,
-        wait_resyncs, watch_secrets,
+        CPU_PARTS, CpuMeter, count, cpu_since, cpu_time, create_namespace, memory, wait_idle,
+        wait_resyncs,
     },
     payload,
-    report::{Fit, Report, ms},
+    report::{Fit, Report, list, median, ms},
+    update_round::{NewContent, raw_update, source_update},
 };
 
 /// Teams the benchmark namespaces belong to; rule `j ≥ 1` selects team `j`.
@@ -239,23 +236,6 @@ async fn delete_sources(env: &TestEnv, src: &str, rules: std::ops::Range<usize>)
         .expect("deleting the sources");
 }
 
-/// Objects of `api` matching `selector`, counted page by page.
-async fn count<K>(api: &Api<K>, selector: &str) -> usize
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut lp = ListParams::default().labels(selector).limit(5000);
-    let mut n = 0;
-    loop {
-        let page = api.list_metadata(&lp).await.expect("counting");
-        n += page.items.len();
-        match page.metadata.continue_ {
-            Some(t) if !t.is_empty() => lp.continue_token = Some(t),
-            _ => return n,
-        }
-    }
-}
-
 /// Copies a step with `rules` rules should hold at `n` benchmark namespaces.
 fn expected_copies(n: usize, rules: usize) -> usize {
     n + (1..rules)
@@ -416,75 +396,6 @@ async fn time_lists(client: &kube::Client, point: &mut Point) {
     point.copies_list = median(&copies).as_secs_f64();
 }
 
-/// The plain client's update round: each of `objs` replaced (with its resourceVersion) with
-/// new content, [`CONCURRENCY`] in flight, until a watch saw them all.
-async fn raw_update(
-    client: &kube::Client,
-    l: &Labels,
-    objs: Vec<Secret>,
-    tag: &str,
-) -> (Duration, Vec<Secret>) {
-    let n = objs.len();
-    let suffix = format!("-{tag}");
-    let (seen, watch) = watch_secrets(Api::all(client.clone()), format!("{}=yes", l.raw), {
-        let suffix = suffix.clone();
-        move |s| ends_with(s, &suffix)
-    })
-    .await;
-    let start = Instant::now();
-    let objs: Vec<Secret> = stream::iter(objs)
-        .map(|mut s| {
-            let api: Api<Secret> = Api::namespaced(client.clone(), &s.namespace().unwrap());
-            let content = format!("{}{suffix}", payload(0));
-            async move {
-                let name = s.name_any();
-                s.string_data = Some(BTreeMap::from([("config.json".to_string(), content)]));
-                s.data = None;
-                api.replace(&name, &PostParams::default(), &s).await
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect()
-        .await
-        .expect("raw updates");
-    let took = all_seen(&seen, n, Duration::from_secs(600), start, "raw updates").await;
-    watch.abort();
-    (took, objs)
-}
-
-/// copyrator's update round: rule 0's source updated, until a watch saw all `n` copies with
-/// the new content.
-async fn copyrator_update(env: &TestEnv, src: &str, l: &Labels, n: usize, tag: &str) -> Duration {
-    let suffix = format!("-{tag}");
-    let selector = format!("{}=yes,{}", l.fan, marks::MANAGED_SELECTOR);
-    let (seen, watch) = watch_secrets(Api::all(env.client.clone()), selector, {
-        let suffix = suffix.clone();
-        move |s| ends_with(s, &suffix)
-    })
-    .await;
-    env.secrets(src)
-        .patch(
-            "scale-0",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"stringData": {"config.json": format!("{}{suffix}", payload(0))}}),
-            ),
-        )
-        .await
-        .expect("updating the source");
-    let start = Instant::now();
-    let took = all_seen(&seen, n, Duration::from_secs(600), start, "update fan-out").await;
-    watch.abort();
-    took
-}
-
-fn ends_with(s: &Secret, suffix: &str) -> bool {
-    s.data
-        .as_ref()
-        .and_then(|d| d.get("config.json"))
-        .is_some_and(|v| v.0.ends_with(suffix.as_bytes()))
-}
-
 /// The update fan-out to every benchmark namespace (rule 0's copies), in rounds alternating
 /// with a plain client replacing the same number of Secrets (its own, one per namespace); with
 /// copyrator's default write limit, then with it off.
@@ -515,6 +426,8 @@ async fn fanout(report: &mut Report, env: &TestEnv, src: &str, l: &Labels, names
         ("default write limit (--api-qps 500, burst 1,000)", &[]),
         ("write limit off (--api-qps 0)", &["--api-qps", "0"]),
     ];
+    let raw_selector = format!("{}=yes", l.raw);
+    let fan_selector = format!("{}=yes,{}", l.fan, marks::MANAGED_SELECTOR);
     for (s, (what, flags)) in settings.iter().enumerate() {
         let mut args = vec![
             "--leader-election=false",
@@ -536,13 +449,20 @@ async fn fanout(report: &mut Report, env: &TestEnv, src: &str, l: &Labels, names
         for round in 0..FANOUT_ROUNDS {
             let tag = format!("s{s}r{round}");
             let before = cpu.as_ref().map(CpuMeter::sample);
-            let (took, updated) = raw_update(client, l, objs, &tag).await;
+            let base = payload(0);
+            let content = NewContent {
+                key: "config.json",
+                base: &base,
+                tag: &tag,
+            };
+            let (took, updated) = raw_update(client, &raw_selector, objs, &content).await;
             objs = updated;
             let used = cpu_since(cpu.as_ref(), before);
             raw_cpu = std::array::from_fn(|i| raw_cpu[i] + used[i]);
             raw.push(took);
             let before = cpu.as_ref().map(CpuMeter::sample);
-            cr.push(copyrator_update(env, src, l, n, &tag).await);
+            let source = (&env.secrets(src), "scale-0");
+            cr.push(source_update(client, source, &fan_selector, n, &content).await);
             let used = cpu_since(cpu.as_ref(), before);
             cr_cpu = std::array::from_fn(|i| cr_cpu[i] + used[i]);
         }
@@ -570,20 +490,6 @@ async fn fanout(report: &mut Report, env: &TestEnv, src: &str, l: &Labels, names
             per_round(&cr_cpu)
         ));
     }
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn list(v: &[Duration]) -> String {
-    let ms: Vec<String> = v
-        .iter()
-        .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
-        .collect();
-    format!("{} ms", ms.join("/"))
 }
 
 /// The figures of the curve: name, the value of a point, how to print a value.
