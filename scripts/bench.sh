@@ -10,13 +10,20 @@
 #   scripts/bench.sh --phase NAME[,NAME]    only these phases (repeatable): big-payload,
 #                                           selector-sources, new-namespace, fanout, restore,
 #                                           admission, pod-gate, apiserver-profile, memory,
-#                                           resync, scale; always in that order
+#                                           resync, scale, tenant-sources; always in that order
 #   scripts/bench.sh --phase scale          the scale curve (~5 min): 1,000 -> 5,000 -> 20,000
 #                                           namespaces with 10 and 100 rules, an update fanned
 #                                           out to 5,000, fits and extrapolation to 50,000. It
 #                                           needs a fresh control plane to itself: the default
 #                                           run (no --phase) starts a second one for it
+#   scripts/bench.sh --phase tenant-sources an untrusted namespace's 1,000 match-all sources
+#                                           (64 KiB annotation each, no namespace consenting)
+#                                           at 5,000 and 20,000 namespaces: a fresh process's
+#                                           peak RSS and a platform source's update fan-out,
+#                                           with and without them. A fresh control plane of
+#                                           its own too: the default run starts a third one
 #   scripts/bench.sh --no-scale             the default run without the scale curve
+#   scripts/bench.sh --no-tenant-sources    the default run without tenant-sources
 #   scripts/bench.sh --fanout N             namespaces in the fan-out phase (500; 100 --quick)
 #
 # The arguments go to the cluster benchmark (benches/cluster/, `cargo bench --bench cluster --
@@ -41,12 +48,14 @@ cargo bench --bench cluster --no-run --quiet
 # A fresh control plane for this run only (COPYRATOR_KUBECONFIG is ignored on purpose: the
 # memory phase loads 50,000 Secrets into the cluster).
 unset COPYRATOR_KUBECONFIG
-# --no-scale is this script's; with --phase the phases named are all that run.
-args=() scale=1 quick=()
+# --no-scale and --no-tenant-sources are this script's; with --phase the phases named are all
+# that run.
+args=() scale=1 tenant=1 quick=()
 for a in "$@"; do
   case "$a" in
     --no-scale) scale=0; continue ;;
-    --phase|--phase=*) scale=0 ;;
+    --no-tenant-sources) tenant=0; continue ;;
+    --phase|--phase=*) scale=0 tenant=0 ;;
     --quick) quick=(--quick) ;;
   esac
   args+=("$a")
@@ -56,6 +65,11 @@ if [ "$scale" = 1 ]; then
   # The scale curve on a second fresh control plane (earlier phases leave objects behind).
   "$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${quick[@]}" --phase scale --out "$out.scale"
   cat "$out.scale" >>"$out.body" && rm -f "$out.scale"
+fi
+if [ "$tenant" = 1 ]; then
+  # tenant-sources on a third fresh control plane: its sizes are its own.
+  "$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${quick[@]}" --phase tenant-sources --out "$out.tenant"
+  cat "$out.tenant" >>"$out.body" && rm -f "$out.tenant"
 fi
 cat "$out.head" "$out.body" >"$out" && rm -f "$out.head" "$out.body"
 echo "cluster results: $out"

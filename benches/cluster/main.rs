@@ -24,7 +24,12 @@
 //! - scale: the scale curve, 1,000 → 5,000 → 20,000 namespaces with 10 and 100 rules (resync
 //!   CPU, bytes read, wall time, RSS; an update fanned out to 5,000), fitted and extrapolated
 //!   to 50,000. Not in this program's default set: it needs a fresh control plane of its own
-//!   (`--phase scale`, ~5 min); `scripts/bench.sh` starts a second one for it.
+//!   (`--phase scale`, ~5 min); `scripts/bench.sh` starts a second one for it;
+//! - tenant-sources: an untrusted namespace holding 1,000 match-all sources with 64 KiB
+//!   annotations that no namespace consents to, at 5,000 and 20,000 namespaces: a fresh
+//!   process's peak RSS through its startup resync and a platform source's update fan-out, with
+//!   and without them. Not in the default set either (`--phase tenant-sources`); bench.sh
+//!   starts a third control plane for it.
 //!
 //! `cargo bench --bench cluster -- [--quick] [--out FILE] [--fanout N] [--phase NAME,...]`
 
@@ -45,6 +50,7 @@ mod restore;
 mod resync;
 mod scale;
 mod selector_sources;
+mod tenant_sources;
 mod update_round;
 
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};
@@ -73,7 +79,7 @@ struct Args {
     #[arg(long, value_name = "N")]
     fanout: Option<usize>,
     /// Phases to run (repeatable, or comma-separated), always in the order of the possible
-    /// values [default: all but scale].
+    /// values [default: all but scale and tenant-sources].
     #[arg(long = "phase", value_name = "NAME", value_enum, value_delimiter = ',')]
     phases: Vec<Phase>,
     /// All phases but memory (5,000 namespaces, 50,000 Secrets) and resync, which is measured
@@ -115,6 +121,17 @@ enum Phase {
     /// The scale curve to 20,000 namespaces (not in the default set; run alone: scripts/bench.sh
     /// runs it on a control plane of its own)
     Scale,
+    /// An untrusted namespace's 1,000 match-all sources nobody consents to: memory and a
+    /// platform fan-out with them and without, at 5,000 and 20,000 namespaces (not in the
+    /// default set; scripts/bench.sh runs it on a control plane of its own)
+    TenantSources,
+}
+
+impl Phase {
+    /// The phases that need a fresh control plane of their own and are not in the default set.
+    fn own_control_plane(self) -> bool {
+        matches!(self, Phase::Scale | Phase::TenantSources)
+    }
 }
 
 impl Args {
@@ -125,13 +142,13 @@ impl Args {
             Phase::value_variants()
                 .iter()
                 .copied()
-                .filter(|p| !matches!(p, Phase::Memory | Phase::Resync | Phase::Scale))
+                .filter(|p| !matches!(p, Phase::Memory | Phase::Resync) && !p.own_control_plane())
                 .collect()
         } else {
             Phase::value_variants()
                 .iter()
                 .copied()
-                .filter(|p| *p != Phase::Scale)
+                .filter(|p| !p.own_control_plane())
                 .collect()
         }
     }
@@ -152,6 +169,7 @@ pub struct Sizes {
     /// measured.
     scale_steps: Vec<usize>,
     scale_fanout: usize,
+    tenant: tenant_sources::Sizes,
     /// LISTs of each kind in a row, and the unrelated Secrets added, in apiserver-profile's
     /// LIST-by-LIST measurement.
     list_cost_lists: usize,
@@ -175,6 +193,11 @@ fn sizes(quick: bool) -> Sizes {
             restore: 20,
             scale_steps: vec![200, 500, 1_000],
             scale_fanout: 500,
+            tenant: tenant_sources::Sizes {
+                steps: vec![250, 500],
+                sources: 200,
+                fanout: 500,
+            },
             list_cost_lists: 10,
             list_cost_unrelated: 2_000,
             out: PathBuf::new(),
@@ -193,6 +216,11 @@ fn sizes(quick: bool) -> Sizes {
             restore: 100,
             scale_steps: vec![1_000, 5_000, 20_000],
             scale_fanout: 5_000,
+            tenant: tenant_sources::Sizes {
+                steps: vec![5_000, 20_000],
+                sources: 1_000,
+                fanout: 500,
+            },
             list_cost_lists: 50,
             list_cost_unrelated: 20_000,
             out: PathBuf::new(),
@@ -261,7 +289,7 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
     }
     if phases
         .iter()
-        .any(|p| *p >= Phase::NewNamespace && *p != Phase::Scale)
+        .any(|p| *p >= Phase::NewNamespace && !p.own_control_plane())
     {
         long_run(&mut report, sz, phases).await;
     }
@@ -276,6 +304,14 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
             fanout_at: sz.scale_fanout,
         };
         scale::run(&mut report, &steps).await;
+    }
+    if phases.contains(&Phase::TenantSources) {
+        if phases.len() > 1 {
+            report.note(
+                "tenant-sources ran after other phases: its namespace counts are its own, but the cluster also holds what they left (run it alone)".into(),
+            );
+        }
+        tenant_sources::run(&mut report, &sz.tenant).await;
     }
     report
 }

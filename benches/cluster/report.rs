@@ -118,6 +118,13 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The first and third quartiles of `v` (nearest rank).
+pub fn quartiles(v: &[Duration]) -> (Duration, Duration) {
+    let mut v = v.to_vec();
+    v.sort();
+    (percentile(&v, 0.25), percentile(&v, 0.75))
+}
+
 /// p50, p90, p99 and max of `v`.
 pub fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, Duration) {
     v.sort();
