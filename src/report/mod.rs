@@ -255,8 +255,8 @@ pub async fn publish(
 const HELD_BACK_EVENTS_PER_NAMESPACE: usize = 10;
 
 /// Events and metrics for the sources a cap holds back (SPEC §9.7), after a full resync: an
-/// Event on each (in its own namespace; at most [`HELD_BACK_EVENTS_PER_NAMESPACE`] per
-/// namespace for the count cap), and gauges of how many and of the namespaces over the
+/// Event on each (in its own namespace; at most a few per
+/// namespace for the count cap: `HELD_BACK_EVENTS_PER_NAMESPACE`), and gauges of how many and of the namespaces over the
 /// per-namespace cap.
 pub async fn capped(events: &Events, metrics: &Metrics, world: &World) {
     let capped = &world.rules().capped_sources;
