@@ -12,19 +12,16 @@ use copyrator::{
     admission::{AdmissionState, Limits, router},
     cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
     content::{DesiredCopy, source_hash},
+    freshness::{ready::Ready, waiters::Feed},
     gate::PodGate,
     marks,
     metrics::Metrics,
     model::{Kind, NamespaceInfo, ObjectKey, Payload, SourceInfo},
-    pipeline::queue::WorkQueue,
-    pipeline::{
-        context::{Context, SyncSettings},
-        ready::Ready,
-        waiters::Feed,
-    },
     plan::{Contents, Existing, ManagedCopy, Policy, Scope, World, plan},
+    queue::WorkQueue,
     report::events::Events,
     rules::Rule,
+    sync::context::{Context, SyncSettings},
     tenancy::TrustPolicy,
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -56,7 +53,7 @@ fn admission(c: &mut Criterion) {
     let queue = WorkQueue::new(10_000);
     let metrics = Arc::new(Metrics::new());
     let state = AdmissionState {
-        waiters: copyrator::pipeline::waiters::Waiters::new(
+        waiters: copyrator::freshness::waiters::Waiters::new(
             Arc::clone(&queue),
             Arc::clone(&metrics),
         ),
@@ -111,7 +108,7 @@ fn admission(c: &mut Criterion) {
     ));
     let queue = WorkQueue::new(10_000);
     let pods = router(AdmissionState {
-        waiters: copyrator::pipeline::waiters::Waiters::new(
+        waiters: copyrator::freshness::waiters::Waiters::new(
             Arc::clone(&queue),
             Arc::clone(&ctx.metrics),
         ),
@@ -179,7 +176,7 @@ fn offline_context() -> Arc<Context> {
         fanout_concurrency: 1,
         fanout_bytes: 1 << 20,
         new_namespace_delay: std::time::Duration::ZERO,
-        resync_chunk: copyrator::pipeline::context::RESYNC_CHUNK,
+        resync_chunk: copyrator::sync::context::RESYNC_CHUNK,
     };
     Arc::new(Context::new(
         cluster,

@@ -19,20 +19,21 @@ use crate::{
         issue::SubjectNames,
         manager::{Manager, ManagerConfig},
         rotation::Settings,
+        serving::{CertFiles, ClientCa, ReloadingCert},
     },
     cli::ServeArgs,
-    cluster::ratelimit::RateLimiter,
-    cluster::{ApiLimits, Cluster},
+    cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
+    freshness::dispatch::{Dispatcher, Work},
     gate::PodGate,
-    listener::tls::{CertFiles, ClientCa, ReloadingCert},
     listener::{self, ConnectionLimits, Readiness},
     metrics::Metrics,
-    pipeline::context::{Context, Periodic, RESYNC_CHUNK, SyncSettings},
-    pipeline::leader::{self, ElectionConfig},
-    pipeline::queue::WorkQueue,
-    pipeline::reconcile,
-    pipeline::worker,
+    pipeline::{
+        leader::{self, ElectionConfig},
+        reconcile, worker,
+    },
+    queue::WorkQueue,
     report::events::Events,
+    sync::context::{Context, Periodic, RESYNC_CHUNK, SyncSettings},
 };
 
 /// A running copyrator.
@@ -254,25 +255,31 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     }));
 
     let workers = worker::spawn(Arc::clone(&ctx), args.workers);
-    // Early reads for admitted namespace changes (src/pipeline/prefetch.rs).
+    // Early reads for admitted namespace changes (src/freshness/prefetch.rs).
     background.push(tokio::spawn(crate::sync::prefetch_namespaces(Arc::clone(
         &ctx,
     ))));
     let (leading_tx, leading_rx) = watch::channel(false);
-    // Watches that end waits for admitted changes without polling (src/pipeline/waiters.rs)
-    // and queue copies deleted or edited by someone else (on the leader).
+    // Watches (I/O only) hand every event to the dispatcher (src/freshness/dispatch.rs): it
+    // keeps the indexes, ends waits for admitted changes without polling, and queues copies
+    // deleted or edited by someone else (on the leader).
     let rules_changed = Arc::new(tokio::sync::Notify::new());
-    tasks.extend(crate::cluster::watch::spawn(
-        &ctx.cluster,
-        &Arc::new(ctx.settings.policy.clone()),
-        &ctx.waiters,
-        &ctx.ready,
-        &metrics,
-        &rules_changed,
-        &crate::cluster::watch::CopyEdits {
+    let dispatcher = Arc::new(Dispatcher::new(
+        Arc::clone(ctx.cluster.indexes()),
+        Arc::new(ctx.settings.policy.clone()),
+        Arc::clone(&ctx.waiters),
+        Arc::clone(&ctx.ready),
+        Work {
             queue: Arc::clone(&queue),
             leading: leading_rx.clone(),
         },
+        Arc::clone(&rules_changed),
+        Arc::clone(&metrics),
+    ));
+    tasks.extend(crate::cluster::watch::spawn(
+        &ctx.cluster,
+        &dispatcher,
+        &metrics,
         &shutdown_rx,
     ));
 

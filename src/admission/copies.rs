@@ -8,7 +8,7 @@ use super::{
 use crate::{
     marks,
     model::{Kind, ObjectKey},
-    pipeline::job::{Awaited, Job, JobKey, Trigger},
+    queue::job::{Awaited, Job, JobKey, Trigger},
 };
 
 pub fn review(req: &Request<'_>) -> Verdict {

@@ -33,10 +33,11 @@ use tracing::Instrument;
 use review::Operation;
 
 use crate::{
+    freshness::waiters::Waiters,
     gate::PodGate,
     metrics::Metrics,
-    pipeline::{job::Job, queue::WorkQueue, waiters::Waiters},
     plan::Policy,
+    queue::{WorkQueue, job::Job},
     rules::Rule,
 };
 

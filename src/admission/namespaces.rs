@@ -7,7 +7,7 @@ use super::{
 };
 use crate::{
     marks,
-    pipeline::job::{Awaited, Job, JobKey, Trigger},
+    queue::job::{Awaited, Job, JobKey, Trigger},
     selector,
     tenancy::NamespacePatterns,
 };

@@ -9,7 +9,7 @@ use super::{
     Verdict,
     review::{Operation, Request},
 };
-use crate::{marks, pipeline::ready::Ready};
+use crate::{freshness::ready::Ready, marks};
 
 /// What the handler asks the Pod gate, and what it needs to patch the Pod.
 #[derive(Debug)]

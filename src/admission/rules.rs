@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     copyrule::{CopyRule, CopyRuleSpec},
-    pipeline::job::{Awaited, Job, JobKey, Trigger},
+    queue::job::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
     selector,
 };

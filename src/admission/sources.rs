@@ -8,8 +8,8 @@ use super::{
 use crate::{
     marks,
     model::{Kind, ObjectKey, SourceInfo},
-    pipeline::job::{Awaited, Job, JobKey, Trigger},
     plan::Policy,
+    queue::job::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
 };
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::pipeline::job::{Awaited, JobKey};
+use crate::queue::job::{Awaited, JobKey};
 use axum::{body::Body, http::Request};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};

@@ -24,16 +24,14 @@ use serde_json::json;
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use tokio::sync::watch;
 
+use super::serving::ReloadingCert;
 use super::{
     CertError,
     inspect::{self, CertFacts},
     issue::{self, PemPair},
     rotation::{self, Serving, Settings, Step, Stored},
 };
-use crate::{
-    listener::tls::ReloadingCert,
-    metrics::{CertificateLabels, Metrics, OutcomeLabels},
-};
+use crate::metrics::{CertificateLabels, Metrics, OutcomeLabels};
 
 /// Marks the Secret as copyrator's to write (the chart renders it so; copyrator sets it on a
 /// Secret it creates). copyrator writes no Secret without it.

@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod issue;
 pub mod manager;
 pub mod rotation;
+pub mod serving;
 
 use issue::SubjectNames;
 

@@ -172,7 +172,7 @@ fn count(metrics: &Metrics, verb: &'static str, w: Written, since: Instant) -> W
             .inc();
         metrics
             .copy_lag
-            .observe(crate::pipeline::job::elapsed_since(since).as_secs_f64());
+            .observe(crate::queue::job::elapsed_since(since).as_secs_f64());
     }
     w
 }

@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, stream};
 
+use crate::freshness::copy_index::{Listed, existing_from_meta, listed};
 use crate::{
     cluster::{ApiResult, Cluster, Freshness},
     content, marks,
     model::{Kind, Meta, NamespaceInfo, Object, ObjectKey, SourceInfo},
-    plan::{Contents, Existing, ManagedCopy, MarksError, Policy, World},
+    plan::{Contents, Existing, MarksError, Policy, World},
     rules::Rule,
 };
 
@@ -29,72 +30,6 @@ pub struct Found {
     pub existing: BTreeMap<ObjectKey, Existing>,
     pub suspect: BTreeSet<ObjectKey>,
     pub malformed: BTreeMap<ObjectKey, MarksError>,
-}
-
-/// One copy as found by a metadata-only LIST of managed copies (or in the copy index).
-#[derive(Clone, Debug)]
-pub struct Listed {
-    pub(super) key: ObjectKey,
-    pub(super) existing: Existing,
-    /// Another field manager owns its content: read it in full before trusting its hash.
-    pub(super) suspect: bool,
-    pub(super) malformed: Option<MarksError>,
-}
-
-/// What exists at a target, from its metadata: a managed copy when it carries the ownership
-/// label and marks that parse, else unmanaged (with the reason when the label is there).
-fn existing_from_meta(
-    kind: Kind,
-    labels: Option<&BTreeMap<String, String>>,
-    annotations: Option<&BTreeMap<String, String>>,
-    resource_version: String,
-    deleting: bool,
-) -> (Existing, Option<MarksError>) {
-    let empty = BTreeMap::new();
-    let labels = labels.unwrap_or(&empty);
-    if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE) {
-        return (Existing::Unmanaged { resource_version }, None);
-    }
-    let annotations = annotations.unwrap_or(&empty);
-    match ManagedCopy::from_marks(
-        kind,
-        labels,
-        annotations,
-        resource_version.clone(),
-        deleting,
-    ) {
-        Ok(m) => (Existing::Managed(m), None),
-        Err(e) => (Existing::Unmanaged { resource_version }, Some(e)),
-    }
-}
-
-/// What a metadata-only LIST item of a managed copy tells (see [`Cluster::list_meta`]).
-pub fn listed(kind: Kind, m: Meta) -> Option<Listed> {
-    let key = ObjectKey::new(kind, m.namespace?, m.name?);
-    let (existing, malformed) = existing_from_meta(
-        kind,
-        m.labels.as_ref(),
-        m.annotations.as_ref(),
-        m.resource_version.unwrap_or_default(),
-        m.deletion_timestamp.is_some(),
-    );
-    Some(Listed {
-        suspect: m.edited_by_others && matches!(existing, Existing::Managed(_)),
-        key,
-        existing,
-        malformed,
-    })
-}
-
-impl Listed {
-    /// The same, its marks shared with the copies the copy index holds: a full resync holds
-    /// every copy in the cluster a second time, but their marks once (SPEC §5).
-    pub fn sharing_marks(mut self, index: &super::copy_index::CopyIndex) -> Self {
-        if let Existing::Managed(m) = &mut self.existing {
-            index.share(m);
-        }
-        self
-    }
 }
 
 impl Found {

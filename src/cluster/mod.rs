@@ -9,15 +9,12 @@ use kube::{Api, Client, Resource, api::ListParams};
 
 pub mod apply;
 pub mod client;
-pub mod copy_index;
 mod error;
-pub mod index;
 pub mod load;
 pub mod ratelimit;
 mod reads;
-pub mod rule_scope;
 #[cfg(test)]
-pub(crate) use reads::namespace_info;
+pub(crate) use crate::freshness::index::namespace_info;
 pub mod selectors;
 pub mod watch;
 mod writes;
@@ -26,6 +23,12 @@ pub use error::{ApiError, ApiResult, Written};
 use ratelimit::RateLimiter;
 
 use crate::{
+    freshness::{
+        Indexes,
+        copy_index::CopyIndex,
+        index::{NamespaceIndex, SourceIndex},
+        rule_scope::CopyRuleScope,
+    },
     metrics::Metrics,
     model::{Kind, Object},
 };
@@ -82,13 +85,9 @@ pub struct Cluster {
     reads: Arc<RateLimiter>,
     read_slots: Arc<tokio::sync::Semaphore>,
     page_size: u32,
-    /// copyrator's copies by source, kept by the copies watch and copyrator's own writes.
-    copies: Arc<copy_index::CopyIndex>,
-    /// The opted-in sources and every namespace, kept by their watches.
-    sources: Arc<index::SourceIndex>,
-    namespaces: Arc<index::NamespaceIndex>,
-    /// The CopyRules as last listed, unless a CopyRule event came since.
-    copy_rules: Arc<rule_scope::CopyRuleScope>,
+    /// The indexes the watches keep (through the dispatcher) and copyrator's own writes
+    /// update, read instead of LISTs.
+    indexes: Arc<Indexes>,
 }
 
 impl Cluster {
@@ -100,35 +99,37 @@ impl Cluster {
             reads: Arc::new(limits.reads),
             read_slots: Arc::new(tokio::sync::Semaphore::new(limits.read_concurrency.max(1))),
             page_size: page_size.max(1),
-            copies: Arc::default(),
-            sources: Arc::default(),
-            namespaces: Arc::default(),
-            copy_rules: Arc::default(),
+            indexes: Arc::default(),
         }
     }
 
-    /// The CopyRules as last listed (see [`rule_scope`]); the CopyRules watch tells it when
-    /// they change.
-    pub fn copy_rule_scope(&self) -> &rule_scope::CopyRuleScope {
-        &self.copy_rules
+    /// The indexes, for the dispatcher that applies watch events to them.
+    pub fn indexes(&self) -> &Arc<Indexes> {
+        &self.indexes
     }
 
-    /// copyrator's copies by source (see [`copy_index`]); answers only while the copies watch
-    /// of `serve` keeps it.
-    pub fn copy_index(&self) -> &copy_index::CopyIndex {
-        &self.copies
+    /// The CopyRules as last listed (see [`crate::freshness::rule_scope`]); the CopyRules
+    /// watch tells it when they change.
+    pub fn copy_rule_scope(&self) -> &CopyRuleScope {
+        &self.indexes.copy_rules
     }
 
-    /// The opted-in sources (see [`index`]); answers only while the sources watches of `serve`
-    /// keep it.
-    pub fn source_index(&self) -> &index::SourceIndex {
-        &self.sources
+    /// copyrator's copies by source (see [`crate::freshness::copy_index`]); answers only
+    /// while the copies watch of `serve` keeps it.
+    pub fn copy_index(&self) -> &CopyIndex {
+        &self.indexes.copies
     }
 
-    /// Every namespace (see [`index`]); answers only while the namespaces watch of `serve`
-    /// keeps it.
-    pub fn namespace_index(&self) -> &index::NamespaceIndex {
-        &self.namespaces
+    /// The opted-in sources (see [`crate::freshness::index`]); answers only while the
+    /// sources watches of `serve` keep it.
+    pub fn source_index(&self) -> &SourceIndex {
+        &self.indexes.sources
+    }
+
+    /// Every namespace (see [`crate::freshness::index`]); answers only while the namespaces
+    /// watch of `serve` keeps it.
+    pub fn namespace_index(&self) -> &NamespaceIndex {
+        &self.indexes.namespaces
     }
 
     pub fn client(&self) -> &Client {

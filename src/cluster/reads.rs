@@ -5,11 +5,11 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Resource};
 
 use super::{ApiResult, Cluster, Freshness, INLINE_PARSE_BYTES};
+use crate::freshness::index::namespace_info;
 use crate::{
     copyrule::CopyRule,
-    marks,
     model::{
-        Kind, Labels, ListSplitter, Meta, MetaItem, MetaList, MetaListMeta, NamespaceInfo, Object,
+        Kind, ListSplitter, Meta, MetaItem, MetaList, MetaListMeta, NamespaceInfo, Object,
         ObjectKey,
     },
 };
@@ -209,12 +209,12 @@ impl Cluster {
         let api: Api<CopyRule> = Api::all(self.client.clone());
         let mut lp = fresh.list_params(self.page_size);
         let mut out = Vec::new();
-        let since = self.copy_rules.listing();
+        let since = self.indexes.copy_rules.listing();
         loop {
             match self.call("list", "copyrules", api.list(&lp)).await {
                 Err(e) if e.is_not_found() => {
                     tracing::debug!("CopyRule CRD not installed; only inline rules apply");
-                    self.copy_rules.listed(since, &[]);
+                    self.indexes.copy_rules.listed(since, &[]);
                     return Ok(Vec::new());
                 }
                 Err(e) => return Err(e),
@@ -223,7 +223,7 @@ impl Cluster {
                     match page.metadata.continue_ {
                         Some(token) if !token.is_empty() => lp.continue_token = Some(token),
                         _ => {
-                            self.copy_rules.listed(since, &out);
+                            self.indexes.copy_rules.listed(since, &out);
                             return Ok(out);
                         }
                     }
@@ -236,18 +236,4 @@ impl Cluster {
         let api: Api<CopyRule> = Api::all(self.client.clone());
         self.call("get", "copyrules", api.get_opt(name)).await
     }
-}
-
-pub(crate) fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
-    Some(NamespaceInfo {
-        name: meta.name.clone()?,
-        resource_version: meta.resource_version.clone().unwrap_or_default(),
-        labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
-        accept_from: meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(marks::ACCEPT_FROM_ANNOTATION))
-            .cloned(),
-        terminating: meta.deletion_timestamp.is_some(),
-    })
 }

@@ -24,9 +24,10 @@ use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
     model::{Kind, MetaItem, Object, ObjectKey},
-    pipeline::job::{Job, JobKey, Trigger},
-    pipeline::queue::WorkQueue,
-    pipeline::queue::enqueue,
+    queue::{
+        WorkQueue, enqueue,
+        job::{Job, JobKey, Trigger},
+    },
     rules::{Rule, SourceMatch},
 };
 

@@ -104,7 +104,7 @@ impl Cluster {
     /// the index knows their events by the resourceVersion the answer carries (SPEC §5).
     pub async fn create_copy(&self, copy: &DesiredCopy) -> ApiResult<Written> {
         let key = &copy.key;
-        self.copies.writing(key);
+        self.indexes.copies.writing(key);
         let send = async {
             let body = copy.body(None).map_err(kube::Error::SerdeError)?;
             let req = Self::objects_request(key.kind, Some(&key.namespace))
@@ -113,7 +113,8 @@ impl Cluster {
             self.fetch::<MetaItem>(req).await
         };
         let res = self.call("create", key.kind.plural(), send).await;
-        self.copies
+        self.indexes
+            .copies
             .write_answered(key, res.as_ref().ok().map(|item| item.metadata.clone()));
         match res {
             Err(e) if e.is_namespace_terminating() => Ok(Written::NamespaceTerminating),
@@ -128,7 +129,7 @@ impl Cluster {
         resource_version: &str,
     ) -> ApiResult<Written> {
         let key = &copy.key;
-        self.copies.writing(key);
+        self.indexes.copies.writing(key);
         let send = async {
             let body = copy
                 .body(Some(resource_version))
@@ -139,7 +140,8 @@ impl Cluster {
             self.fetch::<MetaItem>(req).await
         };
         let res = self.call("update", key.kind.plural(), send).await;
-        self.copies
+        self.indexes
+            .copies
             .write_answered(key, res.as_ref().ok().map(|item| item.metadata.clone()));
         written(res.map(|_| ()))
     }
@@ -155,13 +157,13 @@ impl Cluster {
             ..Default::default()
         };
         // Its DELETED event is copyrator's own echo, not a deletion to restore.
-        self.copies.deleting(key);
+        self.indexes.copies.deleting(key);
         let res = self
             .call("delete", key.kind.plural(), api.delete(&key.name, &dp))
             .await;
         match &res {
-            Ok(_) => self.copies.forget(key, None),
-            Err(_) => self.copies.delete_failed(key),
+            Ok(_) => self.indexes.copies.forget(key, None),
+            Err(_) => self.indexes.copies.delete_failed(key),
         }
         written(res)
     }

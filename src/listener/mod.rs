@@ -24,10 +24,8 @@ use tokio::{
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-pub mod tls;
-
+use crate::certs::serving::ReloadingCert;
 use crate::metrics::Metrics;
-use tls::ReloadingCert;
 
 /// What one connection may take of the webhook server (SPEC §6.1).
 #[derive(Clone, Copy, Debug)]

@@ -10,11 +10,13 @@ use std::{
 
 use tokio::sync::watch;
 
-use super::{
-    context::Context,
-    job::{Job, JobKey, Trigger},
-    queue::enqueue,
-    waiters::Feed,
+use crate::{
+    freshness::waiters::Feed,
+    queue::{
+        enqueue,
+        job::{Job, JobKey, Trigger},
+    },
+    sync::context::Context,
 };
 
 /// How long the startup resync waits for the watches to be up: a watch that cannot start

@@ -10,11 +10,13 @@ use std::{
 
 use tracing::Instrument;
 
-use super::{
-    context::Context,
-    job::{Job, retry_delay},
-    queue::{Finished, count},
-    waiters::Feed,
+use crate::{
+    freshness::waiters::Feed,
+    queue::{
+        Finished, count,
+        job::{Job, retry_delay},
+    },
+    sync::context::Context,
 };
 use crate::{
     metrics::{JobLabels, KindLabels},

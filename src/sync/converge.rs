@@ -18,14 +18,14 @@ use crate::{
     content,
     metrics::{ReasonLabels, WhatLabels},
     model::{Object, ObjectKey, SourceInfo},
-    pipeline::{
-        context::{Context, SOURCE_PAYLOAD_CACHE_MAX_ENTRY, payload_bytes},
-        job::{Job, JobKey, Trigger},
-        queue::enqueue,
-    },
     plan::{Action, Contents, Scope, World, plan},
+    queue::{
+        enqueue,
+        job::{Job, JobKey, Trigger},
+    },
     report::{self, Tally},
     rules::RuleId,
+    sync::context::{Context, SOURCE_PAYLOAD_CACHE_MAX_ENTRY, payload_bytes},
 };
 
 /// Loads what every job needs once its scope is known: sources named by the copies found,
@@ -341,8 +341,7 @@ pub(super) fn retry_unreadable(ctx: &Context, job: &Job, world: &World) {
             .inc();
         if key != job.key {
             let mut follow_up = Job::new(key, Trigger::FollowUp);
-            follow_up.retry_at =
-                Some(Instant::now() + crate::pipeline::job::retry_delay(job.attempt));
+            follow_up.retry_at = Some(Instant::now() + crate::queue::job::retry_delay(job.attempt));
             enqueue(&ctx.queue, &ctx.metrics, follow_up);
         }
     }

@@ -11,17 +11,17 @@ use k8s_openapi::jiff::Timestamp;
 use super::{Outcome, SyncError};
 use crate::{
     cluster::{Written, apply::Applied},
-    pipeline::{
-        context::Context,
-        job::{Job, JobKey, Trigger},
-        queue::enqueue,
-    },
     plan::{Action, World},
+    queue::{
+        enqueue,
+        job::{Job, JobKey, Trigger},
+    },
     report::{
         self, Tally,
         events::{Regarding, reason},
     },
     rules::RuleId,
+    sync::context::Context,
 };
 
 /// Writes the status of CopyRule `cr` from what a job found (`tallies`, by rule), when it

@@ -3,6 +3,7 @@
 //! (`converge`), then report and queue follow-ups (`follow_up`). One file per kind of job in
 //! `jobs/`.
 
+pub mod context;
 mod converge;
 mod follow_up;
 mod jobs;
@@ -13,10 +14,8 @@ pub mod unlabelled;
 
 use crate::{
     cluster::ApiError,
-    pipeline::{
-        context::Context,
-        job::{Job, JobKey},
-    },
+    queue::job::{Job, JobKey},
+    sync::context::Context,
 };
 
 /// Why a job did not finish; it is retried with backoff.
@@ -38,7 +37,7 @@ const MAX_ROUNDS: usize = 4;
 pub enum Outcome {
     Done,
     /// The admitted change it waits for is not persisted yet: run it again later (a watch
-    /// event or the deadline, see [`crate::pipeline::waiters`]).
+    /// event or the deadline, see [`crate::freshness::waiters`]).
     NotPersisted,
     /// Persisted, but not to be written before this time (a new namespace, SPEC §4 item 6):
     /// run it again then; the job waits in the queue, not on a worker.
@@ -56,14 +55,14 @@ pub async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
     }
 }
 
-/// Makes the early reads admitted namespace changes ask for (`pipeline::prefetch`), each in a
+/// Makes the early reads admitted namespace changes ask for (`freshness::prefetch`), each in a
 /// task of its own, until the process ends.
 pub async fn prefetch_namespaces(ctx: std::sync::Arc<Context>) {
     let mut requests = ctx.waiters.prefetch.serve();
     // At most MAX_IN_FLIGHT at once: while they run, requests wait in the channel, and beyond
     // it are refused (their jobs read as usual).
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(
-        crate::pipeline::prefetch::MAX_IN_FLIGHT,
+        crate::freshness::prefetch::MAX_IN_FLIGHT,
     ));
     while let Some(ticket) = requests.recv().await {
         let Ok(slot) = std::sync::Arc::clone(&slots).acquire_owned().await else {
@@ -78,4 +77,4 @@ pub async fn prefetch_namespaces(ctx: std::sync::Arc<Context>) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

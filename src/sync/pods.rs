@@ -10,14 +10,12 @@ use super::{
 };
 use crate::{
     cluster::apply::Applied,
+    freshness::ready::Ready,
     marks,
     model::{Kind, ObjectKey},
-    pipeline::{
-        context::Context,
-        job::{Job, JobKey, Trigger},
-        ready::Ready,
-    },
     plan::{Action, ClaimRef, World},
+    queue::job::{Job, JobKey, Trigger},
+    sync::context::Context,
 };
 
 /// What a Pod gate sync of one namespace came to.

@@ -6,13 +6,13 @@ use crate::{
     cluster::{ApiError, Freshness},
     marks,
     model::{ObjectKey, SourceInfo},
-    pipeline::context::Context,
     plan::World,
     report::{
         self,
         events::{Regarding, reason},
     },
     rules::{Rule, SourceMatch},
+    sync::context::Context,
 };
 
 /// Sources a rule selects that lack the opt-in label get it, so that their changes reach the

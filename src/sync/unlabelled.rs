@@ -11,9 +11,9 @@ use tokio::sync::watch;
 use crate::{
     cluster::load,
     marks,
-    pipeline::context::Context,
     report::events::{Regarding, reason},
     rules,
+    sync::context::Context,
 };
 
 /// After each resync this replica finishes, a scan if one is due; until `shutdown`.

@@ -5,14 +5,16 @@ use crate::{
         Freshness,
         load::{self, Found},
     },
+    freshness::persisted::object_persisted,
     model::ObjectKey,
-    pipeline::{context::Context, job::Job},
     plan::{Contents, Scope},
+    queue::job::Job,
     sync::{
         Outcome, SyncError,
+        context::Context,
         converge::{converge, finish_loading},
         follow_up::after,
-        persisted::{object_persisted, read_persisted},
+        persisted::read_persisted,
     },
 };
 

@@ -5,21 +5,23 @@ use crate::{
     cluster::{
         ApiError, Freshness,
         apply::Applied,
-        load::{self, Found, Listed},
+        load::{self, Found},
+    },
+    freshness::{
+        copy_index::Listed,
+        persisted::namespace_persisted,
+        prefetch::{NamespaceReads, Ticket},
     },
     metrics::OutcomeLabels,
     model::Kind,
-    pipeline::{
-        context::Context,
-        job::{Awaited, Job},
-        prefetch::{NamespaceReads, Ticket},
-    },
     plan::{Action, Contents, Scope, World},
+    queue::job::{Awaited, Job},
     sync::{
         Outcome, SyncError,
+        context::Context,
         converge::{converge, finish_loading},
         follow_up::after,
-        persisted::{namespace_persisted, parked, read_persisted, stop_waiting},
+        persisted::{parked, read_persisted, stop_waiting},
         pods,
     },
 };
@@ -154,7 +156,7 @@ async fn rules_and_copies(ctx: &Context, name: &str) -> Result<(World, Vec<Liste
 }
 
 /// Reads the rules and the copies in the namespace `ticket` names while its admitted change
-/// is being persisted, and keeps them for its job (`pipeline::prefetch` says when they may
+/// is being persisted, and keeps them for its job (`freshness::prefetch` says when they may
 /// stand in for reads made once it is persisted).
 pub(crate) async fn prefetch(ctx: &Context, ticket: Ticket) {
     let name = ticket.namespace().to_string();

@@ -9,13 +9,14 @@ use crate::{
     },
     marks,
     model::Kind,
-    pipeline::{context::Context, job::Job},
+    queue::job::Job,
     report::{
         self,
         events::{Regarding, reason},
     },
     sync::{
         Outcome, SyncError,
+        context::Context,
         converge::{converge_all, finish_loading},
         follow_up::write_rule_status,
         sources::label_source,
@@ -32,7 +33,9 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     // The copies are the resync's own LIST, not the copy index's; only the marks they carry
     // alike are shared with it (values, never what the LIST says is there).
     let copy_index = cluster.copy_index();
-    let listed = |kind| move |m| load::listed(kind, m).map(|l| l.sharing_marks(copy_index));
+    let listed = |kind| {
+        move |m| crate::freshness::copy_index::listed(kind, m).map(|l| l.sharing_marks(copy_index))
+    };
     let (mut world, namespaces, secrets, config_maps) = tokio::try_join!(
         load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, cached),
         cluster.list_namespaces("", Freshness::Consistent),

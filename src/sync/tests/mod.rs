@@ -3,13 +3,13 @@
 //! persisted yet, unreadable sources), asserted on the objects the API ends up holding and the
 //! requests it received. The happy paths and the real API server are the end-to-end tests'.
 
-mod fake_api;
-mod gate;
+pub(crate) mod fake_api;
 mod prefetch;
 
 use std::sync::Arc;
 
-use fake_api::{FakeApi, Step, status};
+pub(crate) use fake_api::status;
+use fake_api::{FakeApi, Step};
 use serde_json::{Value, json};
 
 use super::{MAX_ROUNDS, Outcome, SyncError, run};
@@ -18,19 +18,19 @@ use crate::{
     marks,
     metrics::{Metrics, WhatLabels},
     model::{Kind, ObjectKey},
-    pipeline::{
-        context::{Context, SyncSettings},
-        job::{Awaited, Job, JobKey, Trigger},
-        queue::WorkQueue,
-    },
     plan::Policy,
+    queue::{
+        WorkQueue,
+        job::{Awaited, Job, JobKey, Trigger},
+    },
     report::events::Events,
+    sync::context::{Context, SyncSettings},
     tenancy::TrustPolicy,
 };
 
 const PASSWORD: &str = "c2VjcmV0"; // "secret"
 
-fn context(api: &FakeApi) -> Context {
+pub(crate) fn context(api: &FakeApi) -> Context {
     let client = api.client();
     let metrics = Arc::new(Metrics::new());
     let cluster = Cluster::new(
@@ -52,12 +52,12 @@ fn context(api: &FakeApi) -> Context {
         fanout_concurrency: 4,
         fanout_bytes: 16 << 20,
         new_namespace_delay: std::time::Duration::ZERO,
-        resync_chunk: crate::pipeline::context::RESYNC_CHUNK,
+        resync_chunk: crate::sync::context::RESYNC_CHUNK,
     };
     Context::new(cluster, events, metrics, WorkQueue::new(100), settings)
 }
 
-fn namespace(name: &str, labels: Value) -> Value {
+pub(crate) fn namespace(name: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
 }
 
@@ -76,7 +76,7 @@ fn source(data: &str) -> Value {
 }
 
 /// `platform` with the source, and `team-a` opted in.
-fn scene() -> FakeApi {
+pub(crate) fn scene() -> FakeApi {
     let api = FakeApi::default();
     api.store(|s| {
         s.put("namespaces", namespace("platform", json!({})));
@@ -97,11 +97,11 @@ fn source_job() -> Job {
     Job::new(JobKey::Source(source_key()), Trigger::Admission)
 }
 
-fn copy_in(api: &FakeApi, ns: &str) -> Option<Value> {
+pub(crate) fn copy_in(api: &FakeApi, ns: &str) -> Option<Value> {
     api.store(|s| s.get("secrets", Some(ns), "registry").cloned())
 }
 
-fn count(api: &FakeApi, line: &str) -> usize {
+pub(crate) fn count(api: &FakeApi, line: &str) -> usize {
     api.lines().iter().filter(|l| *l == line).count()
 }
 

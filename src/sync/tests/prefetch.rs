@@ -1,18 +1,15 @@
 //! A new namespace's job reads the rules and its copies while the namespace is being
-//! persisted, and writes as soon as the namespace's watch event arrives (`pipeline::prefetch`);
+//! persisted, and writes as soon as the namespace's watch event arrives (`freshness::prefetch`);
 //! when something those reads cover changed meanwhile, it reads again.
 
 use serde_json::json;
 
 use super::{context, copy_in, namespace, scene};
 use crate::{
+    freshness::waiters::{Feed, Watched},
     model::NamespaceInfo,
-    pipeline::{
-        context::Context,
-        job::{Awaited, Job, JobKey, Trigger},
-        waiters::{Feed, Watched},
-    },
-    sync::{Outcome, jobs::namespace::prefetch, run},
+    queue::job::{Awaited, Job, JobKey, Trigger},
+    sync::{Outcome, context::Context, jobs::namespace::prefetch, run},
 };
 
 /// What admission does for a namespace change: queue its job (waiting for the event) and
@@ -178,7 +175,7 @@ async fn without_live_watches_nothing_is_read_early() {
 /// early reads: one set per namespace tracked, at most `MAX_ENTRIES` namespaces.
 #[tokio::test]
 async fn a_flood_of_namespace_reviews_makes_a_bounded_number_of_reads() {
-    use crate::pipeline::prefetch::MAX_ENTRIES;
+    use crate::freshness::prefetch::MAX_ENTRIES;
     let api = scene();
     let ctx = std::sync::Arc::new(context(&api));
     live(&ctx);

@@ -21,6 +21,9 @@
 //! given up under a flood) cannot starve fresh work. A retry that has been ready for
 //! [`LOW_MAX_WAIT`] runs anyway.
 
+pub mod job;
+pub mod unseen;
+
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, HashMap, HashSet, VecDeque},
@@ -33,8 +36,8 @@ use std::{
 
 use tokio::sync::Notify;
 
-use super::job::{Awaited, Job, JobKey, Trigger};
 use crate::metrics::{DroppedLabels, Metrics};
+use job::{Awaited, Job, JobKey, Trigger};
 
 /// Result of [`WorkQueue::push`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,6 @@ use std::{
 
 use moka::sync::Cache;
 
-use super::{queue::WorkQueue, ready::ReadyIndex, waiters::Waiters};
 use crate::{
     cluster::{Cluster, apply::WriteBudget},
     copyrule::CopyRuleStatus,
@@ -16,6 +15,10 @@ use crate::{
     model::{ObjectKey, Payload, SourceInfo},
     plan::Policy,
     report::events::Events,
+};
+use crate::{
+    freshness::{ready::ReadyIndex, waiters::Waiters},
+    queue::WorkQueue,
 };
 
 /// Most namespaces the Pod gate remembers as settled (~100 bytes each).

@@ -18,15 +18,80 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    index::{Index, PerKind, Seed, Versioned},
-    load::{self, Listed},
-};
+use std::collections::BTreeMap;
+
+use super::index::{Index, PerKind, Seed, Versioned};
 use crate::{
     marks,
     model::{Kind, Meta, ObjectKey},
     plan::{CopyMarks, Existing, ManagedCopy, MarksError, SharedMarks},
 };
+
+/// One copy as found by a metadata-only LIST of managed copies (or in the copy index).
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub key: ObjectKey,
+    pub existing: Existing,
+    /// Another field manager owns its content: read it in full before trusting its hash.
+    pub suspect: bool,
+    pub malformed: Option<MarksError>,
+}
+
+/// What exists at a target, from its metadata: a managed copy when it carries the ownership
+/// label and marks that parse, else unmanaged (with the reason when the label is there).
+pub fn existing_from_meta(
+    kind: Kind,
+    labels: Option<&BTreeMap<String, String>>,
+    annotations: Option<&BTreeMap<String, String>>,
+    resource_version: String,
+    deleting: bool,
+) -> (Existing, Option<MarksError>) {
+    let empty = BTreeMap::new();
+    let labels = labels.unwrap_or(&empty);
+    if labels.get(marks::MANAGED_BY_LABEL).map(String::as_str) != Some(marks::MANAGED_BY_VALUE) {
+        return (Existing::Unmanaged { resource_version }, None);
+    }
+    let annotations = annotations.unwrap_or(&empty);
+    match ManagedCopy::from_marks(
+        kind,
+        labels,
+        annotations,
+        resource_version.clone(),
+        deleting,
+    ) {
+        Ok(m) => (Existing::Managed(m), None),
+        Err(e) => (Existing::Unmanaged { resource_version }, Some(e)),
+    }
+}
+
+/// What a metadata-only LIST item of a managed copy tells (a LIST through `Cluster::list_meta`).
+pub fn listed(kind: Kind, m: Meta) -> Option<Listed> {
+    let key = ObjectKey::new(kind, m.namespace?, m.name?);
+    let (existing, malformed) = existing_from_meta(
+        kind,
+        m.labels.as_ref(),
+        m.annotations.as_ref(),
+        m.resource_version.unwrap_or_default(),
+        m.deletion_timestamp.is_some(),
+    );
+    Some(Listed {
+        suspect: m.edited_by_others && matches!(existing, Existing::Managed(_)),
+        key,
+        existing,
+        malformed,
+    })
+}
+
+impl Listed {
+    /// The same, its marks shared with the copies the copy index holds: a full resync holds
+    /// every copy in the cluster a second time, but their marks once (SPEC §5).
+    pub fn sharing_marks(mut self, index: &CopyIndex) -> Self {
+        if let Existing::Managed(m) = &mut self.existing {
+            index.share(m);
+        }
+        self
+    }
+}
 
 /// One copy, as a LIST of copies would show it ([`Listed`] without the key, which is the map's).
 /// Boxed in the map: the table stays small, and growing it moves pointers, not entries.
@@ -216,7 +281,7 @@ impl CopyIndex {
             .get(marks::SOURCE_UID_LABEL)
             .cloned()
             .unwrap_or_default();
-        let listed = load::listed(kind, meta)?;
+        let listed = listed(kind, meta)?;
         let other_uid = match &listed.existing {
             Existing::Managed(m) if m.source_uid == uid => None,
             _ => Some(uid).filter(|u| !u.is_empty()),
@@ -725,7 +790,7 @@ mod tests {
         };
         // The resync's LIST shows the copy at a later version, and another copy alike.
         for (ns, rv) in [("a", 9), ("b", 10)] {
-            let listed = load::listed(Kind::Secret, managed(ns, "app", "u1", rv))
+            let listed = listed(Kind::Secret, managed(ns, "app", "u1", rv))
                 .unwrap()
                 .sharing_marks(&index);
             match listed.existing {
@@ -737,7 +802,7 @@ mod tests {
             }
         }
         // Different marks are not merged.
-        let other = load::listed(Kind::Secret, managed("c", "app", "u2", 11))
+        let other = listed(Kind::Secret, managed("c", "app", "u2", 11))
             .unwrap()
             .sharing_marks(&index);
         match other.existing {

@@ -29,11 +29,10 @@ use std::{
 use tokio::sync::mpsc;
 
 use crate::{
-    cluster::load::Listed,
+    freshness::{copy_index::Listed, persisted::namespace_persisted, waiters::PERSIST_WAIT},
     model::NamespaceInfo,
-    pipeline::{job::Awaited, waiters::PERSIST_WAIT},
     plan::World,
-    sync::persisted::namespace_persisted,
+    queue::job::Awaited,
 };
 
 /// Namespaces whose jobs may hold early reads at once (each holds the rules); more read as

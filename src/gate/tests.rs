@@ -6,13 +6,11 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 
-use super::{context, copy_in, count, fake_api::Step, scene, status};
+use crate::sync::tests::{context, copy_in, count, fake_api::Step, scene, status};
 use crate::{
+    freshness::waiters::{Feed, Watched},
     gate::{Outcome, PodGate},
-    pipeline::{
-        context::Context,
-        waiters::{Feed, Watched},
-    },
+    sync::context::Context,
 };
 
 const BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
@@ -25,7 +23,7 @@ fn live(ctx: Context) -> Arc<Context> {
     Arc::new(ctx)
 }
 
-fn outcomes(answers: &[(Outcome, Option<Arc<crate::pipeline::ready::Ready>>)]) -> Vec<Outcome> {
+fn outcomes(answers: &[(Outcome, Option<Arc<crate::freshness::ready::Ready>>)]) -> Vec<Outcome> {
     answers.iter().map(|(o, _)| *o).collect()
 }
 
@@ -138,7 +136,7 @@ async fn a_namespace_that_does_not_exist_is_answered_like_one_with_nothing_to_do
     api.store(|s| {
         s.put(
             "namespaces",
-            super::namespace("quiet", serde_json::json!({})),
+            crate::sync::tests::namespace("quiet", serde_json::json!({})),
         )
     });
     let ctx = live(context(&api));

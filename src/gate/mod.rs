@@ -1,6 +1,6 @@
 //! The Pod gate (SPEC §10): before a Pod is admitted, every copy its namespace should hold
 //! exists in its source's current version. A namespace known to be settled is answered from
-//! memory ([`crate::pipeline::ready`]); any other is synced in the admission path, one sync per
+//! memory ([`crate::freshness::ready`]); any other is synced in the admission path, one sync per
 //! namespace however many Pods wait on it, within a time budget past which the Pod is admitted
 //! anyway (the sync goes on).
 
@@ -14,9 +14,9 @@ use futures::{FutureExt, future::Shared};
 use tokio::sync::Semaphore;
 
 use crate::{
+    freshness::ready::Ready,
     metrics::OutcomeLabels,
-    pipeline::{context::Context, ready::Ready},
-    sync::pods::settle_namespace,
+    sync::{context::Context, pods::settle_namespace},
 };
 
 /// Namespace syncs the gate runs at once; more wait for a slot (within their budget).
@@ -158,3 +158,6 @@ impl PodGate {
         shared
     }
 }
+
+#[cfg(test)]
+mod tests;

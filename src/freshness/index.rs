@@ -13,7 +13,25 @@
 
 use std::{collections::HashMap, hash::Hash, sync::Mutex};
 
-use crate::model::{Kind, NamespaceInfo, ObjectKey, SourceInfo};
+use crate::{
+    marks,
+    model::{Kind, Labels, Meta, NamespaceInfo, ObjectKey, SourceInfo},
+};
+
+/// What copyrator keeps of a namespace, from its metadata.
+pub fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
+    Some(NamespaceInfo {
+        name: meta.name.clone()?,
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+        labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
+        accept_from: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(marks::ACCEPT_FROM_ANNOTATION))
+            .cloned(),
+        terminating: meta.deletion_timestamp.is_some(),
+    })
+}
 
 /// A value kept by an index: its object's resourceVersion orders updates.
 pub trait Versioned {

@@ -21,13 +21,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::job::{Awaited, Job, JobKey};
 use super::prefetch::Prefetches;
-use super::queue::{Evicted, WorkQueue, enqueue};
-use super::unseen::{Class, Unseen};
+use crate::queue::{
+    Evicted, WorkQueue, enqueue,
+    job::{Awaited, Job, JobKey},
+    unseen::{Class, Unseen},
+};
 use crate::{
     metrics::{DroppedLabels, Metrics},
-    model::{Kind, ObjectKey},
+    model::{Kind, Meta, ObjectKey},
 };
 
 /// How long jobs wait for an admitted change to be persisted before acting on what is there.
@@ -62,6 +64,30 @@ impl Feed {
         Feed::Copies(Kind::ConfigMap),
         Feed::CopyRules,
     ];
+
+    /// What an event's object is, for the waiters.
+    pub fn watched(self, m: &Meta) -> Option<Watched> {
+        let name = m.name.clone()?;
+        Some(match self {
+            Feed::Namespaces => Watched::Namespace(name),
+            Feed::CopyRules => Watched::CopyRule(name),
+            Feed::Sources(kind) | Feed::Copies(kind) => {
+                Watched::Object(ObjectKey::new(kind, m.namespace.clone()?, name))
+            }
+        })
+    }
+
+    /// The feed, as logs and metrics name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feed::Namespaces => "namespaces",
+            Feed::Sources(Kind::Secret) => "source secrets",
+            Feed::Sources(Kind::ConfigMap) => "source configmaps",
+            Feed::Copies(Kind::Secret) => "copied secrets",
+            Feed::Copies(Kind::ConfigMap) => "copied configmaps",
+            Feed::CopyRules => "copyrules",
+        }
+    }
 
     pub(super) fn index(self) -> usize {
         match self {
@@ -421,8 +447,8 @@ impl Waiters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::job::Trigger;
-    use crate::pipeline::queue::{Finished, Pushed};
+    use crate::queue::job::Trigger;
+    use crate::queue::{Finished, Pushed};
 
     #[tokio::test]
     async fn an_event_wakes_the_jobs_waiting_on_its_object() {

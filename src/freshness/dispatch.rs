@@ -1,0 +1,568 @@
+//! What a watch event does, and in which order (SPEC §5): the one place that orders the
+//! subsystems an event reaches. The watches (`crate::cluster::watch`) only turn the API
+//! server's stream into events and hand each here; nothing here does I/O.
+//!
+//! Every event takes the [`STEPS`], in that order:
+//! 1. **Index**: the feed's index learns the object (a copy's event is classified: this
+//!    replica's own echo, someone else's edit, or new marks; a source's event says which
+//!    namespaces it can reach). A job woken below reads the index: it must find the change.
+//! 2. **Early reads**: namespace jobs' early reads learn what changed, before anyone is woken
+//!    (`prefetch`).
+//! 3. **Pod gate memory**: the namespaces whose answer the event can change are forgotten
+//!    (`ready`), before a job woken below could record them settled from older reads.
+//! 4. **Waiters**: jobs waiting for this object's admitted change wake (`waiters`).
+//! 5. **Work**: on the leading replica, a copy deleted or edited by someone else is queued for
+//!    restoring, and a copy with new marks its source's job (queue).
+//! 6. **Listeners**: whoever follows a feed as a whole (the selector watches follow CopyRules).
+//!
+//! A seeding LIST's items take steps 2-6 as they arrive and go into a fresh index, which
+//! answers only once the whole LIST is in ([`Dispatcher::seeded`]); objects the index held that
+//! the LIST no longer has are handled as deleted.
+
+use std::sync::Arc;
+
+use tokio::sync::{Notify, watch};
+
+use super::{
+    Indexes,
+    copy_index::{CopySeed, Seen},
+    index::{Seed, namespace_info},
+    ready::{Reach, ReadyIndex},
+    waiters::{Feed, Waiters, Watched},
+};
+use crate::{
+    marks,
+    metrics::{FeedLabels, Metrics},
+    model::{Meta, ObjectKey, SourceInfo},
+    plan::{Policy, reach},
+    queue::{
+        WorkQueue, enqueue,
+        job::{Job, JobKey, Trigger},
+    },
+    rules::Rule,
+};
+
+/// One step of an event (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Index,
+    EarlyReads,
+    PodGateMemory,
+    Waiters,
+    Work,
+    Listeners,
+}
+
+/// The order every event takes: the promise the module documentation explains, and the one
+/// [`Dispatcher::event`] follows.
+pub const STEPS: [Step; 6] = [
+    Step::Index,
+    Step::EarlyReads,
+    Step::PodGateMemory,
+    Step::Waiters,
+    Step::Work,
+    Step::Listeners,
+];
+
+/// What happened to an object, as a watch saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// How a feed's watch request ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// The server ended it after its timeout: it resumes where it ended and missed nothing.
+    Timeout,
+    /// 410 Gone: events since its version are lost; it starts over with a new LIST.
+    Expired,
+    /// It failed (events may have been missed); it is tried again.
+    Failed(String),
+}
+
+/// Where the work an event asks for goes: the queue, on the replica that leads (the others
+/// only watch).
+#[derive(Clone)]
+pub struct Work {
+    pub queue: Arc<WorkQueue>,
+    pub leading: watch::Receiver<bool>,
+}
+
+/// Called before each step, in tests.
+#[cfg(test)]
+type Probe = Box<dyn FnMut(Step) + Send>;
+
+/// See the module documentation.
+pub struct Dispatcher {
+    indexes: Arc<Indexes>,
+    /// Trust and exclusions, for what a source's event can reach.
+    policy: Arc<Policy>,
+    waiters: Arc<Waiters>,
+    ready: Arc<ReadyIndex>,
+    work: Work,
+    /// Told about every CopyRule event (the selector watches follow the CopyRules).
+    rules_changed: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    /// Called before each step (tests of the order).
+    #[cfg(test)]
+    probe: std::sync::Mutex<Option<Probe>>,
+}
+
+/// What step 1 found out about an event (see [`Dispatcher::keep`]).
+#[derive(Default)]
+struct Kept {
+    /// A copy's ADDED or MODIFIED event: whose it is.
+    seen: Option<Seen>,
+    /// A source's event: the namespaces it can change.
+    reach: Option<Reach>,
+    /// A copy's event is someone else's doing: a copy deleted by someone else, or changed by a
+    /// write this replica did not make while its marks stayed (or under another field
+    /// manager). Who wrote is known by the resourceVersions copyrator's own writes returned,
+    /// not by a field manager's name, which anyone may give. (Who last wrote a deleted copy's
+    /// fields does not matter: who deleted it does.)
+    foreign: bool,
+}
+
+/// A seeding LIST's objects so far (see [`Dispatcher::seeding`]).
+pub struct Seeding {
+    feed: Feed,
+    seed: FeedSeed,
+}
+
+enum FeedSeed {
+    Copies(CopySeed),
+    Sources(Seed<ObjectKey, SourceInfo>),
+    Namespaces(Seed<String, crate::model::NamespaceInfo>),
+    None,
+}
+
+impl Dispatcher {
+    pub fn new(
+        indexes: Arc<Indexes>,
+        policy: Arc<Policy>,
+        waiters: Arc<Waiters>,
+        ready: Arc<ReadyIndex>,
+        work: Work,
+        rules_changed: Arc<Notify>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            indexes,
+            policy,
+            waiters,
+            ready,
+            work,
+            rules_changed,
+            metrics,
+            #[cfg(test)]
+            probe: Default::default(),
+        }
+    }
+
+    /// A watch event: every step, in order.
+    pub fn event(&self, feed: Feed, change: Change, meta: &Meta) {
+        let deleted = change == Change::Deleted;
+        let mut kept = Kept::default();
+        for step in STEPS {
+            self.take(step, feed, meta, deleted, &mut kept);
+        }
+    }
+
+    fn take(&self, step: Step, feed: Feed, meta: &Meta, deleted: bool, kept: &mut Kept) {
+        #[cfg(test)]
+        if let Some(probe) = self.probe.lock().unwrap().as_mut() {
+            probe(step);
+        }
+        match step {
+            Step::Index => *kept = self.keep(feed, meta, deleted),
+            Step::EarlyReads => self.early_reads(feed, meta, deleted),
+            Step::PodGateMemory => self.pod_gate_memory(feed, meta, kept),
+            Step::Waiters => {
+                if let Some(watched) = feed.watched(meta) {
+                    self.waiters.notify(&watched);
+                }
+            }
+            Step::Work => self.work(feed, meta, kept),
+            Step::Listeners => {
+                if feed == Feed::CopyRules {
+                    self.rules_changed.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Step 1: the object into the feed's index; what the event is to this replica (a copy's),
+    /// and which namespaces it can change (a source's).
+    fn keep(&self, feed: Feed, meta: &Meta, deleted: bool) -> Kept {
+        let ix = &self.indexes;
+        let rv = meta.resource_version.as_deref();
+        let mut kept = Kept::default();
+        match (feed, deleted) {
+            (Feed::Copies(kind), false) => kept.seen = ix.copies.event(kind, meta.clone()),
+            (Feed::Copies(_), true) => {
+                if let Some(Watched::Object(key)) = feed.watched(meta) {
+                    ix.copies.forget(&key, rv);
+                }
+            }
+            (Feed::Sources(kind), _) => {
+                let index = ix.sources.of(kind);
+                let Some(Watched::Object(key)) = feed.watched(meta) else {
+                    return kept;
+                };
+                // An object that lost its opt-in label is no source any more.
+                let opted_in = meta
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(marks::SOURCE_LABEL))
+                    .is_some_and(|v| v == "true");
+                let before = index.peek(&key, Clone::clone);
+                let after = SourceInfo::from_meta(kind, meta)
+                    .filter(|_| !deleted && opted_in)
+                    .map(|s| self.policy.keep_source(s));
+                kept.reach = Some(self.source_reach(before.as_ref(), after.as_ref()));
+                match after {
+                    Some(info) => index.insert(key, info),
+                    None => index.remove(&key, rv),
+                }
+            }
+            (Feed::Namespaces, _) => match namespace_info(meta) {
+                Some(info) if !deleted => ix.namespaces.insert(info.name.clone(), info),
+                _ => {
+                    if let Some(name) = &meta.name {
+                        ix.namespaces.remove(name, rv);
+                    }
+                }
+            },
+            (Feed::CopyRules, _) => {
+                // What the CopyRules were is not known any more (a source's reach).
+                ix.copy_rules.changed();
+                return kept;
+            }
+        }
+        self.show_index_size(feed);
+        kept.foreign = self.foreign(feed, meta, deleted, kept.seen.as_ref());
+        kept
+    }
+
+    /// The namespaces a source's change can reach: where its rules before and after the change
+    /// (its inline rule, the CopyRules selecting it) can have copies. Every namespace while
+    /// the CopyRules or the namespaces are not known, or when it reaches most of them.
+    fn source_reach(&self, before: Option<&SourceInfo>, after: Option<&SourceInfo>) -> Reach {
+        let Some(copy_rules) = self.indexes.copy_rules.rules() else {
+            return Reach::All;
+        };
+        let mut rules = Vec::new();
+        for source in [before, after].into_iter().flatten() {
+            if let Ok(Some(mut inline)) = Rule::inline(source) {
+                inline.tier = self.policy.trust.inline_tier(&inline.source_namespace);
+                rules.push(inline);
+            }
+            rules.extend(
+                copy_rules
+                    .iter()
+                    .filter(|r| r.selects_source(source))
+                    .cloned(),
+            );
+        }
+        if rules.is_empty() {
+            return Reach::Nothing;
+        }
+        let reached = self
+            .indexes
+            .namespaces
+            .read(|by_name| (reach(&self.policy, &rules, by_name.values()), by_name.len()));
+        match reached {
+            Some((names, _)) if names.is_empty() => Reach::Nothing,
+            Some((names, all)) if names.len() * 2 <= all => Reach::Namespaces(names),
+            _ => Reach::All,
+        }
+    }
+
+    /// Step 2: early reads of namespace jobs learn what changed.
+    fn early_reads(&self, feed: Feed, meta: &Meta, deleted: bool) {
+        let prefetch = &self.waiters.prefetch;
+        match feed {
+            Feed::Sources(_) | Feed::CopyRules => prefetch.inputs_changed(),
+            Feed::Copies(_) => {
+                if let Some(ns) = &meta.namespace {
+                    prefetch.copy_changed(ns);
+                }
+            }
+            Feed::Namespaces => {
+                if let Some(name) = &meta.name {
+                    prefetch.namespace_event(name, || {
+                        (!deleted).then(|| namespace_info(meta)).flatten()
+                    });
+                }
+            }
+        }
+    }
+
+    /// Step 3: the Pod gate forgets the namespaces the event can change. copyrator's own copy
+    /// writes follow a change the index already saw (a source, a namespace, a rule): they
+    /// change no namespace's answer.
+    fn pod_gate_memory(&self, feed: Feed, meta: &Meta, kept: &Kept) {
+        let Some(watched) = feed.watched(meta) else {
+            return;
+        };
+        match (
+            &kept.reach,
+            kept.foreign || !matches!(feed, Feed::Copies(_)),
+        ) {
+            (Some(reach), _) => self.ready.forget(feed, reach),
+            (None, true) => self.ready.observe(feed, &watched),
+            (None, false) => {}
+        }
+    }
+
+    /// Whether a copy's event is someone else's doing ([`Kept::foreign`]), asked once per
+    /// event (a delete of copyrator's answers for one event only). An item of a seeding LIST,
+    /// which no write of this process can explain, is judged by its `managedFields`.
+    fn foreign(&self, feed: Feed, meta: &Meta, deleted: bool, seen: Option<&Seen>) -> bool {
+        let Feed::Copies(_) = feed else {
+            return false;
+        };
+        if deleted {
+            return !match feed.watched(meta) {
+                Some(Watched::Object(key)) => self.indexes.copies.own_delete_seen(&key),
+                _ => false,
+            };
+        }
+        match seen {
+            Some(Seen::Edited) => true,
+            Some(Seen::Own | Seen::Remarked(_)) => false,
+            None => meta.edited_by_others,
+        }
+    }
+
+    /// Step 5: on the leading replica, a copy deleted or edited by someone else is queued for
+    /// restoring (SPEC §4.4), and a copy that got new marks from a write this replica did not
+    /// make (most likely another replica's, for a new version of the source) its source's
+    /// job, which finds any copy whose marks do not match the source. Coalesced: the copies of
+    /// one fan-out by another replica are one job here.
+    fn work(&self, feed: Feed, meta: &Meta, kept: &Kept) {
+        let Some(Watched::Object(key)) = feed.watched(meta) else {
+            return;
+        };
+        if kept.foreign {
+            self.restore(&key);
+        }
+        if let Some(Seen::Remarked(source)) = &kept.seen {
+            self.queue(JobKey::Source(source.clone()));
+        }
+    }
+
+    /// Queues a copy job for a copy deleted or edited by someone else (the leader only).
+    pub fn restore(&self, key: &ObjectKey) {
+        tracing::debug!(copy = %key, "copy deleted or edited by someone else");
+        self.queue(JobKey::Copy(key.clone()));
+    }
+
+    fn queue(&self, key: JobKey) {
+        if *self.work.leading.borrow() {
+            enqueue(
+                &self.work.queue,
+                &self.metrics,
+                Job::new(key, Trigger::Watch),
+            );
+        }
+    }
+
+    /// Restores the copies found edited by someone else once copyrator's own write of them
+    /// answered (an event that came while the write was in flight, not its echo), until
+    /// `shutdown`.
+    pub async fn restore_edited_after_writes(&self, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                keys = self.indexes.copies.take_edited() => {
+                    for key in keys {
+                        self.restore(&key);
+                    }
+                }
+                _ = shutdown.changed() => break,
+            }
+        }
+    }
+
+    /// An empty seed for a seeding LIST of `feed` (see [`Dispatcher::listed`]).
+    pub fn seeding(&self, feed: Feed) -> Seeding {
+        let ix = &self.indexes;
+        let seed = match feed {
+            Feed::Copies(kind) => FeedSeed::Copies(ix.copies.seeding(kind)),
+            Feed::Sources(kind) => FeedSeed::Sources(ix.sources.of(kind).seeding()),
+            Feed::Namespaces => FeedSeed::Namespaces(ix.namespaces.seeding()),
+            Feed::CopyRules => FeedSeed::None,
+        };
+        Seeding { feed, seed }
+    }
+
+    /// One item of a seeding LIST: handled as an ADDED event would be (steps 2-6), and kept in
+    /// the seed, which replaces the index once the LIST is in ([`Dispatcher::seeded`]).
+    pub fn listed(&self, seeding: &mut Seeding, meta: Meta) {
+        let mut kept = Kept {
+            foreign: self.foreign(seeding.feed, &meta, false, None),
+            ..Kept::default()
+        };
+        for step in STEPS.into_iter().filter(|s| *s != Step::Index) {
+            self.take(step, seeding.feed, &meta, false, &mut kept);
+        }
+        match &mut seeding.seed {
+            FeedSeed::Copies(seed) => {
+                if let Feed::Copies(kind) = seeding.feed
+                    && let Some(item) = self.indexes.copies.item(kind, meta)
+                {
+                    seed.insert(item);
+                }
+            }
+            FeedSeed::Sources(seed) => {
+                if let Feed::Sources(kind) = seeding.feed
+                    && let Some(s) = SourceInfo::from_meta(kind, &meta)
+                {
+                    let s = self.policy.keep_source(s);
+                    seed.insert(s.key.clone(), s);
+                }
+            }
+            FeedSeed::Namespaces(seed) => {
+                if let Some(n) = namespace_info(&meta) {
+                    seed.insert(n.name.clone(), n);
+                }
+            }
+            FeedSeed::None => {}
+        }
+    }
+
+    /// A seeding LIST is in: it replaces what the feed's index held, and every object the
+    /// index held that the LIST no longer has is handled as deleted (a copy: restored, SPEC
+    /// §4.4).
+    pub fn seeded(&self, seeding: Seeding) {
+        let ix = &self.indexes;
+        let feed = seeding.feed;
+        let gone: Vec<Meta> = match seeding.seed {
+            FeedSeed::Copies(seed) => match feed {
+                Feed::Copies(kind) => keys_gone(ix.copies.seed(kind, seed)),
+                _ => Vec::new(),
+            },
+            FeedSeed::Sources(seed) => match feed {
+                Feed::Sources(kind) => keys_gone(ix.sources.of(kind).seed(seed)),
+                _ => Vec::new(),
+            },
+            FeedSeed::Namespaces(seed) => ix
+                .namespaces
+                .seed(seed)
+                .into_iter()
+                .map(|name| Meta {
+                    name: Some(name),
+                    ..Default::default()
+                })
+                .collect(),
+            FeedSeed::None => Vec::new(),
+        };
+        for meta in gone {
+            let mut kept = Kept {
+                foreign: self.foreign(feed, &meta, true, None),
+                ..Kept::default()
+            };
+            for step in STEPS.into_iter().filter(|s| *s != Step::Index) {
+                self.take(step, feed, &meta, true, &mut kept);
+            }
+        }
+        self.show_index_size(feed);
+    }
+
+    /// A feed's watch is connected: events arrive in order from now on.
+    pub fn up(&self, feed: Feed) {
+        self.waiters.set_live(feed, true);
+        self.set_index_live(feed, true);
+        self.ready.connected(feed);
+        self.show_live(feed, true);
+    }
+
+    /// A feed's watch request ended (see [`Ended`]): waiting jobs poll until it is back; a watch
+    /// that timed out resumes where it ended, so its index keeps answering meanwhile; one that
+    /// may have missed events stops its index and the Pod gate's memory, and one that must
+    /// start over also wakes every job waiting on it.
+    pub fn down(&self, feed: Feed, ended: &Ended) {
+        self.waiters.set_live(feed, false);
+        self.show_live(feed, false);
+        match ended {
+            Ended::Timeout => {}
+            Ended::Expired => {
+                self.set_index_live(feed, false);
+                self.ready.disconnected(feed);
+                self.unseed(feed);
+                self.waiters.notify_feed(feed);
+            }
+            Ended::Failed(_) => {
+                self.set_index_live(feed, false);
+                self.ready.disconnected(feed);
+            }
+        }
+    }
+
+    /// A feed's watch stopped for good (shutdown).
+    pub fn stopped(&self, feed: Feed) {
+        self.waiters.set_live(feed, false);
+        self.show_live(feed, false);
+        self.set_index_live(feed, false);
+        self.ready.disconnected(feed);
+    }
+
+    fn set_index_live(&self, feed: Feed, live: bool) {
+        let ix = &self.indexes;
+        match feed {
+            Feed::Copies(kind) => ix.copies.set_live(kind, live),
+            Feed::Sources(kind) => ix.sources.of(kind).set_live(live),
+            Feed::Namespaces => ix.namespaces.set_live(live),
+            Feed::CopyRules => {}
+        }
+    }
+
+    /// The watch starts over with a new LIST: the index stops answering until then.
+    fn unseed(&self, feed: Feed) {
+        let ix = &self.indexes;
+        match feed {
+            Feed::Copies(kind) => ix.copies.unseed(kind),
+            Feed::Sources(kind) => ix.sources.of(kind).unseed(),
+            Feed::Namespaces => ix.namespaces.unseed(),
+            Feed::CopyRules => {}
+        }
+    }
+
+    fn show_index_size(&self, feed: Feed) {
+        let ix = &self.indexes;
+        let len = match feed {
+            Feed::Copies(kind) => ix.copies.len(kind),
+            Feed::Sources(kind) => ix.sources.of(kind).len(),
+            Feed::Namespaces => ix.namespaces.len(),
+            Feed::CopyRules => return,
+        };
+        self.metrics
+            .index_objects
+            .get_or_create(&FeedLabels { feed: feed.name() })
+            .set(len as i64);
+    }
+
+    fn show_live(&self, feed: Feed, live: bool) {
+        self.metrics
+            .watch_live
+            .get_or_create(&FeedLabels { feed: feed.name() })
+            .set(i64::from(live));
+    }
+}
+
+/// Deleted objects' keys as the metadata an event would carry.
+fn keys_gone(keys: Vec<ObjectKey>) -> Vec<Meta> {
+    keys.into_iter()
+        .map(|key| Meta {
+            name: Some(key.name),
+            namespace: Some(key.namespace),
+            ..Default::default()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,440 @@
+//! The order of [`STEPS`], as invariants: what each step must find done when it runs. Each
+//! test feeds events to a dispatcher (no I/O) and looks at the indexes, the Pod gate's memory,
+//! the waiters and the queue just before every step; swapping two steps fails one of them.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
+
+use futures::FutureExt;
+use tokio::sync::{Notify, watch};
+
+use super::*;
+use crate::{
+    freshness::{
+        ready::Ready,
+        waiters::{Waiters, Watched},
+    },
+    model::Kind,
+    queue::WorkQueue,
+};
+
+struct Rig {
+    dispatcher: Dispatcher,
+    indexes: Arc<Indexes>,
+    ready: Arc<ReadyIndex>,
+    waiters: Arc<Waiters>,
+    queue: Arc<WorkQueue>,
+    rules_changed: Arc<Notify>,
+    _leading: watch::Sender<bool>,
+}
+
+/// A dispatcher on the leading replica with every feed up and every index seeded empty.
+fn rig() -> Rig {
+    let indexes = Arc::new(Indexes::default());
+    let queue = WorkQueue::new(100);
+    let metrics = Arc::new(Metrics::new());
+    let waiters = Waiters::new(Arc::clone(&queue), Arc::clone(&metrics));
+    let ready = Arc::new(ReadyIndex::new(100));
+    let rules_changed = Arc::new(Notify::new());
+    let (leading_tx, leading) = watch::channel(true);
+    let dispatcher = Dispatcher::new(
+        Arc::clone(&indexes),
+        Arc::new(Policy::default()),
+        Arc::clone(&waiters),
+        Arc::clone(&ready),
+        Work {
+            queue: Arc::clone(&queue),
+            leading,
+        },
+        Arc::clone(&rules_changed),
+        metrics,
+    );
+    for feed in Feed::ALL {
+        let seeding = dispatcher.seeding(feed);
+        dispatcher.seeded(seeding);
+        dispatcher.up(feed);
+    }
+    Rig {
+        dispatcher,
+        indexes,
+        ready,
+        waiters,
+        queue,
+        rules_changed,
+        _leading: leading_tx,
+    }
+}
+
+/// What `look` finds just before each step, from now on.
+type Looks<S> = Arc<Mutex<Vec<(Step, S)>>>;
+
+fn probe<S: Send + 'static>(
+    dispatcher: &Dispatcher,
+    look: impl Fn() -> S + Send + 'static,
+) -> Looks<S> {
+    let looks: Looks<S> = Arc::default();
+    let into = Arc::clone(&looks);
+    *dispatcher.probe.lock().unwrap() = Some(Box::new(move |step| {
+        into.lock().unwrap().push((step, look()));
+    }));
+    looks
+}
+
+/// What was found just before `step` (of the one event probed).
+fn before<S: Clone>(looks: &Looks<S>, step: Step) -> S {
+    let looks = looks.lock().unwrap();
+    let found: Vec<_> = looks.iter().filter(|(s, _)| *s == step).collect();
+    assert_eq!(found.len(), 1, "{step:?} taken once");
+    found[0].1.clone()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+fn namespace(name: &str, rv: &str, team: &str) -> Meta {
+    Meta {
+        name: Some(name.into()),
+        resource_version: Some(rv.into()),
+        labels: labels(&[("team", team)]),
+        ..Default::default()
+    }
+}
+
+fn source(ns: &str, name: &str, rv: &str) -> Meta {
+    Meta {
+        name: Some(name.into()),
+        namespace: Some(ns.into()),
+        uid: Some(format!("uid-{name}")),
+        resource_version: Some(rv.into()),
+        labels: labels(&[(marks::SOURCE_LABEL, "true")]),
+        annotations: labels(&[(marks::NAMESPACE_SELECTOR_ANNOTATION, "team=a")]),
+        ..Default::default()
+    }
+}
+
+fn copy(ns: &str, name: &str, rv: &str) -> Meta {
+    Meta {
+        name: Some(name.into()),
+        namespace: Some(ns.into()),
+        resource_version: Some(rv.into()),
+        labels: labels(&[
+            (marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE),
+            (marks::SOURCE_UID_LABEL, "uid-app"),
+        ]),
+        annotations: labels(&[(marks::SOURCE_ANNOTATION, "platform/app")]),
+        ..Default::default()
+    }
+}
+
+/// A copy, as the copies watch's seeding LIST found it.
+fn listed_copy(rig: &Rig, meta: Meta) {
+    let feed = Feed::Copies(Kind::Secret);
+    let mut seeding = rig.dispatcher.seeding(feed);
+    rig.dispatcher.listed(&mut seeding, meta);
+    rig.dispatcher.seeded(seeding);
+    assert_eq!(
+        rig.queue.depth(),
+        0,
+        "a listed copy no one edited needs nothing"
+    );
+}
+
+/// `namespace` known settled by the Pod gate.
+fn settled(rig: &Rig, namespace: &str) {
+    let since = rig.ready.begin();
+    assert!(rig.ready.record(namespace, since, Ready::default()));
+}
+
+#[test]
+fn a_namespace_event_reaches_the_index_early_reads_and_pod_gate_before_its_waiters_wake() {
+    let rig = rig();
+    settled(&rig, "team-a");
+    let prefetch = &rig.waiters.prefetch;
+    let _ticket = prefetch.start("team-a", || true).expect("an early read");
+    let waiting = Watched::Namespace("team-a".into());
+    rig.waiters
+        .register(&waiting, &JobKey::Namespace("team-a".into()));
+    let (ix, ready, waiters) = (
+        Arc::clone(&rig.indexes),
+        Arc::clone(&rig.ready),
+        Arc::clone(&rig.waiters),
+    );
+    let looks = probe(&rig.dispatcher, move || {
+        let team = ix
+            .namespaces
+            .peek(&"team-a".to_string(), |n| {
+                n.labels.get("team").map(str::to_string)
+            })
+            .flatten();
+        (
+            team,
+            waiters.prefetch.seen("team-a").is_some(),
+            ready.get("team-a").is_some(),
+            waiters.len(),
+        )
+    });
+    rig.dispatcher.event(
+        Feed::Namespaces,
+        Change::Added,
+        &namespace("team-a", "7", "a"),
+    );
+
+    // (label in the index, early reads told, still settled for the Pod gate, jobs waiting)
+    assert_eq!(before(&looks, Step::Index), (None, false, true, 1));
+    assert_eq!(
+        before(&looks, Step::EarlyReads),
+        (Some("a".into()), false, true, 1),
+        "the index learns the namespace first"
+    );
+    assert_eq!(
+        before(&looks, Step::PodGateMemory),
+        (Some("a".into()), true, true, 1),
+        "early reads learn of it before anything else moves"
+    );
+    assert_eq!(
+        before(&looks, Step::Waiters),
+        (Some("a".into()), true, false, 1),
+        "a woken job finds the index current and the Pod gate no longer trusting old reads"
+    );
+    assert_eq!(
+        before(&looks, Step::Work),
+        (Some("a".into()), true, false, 0),
+        "its job woken"
+    );
+}
+
+#[test]
+fn a_source_event_is_in_the_index_and_forgets_settled_namespaces_before_jobs_wake() {
+    let rig = rig();
+    settled(&rig, "team-a");
+    let key = ObjectKey::new(Kind::Secret, "platform", "app");
+    rig.waiters
+        .register(&Watched::Object(key.clone()), &JobKey::Source(key.clone()));
+    let (ix, ready, waiters) = (
+        Arc::clone(&rig.indexes),
+        Arc::clone(&rig.ready),
+        Arc::clone(&rig.waiters),
+    );
+    let k = key.clone();
+    let looks = probe(&rig.dispatcher, move || {
+        (
+            ix.sources
+                .of(Kind::Secret)
+                .peek(&k, |s| s.resource_version.clone()),
+            ready.get("team-a").is_some(),
+            waiters.len(),
+        )
+    });
+    let feed = Feed::Sources(Kind::Secret);
+    rig.dispatcher
+        .event(feed, Change::Added, &source("platform", "app", "3"));
+
+    assert_eq!(before(&looks, Step::Index), (None, true, 1));
+    assert_eq!(
+        before(&looks, Step::PodGateMemory),
+        (Some("3".into()), true, 1)
+    );
+    assert_eq!(
+        before(&looks, Step::Waiters),
+        (Some("3".into()), false, 1),
+        "the CopyRules are not known: every namespace's answer is forgotten before a job wakes"
+    );
+    assert_eq!(before(&looks, Step::Work), (Some("3".into()), false, 0));
+}
+
+#[test]
+fn a_source_that_lost_its_opt_in_label_leaves_the_index() {
+    let rig = rig();
+    let feed = Feed::Sources(Kind::Secret);
+    let key = ObjectKey::new(Kind::Secret, "platform", "app");
+    rig.dispatcher
+        .event(feed, Change::Added, &source("platform", "app", "3"));
+    assert!(
+        rig.indexes
+            .sources
+            .of(Kind::Secret)
+            .peek(&key, |_| ())
+            .is_some()
+    );
+    let mut opted_out = source("platform", "app", "4");
+    opted_out.labels = labels(&[(marks::SOURCE_LABEL, "false")]);
+    rig.dispatcher.event(feed, Change::Modified, &opted_out);
+    assert!(
+        rig.indexes
+            .sources
+            .of(Kind::Secret)
+            .peek(&key, |_| ())
+            .is_none()
+    );
+}
+
+#[test]
+fn a_copy_deleted_by_someone_else_is_gone_from_the_index_before_its_restore_is_queued() {
+    let rig = rig();
+    let feed = Feed::Copies(Kind::Secret);
+    listed_copy(&rig, copy("team-a", "app", "5"));
+    settled(&rig, "team-a");
+    let (ix, ready, queue) = (
+        Arc::clone(&rig.indexes),
+        Arc::clone(&rig.ready),
+        Arc::clone(&rig.queue),
+    );
+    let looks = probe(&rig.dispatcher, move || {
+        let held = ix
+            .copies
+            .copies_in(Kind::Secret, "team-a")
+            .map(|v| v.len())
+            .unwrap_or_default();
+        (held, ready.get("team-a").is_some(), queue.depth())
+    });
+    rig.dispatcher
+        .event(feed, Change::Deleted, &copy("team-a", "app", "6"));
+
+    assert_eq!(before(&looks, Step::Index), (1, true, 0));
+    assert_eq!(before(&looks, Step::Waiters), (0, false, 0));
+    assert_eq!(
+        before(&looks, Step::Work),
+        (0, false, 0),
+        "the restore job must find the copy gone, and the Pod gate must not trust it"
+    );
+    assert_eq!(
+        before(&looks, Step::Listeners),
+        (0, false, 1),
+        "restore queued"
+    );
+}
+
+#[test]
+fn copyrators_own_delete_is_not_restored_and_keeps_the_pod_gates_memory() {
+    let rig = rig();
+    let feed = Feed::Copies(Kind::Secret);
+    listed_copy(&rig, copy("team-a", "app", "5"));
+    settled(&rig, "team-a");
+    let key = ObjectKey::new(Kind::Secret, "team-a", "app");
+    rig.indexes.copies.deleting(&key);
+    rig.dispatcher
+        .event(feed, Change::Deleted, &copy("team-a", "app", "6"));
+    assert_eq!(rig.queue.depth(), 0, "nothing to restore");
+    assert!(rig.ready.get("team-a").is_some());
+}
+
+#[test]
+fn a_copy_rule_event_forgets_the_rules_before_the_selector_watches_hear_of_it() {
+    let rig = rig();
+    let scope = &rig.indexes.copy_rules;
+    scope.listed(scope.listing(), &[]);
+    settled(&rig, "team-a");
+    let (ix, ready, rules_changed) = (
+        Arc::clone(&rig.indexes),
+        Arc::clone(&rig.ready),
+        Arc::clone(&rig.rules_changed),
+    );
+    let looks = probe(&rig.dispatcher, move || {
+        (
+            ix.copy_rules.rules().is_some(),
+            ready.get("team-a").is_some(),
+            rules_changed.notified().now_or_never().is_some(),
+        )
+    });
+    let rule = Meta {
+        name: Some("ca".into()),
+        resource_version: Some("9".into()),
+        ..Default::default()
+    };
+    rig.dispatcher.event(Feed::CopyRules, Change::Added, &rule);
+
+    assert_eq!(before(&looks, Step::Index), (true, true, false));
+    assert_eq!(before(&looks, Step::Waiters), (false, false, false));
+    assert_eq!(
+        before(&looks, Step::Listeners),
+        (false, false, false),
+        "listeners are told last, when the rules are already forgotten"
+    );
+    assert!(
+        rig.rules_changed.notified().now_or_never().is_some(),
+        "and told"
+    );
+}
+
+#[test]
+fn a_seeding_list_answers_only_once_in_and_what_it_lacks_is_handled_as_deleted() {
+    let rig = rig();
+    let feed = Feed::Namespaces;
+    rig.dispatcher
+        .event(feed, Change::Added, &namespace("old", "1", "a"));
+    rig.waiters.register(
+        &Watched::Namespace("old".into()),
+        &JobKey::Namespace("old".into()),
+    );
+    rig.dispatcher.down(feed, &Ended::Expired);
+    assert_eq!(rig.indexes.namespaces.read(|_| ()), None, "stops answering");
+    assert!(rig.waiters.is_empty(), "waiting jobs look again");
+    rig.waiters.register(
+        &Watched::Namespace("old".into()),
+        &JobKey::Namespace("old".into()),
+    );
+
+    let mut seeding = rig.dispatcher.seeding(feed);
+    rig.dispatcher
+        .listed(&mut seeding, namespace("new", "2", "b"));
+    assert_eq!(
+        rig.indexes.namespaces.read(|_| ()),
+        None,
+        "not before the LIST is in"
+    );
+    rig.dispatcher.seeded(seeding);
+    rig.dispatcher.up(feed);
+    let names = rig
+        .indexes
+        .namespaces
+        .read(|by_name| {
+            let mut v: Vec<_> = by_name.keys().cloned().collect();
+            v.sort();
+            v
+        })
+        .expect("answers");
+    assert_eq!(names, ["new"]);
+    assert!(
+        rig.waiters.is_empty(),
+        "the job of a namespace the LIST lacks woke"
+    );
+}
+
+#[test]
+fn a_watch_that_timed_out_keeps_its_index_one_that_failed_does_not() {
+    let rig = rig();
+    let feed = Feed::Namespaces;
+    rig.dispatcher
+        .event(feed, Change::Added, &namespace("a", "1", "a"));
+    settled(&rig, "a");
+    rig.dispatcher.down(feed, &Ended::Timeout);
+    assert!(rig.indexes.namespaces.answers());
+    assert!(rig.ready.get("a").is_some(), "it missed nothing");
+    assert!(
+        !rig.waiters.is_live(feed),
+        "but waiting jobs poll until it is back"
+    );
+    rig.dispatcher.up(feed);
+    rig.dispatcher.down(feed, &Ended::Failed("reset".into()));
+    assert!(!rig.indexes.namespaces.answers());
+    assert!(rig.ready.get("a").is_none(), "events may have been missed");
+}
+
+#[test]
+fn a_replica_that_does_not_lead_queues_no_restore() {
+    let rig = rig();
+    rig._leading.send_replace(false);
+    let feed = Feed::Copies(Kind::Secret);
+    listed_copy(&rig, copy("team-a", "app", "5"));
+    rig.dispatcher
+        .event(feed, Change::Deleted, &copy("team-a", "app", "6"));
+    assert_eq!(rig.queue.depth(), 0);
+}
