@@ -14,7 +14,7 @@
 //!                                                sync/pods (the namespace synced now)
 //! ```
 //!
-//! The top-level modules depend on each other in one direction only:
+//! The top-level modules depend on each other in one direction only (`layering.rs`):
 //! `freshness` and `queue` know nothing of `cluster`, `sync` or `pipeline`.
 
 pub use copyrator_core::{content, copyrule, marks, model, plan, rules, selector, tenancy};
@@ -37,3 +37,5 @@ pub mod report;
 pub mod sync;
 pub mod telemetry;
 
+#[cfg(test)]
+mod layering;
