@@ -36,6 +36,14 @@ pub struct JobLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub kind: &'static str,
+    /// Why, from the API's answer (`conflict`, `forbidden`, `throttled`, `unreachable`,
+    /// `timeout`, `server_error`, ...; `unsettled`: targets kept changing while written).
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
 }
@@ -122,6 +130,7 @@ pub struct Metrics {
     pub jobs_dropped: Family<DroppedLabels, Counter>,
     pub queue_unseen: Gauge,
     pub jobs: Family<JobLabels, Counter>,
+    pub job_failures: Family<FailureLabels, Counter>,
     pub job_duration: Family<KindLabels, Histogram>,
     pub copy_writes: Family<VerbLabels, Counter>,
     pub conflicts: Family<ReasonLabels, Counter>,
@@ -217,6 +226,12 @@ impl Metrics {
         );
         let jobs = Family::<JobLabels, Counter>::default();
         registry.register("jobs", "Jobs finished, by kind and outcome", jobs.clone());
+        let job_failures = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "job_failures",
+            "Job runs that failed (retried or given up), by kind and reason",
+            job_failures.clone(),
+        );
         // 1 ms .. ~65 s
         let job_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -417,6 +432,7 @@ impl Metrics {
             jobs_dropped,
             queue_unseen,
             jobs,
+            job_failures,
             job_duration,
             copy_writes,
             conflicts,

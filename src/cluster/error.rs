@@ -88,6 +88,28 @@ impl ApiError {
             })
     }
 
+    /// Why the call failed, as a metric label: a fixed set, so a label never carries a
+    /// message or a name.
+    pub fn metric_label(&self) -> &'static str {
+        match self.code() {
+            _ if self.is_namespace_terminating() => "namespace_terminating",
+            _ if self.is_immutable_rejection() => "immutable",
+            _ if self.is_already_exists() => "already_exists",
+            _ if self.is_conflict() => "conflict",
+            0 => "unreachable",
+            401 => "unauthorized",
+            403 => "forbidden",
+            404 => "not_found",
+            409 => "conflict",
+            413 => "too_large",
+            422 => "invalid",
+            429 => "throttled",
+            504 => "timeout",
+            500..=599 => "server_error",
+            _ => "other",
+        }
+    }
+
     /// Worth retrying the whole job (server busy, network, timeouts).
     pub fn is_transient(&self) -> bool {
         matches!(self.code(), 0 | 429 | 500 | 502 | 503 | 504)
@@ -195,5 +217,43 @@ mod tests {
         }
         assert!(!terminating.is_namespace_terminating());
         assert!(!immutable.is_immutable_rejection());
+    }
+
+    fn error(code: u16, reason: &str, causes: &[(&str, &str)]) -> ApiError {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure",
+            "code": code,
+            "reason": reason,
+            "message": "a message that names secret team-a/app",
+            "details": {"causes": causes.iter().map(|(r, f)| serde_json::json!({"reason": r, "field": f})).collect::<Vec<_>>()},
+        }))
+        .expect("a Status");
+        ApiError {
+            verb: "update",
+            resource: "secrets",
+            source: kube::Error::Api(Box::new(status)),
+        }
+    }
+
+    #[test]
+    fn failures_are_labelled_by_reason_never_by_message() {
+        let cases = [
+            (captured("conflict"), "conflict"),
+            (captured("delete-precondition"), "conflict"),
+            (captured("already-exists"), "already_exists"),
+            (captured("namespace-terminating"), "namespace_terminating"),
+            (captured("immutable"), "immutable"),
+            (captured("not-found"), "not_found"),
+            (error(403, "Forbidden", &[]), "forbidden"),
+            (
+                error(422, "Invalid", &[("FieldValueRequired", "metadata.name")]),
+                "invalid",
+            ),
+            (error(429, "TooManyRequests", &[]), "throttled"),
+            (error(503, "ServiceUnavailable", &[]), "server_error"),
+        ];
+        for (e, label) in cases {
+            assert_eq!(e.metric_label(), label, "{e}");
+        }
     }
 }

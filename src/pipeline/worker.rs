@@ -19,8 +19,8 @@ use crate::{
     sync::context::Context,
 };
 use crate::{
-    metrics::{JobLabels, KindLabels},
-    sync::{Outcome, run},
+    metrics::{FailureLabels, JobLabels, KindLabels, Metrics},
+    sync::{Outcome, SyncError, run},
 };
 
 /// After this many attempts a job is left to the next resync.
@@ -85,6 +85,7 @@ async fn work(ctx: Arc<Context>, worker: usize) {
                 ("waiting", Finished::Again { job, at })
             }
             Err(e) if job.attempt + 1 < MAX_ATTEMPTS => {
+                count_failure(&ctx.metrics, kind, &e);
                 let delay = retry_delay(job.attempt);
                 span.in_scope(|| tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "job failed, will retry"));
                 let retry = Job {
@@ -100,6 +101,7 @@ async fn work(ctx: Arc<Context>, worker: usize) {
                 )
             }
             Err(e) => {
+                count_failure(&ctx.metrics, kind, &e);
                 span.in_scope(
                     || tracing::error!(error = %e, "job failed; leaving it to the next resync"),
                 );
@@ -113,6 +115,16 @@ async fn work(ctx: Arc<Context>, worker: usize) {
             .inc();
         update_gauges(&ctx);
     }
+}
+
+fn count_failure(metrics: &Metrics, kind: &'static str, e: &SyncError) {
+    metrics
+        .job_failures
+        .get_or_create(&FailureLabels {
+            kind,
+            reason: e.metric_label(),
+        })
+        .inc();
 }
 
 fn update_gauges(ctx: &Context) {

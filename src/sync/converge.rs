@@ -131,7 +131,7 @@ fn count_drift(ctx: &Context, outcomes: &[(Action, Applied)]) {
 #[derive(Debug, Default)]
 struct Failed {
     count: usize,
-    first: Option<String>,
+    first: Option<(String, &'static str)>,
     /// Every failure may pass by itself (a timeout, a conflict).
     transient: bool,
 }
@@ -142,7 +142,7 @@ impl Failed {
             if let Applied::Failed(e) = applied {
                 if self.count == 0 {
                     self.transient = true;
-                    self.first = Some(e.to_string());
+                    self.first = Some((e.to_string(), e.metric_label()));
                 }
                 self.count += 1;
                 self.transient &= e.is_transient() || e.code() == 409;
@@ -153,12 +153,13 @@ impl Failed {
     /// The job fails (and is retried) while writes fail, unless they keep failing for reasons
     /// that do not pass by themselves: then it gives up until the next resync.
     fn into_result(self, job: &Job) -> Result<(), SyncError> {
-        let Some(first) = self.first else {
+        let Some((first, reason)) = self.first else {
             return Ok(());
         };
         let err = SyncError::Writes {
             count: self.count,
             first,
+            reason,
         };
         if self.transient || job.attempt < 3 {
             return Err(err);
@@ -189,7 +190,7 @@ async fn plan_and_apply(
     found: &mut Found,
     contents: &mut Contents,
 ) -> Result<Vec<(Action, Applied)>, SyncError> {
-    load::known_hashes(world, &ctx.source_hashes, contents);
+    load::known_hashes(world, &ctx.caches.source_hashes, contents);
     let mut actions = plan(world, scope, &found.existing, contents);
     // Targets that need a source's payload, by source: planned again batch by batch.
     let mut needing: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
@@ -448,10 +449,10 @@ pub(super) fn action_target(a: &Action) -> Option<ObjectKey> {
 /// counted and logged once, never written and never followed to the source it names.
 pub(super) fn report_malformed(ctx: &Context, found: &Found) {
     for (key, err) in &found.malformed {
-        if ctx.malformed_seen.contains_key(key) {
+        if ctx.caches.malformed_seen.contains_key(key) {
             continue;
         }
-        ctx.malformed_seen.insert(key.clone(), ());
+        ctx.caches.malformed_seen.insert(key.clone(), ());
         ctx.metrics.malformed_marks.inc();
         tracing::warn!(object = %key, error = %err, "labelled as managed by copyrator but its marks do not parse; leaving it alone");
     }
@@ -472,7 +473,7 @@ pub(super) async fn read_sources(
         let listed = world.sources().get(key).map(|s| s.resource_version.clone());
         let cached = listed
             .filter(|rv| !rv.is_empty())
-            .and_then(|rv| ctx.source_payloads.get(&(key.clone(), rv)));
+            .and_then(|rv| ctx.caches.source_payloads.get(&(key.clone(), rv)));
         match cached {
             Some((payload, info)) => {
                 let hash = content::source_hash(&info, &payload);
@@ -513,7 +514,7 @@ pub(super) fn remember_payload(
 ) {
     let payload = obj.payload.clone().for_kind(info.key.kind);
     let hash = content::source_hash(info, &payload);
-    ctx.source_hashes.insert(
+    ctx.caches.source_hashes.insert(
         (info.key.clone(), info.resource_version.clone()),
         hash.clone(),
     );
@@ -522,7 +523,7 @@ pub(super) fn remember_payload(
     if !info.resource_version.is_empty()
         && payload_bytes(&payload) <= SOURCE_PAYLOAD_CACHE_MAX_ENTRY
     {
-        ctx.source_payloads.insert(
+        ctx.caches.source_payloads.insert(
             (info.key.clone(), info.resource_version.clone()),
             (Arc::clone(&payload), info.clone()),
         );

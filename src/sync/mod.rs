@@ -24,9 +24,26 @@ pub enum SyncError {
     #[error(transparent)]
     Api(#[from] ApiError),
     #[error("{count} write(s) failed, first: {first}")]
-    Writes { count: usize, first: String },
+    Writes {
+        count: usize,
+        first: String,
+        /// The first failure's [`ApiError::metric_label`].
+        reason: &'static str,
+    },
     #[error("targets kept changing while being written: {0}")]
     Unsettled(String),
+}
+
+impl SyncError {
+    /// Why the job failed, as a metric label (`copyrator_job_failures_total`): the API's
+    /// reason, never a message or a name.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            SyncError::Api(e) => e.metric_label(),
+            SyncError::Writes { reason, .. } => reason,
+            SyncError::Unsettled(_) => "unsettled",
+        }
+    }
 }
 
 /// How many times stale targets are re-read and re-planned within one job.
