@@ -50,35 +50,60 @@ pub const RESYNC_CHUNK: usize = 500;
 
 /// Everything a job needs; one per process, shared by all workers.
 pub struct Context {
+    /// API calls, and the indexes the watches keep (`crate::freshness`).
     pub cluster: Cluster,
     pub events: Events,
     pub metrics: Arc<Metrics>,
     pub queue: Arc<WorkQueue>,
     /// Jobs waiting for admitted changes to be persisted.
     pub waiters: Arc<Waiters>,
+    /// Namespaces known to hold every copy they should (the Pod gate's memory).
+    pub ready: Arc<ReadyIndex>,
     pub settings: SyncSettings,
+    /// What jobs remember between runs, each bounded.
+    pub caches: Caches,
+    /// Bytes of copy writes in flight, across all jobs (see `apply.rs`).
+    pub write_budget: WriteBudget,
+    /// Counts completed full resyncs (readiness waits for the first).
+    pub resyncs: tokio::sync::watch::Sender<u64>,
+    /// When resyncs look for sources that are not opted in (`--unlabelled-scan-interval`).
+    pub unlabelled_scan: Periodic,
+}
+
+/// What jobs remember between runs. Each is bounded, and losing any entry costs a read, never
+/// a wrong write.
+pub struct Caches {
     /// Content hash of a source at a resourceVersion: lets a resync decide "in sync" from
-    /// metadata alone. Bounded; one small entry per source.
+    /// metadata alone. One small entry per source.
     pub source_hashes: Cache<(ObjectKey, String), String>,
     /// Payloads of small sources at a resourceVersion (what a GET returned): a job that lists a
     /// source at that version needs no GET. Bounded by bytes (`SOURCE_PAYLOAD_CACHE_BYTES`);
     /// what a job writes from it is checked against a fresh read afterwards, as for a GET
     /// (`sync::converge::recheck_inputs`).
     pub source_payloads: Cache<(ObjectKey, String), (Arc<Payload>, SourceInfo)>,
-    /// Counts completed full resyncs (readiness waits for the first).
-    pub resyncs: tokio::sync::watch::Sender<u64>,
     /// The CopyRule status this replica last wrote, by rule name (with the rule's uid).
     pub written_status: Cache<String, (String, CopyRuleStatus)>,
     /// Objects with unparseable marks already reported (each is reported once).
     pub malformed_seen: Cache<ObjectKey, ()>,
-    /// Bytes of copy writes in flight, across all jobs (see `apply.rs`).
-    pub write_budget: WriteBudget,
-    /// Namespaces known to hold every copy they should (the Pod gate's memory).
-    pub ready: Arc<ReadyIndex>,
-    /// When resyncs look for sources that are not opted in (`--unlabelled-scan-interval`).
-    pub unlabelled_scan: Periodic,
-    /// Versions of such sources already warned about: (source, resourceVersion).
+    /// Versions of sources not opted in already warned about: (source, resourceVersion).
     pub unlabelled_warned: Cache<(ObjectKey, String), ()>,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Self {
+            source_hashes: Cache::builder().max_capacity(100_000).build(),
+            source_payloads: Cache::builder()
+                .weigher(|_, (payload, _): &(Arc<Payload>, SourceInfo)| {
+                    u32::try_from(payload_bytes(payload)).unwrap_or(u32::MAX)
+                })
+                .max_capacity(SOURCE_PAYLOAD_CACHE_BYTES)
+                .build(),
+            written_status: Cache::builder().max_capacity(10_000).build(),
+            malformed_seen: Cache::builder().max_capacity(10_000).build(),
+            unlabelled_warned: Cache::builder().max_capacity(10_000).build(),
+        }
+    }
 }
 
 /// Bytes of source payloads kept between jobs ([`Context::source_payloads`]).
@@ -145,20 +170,11 @@ impl Context {
             metrics,
             queue,
             settings,
-            source_hashes: Cache::builder().max_capacity(100_000).build(),
-            source_payloads: Cache::builder()
-                .weigher(|_, (payload, _): &(Arc<Payload>, SourceInfo)| {
-                    u32::try_from(payload_bytes(payload)).unwrap_or(u32::MAX)
-                })
-                .max_capacity(SOURCE_PAYLOAD_CACHE_BYTES)
-                .build(),
+            caches: Caches::default(),
             resyncs: tokio::sync::watch::Sender::new(0),
-            written_status: Cache::builder().max_capacity(10_000).build(),
-            malformed_seen: Cache::builder().max_capacity(10_000).build(),
             write_budget: WriteBudget::new(fanout_bytes),
             ready: Arc::new(ReadyIndex::new(READY_CAPACITY)),
             unlabelled_scan: Periodic::new(DEFAULT_UNLABELLED_SCAN),
-            unlabelled_warned: Cache::builder().max_capacity(10_000).build(),
         }
     }
 }

@@ -51,7 +51,7 @@ pub(super) async fn write_rule_status(
     // that write (a resync racing a rule job): compare against it, not against the stale one.
     let uid = cr.metadata.uid.clone().unwrap_or_default();
     let mut latest = cr.clone();
-    if let Some((cached_uid, cached)) = ctx.written_status.get(name)
+    if let Some((cached_uid, cached)) = ctx.caches.written_status.get(name)
         && cached_uid == uid
     {
         latest.status = Some(cached);
@@ -94,7 +94,10 @@ pub(super) async fn write_rule_status(
         .patch_rule_status(name, &resource_version, &status)
         .await
     {
-        Ok(Written::Done) => ctx.written_status.insert(name.to_string(), (uid, status)),
+        Ok(Written::Done) => ctx
+            .caches
+            .written_status
+            .insert(name.to_string(), (uid, status)),
         Ok(_) => {
             // The rule changed since it was read (another sync wrote its status): this view
             // may be older; sync the rule again from a fresh read.

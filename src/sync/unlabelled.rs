@@ -43,10 +43,10 @@ async fn warn_if_due(ctx: &Context) {
     };
     for source in &found {
         let version = (source.key.clone(), source.resource_version.clone());
-        if ctx.unlabelled_warned.contains_key(&version) {
+        if ctx.caches.unlabelled_warned.contains_key(&version) {
             continue;
         }
-        ctx.unlabelled_warned.insert(version, ());
+        ctx.caches.unlabelled_warned.insert(version, ());
         let note = format!(
             "has {} but not the label {}: \"true\": copyrator ignores it; add the label to \
              copy it (resourceVersion {})",

@@ -351,7 +351,7 @@ async fn a_rule_status_is_written_on_the_version_it_was_computed_from() {
         "preconditioned: {}",
         patch.body
     );
-    assert!(ctx.written_status.contains_key("registry"));
+    assert!(ctx.caches.written_status.contains_key("registry"));
 }
 
 #[tokio::test]
@@ -372,7 +372,7 @@ async fn a_rule_status_that_lost_a_race_is_not_cached_and_the_rule_is_synced_aga
 
     let rule = api.store(|s| s.get("copyrules", None, "registry").cloned().unwrap());
     assert!(rule.get("status").is_none(), "the stale status was refused");
-    assert!(!ctx.written_status.contains_key("registry"));
+    assert!(!ctx.caches.written_status.contains_key("registry"));
     assert!(
         queued(&ctx).contains(&(JobKey::Rule("registry".into()), Trigger::FollowUp)),
         "{:?}",
