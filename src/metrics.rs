@@ -156,6 +156,7 @@ pub struct Metrics {
     pub watch_live: Family<FeedLabels, Gauge>,
     pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,
+    pub watch_triggered: Family<FeedLabels, Counter>,
     pub webhook_connections: Gauge,
     pub webhook_connections_refused: Counter,
     pub webhook_connections_idle_closed: Counter,
@@ -385,6 +386,12 @@ impl Metrics {
             "Watch events received, by feed",
             watch_events.clone(),
         );
+        let watch_triggered = Family::<FeedLabels, Counter>::default();
+        registry.register(
+            "watch_triggered_jobs",
+            "Jobs queued by a watch event that no admitted job was waiting for (a change the webhooks missed), by feed",
+            watch_triggered.clone(),
+        );
         let webhook_connections = Gauge::default();
         registry.register(
             "webhook_connections",
@@ -458,6 +465,7 @@ impl Metrics {
             watch_live,
             selector_watches,
             watch_events,
+            watch_triggered,
             webhook_connections,
             webhook_connections_refused,
             webhook_connections_idle_closed,

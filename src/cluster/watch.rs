@@ -59,12 +59,6 @@ fn label_selector(feed: Feed) -> Option<&'static str> {
     }
 }
 
-/// Whether a feed starts from a LIST that seeds its index (every feed but CopyRules, whose
-/// jobs read the few CopyRules in full).
-fn seeds(feed: Feed) -> bool {
-    !matches!(feed, Feed::CopyRules)
-}
-
 /// Starts one watch per feed, and the restoring of copies found edited while copyrator's own
 /// write was in flight; they run until `shutdown` fires.
 pub fn spawn(
@@ -105,12 +99,13 @@ impl FeedWatch {
     async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let feed = self.feed;
         let mut version = "0".to_string();
+        // Each starts from a LIST that seeds its index (see `seed`).
         let mut seeded = false;
         let mut failures = 0u32;
         loop {
             let ended = tokio::select! {
                 r = async {
-                    if seeds(feed) && !seeded {
+                    if !seeded {
                         match self.seed().await {
                             Ok(at) => {
                                 version = at;

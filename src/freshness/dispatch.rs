@@ -12,12 +12,16 @@
 //!    (`ready`), before a job woken below could record them settled from older reads.
 //! 4. **Waiters**: jobs waiting for this object's admitted change wake (`waiters`).
 //! 5. **Work**: on the leading replica, a copy deleted or edited by someone else is queued for
-//!    restoring, and a copy with new marks its source's job (queue).
+//!    restoring, and a copy with new marks its source's job (queue). A change to a namespace
+//!    (created, relabelled, consent or termination changed), a source or a CopyRule's spec that
+//!    woke no job in step 4 is one no admission announced here (the webhooks missed it, or
+//!    another replica admitted it): its job is queued (SPEC §5, watches as triggers).
 //! 6. **Listeners**: whoever follows a feed as a whole (the selector watches follow CopyRules).
 //!
 //! A seeding LIST's items take steps 2-6 as they arrive and go into a fresh index, which
 //! answers only once the whole LIST is in ([`Dispatcher::seeded`]); objects the index held that
-//! the LIST no longer has are handled as deleted.
+//! the LIST no longer has are handled as deleted. A listed item triggers no job of its own (the
+//! startup resync reads everything), except a copy someone else edited.
 
 use std::sync::Arc;
 
@@ -105,6 +109,9 @@ pub struct Dispatcher {
     work: Work,
     /// Told about every CopyRule event (the selector watches follow the CopyRules).
     rules_changed: Arc<Notify>,
+    /// Each CopyRule's `metadata.generation` as last seen: a change of its spec, not of its
+    /// status (which copyrator writes), is one to act on.
+    rule_generations: std::sync::Mutex<std::collections::HashMap<String, Option<i64>>>,
     metrics: Arc<Metrics>,
     /// Called before each step (tests of the order).
     #[cfg(test)]
@@ -124,6 +131,10 @@ struct Kept {
     /// not by a field manager's name, which anyone may give. (Who last wrote a deleted copy's
     /// fields does not matter: who deleted it does.)
     foreign: bool,
+    /// The job the change asks for, unless an admitted job was waiting for it (step 5).
+    trigger: Option<Job>,
+    /// Jobs step 4 woke.
+    woken: usize,
 }
 
 /// A seeding LIST's objects so far (see [`Dispatcher::seeding`]).
@@ -136,7 +147,8 @@ enum FeedSeed {
     Copies(CopySeed),
     Sources(Seed<ObjectKey, SourceInfo>),
     Namespaces(Seed<String, crate::model::NamespaceInfo>),
-    None,
+    /// CopyRules by name, with their generation.
+    CopyRules(std::collections::HashMap<String, Option<i64>>),
 }
 
 impl Dispatcher {
@@ -156,6 +168,7 @@ impl Dispatcher {
             ready,
             work,
             rules_changed,
+            rule_generations: Default::default(),
             metrics,
             #[cfg(test)]
             probe: Default::default(),
@@ -182,7 +195,7 @@ impl Dispatcher {
             Step::PodGateMemory => self.pod_gate_memory(feed, meta, kept),
             Step::Waiters => {
                 if let Some(watched) = feed.watched(meta) {
-                    self.waiters.notify(&watched);
+                    kept.woken = self.waiters.notify(&watched);
                 }
             }
             Step::Work => self.work(feed, meta, kept),
@@ -223,13 +236,29 @@ impl Dispatcher {
                     .filter(|_| !deleted && opted_in)
                     .map(|s| self.policy.keep_source(s));
                 kept.reach = Some(self.source_reach(before.as_ref(), after.as_ref()));
+                // Its content is not in the metadata: every event may be a change of it.
+                kept.trigger = Some(Job::new(JobKey::Source(key.clone()), Trigger::Watch));
                 match after {
                     Some(info) => index.insert(key, info),
                     None => index.remove(&key, rv),
                 }
             }
             (Feed::Namespaces, _) => match namespace_info(meta) {
-                Some(info) if !deleted => ix.namespaces.insert(info.name.clone(), info),
+                Some(info) if !deleted => {
+                    let same = ix
+                        .namespaces
+                        .peek(&info.name, |b| {
+                            b.labels == info.labels
+                                && b.accept_from == info.accept_from
+                                && b.terminating == info.terminating
+                        })
+                        .unwrap_or(false);
+                    if !same {
+                        let key = JobKey::Namespace(info.name.clone());
+                        kept.trigger = Some(Job::new(key, Trigger::Watch));
+                    }
+                    ix.namespaces.insert(info.name.clone(), info)
+                }
                 _ => {
                     if let Some(name) = &meta.name {
                         ix.namespaces.remove(name, rv);
@@ -239,12 +268,30 @@ impl Dispatcher {
             (Feed::CopyRules, _) => {
                 // What the CopyRules were is not known any more (a source's reach).
                 ix.copy_rules.changed();
+                kept.trigger = self.rule_changed(meta, deleted);
                 return kept;
             }
         }
         self.show_index_size(feed);
         kept.foreign = self.foreign(feed, meta, deleted, kept.seen.as_ref());
         kept
+    }
+
+    /// The job a CopyRule's event asks for: one whose spec changed (its generation), that is
+    /// new, or that is gone. Its status, which copyrator writes, asks for none.
+    fn rule_changed(&self, meta: &Meta, deleted: bool) -> Option<Job> {
+        let name = meta.name.clone()?;
+        let mut known = self
+            .rule_generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let changed = if deleted {
+            known.remove(&name);
+            true
+        } else {
+            known.insert(name.clone(), meta.generation) != Some(meta.generation)
+        };
+        changed.then(|| Job::new(JobKey::Rule(name), Trigger::Watch).full_scan())
     }
 
     /// The namespaces a source's change can reach: where its rules before and after the change
@@ -343,15 +390,23 @@ impl Dispatcher {
     /// make (most likely another replica's, for a new version of the source) its source's
     /// job, which finds any copy whose marks do not match the source. Coalesced: the copies of
     /// one fan-out by another replica are one job here.
-    fn work(&self, feed: Feed, meta: &Meta, kept: &Kept) {
-        let Some(Watched::Object(key)) = feed.watched(meta) else {
-            return;
-        };
-        if kept.foreign {
+    fn work(&self, feed: Feed, meta: &Meta, kept: &mut Kept) {
+        if let (true, Some(Watched::Object(key))) = (kept.foreign, feed.watched(meta)) {
             self.restore(&key);
         }
         if let Some(Seen::Remarked(source)) = &kept.seen {
             self.queue(JobKey::Source(source.clone()));
+        }
+        // A change no admitted job here waited for. When one did, that job covers it; when
+        // one is queued and not yet waiting, the queue merges the two.
+        if let Some(job) = kept.trigger.take().filter(|_| kept.woken == 0)
+            && *self.work.leading.borrow()
+        {
+            self.metrics
+                .watch_triggered
+                .get_or_create(&FeedLabels { feed: feed.name() })
+                .inc();
+            enqueue(&self.work.queue, &self.metrics, job);
         }
     }
 
@@ -394,7 +449,7 @@ impl Dispatcher {
             Feed::Copies(kind) => FeedSeed::Copies(ix.copies.seeding(kind)),
             Feed::Sources(kind) => FeedSeed::Sources(ix.sources.of(kind).seeding()),
             Feed::Namespaces => FeedSeed::Namespaces(ix.namespaces.seeding()),
-            Feed::CopyRules => FeedSeed::None,
+            Feed::CopyRules => FeedSeed::CopyRules(Default::default()),
         };
         Seeding { feed, seed }
     }
@@ -430,7 +485,11 @@ impl Dispatcher {
                     seed.insert(n.name.clone(), n);
                 }
             }
-            FeedSeed::None => {}
+            FeedSeed::CopyRules(seed) => {
+                if let Some(name) = meta.name {
+                    seed.insert(name, meta.generation);
+                }
+            }
         }
     }
 
@@ -458,11 +517,37 @@ impl Dispatcher {
                     ..Default::default()
                 })
                 .collect(),
-            FeedSeed::None => Vec::new(),
+            FeedSeed::CopyRules(seed) => {
+                let mut known = self
+                    .rule_generations
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let gone = known
+                    .keys()
+                    .filter(|name| !seed.contains_key(*name))
+                    .map(|name| Meta {
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    })
+                    .collect();
+                *known = seed;
+                gone
+            }
         };
         for meta in gone {
+            // Deleted while the watch was away: a source's or a CopyRule's copies follow.
+            let trigger = match (feed, feed.watched(&meta)) {
+                (Feed::Sources(_), Some(Watched::Object(key))) => {
+                    Some(Job::new(JobKey::Source(key), Trigger::Watch))
+                }
+                (Feed::CopyRules, Some(Watched::CopyRule(name))) => {
+                    Some(Job::new(JobKey::Rule(name), Trigger::Watch).full_scan())
+                }
+                _ => None,
+            };
             let mut kept = Kept {
                 foreign: self.foreign(feed, &meta, true, None),
+                trigger,
                 ..Kept::default()
             };
             for step in STEPS.into_iter().filter(|s| *s != Step::Index) {

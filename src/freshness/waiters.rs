@@ -341,7 +341,8 @@ impl Waiters {
     }
 
     /// Something happened to `watched`: its waiters look again.
-    pub fn notify(&self, watched: &Watched) {
+    /// Returns how many jobs it woke.
+    pub fn notify(&self, watched: &Watched) -> usize {
         let jobs = {
             let mut reg = self.lock();
             reg.record(watched, Instant::now());
@@ -351,9 +352,11 @@ impl Waiters {
             }
             jobs
         };
+        let woken = jobs.len();
         for job in jobs {
             self.queue.wake(&job);
         }
+        woken
     }
 
     /// Events of `feed` may have been missed (its watch restarted from scratch): every job

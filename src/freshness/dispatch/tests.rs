@@ -438,3 +438,193 @@ fn a_replica_that_does_not_lead_queues_no_restore() {
         .event(feed, Change::Deleted, &copy("team-a", "app", "6"));
     assert_eq!(rig.queue.depth(), 0);
 }
+
+/// The jobs in the queue, by key and trigger.
+fn queued(rig: &Rig) -> Vec<(JobKey, Trigger)> {
+    rig.queue
+        .snapshot()
+        .into_iter()
+        .map(|j| (j.key, j.trigger))
+        .collect()
+}
+
+#[test]
+fn a_namespace_change_no_admitted_job_waited_for_queues_its_job() {
+    let rig = rig();
+    let feed = Feed::Namespaces;
+    rig.dispatcher
+        .event(feed, Change::Added, &namespace("team-a", "1", "a"));
+    let job = (JobKey::Namespace("team-a".into()), Trigger::Watch);
+    assert_eq!(
+        queued(&rig),
+        std::slice::from_ref(&job),
+        "created: the webhooks missed it"
+    );
+
+    let rig = rig_with_namespace("team-a");
+    rig.dispatcher
+        .event(feed, Change::Modified, &namespace("team-a", "2", "a"));
+    assert_eq!(queued(&rig), [], "nothing copyrator reads changed");
+    rig.dispatcher
+        .event(feed, Change::Modified, &namespace("team-a", "3", "b"));
+    assert_eq!(queued(&rig), std::slice::from_ref(&job), "relabelled");
+
+    let rig = rig_with_namespace("team-a");
+    let mut consenting = namespace("team-a", "2", "a");
+    consenting.annotations = labels(&[(marks::ACCEPT_FROM_ANNOTATION, "platform")]);
+    rig.dispatcher.event(feed, Change::Modified, &consenting);
+    assert_eq!(queued(&rig), [job], "consent changed");
+
+    let rig = rig_with_namespace("team-a");
+    rig.dispatcher
+        .event(feed, Change::Deleted, &namespace("team-a", "2", "a"));
+    assert_eq!(queued(&rig), [], "gone with its copies");
+}
+
+/// A leading rig whose namespace index holds `name` (labelled team=a), as listed.
+fn rig_with_namespace(name: &str) -> Rig {
+    let rig = rig();
+    let mut seeding = rig.dispatcher.seeding(Feed::Namespaces);
+    rig.dispatcher
+        .listed(&mut seeding, namespace(name, "1", "a"));
+    rig.dispatcher.seeded(seeding);
+    assert_eq!(queued(&rig), [], "a listed namespace asks for nothing");
+    rig
+}
+
+#[test]
+fn a_change_an_admitted_job_waited_for_queues_nothing_more() {
+    let rig = rig();
+    let key = ObjectKey::new(Kind::Secret, "platform", "app");
+    let admitted = JobKey::Source(key.clone());
+    rig.waiters.register(&Watched::Object(key), &admitted);
+    rig.dispatcher.event(
+        Feed::Sources(Kind::Secret),
+        Change::Modified,
+        &source("platform", "app", "3"),
+    );
+    assert_eq!(queued(&rig), [], "the admitted job covers it");
+    rig.waiters.register(
+        &Watched::Namespace("team-a".into()),
+        &JobKey::Namespace("team-a".into()),
+    );
+    rig.dispatcher.event(
+        Feed::Namespaces,
+        Change::Added,
+        &namespace("team-a", "4", "a"),
+    );
+    assert_eq!(queued(&rig), []);
+}
+
+#[test]
+fn every_source_event_no_admitted_job_waited_for_queues_the_sources_job() {
+    let rig = rig();
+    let feed = Feed::Sources(Kind::Secret);
+    let job = (
+        JobKey::Source(ObjectKey::new(Kind::Secret, "platform", "app")),
+        Trigger::Watch,
+    );
+    for (change, rv) in [
+        (Change::Added, "1"),
+        (Change::Modified, "2"),
+        (Change::Deleted, "3"),
+    ] {
+        rig.dispatcher
+            .event(feed, change, &source("platform", "app", rv));
+        assert_eq!(
+            queued(&rig),
+            std::slice::from_ref(&job),
+            "{change:?} (coalesced)"
+        );
+    }
+}
+
+#[test]
+fn a_copy_rules_spec_change_queues_its_job_its_status_does_not() {
+    let rig = rig();
+    let rule = |rv: &str, generation: i64| Meta {
+        name: Some("ca".into()),
+        resource_version: Some(rv.into()),
+        generation: Some(generation),
+        ..Default::default()
+    };
+    let job = |rig: &Rig| -> Vec<(JobKey, Trigger, bool)> {
+        rig.queue
+            .snapshot()
+            .into_iter()
+            .map(|j| (j.key, j.trigger, j.full_scan))
+            .collect()
+    };
+    let expected = [(JobKey::Rule("ca".into()), Trigger::Watch, true)];
+    let mut seeding = rig.dispatcher.seeding(Feed::CopyRules);
+    rig.dispatcher.listed(&mut seeding, rule("1", 1));
+    rig.dispatcher.seeded(seeding);
+    assert_eq!(job(&rig), [], "listed");
+    rig.dispatcher
+        .event(Feed::CopyRules, Change::Modified, &rule("2", 1));
+    assert_eq!(job(&rig), [], "a status write: same generation");
+    rig.dispatcher
+        .event(Feed::CopyRules, Change::Modified, &rule("3", 2));
+    assert_eq!(job(&rig), expected, "its spec changed");
+
+    let rig2 = rig_after_relist_without_the_rule();
+    assert_eq!(job(&rig2), expected, "deleted while the watch was away");
+}
+
+fn rig_after_relist_without_the_rule() -> Rig {
+    let rig = rig();
+    let rule = Meta {
+        name: Some("ca".into()),
+        generation: Some(1),
+        ..Default::default()
+    };
+    rig.dispatcher.event(Feed::CopyRules, Change::Added, &rule);
+    let _ = rig.queue.snapshot();
+    // Drain: the ADDED event of a rule not known before asks for its job.
+    while rig.queue.depth() > 0 {
+        let job = rig.queue.pop().now_or_never().flatten().expect("a job");
+        rig.queue.finish(&job.key, crate::queue::Finished::Done);
+    }
+    rig.dispatcher.down(Feed::CopyRules, &Ended::Expired);
+    let seeding = rig.dispatcher.seeding(Feed::CopyRules);
+    rig.dispatcher.seeded(seeding);
+    rig
+}
+
+#[test]
+fn a_source_deleted_while_its_watch_was_away_queues_its_job() {
+    let rig = rig();
+    let feed = Feed::Sources(Kind::Secret);
+    let mut seeding = rig.dispatcher.seeding(feed);
+    rig.dispatcher
+        .listed(&mut seeding, source("platform", "app", "1"));
+    rig.dispatcher.seeded(seeding);
+    assert_eq!(queued(&rig), [], "a listed source asks for nothing");
+    rig.dispatcher.down(feed, &Ended::Expired);
+    let seeding = rig.dispatcher.seeding(feed);
+    rig.dispatcher.seeded(seeding);
+    assert_eq!(
+        queued(&rig),
+        [(
+            JobKey::Source(ObjectKey::new(Kind::Secret, "platform", "app")),
+            Trigger::Watch
+        )]
+    );
+}
+
+#[test]
+fn a_replica_that_does_not_lead_queues_no_watch_triggered_job() {
+    let rig = rig();
+    rig._leading.send_replace(false);
+    rig.dispatcher.event(
+        Feed::Namespaces,
+        Change::Added,
+        &namespace("team-a", "1", "a"),
+    );
+    rig.dispatcher.event(
+        Feed::Sources(Kind::Secret),
+        Change::Added,
+        &source("platform", "app", "1"),
+    );
+    assert_eq!(queued(&rig), []);
+}

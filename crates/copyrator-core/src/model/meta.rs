@@ -16,6 +16,8 @@ pub struct Meta {
     pub namespace: Option<String>,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    /// Bumped by the API server when the spec changes, not the status (custom resources).
+    pub generation: Option<i64>,
     pub labels: Option<BTreeMap<String, String>>,
     pub annotations: Option<BTreeMap<String, String>>,
     pub creation_timestamp: Option<Time>,
@@ -39,6 +41,7 @@ impl From<&ObjectMeta> for Meta {
             namespace: m.namespace.clone(),
             uid: m.uid.clone(),
             resource_version: m.resource_version.clone(),
+            generation: m.generation,
             labels: m.labels.clone(),
             annotations: m.annotations.clone(),
             creation_timestamp: m.creation_timestamp.clone(),
