@@ -142,6 +142,7 @@ pub struct Metrics {
     pub early_reads: Family<OutcomeLabels, Counter>,
     pub copy_lag: Histogram,
     pub resync_duration: Histogram,
+    pub last_resync: Gauge,
     pub resync_drift: Family<ReasonLabels, Counter>,
     pub api_requests: Family<ApiLabels, Counter>,
     pub api_errors: Family<CodeLabels, Counter>,
@@ -302,6 +303,12 @@ impl Metrics {
             "Duration of a full resync",
             resync_duration.clone(),
         );
+        let last_resync = Gauge::default();
+        registry.register(
+            "last_resync_timestamp_seconds",
+            "When this replica last completed a full resync (unix time; 0: not yet)",
+            last_resync.clone(),
+        );
         let resync_drift = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "resync_drift",
@@ -451,6 +458,7 @@ impl Metrics {
             early_reads,
             copy_lag,
             resync_duration,
+            last_resync,
             resync_drift,
             api_requests,
             api_errors,

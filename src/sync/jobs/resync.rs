@@ -92,6 +92,12 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     drop(world);
     load::release_freed_memory();
     ctx.resyncs.send_modify(|n| *n += 1);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    ctx.metrics
+        .last_resync
+        .set(i64::try_from(now).unwrap_or(i64::MAX));
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
         writes = done.writes,
