@@ -397,9 +397,12 @@ impl Dispatcher {
         if let Some(Seen::Remarked(source)) = &kept.seen {
             self.queue(JobKey::Source(source.clone()));
         }
-        // A change no admitted job here waited for. When one did, that job covers it; when
-        // one is queued and not yet waiting, the queue merges the two.
-        if let Some(job) = kept.trigger.take().filter(|_| kept.woken == 0)
+        // A change no admitted job here waited for, or waits to run (it will read what is
+        // persisted now): one that did covers it.
+        if let Some(job) = kept
+            .trigger
+            .take()
+            .filter(|j| kept.woken == 0 && !self.work.queue.admitted_waiting(&j.key))
             && *self.work.leading.borrow()
         {
             self.metrics

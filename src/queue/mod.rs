@@ -424,6 +424,19 @@ impl WorkQueue {
         self.finish(key, Finished::Done);
     }
 
+    /// Whether an admitted job of `key` waits to run (queued, or parked behind a running one of
+    /// its key): it has not read yet, so it will see whatever is persisted now.
+    pub fn admitted_waiting(&self, key: &JobKey) -> bool {
+        let st = self.lock();
+        st.queued
+            .get(key)
+            .is_some_and(|e| e.job.trigger == Trigger::Admission)
+            || st
+                .parked
+                .get(key)
+                .is_some_and(|j| j.trigger == Trigger::Admission)
+    }
+
     /// Ends the wait of a queued job at once (what it waited for happened): it runs with the
     /// first attempts, not after the retries; a job running now runs again at once if it asks
     /// to wait.

@@ -504,6 +504,13 @@ fn a_change_an_admitted_job_waited_for_queues_nothing_more() {
         &source("platform", "app", "3"),
     );
     assert_eq!(queued(&rig), [], "the admitted job covers it");
+    let other = JobKey::Source(ObjectKey::new(Kind::Secret, "platform", "other"));
+    rig.queue.push(Job::new(other.clone(), Trigger::Admission));
+    rig.dispatcher.event(
+        Feed::Sources(Kind::Secret),
+        Change::Modified,
+        &source("platform", "other", "4"),
+    );
     rig.waiters.register(
         &Watched::Namespace("team-a".into()),
         &JobKey::Namespace("team-a".into()),
@@ -513,7 +520,20 @@ fn a_change_an_admitted_job_waited_for_queues_nothing_more() {
         Change::Added,
         &namespace("team-a", "4", "a"),
     );
-    assert_eq!(queued(&rig), []);
+    assert_eq!(
+        queued(&rig),
+        [(other, Trigger::Admission)],
+        "an admitted job yet to run covers its change too"
+    );
+    let triggered = |feed: Feed| {
+        rig.dispatcher
+            .metrics
+            .watch_triggered
+            .get_or_create(&FeedLabels { feed: feed.name() })
+            .get()
+    };
+    assert_eq!(triggered(Feed::Sources(Kind::Secret)), 0);
+    assert_eq!(triggered(Feed::Namespaces), 0);
 }
 
 #[test]
