@@ -5,7 +5,7 @@
 # each review, then provokes the API errors copyrator classifies and stores their Status.
 # Last, copyrator itself runs under a ServiceAccount and the reviews of its own writes are
 # stored (review-own-*.json: what the chart's ValidatingAdmissionPolicy must allow, and the
-# takeover it must refuse; tests/helm/admission_policy.rs).
+# takeover it must refuse; tests/e2e/helm_chart/admission_policy.rs).
 #
 #   scripts/control-plane.sh run -- scripts/capture-fixtures.sh
 set -euo pipefail
@@ -179,7 +179,7 @@ api -X POST "$server/api/v1/namespaces/leaving/secrets" -d "$secret" | status na
 api "$server/api/v1/namespaces/nowhere/secrets/none" | status not-found
 # copyrator's own writes, as the API server admits them: copyrator runs as the ServiceAccount
 # the chart names for release `copyrator` in `copyrator-system` (cluster-admin here: what it
-# writes is the point, tests/least_privilege.rs checks its RBAC), issuing its own certificates
+# writes is the point, tests/e2e/least_privilege.rs checks its RBAC), issuing its own certificates
 # into copyrator-webhook-certs and publishing the CA into its webhook configuration
 # `copyrator`. A validating recorder sees each write after every mutation, as a
 # ValidatingAdmissionPolicy does.

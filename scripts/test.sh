@@ -19,10 +19,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   unit=(cargo nextest run --workspace --lib --bins)
   # .config/nextest.toml runs end-to-end tests one at a time (they share one API server).
-  e2e=(cargo nextest run --test '*' --no-fail-fast)
+  e2e=(cargo nextest run --test e2e --no-fail-fast)
 else
   unit=(cargo test --workspace --lib --bins)
-  e2e=(cargo test --test '*' --no-fail-fast -- --test-threads=1)
+  e2e=(cargo test --test e2e --no-fail-fast -- --test-threads=1)
 fi
 
 step "cargo doc (broken links are errors)"

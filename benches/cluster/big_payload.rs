@@ -10,7 +10,7 @@ use kube::{Api, api::PostParams};
 
 use crate::{
     CONCURRENCY,
-    common::{TestEnv, secret, unregister_webhooks},
+    common::{TestEnv, secret, webhooks::unregister_webhooks},
     measure::{create_namespace, memory},
     report::{Report, ms},
 };

@@ -33,7 +33,9 @@
 //!
 //! `cargo bench --bench cluster -- [--quick] [--out FILE] [--fanout N] [--phase NAME,...]`
 
-#[path = "../../tests/common/mod.rs"]
+// The end-to-end harness; the benchmark uses a part of it.
+#[allow(dead_code, unused_imports)]
+#[path = "../../tests/e2e/common/mod.rs"]
 mod common;
 
 mod admission;
@@ -56,7 +58,7 @@ mod update_round;
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};
 
 use clap::{Parser, ValueEnum};
-use common::{Process, TestEnv, unregister_webhooks};
+use common::{Process, TestEnv, webhooks::unregister_webhooks};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
 use measure::{memory as rss, wait_resyncs};

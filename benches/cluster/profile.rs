@@ -485,7 +485,7 @@ pub async fn unregister_copies_webhook(client: &kube::Client, name: String) {
 /// A client of its own for the profile request, its connection already open: under the
 /// rounds' load a new connection's TLS handshake can miss the client's 5 s connect timeout.
 async fn profile_client() -> kube::Client {
-    let client = common::client().await;
+    let client = common::env::client().await;
     let req = hyper::Request::get("/healthz")
         .body(kube::client::Body::empty())
         .unwrap();

@@ -30,7 +30,7 @@ use kube::{
 
 use crate::{
     CONCURRENCY,
-    common::{Process, TestEnv, config_map, metric_value, secret, unregister_webhooks},
+    common::{Process, TestEnv, config_map, metric_value, secret, webhooks::unregister_webhooks},
     measure::{
         CPU_PARTS, CpuMeter, count, cpu_since, cpu_time, create_namespace, memory, wait_idle,
         wait_resyncs,

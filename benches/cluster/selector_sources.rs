@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::{
     base64_of,
-    common::{self, TestEnv, secret, unregister_webhooks},
+    common::{self, TestEnv, secret, webhooks::unregister_webhooks},
     measure::{CpuMeter, cpu_since, watch_objects},
     report::{Report, ms, summary},
 };

@@ -31,7 +31,7 @@ use kube::{
 
 use crate::{
     CONCURRENCY,
-    common::{Process, TestEnv, metric_value, secret, unregister_webhooks},
+    common::{Process, TestEnv, metric_value, secret, webhooks::unregister_webhooks},
     measure::{api_calls, count, cpu_time, create_namespace, memory, wait_idle, wait_resyncs},
     payload,
     report::{Report, list, median, ms, quartiles},

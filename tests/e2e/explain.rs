@@ -1,0 +1,314 @@
+//! `copyrator explain` against the real API server: each reason appears for the case that
+//! causes it, the copy's state follows what is really in the namespace, and the last Event
+//! copyrator wrote is shown. copyrator's own verdicts come from its running instance; explain
+//! must agree with them.
+
+use crate::common;
+
+use common::*;
+use copyrator::marks;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// The finding about `source` (`namespace/name`) whose copy goes to `target_ns`.
+fn finding<'a>(report: &'a Value, source: &str, target_ns: &str) -> &'a Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            format!(
+                "{}/{}",
+                f["source"]["namespace"].as_str().unwrap_or_default(),
+                f["source"]["name"].as_str().unwrap_or_default()
+            ) == source
+                && f["target"]["namespace"].as_str() == Some(target_ns)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no finding about {source} in {target_ns}:\n{}",
+                serde_json::to_string_pretty(report).unwrap()
+            )
+        })
+}
+
+/// (reason, copy, action, applies) of a finding, for one-line assertions.
+fn verdict(f: &Value) -> (String, String, String, bool) {
+    (
+        f["reason"].as_str().unwrap_or_default().to_string(),
+        f["copy"].as_str().unwrap_or("-").to_string(),
+        f["action"].as_str().unwrap_or_default().to_string(),
+        f["applies"].as_bool().unwrap(),
+    )
+}
+
+fn v(reason: &str, copy: &str, action: &str, applies: bool) -> (String, String, String, bool) {
+    (reason.into(), copy.into(), action.into(), applies)
+}
+
+/// Keeps a namespace Terminating even where a namespace controller runs: deletion waits for
+/// this finalizer, which the test removes at the end.
+const HOLD: &str = "e2e.copyrator.io/hold";
+
+async fn terminating_namespace(env: &TestEnv, base: &str, labels: &[(&str, &str)]) -> String {
+    let name = env.namespace(base, labels).await;
+    let namespaces = env.api::<Namespace>("");
+    namespaces
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [HOLD]}})),
+        )
+        .await
+        .unwrap();
+    namespaces
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_for::<Namespace>("", &name, "Terminating", |n| {
+        n.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    name
+}
+
+async fn release(env: &TestEnv, name: &str) {
+    let _ = env
+        .api::<Namespace>("")
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+}
+
+async fn create(env: &TestEnv, ns: &str, s: Secret) {
+    env.secrets(ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap_or_else(|e| panic!("creating a Secret in {ns}: {e}"));
+}
+
+#[tokio::test]
+async fn explain_gives_the_reason_for_each_case() {
+    let env = TestEnv::new().await;
+    let id = env.id.clone();
+    let sel = format!("explain={id}");
+    let src = env.namespace("ex-src", &[]).await;
+    let tenant = env.namespace("ex-tenant", &[]).await;
+    let team = env.namespace("ex-team", &[("explain", &id)]).await;
+    let other = env.namespace("ex-other", &[]).await;
+    let excluded = env.namespace("ex-excl", &[("explain", &id)]).await;
+    let doomed = terminating_namespace(&env, "ex-doomed", &[("explain", &id)]).await;
+    // copyrator and explain agree on the policy: src is trusted, tenant is not; excluded is
+    // excluded.
+    let policy = [
+        format!("--trusted-namespaces={src}"),
+        format!("--exclude-namespaces=kube-system,kube-node-lease,{excluded}"),
+    ];
+    let mut t = Harness::start_in(
+        env,
+        Options {
+            extra: policy.to_vec(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let explain = |what: &'static str, subject: String| {
+        let policy = policy.clone();
+        async move {
+            let mut args = vec!["explain", what, subject.as_str(), "-o", "json"];
+            args.extend(policy.iter().map(String::as_str));
+            let out = run_copyrator(&args).await;
+            assert!(
+                out.success,
+                "explain {what} {subject} failed: {}",
+                out.stderr
+            );
+            out.json()
+        }
+    };
+
+    // An object copyrator does not manage already holds one name.
+    create(&t, &team, secret("taken", &[], &[], &[("mine", "yes")])).await;
+    let source = |name: &str, annotations: &[(&str, &str)]| {
+        secret(
+            name,
+            &[(marks::SOURCE_LABEL, "true")],
+            annotations,
+            &[("v", "1")],
+        )
+    };
+    create(
+        &t,
+        &src,
+        source("cred", &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)]),
+    )
+    .await;
+    create(
+        &t,
+        &src,
+        source("taken", &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)]),
+    )
+    .await;
+    create(
+        &t,
+        &tenant,
+        source("tcred", &[(marks::NAMESPACES_ANNOTATION, &team)]),
+    )
+    .await;
+    // Annotated, but without the opt-in label.
+    create(
+        &t,
+        &src,
+        secret(
+            "unlabelled",
+            &[],
+            &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+            &[("v", "1")],
+        ),
+    )
+    .await;
+    t.wait_value::<Secret>(&team, "cred", "v", "1").await;
+    t.wait_for_any::<k8s_openapi::api::events::v1::Event>(
+        &src,
+        "the conflict reported on the source",
+        |e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("taken")
+                && e.reason.as_deref() == Some("CopyConflict")
+        },
+    )
+    .await;
+
+    let report = explain("namespace", team.clone()).await;
+    assert_eq!(
+        verdict(finding(&report, &format!("{src}/cred"), &team)),
+        v("SelectorMatches", "InSync", "None", true)
+    );
+    let taken = finding(&report, &format!("{src}/taken"), &team);
+    assert_eq!(
+        verdict(taken),
+        v("UnmanagedObject", "Unmanaged", "None", false)
+    );
+    assert_eq!(taken["lastEvent"]["reason"], "CopyConflict");
+    assert_eq!(taken["lastEvent"]["type"], "Warning");
+    let tcred = finding(&report, &format!("{tenant}/tcred"), &team);
+    assert_eq!(verdict(tcred), v("NotConsented", "Missing", "None", false));
+    assert!(
+        tcred["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("copyrator.io/accept-from: {tenant}")),
+        "{tcred}"
+    );
+    assert_eq!(
+        verdict(finding(&report, &format!("{src}/unlabelled"), &team)),
+        v("SourceNotOptedIn", "Missing", "None", false)
+    );
+    // The unmanaged object is still exactly as it was made.
+    let mine = t.secrets(&team).get("taken").await.unwrap();
+    assert_eq!(secret_value(&mine, "mine").as_deref(), Some("yes"));
+
+    for (ns, reason) in [
+        (&other, "NotSelected"),
+        (&excluded, "ExcludedGlobally"),
+        (&doomed, "NamespaceTerminating"),
+    ] {
+        let report = explain("namespace", ns.clone()).await;
+        let f = finding(&report, &format!("{src}/cred"), ns);
+        assert_eq!(verdict(f), v(reason, "Missing", "None", false), "{ns}");
+    }
+
+    // The source's view: every namespace its rule selects, and the rest counted.
+    let report = explain("source", format!("secret/{src}/cred")).await;
+    assert_eq!(
+        verdict(finding(&report, &format!("{src}/cred"), &team)),
+        v("SelectorMatches", "InSync", "None", true)
+    );
+    assert_eq!(
+        verdict(finding(&report, &format!("{src}/cred"), &excluded)),
+        v("ExcludedGlobally", "Missing", "None", false)
+    );
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["target"]["namespace"] != other.as_str()),
+        "an unselected namespace is counted, not listed"
+    );
+    assert!(report["notSelected"][0]["namespaces"].as_u64().unwrap() >= 2);
+
+    // With copyrator down, a new source's copy is missing and a changed source's copy stale.
+    t.kill().await;
+    create(
+        &t,
+        &src,
+        source("late", &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)]),
+    )
+    .await;
+    t.secrets(&src)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"v": "2"}})),
+        )
+        .await
+        .unwrap();
+    let report = explain("namespace", team.clone()).await;
+    assert_eq!(
+        verdict(finding(&report, &format!("{src}/late"), &team)),
+        v("SelectorMatches", "Missing", "Create", true)
+    );
+    assert_eq!(
+        verdict(finding(&report, &format!("{src}/cred"), &team)),
+        v("SelectorMatches", "Stale", "Update", true)
+    );
+
+    // The table says the same in words.
+    let table = run_copyrator(&["explain", "namespace", &team, "--trusted-namespaces", &src]).await;
+    assert!(table.success, "{}", table.stderr);
+    assert!(
+        table.stdout.contains("REASON")
+            && table.stdout.contains("missing -> create")
+            && table.stdout.contains("does not accept copies from")
+            && table.stdout.contains("Warning CopyConflict"),
+        "{}",
+        table.stdout
+    );
+
+    release(&t, &doomed).await;
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn explain_fails_clearly_for_what_does_not_exist() {
+    let env = TestEnv::new().await;
+    let ns = env.namespace("ex-missing", &[]).await;
+    let missing_ns = env.name("ex-nowhere");
+    let out = run_copyrator(&["explain", "namespace", &missing_ns]).await;
+    assert!(!out.success);
+    assert!(
+        out.stderr
+            .contains(&format!("namespace {missing_ns} not found")),
+        "{}",
+        out.stderr
+    );
+    let out = run_copyrator(&["explain", "source", &format!("configmap/{ns}/nothing")]).await;
+    assert!(!out.success);
+    assert!(
+        out.stderr
+            .contains(&format!("ConfigMap {ns}/nothing not found")),
+        "{}",
+        out.stderr
+    );
+    let out = run_copyrator(&["explain", "source", "not a source"]).await;
+    assert!(
+        !out.success && out.stderr.contains("NAMESPACE/NAME"),
+        "{}",
+        out.stderr
+    );
+    env.cleanup().await;
+}

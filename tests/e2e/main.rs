@@ -1,0 +1,24 @@
+//! The end-to-end tests: one test binary, one module per subject, all against a real
+//! kube-apiserver + etcd (`common`). Run them with
+//! `scripts/control-plane.sh run -- cargo nextest run --test e2e`; nextest runs each test in
+//! its own process, one at a time (`.config/nextest.toml`, test-group `e2e`).
+
+mod common;
+
+mod cert_rotation;
+mod copy_edits;
+mod copy_rules;
+mod explain;
+mod ha;
+mod helm_chart;
+mod hostile;
+mod inline_rules;
+mod least_privilege;
+mod migrate;
+mod not_opted_in;
+mod observability;
+mod pipeline;
+mod pod_gate;
+mod smoke;
+mod tenancy;
+mod webhook_tls;

@@ -1,0 +1,624 @@
+//! `copyrator migrate` against the real API server: each peer's annotations become
+//! copyrator configuration that, applied as printed, makes the same copies; `--adopt` takes
+//! over the peer's copies of the same source and leaves every other object byte for byte.
+//! A tenant's source never becomes a CopyRule in force, nor has its copies adopted by one,
+//! unless the administrator says `--trust-sources`.
+//! The peers themselves do not run here: their copies are made as they make them (the same
+//! annotations and labels).
+
+use crate::common;
+
+use common::{tenant::Tenant, *};
+use copyrator::marks;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
+
+const REFLECTOR: &str = "reflector.v1.k8s.emberstack.com/";
+const REPLICATOR: &str = "replicator.v1.mittwald.de/";
+
+fn r(key: &str) -> String {
+    format!("{REFLECTOR}{key}")
+}
+
+fn m(key: &str) -> String {
+    format!("{REPLICATOR}{key}")
+}
+
+async fn create(env: &TestEnv, ns: &str, s: Secret) {
+    env.secrets(ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap_or_else(|e| panic!("creating a Secret in {ns}: {e}"));
+}
+
+/// The whole object as the API server has it (for "byte for byte" comparisons).
+async fn snapshot(env: &TestEnv, ns: &str, name: &str) -> serde_json::Value {
+    serde_json::to_value(env.secrets(ns).get(name).await.unwrap()).unwrap()
+}
+
+fn managed(s: &Secret) -> bool {
+    s.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+        .map(String::as_str)
+        == Some("copyrator")
+}
+
+/// Applies `migrate -o yaml` output as its header says: each source document as a merge
+/// patch of the existing object, each CopyRule with `kubectl apply` (tracked for cleanup).
+async fn apply(env: &TestEnv, yaml: &str) {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let ns = doc["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        let patch = Patch::Merge(&doc);
+        match doc["kind"].as_str().unwrap() {
+            "Secret" => {
+                env.secrets(&ns)
+                    .patch(&name, &PatchParams::default(), &patch)
+                    .await
+                    .unwrap();
+            }
+            "ConfigMap" => {
+                env.config_maps(&ns)
+                    .patch(&name, &PatchParams::default(), &patch)
+                    .await
+                    .unwrap();
+            }
+            "CopyRule" => {
+                env.track_copy_rule(&name);
+                let out =
+                    kubectl(&["apply", "-f", "-"], &serde_json::to_string(&doc).unwrap()).await;
+                assert!(out.success, "kubectl apply failed: {}\n{yaml}", out.stderr);
+            }
+            other => panic!("unexpected {other} in\n{yaml}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn reflector_becomes_copyrator_and_adopt_takes_only_its_own_copies() {
+    let t = Harness::start(Options::default()).await;
+    let id = t.id.clone();
+    let src = t.namespace("rf-src", &[]).await;
+    let a = t.namespace("rf-a", &[]).await;
+    let b = t.namespace("rf-b", &[]).await;
+    let c = t.namespace("rf-c", &[]).await;
+    // Automatic reflection into a by name and into b and c by a regular expression.
+    create(
+        &t,
+        &src,
+        secret(
+            "tls",
+            &[],
+            &[
+                (&r("reflection-allowed"), "true"),
+                (&r("reflection-auto-enabled"), "true"),
+                (
+                    &r("reflection-auto-namespaces"),
+                    &format!("{a},rf-[bc]-{id}"),
+                ),
+            ],
+            &[("v", "1")],
+        ),
+    )
+    .await;
+    // What reflector made: an automatic copy in a (stale), a hand-made mirror in c under
+    // another name. In b, a same-name Secret that mirrors something else.
+    create(
+        &t,
+        &a,
+        secret(
+            "tls",
+            &[],
+            &[
+                (&r("reflects"), &format!("{src}/tls")),
+                (&r("auto-reflects"), "True"),
+            ],
+            &[("v", "0")],
+        ),
+    )
+    .await;
+    create(
+        &t,
+        &c,
+        secret(
+            "my-tls",
+            &[],
+            &[(&r("reflects"), &format!("{src}/tls"))],
+            &[("v", "0")],
+        ),
+    )
+    .await;
+    create(
+        &t,
+        &b,
+        secret(
+            "tls",
+            &[],
+            &[(&r("reflects"), "elsewhere/tls")],
+            &[("mine", "yes")],
+        ),
+    )
+    .await;
+    let decoy = snapshot(&t, &b, "tls").await;
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &src,
+        "-o",
+        "yaml",
+        "--adopt",
+        "--trusted-namespaces=*",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    let yaml = &out.stdout;
+    assert!(
+        yaml.contains(&format!("`rf-[bc]-{id}`")) && yaml.contains(&format!("({b}, {c})")),
+        "the regular expression is expanded, with a note:\n{yaml}"
+    );
+    assert!(
+        yaml.contains(&format!("copyrator.io/namespaces: {a},{b},{c}")),
+        "{yaml}"
+    );
+    let rule = format!("reflector-{src}-tls-to-my-tls");
+    assert!(yaml.contains(&format!("# CopyRule {rule}")), "{yaml}");
+    // --adopt: the copies of this source, and nothing else.
+    assert!(
+        out.stderr.contains(&format!("Secret {a}/tls: adopted")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!("Secret {c}/my-tls: adopted")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {b}/tls: left untouched: it is a copy of elsewhere/tls"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(managed(&t.secrets(&a).get("tls").await.unwrap()));
+    assert_eq!(snapshot(&t, &b, "tls").await, decoy);
+
+    apply(&t, yaml).await;
+    // copyrator now keeps every copy, the adopted ones brought up to date.
+    t.wait_value::<Secret>(&a, "tls", "v", "1").await;
+    t.wait_value::<Secret>(&c, "tls", "v", "1").await;
+    t.wait_value::<Secret>(&c, "my-tls", "v", "1").await;
+    for (ns, name) in [(&a, "tls"), (&c, "tls"), (&c, "my-tls")] {
+        assert!(
+            managed(&t.secrets(ns).get(name).await.unwrap()),
+            "{ns}/{name}"
+        );
+    }
+    // The object that is not this source's copy is reported, never touched.
+    let report = run_copyrator(&[
+        "explain",
+        "namespace",
+        &b,
+        "-o",
+        "json",
+        "--trusted-namespaces=*",
+    ])
+    .await;
+    let conflict = report.json()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["source"]["namespace"] == src.as_str() && f["target"]["name"] == "tls")
+        .cloned()
+        .unwrap();
+    assert_eq!(conflict["reason"], "UnmanagedObject", "{conflict}");
+    assert_eq!(snapshot(&t, &b, "tls").await, decoy);
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn replicator_push_and_pull_become_copyrator_rules() {
+    let t = Harness::start(Options::default()).await;
+    let id = t.id.clone();
+    let src = t.namespace("rp-src", &[]).await;
+    let a = t.namespace("rp-a", &[]).await;
+    let d = t.namespace("rp-d", &[("replicate", &id)]).await;
+    let e = t.namespace("rp-e", &[]).await;
+    // Push: by name and by namespace labels.
+    create(
+        &t,
+        &src,
+        secret(
+            "cred",
+            &[],
+            &[
+                (&m("replicate-to"), &a),
+                (&m("replicate-to-matching"), &format!("replicate={id}")),
+            ],
+            &[("v", "push")],
+        ),
+    )
+    .await;
+    // replicator's push copy in a names no source: --adopt must leave it alone.
+    create(
+        &t,
+        &a,
+        secret(
+            "cred",
+            &[],
+            &[
+                (&m("replicated-from-version"), "1"),
+                (&m("replicated-keys"), "v"),
+            ],
+            &[("v", "push")],
+        ),
+    )
+    .await;
+    let push_copy = snapshot(&t, &a, "cred").await;
+    // Pull: the source permits e; e's object asks for it under its own name.
+    create(
+        &t,
+        &src,
+        secret(
+            "shared",
+            &[],
+            &[
+                (&m("replication-allowed"), "true"),
+                (&m("replication-allowed-namespaces"), "rp-e-.*"),
+            ],
+            &[("v", "pull")],
+        ),
+    )
+    .await;
+    create(
+        &t,
+        &e,
+        secret(
+            "pulled",
+            &[],
+            &[(&m("replicate-from"), &format!("{src}/shared"))],
+            &[],
+        ),
+    )
+    .await;
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "replicator",
+        "-n",
+        &src,
+        "--adopt",
+        "--trusted-namespaces",
+        &src,
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    let script = &out.stdout;
+    assert!(
+        script.contains(&format!(
+            "kubectl -n {src} label secret cred copyrator.io/source=true"
+        )),
+        "{script}"
+    );
+    assert!(
+        out.stderr.contains(&format!("Secret {e}/pulled: adopted")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {a}/cred: left untouched: nothing on it names"
+        )),
+        "{}",
+        out.stderr
+    );
+    for line in script.lines() {
+        if let Some(name) = line.strip_prefix("# CopyRule ") {
+            t.track_copy_rule(name.split_whitespace().next().unwrap());
+        }
+    }
+    let ran = sh(script).await;
+    assert!(ran.success, "the script failed: {}\n{script}", ran.stderr);
+
+    t.wait_value::<Secret>(&d, "cred", "v", "push").await;
+    t.wait_value::<Secret>(&e, "pulled", "v", "pull").await;
+    assert_eq!(snapshot(&t, &a, "cred").await, push_copy);
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn kubed_manifests_become_copyrator_configuration() {
+    let t = Harness::start(Options::default()).await;
+    let id = t.id.clone();
+    let src = t.namespace("kd-src", &[]).await;
+    let labelled = t.namespace("kd-in", &[("kubed", &id)]).await;
+    let other = t.namespace("kd-out", &[]).await;
+    // The manifests the user keeps: a ConfigMap kubed syncs into namespaces labelled kubed=<id>.
+    let manifest = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: omni\n  namespace: {src}\n  \
+         annotations:\n    kubed.appscode.com/sync: kubed={id}\ndata:\n  v: synced\n"
+    );
+    let applied = kubectl(&["apply", "-f", "-"], &manifest).await;
+    assert!(applied.success, "{}", applied.stderr);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("omni.yaml");
+    std::fs::write(&file, &manifest).unwrap();
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "kubed",
+        "-f",
+        file.to_str().unwrap(),
+        "-o",
+        "yaml",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains(&format!("copyrator.io/namespace-selector: kubed={id}")),
+        "{}",
+        out.stdout
+    );
+    apply(&t, &out.stdout).await;
+    t.wait_value::<ConfigMap>(&labelled, "omni", "v", "synced")
+        .await;
+    assert!(
+        t.config_maps(&other)
+            .get_opt("omni")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Every namespace: a CopyRule selecting all (not applied to this shared cluster).
+    let everywhere = format!(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: all\n  namespace: {src}\n  \
+         annotations:\n    kubed.appscode.com/sync: \"\"\n"
+    );
+    std::fs::write(&file, everywhere).unwrap();
+    let out = run_copyrator(&["migrate", "--from", "kubed", "-f", file.to_str().unwrap()]).await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("# CopyRule kubed-{src}-all"))
+            && out.stdout.contains("namespaceSelector: {}")
+            && out.stdout.contains("every namespace, as kubed did"),
+        "{}",
+        out.stdout
+    );
+    // Adopting needs the cluster, never files.
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "kubed",
+        "-f",
+        file.to_str().unwrap(),
+        "--adopt",
+    ])
+    .await;
+    assert!(!out.success);
+    t.finish().await;
+}
+
+/// A tenant's namespace, a team's namespace, and copyrator trusting only the platform's: the
+/// `--trusted-namespaces` flag to give `migrate` as well.
+async fn tenancy() -> (Harness, Tenant, String, String) {
+    let env = TestEnv::new().await;
+    let tenant = Tenant::new(&env, "mg-tenant").await;
+    let platform = env.namespace("mg-platform", &[]).await;
+    let team = env.namespace("mg-team", &[]).await;
+    let trusted = format!("--trusted-namespaces={platform}");
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![trusted.clone()],
+            ..Default::default()
+        },
+    )
+    .await;
+    (t, tenant, team, trusted)
+}
+
+#[tokio::test]
+async fn a_tenants_source_becomes_a_copy_rule_only_commented_out() {
+    let (t, tenant, team, trusted) = tenancy().await;
+    let own = tenant.namespace.clone();
+    // The tenant's own Secret: reflector copies it into the team's namespace, and it carries
+    // copyrator's annotations already (the running copyrator copies nothing: no consent).
+    // Only a CopyRule can say that, and a CopyRule needs no consent.
+    tenant
+        .secrets(&own)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "ca",
+                &[],
+                &[
+                    (&r("reflection-allowed"), "true"),
+                    (&r("reflection-auto-enabled"), "true"),
+                    (&r("reflection-auto-namespaces"), &team),
+                    (marks::NAMESPACES_ANNOTATION, &team),
+                ],
+                &[("v", "tenant")],
+            ),
+        )
+        .await
+        .unwrap();
+    let rule = format!("reflector-{own}-ca");
+    t.track_copy_rule(&rule);
+
+    for output in ["kubectl", "yaml"] {
+        let out = run_copyrator(&[
+            "migrate",
+            "--from",
+            "reflector",
+            "-n",
+            &own,
+            "-o",
+            output,
+            &trusted,
+        ])
+        .await;
+        assert!(out.success, "{}", out.stderr);
+        let printed = &out.stdout;
+        assert!(
+            printed.contains(&format!("# CopyRule {rule}"))
+                && printed.contains(&format!(
+                    "NOT IN FORCE, printed commented out: {own} is not a trusted namespace"
+                ))
+                && printed.contains(&format!("into {team} without their consent"))
+                && printed.contains("at CopyRule precedence"),
+            "the note names the namespace and the risk:\n{printed}"
+        );
+        assert!(
+            printed.contains("# kind: CopyRule\n")
+                && !printed
+                    .lines()
+                    .any(|l| l.starts_with("kubectl") || l.starts_with("kind:")),
+            "-o {output}: the CopyRule is commented out:\n{printed}"
+        );
+        // Applied as printed, it asks for nothing.
+        if output == "kubectl" {
+            let ran = sh(printed).await;
+            assert!(ran.success, "the script failed: {}\n{printed}", ran.stderr);
+        } else {
+            apply(&t, printed).await;
+        }
+        assert!(
+            t.rules().get_opt(&rule).await.unwrap().is_none(),
+            "-o {output} applied as printed created the CopyRule for the tenant's source"
+        );
+    }
+
+    // The administrator's decision: said, and in force.
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &own,
+        &trusted,
+        "--trust-sources",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("printed in force because of --trust-sources"),
+        "{}",
+        out.stdout
+    );
+    let ran = sh(&out.stdout).await;
+    assert!(
+        ran.success,
+        "the script failed: {}\n{}",
+        ran.stderr, out.stdout
+    );
+    t.wait_value::<Secret>(&team, "ca", "v", "tenant").await;
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn adopt_takes_no_copy_for_a_copy_rule_printed_commented_out() {
+    let (t, tenant, team, trusted) = tenancy().await;
+    let own = tenant.namespace.clone();
+    // The tenant's Secret permits the team's namespace, where a hand-made reflector mirror
+    // holds it under another name: a CopyRule with targetName.
+    tenant
+        .secrets(&own)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "tls",
+                &[],
+                &[
+                    (&r("reflection-allowed"), "true"),
+                    (&r("reflection-allowed-namespaces"), &team),
+                ],
+                &[("v", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+    create(
+        &t,
+        &team,
+        secret(
+            "my-tls",
+            &[],
+            &[(&r("reflects"), &format!("{own}/tls"))],
+            &[("v", "0")],
+        ),
+    )
+    .await;
+    let mirror = snapshot(&t, &team, "my-tls").await;
+    let rule = format!("reflector-{own}-tls-to-my-tls");
+    t.track_copy_rule(&rule);
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &own,
+        "-o",
+        "yaml",
+        "--adopt",
+        &trusted,
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {team}/my-tls: not adopted: copyrule/{rule} is printed commented out \
+             ({own} is not a trusted namespace)"
+        )),
+        "{}",
+        out.stderr
+    );
+    // Marked as the copy of a rule that does not exist, it would be a Retained copy at
+    // CopyRule precedence that no trusted source could take over.
+    assert_eq!(
+        snapshot(&t, &team, "my-tls").await,
+        mirror,
+        "the peer's copy is left byte for byte"
+    );
+
+    // With --trust-sources the CopyRule is printed in force: its copy is adopted, and kept.
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "reflector",
+        "-n",
+        &own,
+        "-o",
+        "yaml",
+        "--adopt",
+        &trusted,
+        "--trust-sources",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "Secret {team}/my-tls: adopted (copy of {own}/tls by copyrule/{rule})"
+        )),
+        "{}",
+        out.stderr
+    );
+    apply(&t, &out.stdout).await;
+    t.wait_value::<Secret>(&team, "my-tls", "v", "1").await;
+    assert!(managed(&t.secrets(&team).get("my-tls").await.unwrap()));
+    t.finish().await;
+}

@@ -1,0 +1,433 @@
+//! The Pod gate (SPEC §10), end to end: a Pod created the instant after its namespace finds
+//! every copy it needs, also when another replica saw the namespace; image pull secrets are
+//! injected where a rule asks and nowhere else; a dryRun Pod writes nothing; copyrator down
+//! lets Pods through unchanged.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+use copyrator::{
+    copyrule::{CopyRuleSpec, DeletionPolicy},
+    marks,
+    model::Kind,
+};
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::LabelSelector};
+use kube::{Api, Client, api::PostParams};
+
+const DRY_RUN_PODS: &str = "copyrator_admission_requests_total{endpoint=\"pods\",operation=\"CREATE\",outcome=\"dry_run\"}";
+
+/// Dry-run Pod creates in `ns` until the gate at `metrics` counts one: the API server calls
+/// the Pod gate.
+async fn wait_for_pod_gate<F, Fut>(client: &Client, ns: &str, metric: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = f64>,
+{
+    let before = metric().await;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let dry_run = PostParams {
+        dry_run: true,
+        field_manager: None,
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the API server calling the Pod gate",
+        || async {
+            let _ = pods.create(&dry_run, &pod("probe", &[], None)).await;
+            (metric().await > before).then_some(())
+        },
+    )
+    .await;
+}
+
+/// 100 namespaces, 20 at a time, each labelled at creation and followed at once (same client,
+/// no wait) by its ServiceAccount and a Pod; right after each Pod create returns, its copies
+/// are read. Returns the namespaces where a copy was missing.
+async fn storm(env: &TestEnv, key: &str) -> Vec<String> {
+    futures::stream::iter(0..100)
+        .map(|i| async move {
+            let ns = env.namespace(&format!("storm-{i}"), &[(key, "on")]).await;
+            service_account(&env.client, &ns).await;
+            let admitted = create_pod(&env.client, &ns, &pod("app", &[], None)).await;
+            let secret = env.secrets(&ns).get_opt("registry").await.unwrap();
+            let bundle = env.config_maps(&ns).get_opt("ca-bundle").await.unwrap();
+            let injected = pull_secret_names(&admitted) == ["registry"];
+            (secret.is_none() || bundle.is_none() || !injected).then_some(ns)
+        })
+        .buffer_unordered(20)
+        .filter_map(|m| async move { m })
+        .collect::<Vec<_>>()
+        .await
+}
+
+/// The sources of the storms: a pull secret and a CA bundle for namespaces labelled `key=on`.
+async fn storm_sources(env: &TestEnv, key: &str) {
+    let src = env.namespace("gate-src", &[]).await;
+    let selector = format!("{key}=on");
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &selector, true),
+        )
+        .await
+        .unwrap();
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map(
+                "ca-bundle",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &selector)],
+                &[("ca.crt", "-----BEGIN CERTIFICATE-----")],
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn every_pod_finds_its_copies_in_a_storm_of_new_namespaces() {
+    let t = Harness::start(Options::default()).await;
+    let key = t.name("storm");
+    storm_sources(&t, &key).await;
+    let probe = t.namespace("probe", &[]).await;
+    service_account(&t.client, &probe).await;
+    wait_for_pod_gate(&t.client, &probe, || t.metric(DRY_RUN_PODS)).await;
+
+    let missing = storm(&t, &key).await;
+    assert!(
+        missing.is_empty(),
+        "{} of 100 Pods were admitted before their copies existed: {missing:?}",
+        missing.len()
+    );
+    for outcome in ["timeout", "error", "unsettled"] {
+        let sample = format!("copyrator_pod_gate_total{{outcome=\"{outcome}\"}}");
+        assert_eq!(t.metric(&sample).await, 0.0, "{outcome}");
+    }
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn the_pod_gate_holds_its_promise_on_another_replica_than_the_namespace_webhook() {
+    // Replica A answers the Namespace (and source) webhooks, replica B the Pod gate.
+    let opts = || Options {
+        webhooks: false,
+        ..Default::default()
+    };
+    let t = Harness::start(opts()).await;
+    let b = Copyrator::start(opts()).await;
+    let url = |c: &Copyrator| format!("https://127.0.0.1:{}", c.running().webhook_addr.port());
+    t.webhooks_registered();
+    register_split(
+        &t.client,
+        (&url(t.copyrator()), &t.copyrator().ca),
+        (&url(&b), &b.ca),
+    )
+    .await;
+    let probe = t.namespace("probe", &[]).await;
+    service_account(&t.client, &probe).await;
+    wait_for_pod_gate(&t.client, &probe, || b.metric(DRY_RUN_PODS)).await;
+    let key = t.name("split");
+    storm_sources(&t, &key).await;
+
+    let missing = storm(&t, &key).await;
+    assert!(
+        missing.is_empty(),
+        "{} of 100 Pods admitted by replica B before their copies existed: {missing:?}",
+        missing.len()
+    );
+    let on_b = |o: &str| format!("copyrator_pod_gate_total{{outcome=\"{o}\"}}");
+    assert!(
+        b.metric(&on_b("wrote")).await + b.metric(&on_b("settled")).await > 0.0,
+        "B synced namespaces it had never seen"
+    );
+    assert_eq!(
+        t.metric("copyrator_admission_requests_total{endpoint=\"pods\",operation=\"CREATE\",outcome=\"allowed\"}")
+            .await,
+        0.0,
+        "A answered no Pod"
+    );
+    b.stop().await;
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
+    let t = Harness::start(Options::default()).await;
+    let key = t.name("inject");
+    let selector = format!("{key}=on");
+    let src = t.namespace("inject-src", &[]).await;
+    // Two pull-type sources for the same namespaces; only one asks to be injected.
+    for (name, pull) in [("registry", true), ("mirror", false)] {
+        t.secrets(&src)
+            .create(
+                &PostParams::default(),
+                &registry_secret(name, &selector, pull),
+            )
+            .await
+            .unwrap();
+    }
+    // A CopyRule asking for injection, under another name.
+    let mut spec = CopyRuleSpec {
+        kind: Kind::Secret,
+        source_namespace: src.clone(),
+        source_name: Some("mirror".into()),
+        source_selector: None,
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some([(key.clone(), "on".to_string())].into()),
+            match_expressions: None,
+        }),
+        namespaces: vec![],
+        exclude_namespaces: vec![],
+        target_name: Some("mirror-pull".into()),
+        deletion_policy: DeletionPolicy::Delete,
+        conflict_policy: Default::default(),
+        image_pull_secret: true,
+    };
+    t.copy_rule("inject", spec.clone()).await;
+    let ns = t.namespace("inject", &[(&key, "on")]).await;
+    let other = t.namespace("inject-other", &[]).await;
+    for n in [&ns, &other] {
+        service_account(&t.client, n).await;
+    }
+    wait_for_pod_gate(&t.client, &ns, || t.metric(DRY_RUN_PODS)).await;
+
+    let plain = create_pod(&t.client, &ns, &pod("plain", &[], None)).await;
+    assert_eq!(pull_secret_names(&plain), ["mirror-pull", "registry"]);
+    for name in ["registry", "mirror-pull"] {
+        let copy = t.secrets(&ns).get(name).await.unwrap();
+        assert_eq!(
+            copy.type_.as_deref(),
+            Some("kubernetes.io/dockerconfigjson")
+        );
+    }
+    let own = create_pod(
+        &t.client,
+        &ns,
+        &pod("own", &["own-creds", "registry"], None),
+    )
+    .await;
+    assert_eq!(
+        pull_secret_names(&own),
+        ["own-creds", "registry", "mirror-pull"],
+        "existing entries kept, none twice"
+    );
+    let opted_out = create_pod(&t.client, &ns, &pod("opted-out", &[], Some("false"))).await;
+    assert!(pull_secret_names(&opted_out).is_empty());
+    let elsewhere = create_pod(&t.client, &other, &pod("elsewhere", &[], None)).await;
+    assert!(
+        pull_secret_names(&elsewhere).is_empty(),
+        "no rule targets it"
+    );
+
+    // The annotation on a Secret of another type, and the field on a ConfigMap rule, are refused.
+    let mut opaque = registry_secret("opaque", &selector, true);
+    opaque.type_ = Some("Opaque".into());
+    let err = t
+        .secrets(&src)
+        .create(&PostParams::default(), &opaque)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(marks::IMAGE_PULL_SECRET_ANNOTATION),
+        "{err}"
+    );
+    spec.kind = Kind::ConfigMap;
+    let err = t
+        .rules()
+        .create(
+            &PostParams::default(),
+            &copyrator::copyrule::CopyRule::new(&t.name("cm-pull"), spec),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("spec.imagePullSecret"), "{err}");
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn a_dry_run_pod_writes_no_copy_and_a_real_one_does() {
+    // Only the Pod gate is registered: no other webhook makes the copy.
+    let t = Harness::start(Options {
+        webhooks: false,
+        ..Default::default()
+    })
+    .await;
+    // Its startup resync would make the copy on its own: let it finish first.
+    t.wait_startup_resync().await;
+    t.webhooks_registered();
+    register_pod_gate(
+        &t.client,
+        &format!(
+            "https://127.0.0.1:{}",
+            t.copyrator().running().webhook_addr.port()
+        ),
+        &t.copyrator().ca,
+    )
+    .await;
+    let key = t.name("dry");
+    let src = t.namespace("dry-src", &[]).await;
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &format!("{key}=on"), true),
+        )
+        .await
+        .unwrap();
+    let ns = t.namespace("dry", &[(&key, "on")]).await;
+    service_account(&t.client, &ns).await;
+    wait_for_pod_gate(&t.client, &ns, || t.metric(DRY_RUN_PODS)).await;
+
+    let dry_run = PostParams {
+        dry_run: true,
+        field_manager: None,
+    };
+    let pods = Api::<Pod>::namespaced(t.client.clone(), &ns);
+    let admitted = pods.create(&dry_run, &pod("app", &[], None)).await.unwrap();
+    assert!(
+        pull_secret_names(&admitted).is_empty(),
+        "nothing known to inject"
+    );
+    stays(
+        Duration::from_secs(1),
+        "no copy after a dryRun Pod",
+        || async { t.secrets(&ns).get_opt("registry").await.unwrap().is_none() },
+    )
+    .await;
+
+    let admitted = create_pod(&t.client, &ns, &pod("app", &[], None)).await;
+    assert!(t.secrets(&ns).get_opt("registry").await.unwrap().is_some());
+    assert_eq!(pull_secret_names(&admitted), ["registry"]);
+    assert_eq!(
+        t.metric("copyrator_pod_gate_total{outcome=\"wrote\"}")
+            .await,
+        1.0
+    );
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn with_copyrator_down_pods_are_admitted_unchanged() {
+    let mut t = Harness::start(Options::default()).await;
+    let key = t.name("down");
+    let src = t.namespace("down-src", &[]).await;
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &format!("{key}=on"), true),
+        )
+        .await
+        .unwrap();
+    let ns = t.namespace("down", &[(&key, "on")]).await;
+    service_account(&t.client, &ns).await;
+    // Its webhook configurations stay; nothing answers them.
+    t.kill().await;
+    let admitted = create_pod(&t.client, &ns, &pod("app", &["own"], None)).await;
+    assert_eq!(pull_secret_names(&admitted), ["own"], "unchanged");
+    t.finish().await;
+}
+
+/// A tenant edits its own source every 100 ms (SPEC §10.2): its rule reaches no namespace (none
+/// consents), so its events forget nothing the Pod gate knows. 100 Pods across 20 namespaces
+/// are admitted with their pull secret, most answered from memory (without the fix, every edit
+/// forgot every namespace and sent nearly every Pod down the slow path).
+#[tokio::test]
+async fn a_tenant_editing_its_source_cannot_blind_the_pod_gate() {
+    let env = TestEnv::new().await;
+    let tenant = common::tenant::Tenant::new(&env, "tenant-a").await;
+    let platform = env.namespace("gate-platform", &[]).await;
+    let key = env.name("blind");
+    let selector = format!("{key}=on");
+    let mut namespaces = Vec::new();
+    for i in 0..20 {
+        let ns = env.namespace(&format!("blind-{i}"), &[(&key, "on")]).await;
+        service_account(&env.client, &ns).await;
+        namespaces.push(ns);
+    }
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![format!("--trusted-namespaces={platform}")],
+            ..Default::default()
+        },
+    )
+    .await;
+    t.secrets(&platform)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &selector, true),
+        )
+        .await
+        .unwrap();
+    for ns in &namespaces {
+        t.wait_for::<k8s_openapi::api::core::v1::Secret>(ns, "registry", "copied", |_| true)
+            .await;
+    }
+    // The tenant's match-all source, which no namespace consents to.
+    tenant
+        .secrets(&tenant.namespace)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "noise",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::NAMESPACE_SELECTOR_ANNOTATION, "!no-such-label")],
+                &[("k", "v")],
+            ),
+        )
+        .await
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let edits = {
+        let api = tenant.secrets(&tenant.namespace);
+        let stop = std::sync::Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let patch = serde_json::json!({"metadata": {"annotations": {"example.com/tick": n.to_string()}}});
+                api.patch(
+                    "noise",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .expect("the tenant edits its own source");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            n
+        })
+    };
+    let cached = "copyrator_pod_gate_total{outcome=\"cached\"}";
+    let before = t.metric(cached).await;
+    // Five rounds over the 20 namespaces, a Pod every 25 ms: ~2.5 s, ~25 edits.
+    let mut missing = Vec::new();
+    for round in 0..5 {
+        for ns in &namespaces {
+            let admitted =
+                create_pod(&t.client, ns, &pod(&format!("app-{round}"), &[], None)).await;
+            if pull_secret_names(&admitted) != ["registry"] {
+                missing.push(format!("{ns}/app-{round}"));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let ticks = edits.await.unwrap();
+    assert!(ticks >= 15, "the tenant edited its source {ticks} times");
+    assert!(
+        missing.is_empty(),
+        "admitted without the pull secret: {missing:?}"
+    );
+    // At most the first Pod of each namespace was synced; the rest came from memory.
+    let from_memory = t.metric(cached).await - before;
+    assert!(
+        from_memory >= 70.0,
+        "only {from_memory} of 100 Pods answered from memory"
+    );
+    t.finish().await;
+}
