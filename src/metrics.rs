@@ -129,6 +129,7 @@ pub struct Metrics {
     pub queue_dropped: Counter,
     pub jobs_dropped: Family<DroppedLabels, Counter>,
     pub queue_unseen: Gauge,
+    pub jobs_in_flight: Gauge,
     pub jobs: Family<JobLabels, Counter>,
     pub job_failures: Family<FailureLabels, Counter>,
     pub job_duration: Family<KindLabels, Histogram>,
@@ -225,6 +226,12 @@ impl Metrics {
             "queue_unseen",
             "Jobs waiting for an admitted change no watch event has shown yet (their share of the queue)",
             queue_unseen.clone(),
+        );
+        let jobs_in_flight = Gauge::default();
+        registry.register(
+            "jobs_in_flight",
+            "Jobs a worker is running now (with queue_depth at 0 as well, copyrator is idle)",
+            jobs_in_flight.clone(),
         );
         let jobs = Family::<JobLabels, Counter>::default();
         registry.register("jobs", "Jobs finished, by kind and outcome", jobs.clone());
@@ -445,6 +452,7 @@ impl Metrics {
             queue_dropped,
             jobs_dropped,
             queue_unseen,
+            jobs_in_flight,
             jobs,
             job_failures,
             job_duration,

@@ -38,6 +38,9 @@ pub fn spawn(ctx: Arc<Context>, count: usize) -> Vec<tokio::task::JoinHandle<()>
 
 async fn work(ctx: Arc<Context>, worker: usize) {
     while let Some(job) = ctx.queue.pop().await {
+        // Counted before the queue's depth drops, uncounted after it is back up (a retry):
+        // the two never read 0 together while the job is still around.
+        ctx.metrics.jobs_in_flight.inc();
         update_gauges(&ctx);
         let span = tracing::info_span!(
             "job",
@@ -114,6 +117,7 @@ async fn work(ctx: Arc<Context>, worker: usize) {
             .get_or_create(&JobLabels { kind, outcome })
             .inc();
         update_gauges(&ctx);
+        ctx.metrics.jobs_in_flight.dec();
     }
 }
 

@@ -63,6 +63,9 @@ async fn metrics_move_by_exactly_what_happened() {
         |v| v >= 1.0,
     )
     .await;
+    // Not `quiescent`: the namespace job's second look, a second after its admission, skips
+    // the target again and counts it again. This counts the first sync alone, so it waits a
+    // moment for anything else that sync might count, and reads before the second look.
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Counted once per sync that had to skip the target: the namespace job.
     assert_eq!(
@@ -90,7 +93,9 @@ async fn metrics_move_by_exactly_what_happened() {
             .then_some(())
     })
     .await;
-    // Let anything still in flight land before reading the final numbers.
+    // Let anything still in flight land before reading the final numbers. Not `quiescent`
+    // either: the counts below are read before the second look of `taken`'s namespace job
+    // (a second after its label), which would count its conflict a third time.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = t.metrics().await;
 

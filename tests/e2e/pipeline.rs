@@ -40,7 +40,7 @@ async fn burst_of_updates_to_one_source_coalesces() {
             .await;
     }
     // Namespace jobs take a second look a second after their admission: let them pass.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    t.quiescent().await;
     let jobs = "copyrator_jobs_total{kind=\"source\",outcome=\"ok\"}";
     let updates = "copyrator_copy_writes_total{verb=\"update\"}";
     let jobs_before = t.metric(jobs).await;

@@ -100,6 +100,11 @@ impl Copyrator {
         wait::wait_metric(what, || self.metric(sample), check).await
     }
 
+    /// Waits until copyrator is idle ([`wait::quiescent`]): what it counts from then on is final.
+    pub async fn quiescent(&self) {
+        wait::quiescent(|| self.metrics()).await
+    }
+
     /// Stops copyrator and removes its webhook configuration.
     pub async fn stop(mut self) {
         unregister_webhooks(&self.client).await;

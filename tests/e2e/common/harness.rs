@@ -73,6 +73,11 @@ impl Harness {
         self.copyrator().wait_metric(sample, what, check).await
     }
 
+    /// Waits until copyrator is idle ([`Copyrator::quiescent`]).
+    pub async fn quiescent(&self) {
+        self.copyrator().quiescent().await
+    }
+
     /// Waits until copyrator's startup resync has finished (a job counted as done).
     pub async fn wait_startup_resync(&self) {
         self.wait_metric(

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use super::{
     env::TestEnv,
+    http::metric_value,
     objects::{Data, holding},
 };
 
@@ -210,4 +211,44 @@ where
         check(v).then_some(v)
     })
     .await
+}
+
+/// Waits (up to [`CONVERGE`]) until copyrator, whose metrics `read` returns, is idle: no job
+/// queued (due now or later: a second look, a retry) or running, and every metadata watch
+/// connected; in two reads 200 ms apart, so that the watch echo of a last write, which can
+/// queue a job just after the first read, is seen. Counts read after this are final: use it
+/// instead of a sleep before asserting an exact number of writes, conflicts or Events.
+pub(crate) async fn quiescent<F, Fut>(read: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = String>,
+{
+    let start = Instant::now();
+    let mut idle_reads = 0;
+    loop {
+        if start.elapsed() > CONVERGE {
+            panic!("timed out after {CONVERGE:?} waiting for copyrator to be idle");
+        }
+        if !idle(&read().await) {
+            idle_reads = 0;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        idle_reads += 1;
+        if idle_reads == 2 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether Prometheus text says copyrator is idle (see [`quiescent`]).
+fn idle(metrics: &str) -> bool {
+    let watches_live = metrics
+        .lines()
+        .filter(|l| l.starts_with("copyrator_watch_live{"))
+        .all(|l| l.ends_with(" 1"));
+    metric_value(metrics, "copyrator_queue_depth ") == 0.0
+        && metric_value(metrics, "copyrator_jobs_in_flight ") == 0.0
+        && watches_live
 }
