@@ -83,6 +83,19 @@ pub(super) async fn write_rule_status(
                 ),
             )
             .await;
+    } else if status.synced_copies > latest.status.as_ref().map_or(0, |s| s.synced_copies) {
+        // Another job (a source's, a namespace's) wrote the copies and queued this one for
+        // the status: say what is in sync now, as the writing job would have.
+        ctx.events
+            .normal(
+                &regarding,
+                reason::SYNCED,
+                format!(
+                    "{}/{} copies in sync",
+                    status.synced_copies, status.target_namespaces
+                ),
+            )
+            .await;
     }
     if !(wrote || report::status_changed(latest.status.as_ref(), &status)) {
         return;
