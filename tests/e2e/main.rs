@@ -21,4 +21,5 @@ mod pipeline;
 mod pod_gate;
 mod smoke;
 mod tenancy;
+mod watch_triggers;
 mod webhook_tls;
