@@ -22,7 +22,7 @@ use crate::{
         serving::{CertFiles, ClientCa, ReloadingCert},
     },
     cli::ServeArgs,
-    cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
+    cluster::{ApiLimits, Cluster, progress::WatchProgress, ratelimit::RateLimiter},
     freshness::dispatch::{Dispatcher, Work},
     gate::PodGate,
     listener::{self, ConnectionLimits, Readiness},
@@ -78,14 +78,19 @@ impl Running {
 
 /// Builds a Kubernetes client from `--kubeconfig`, else the usual inference.
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
-    Ok(
-        crate::cluster::client::builder(kube_config(kubeconfig).await?)
-            .context("building the Kubernetes client")?
-            .build(),
+    Ok(crate::cluster::client::builder(
+        kube_config(kubeconfig, crate::cluster::DEFAULT_API_TIMEOUT).await?,
     )
+    .context("building the Kubernetes client")?
+    .build())
 }
 
-async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
+/// The client configuration: `api_timeout` is how long a connection may stay silent while
+/// copyrator waits on it (`--api-timeout`, SPEC §5).
+async fn kube_config(
+    kubeconfig: Option<&std::path::Path>,
+    api_timeout: Duration,
+) -> anyhow::Result<Config> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
@@ -98,14 +103,26 @@ async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Con
             .await
             .context("finding a Kubernetes configuration")?,
     };
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(60));
+    config.connect_timeout = Some(api_timeout.min(Duration::from_secs(5)));
+    // The read timeout bounds silence, not duration: each read of the connection (an answer's
+    // first byte, the next chunk of a body, a watch's next event) must come within it, so a
+    // black-holed connection (no FIN, no RST) fails the call within `api_timeout` whatever
+    // it was doing, while a large LIST that keeps sending is never cut. What it bounds for a
+    // LIST is the API server's time to its first byte: copyrator LISTs from the watch cache
+    // or in pages of `--list-page-size` from etcd, well under a second even for tens of
+    // thousands of objects. A failed connection is closed, never handed back to the pool,
+    // and so is an idle pooled one silent that long (hyper keeps a read pending on it):
+    // retries get new connections. Restarted by each write, so a pooled connection's idle
+    // time does not count against the request sent on it.
+    config.read_timeout = Some(api_timeout);
+    config.reset_reader_on_write = true;
     Ok(config)
 }
 
 /// The service's client: counts the bytes of every API response it reads.
 async fn counting_client(
     kubeconfig: Option<&std::path::Path>,
+    api_timeout: Duration,
     metrics: &Metrics,
 ) -> anyhow::Result<Client> {
     use axum::http::Response;
@@ -124,7 +141,7 @@ async fn counting_client(
             })
         })
     });
-    let builder = crate::cluster::client::builder(kube_config(kubeconfig).await?)
+    let builder = crate::cluster::client::builder(kube_config(kubeconfig, api_timeout).await?)
         .context("building the Kubernetes client")?;
     Ok(builder.with_layer(&count).build())
 }
@@ -134,7 +151,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let threads = tokio::runtime::Handle::current().metrics().num_workers();
     metrics.worker_threads.set(threads as i64);
-    let client = counting_client(args.kubeconfig.as_deref(), &metrics).await?;
+    // Watches ask the API server to end them after two thirds of it (whole seconds).
+    if args.api_timeout < Duration::from_secs(2) {
+        anyhow::bail!("--api-timeout must be at least 2s");
+    }
+    let client = counting_client(args.kubeconfig.as_deref(), args.api_timeout, &metrics).await?;
     let cert_manager = cert_manager_config(args)?;
     let cert = match &cert_manager {
         Some(_) => ReloadingCert::pending(),
@@ -155,7 +176,8 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             read_concurrency: args.api_read_concurrency,
         },
         args.list_page_size,
-    );
+    )
+    .with_api_timeout(args.api_timeout);
     let identity = args
         .identity
         .clone()
@@ -243,7 +265,12 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         cert: Arc::clone(&cert),
         synced: Default::default(),
     });
-    let http = listener::http_router(Arc::clone(&metrics), Arc::clone(&readiness));
+    let watch_progress = Arc::new(WatchProgress::new(args.api_timeout, Arc::clone(&metrics)));
+    let http = listener::http_router(
+        Arc::clone(&metrics),
+        Arc::clone(&readiness),
+        Arc::clone(&watch_progress),
+    );
     let mut http_shutdown = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
         let serve = axum::serve(http_listener, http).with_graceful_shutdown(async move {
@@ -280,6 +307,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         &ctx.cluster,
         &dispatcher,
         &metrics,
+        &watch_progress,
         &shutdown_rx,
     ));
 

@@ -251,7 +251,7 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
     pub webhook_addr: SocketAddr,
 
-    /// Address of the plain HTTP server (/metrics, /healthz, /readyz).
+    /// Address of the plain HTTP server (/metrics, /healthz, /readyz, /livez).
     #[arg(long, env = "COPYRATOR_HTTP_ADDR", default_value = "0.0.0.0:9090")]
     pub http_addr: SocketAddr,
 
@@ -408,6 +408,15 @@ pub struct ServeArgs {
     /// Page size of LIST calls.
     #[arg(long, env = "COPYRATOR_LIST_PAGE_SIZE", default_value_t = 500)]
     pub list_page_size: u32,
+
+    /// Longest a connection to the API server may stay silent while copyrator waits on it (an
+    /// answer's first byte, the next bytes of a body, a watch's next event); past it the
+    /// connection is closed and the call fails as transient: its job is retried on a new
+    /// connection, its watch resumed on one. Watches ask the API server to end them well
+    /// before it, and `/livez` fails when a watch made no progress for three times it
+    /// (SPEC §5, connections that go silent).
+    #[arg(long, env = "COPYRATOR_API_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
 
     /// Longest a Pod CREATE waits for the copies of its namespace to be written (SPEC §10);
     /// past it the Pod is admitted anyway. Keep it below the webhook's timeoutSeconds.

@@ -156,6 +156,8 @@ pub struct Metrics {
     pub certificate_expiry: Family<CertificateLabels, Gauge>,
     pub certificates_issued: Family<CertificateLabels, Counter>,
     pub watch_live: Family<FeedLabels, Gauge>,
+    /// Unix time of each watch's last progress (`crate::cluster::progress`).
+    pub watch_last_progress: Family<FeedLabels, Gauge<f64, AtomicU64>>,
     pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,
     pub watch_triggered: Family<FeedLabels, Counter>,
@@ -388,6 +390,12 @@ impl Metrics {
             "1 while the metadata watch of a feed is connected (jobs then wait for its events instead of polling)",
             watch_live.clone(),
         );
+        let watch_last_progress = Family::<FeedLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "watch_last_progress_seconds",
+            "Unix time of the last progress of the metadata watch of a feed: connected, listed, an event or a bookmark",
+            watch_last_progress.clone(),
+        );
         let selector_watches = Gauge::default();
         registry.register(
             "selector_watches",
@@ -479,6 +487,7 @@ impl Metrics {
             certificate_expiry,
             certificates_issued,
             watch_live,
+            watch_last_progress,
             selector_watches,
             watch_events,
             watch_triggered,

@@ -1,12 +1,16 @@
 //! The Kubernetes client's HTTP stack: kube's own (`ClientBuilder::try_from`), except that its
-//! TCP connections set TCP_NODELAY, as Go's (client-go's) do. kube's connector leaves Nagle's
+//! TCP connections set TCP_NODELAY, as Go's (client-go's) do, and that idle connections are
+//! reused only for a short while (see `builder`). kube's connector leaves Nagle's
 //! algorithm on (kube-rs issue #2056): a request written in two segments then waits for the
 //! API server's delayed ACK, up to 40 ms, before its second half leaves (BENCHMARKS.md).
 
 use std::time::Duration;
 
 use axum::http::{HeaderMap, Request, Response};
-use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
+use hyper_util::{
+    client::legacy::connect::HttpConnector,
+    rt::{TokioExecutor, TokioTimer},
+};
 use kube::{
     Config,
     client::{Body, ClientBuilder, ConfigExt, DynBody, retry::RetryPolicy},
@@ -33,8 +37,17 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
-    let client: hyper_util::client::legacy::Client<_, Body> =
-        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+    // A black-holed connection looks idle, like a live one: only its next request finds out,
+    // after the read timeout. A connection idle for a third of it is not reused (a new one
+    // costs a TLS handshake), so after every connection goes silent at once, a request sent
+    // later fails by then at the latest and its retry gets a new connection: everything
+    // converges within about 4/3 of the read timeout (SPEC §5).
+    let mut pool = hyper_util::client::legacy::Builder::new(TokioExecutor::new());
+    if let Some(read_timeout) = config.read_timeout {
+        pool.pool_timer(TokioTimer::new())
+            .pool_idle_timeout(read_timeout / 3);
+    }
+    let client: hyper_util::client::legacy::Client<_, Body> = pool.build(connector);
 
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())

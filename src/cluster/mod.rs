@@ -3,7 +3,7 @@
 //! client-side rate limiter (reads also through a bound on reads in flight) and is counted in
 //! the metrics.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use kube::{Api, Client, Resource, api::ListParams};
 
@@ -11,6 +11,7 @@ pub mod apply;
 pub mod client;
 mod error;
 pub mod load;
+pub mod progress;
 pub mod ratelimit;
 mod reads;
 #[cfg(test)]
@@ -88,7 +89,13 @@ pub struct Cluster {
     /// The indexes the watches keep (through the dispatcher) and copyrator's own writes
     /// update, read instead of LISTs.
     indexes: Arc<Indexes>,
+    /// How long a connection may stay silent (`--api-timeout`); watches end before it.
+    api_timeout: Duration,
 }
+
+/// `--api-timeout`'s default: well below the minute a silent connection used to cost, and
+/// well above the API server's usual answer times (SPEC §5).
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Cluster {
     pub fn new(client: Client, metrics: Arc<Metrics>, limits: ApiLimits, page_size: u32) -> Self {
@@ -100,7 +107,27 @@ impl Cluster {
             read_slots: Arc::new(tokio::sync::Semaphore::new(limits.read_concurrency.max(1))),
             page_size: page_size.max(1),
             indexes: Arc::default(),
+            api_timeout: DEFAULT_API_TIMEOUT,
         }
+    }
+
+    /// The client's `--api-timeout` (see [`DEFAULT_API_TIMEOUT`]), which the watches follow.
+    pub fn with_api_timeout(mut self, api_timeout: Duration) -> Self {
+        self.api_timeout = api_timeout;
+        self
+    }
+
+    /// How long a connection may stay silent: a watch that long without a byte is wedged.
+    pub fn api_timeout(&self) -> Duration {
+        self.api_timeout
+    }
+
+    /// The server-side timeout of a watch request: two thirds of the API timeout, so that a
+    /// quiet watch is ended by the API server, and resumed, well before its silence would
+    /// count as a dead connection (the API server 1.20 sends bookmarks only about once a
+    /// minute).
+    pub fn watch_seconds(&self) -> u32 {
+        ((self.api_timeout.as_secs() * 2 / 3) as u32).max(1)
     }
 
     /// The indexes, for the dispatcher that applies watch events to them.

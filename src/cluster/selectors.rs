@@ -135,7 +135,8 @@ async fn watch_selector(
         let wp = WatchParams {
             // A copy is never a source (SPEC §9.6), whatever labels it carried over.
             label_selector: Some(marks::not_a_copy(&sel.selector)),
-            timeout: Some(50),
+            // Ended by the API server before the client's API timeout (see `watch`).
+            timeout: Some(cluster.watch_seconds()),
             bookmarks: true,
             ..Default::default()
         };

@@ -5,6 +5,14 @@
 //! unrelated objects. A watch starts from a LIST that seeds its index and resumes from the
 //! last resourceVersion it saw; when the API server no longer has that version (410), it starts
 //! over with a new LIST.
+//!
+//! A watch whose connection goes silent (no FIN, no RST) is found within the API timeout
+//! (`--api-timeout`): the API server is asked to end each watch request well before it
+//! (`Cluster::watch_seconds`), so a watch silent for longer is dead, not quiet. It ends as
+//! failed and resumes, on a new connection, from the last resourceVersion it saw: the API
+//! server replays what it missed, or answers 410 and the watch starts over with a LIST.
+//! Meanwhile its index stops answering (jobs LIST), since it may lag. Each watch's progress
+//! is recorded for `/livez` and the metrics (`progress`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,7 +26,10 @@ use kube::{
 use tokio::sync::watch;
 
 use crate::{
-    cluster::Cluster,
+    cluster::{
+        Cluster,
+        progress::{FeedProgress, WatchProgress},
+    },
     copyrule::CopyRule,
     freshness::{
         dispatch::{Change, Dispatcher, Ended},
@@ -28,10 +39,6 @@ use crate::{
     metrics::{FeedLabels, Metrics},
     model::{MetaItem, Object},
 };
-
-/// Server-side timeout of one watch request: below the client's read timeout, so a quiet
-/// watch ends cleanly and is resumed rather than cut.
-const WATCH_SECONDS: u32 = 50;
 
 /// The resource, as API-call metrics name it.
 fn resource(feed: Feed) -> &'static str {
@@ -65,6 +72,7 @@ pub fn spawn(
     cluster: &Cluster,
     dispatcher: &Arc<Dispatcher>,
     metrics: &Arc<Metrics>,
+    progress: &WatchProgress,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let edited = {
@@ -80,6 +88,7 @@ pub fn spawn(
                 feed,
                 dispatcher: Arc::clone(dispatcher),
                 metrics: Arc::clone(metrics),
+                progress: progress.track(feed.name()),
             };
             tokio::spawn(watch.run(shutdown.clone()))
         })
@@ -93,6 +102,7 @@ struct FeedWatch {
     feed: Feed,
     dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
+    progress: Arc<FeedProgress>,
 }
 
 impl FeedWatch {
@@ -160,7 +170,11 @@ impl FeedWatch {
                 resource(feed),
                 url_path(feed),
                 label_selector(feed).unwrap_or_default(),
-                |meta| self.dispatcher.listed(&mut seeding, meta),
+                |meta| {
+                    // A long LIST is progress too, item by item.
+                    self.progress.made();
+                    self.dispatcher.listed(&mut seeding, meta)
+                },
             )
             .await
             .map_err(|e| e.to_string())?;
@@ -171,6 +185,7 @@ impl FeedWatch {
             ));
         }
         self.dispatcher.seeded(seeding);
+        self.progress.made();
         Ok(at)
     }
 
@@ -178,7 +193,7 @@ impl FeedWatch {
         let feed = self.feed;
         let wp = WatchParams {
             label_selector: label_selector(feed).map(String::from),
-            timeout: Some(WATCH_SECONDS),
+            timeout: Some(self.cluster.watch_seconds()),
             bookmarks: true,
             ..Default::default()
         };
@@ -192,13 +207,30 @@ impl FeedWatch {
             Err(e) => return Ended::Failed(e.to_string()),
         };
         self.dispatcher.up(feed);
+        self.progress.made();
         let events = self
             .metrics
             .watch_events
             .get_or_create(&FeedLabels { feed: feed.name() })
             .clone();
         let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
+        // The API server ends the request before this; silence past it is a dead connection
+        // (the client's read timeout says the same; this holds whatever the transport).
+        let deadline = self.cluster.api_timeout();
+        loop {
+            let event = match tokio::time::timeout(deadline, stream.next()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(_) => {
+                    return Ended::Failed(format!(
+                        "no progress for {}s: the connection went silent",
+                        deadline.as_secs()
+                    ));
+                }
+            };
+            if !matches!(event, Err(_) | Ok(WatchEvent::Error(_))) {
+                self.progress.made();
+            }
             let (change, item) = match event {
                 Ok(WatchEvent::Added(item)) => (Change::Added, item),
                 Ok(WatchEvent::Modified(item)) => (Change::Modified, item),

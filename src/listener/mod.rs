@@ -1,5 +1,5 @@
 //! The two listeners: HTTPS for the admission webhooks (rustls, certificate hot reload) and
-//! plain HTTP for `/metrics`, `/healthz` and `/readyz`.
+//! plain HTTP for `/metrics`, `/healthz`, `/readyz` and `/livez`.
 
 use std::{
     sync::{
@@ -25,6 +25,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::certs::serving::ReloadingCert;
+use crate::cluster::progress::WatchProgress;
 use crate::metrics::Metrics;
 
 /// What one connection may take of the webhook server (SPEC §6.1).
@@ -208,15 +209,37 @@ pub struct Readiness {
 struct HttpState {
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
+    watches: Arc<WatchProgress>,
 }
 
 /// The plain HTTP router.
-pub fn http_router(metrics: Arc<Metrics>, readiness: Arc<Readiness>) -> Router {
+pub fn http_router(
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    watches: Arc<WatchProgress>,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(HttpState { metrics, readiness })
+        .route("/livez", get(livez))
+        .with_state(HttpState {
+            metrics,
+            readiness,
+            watches,
+        })
+}
+
+/// Fails while a watch is wedged: no progress for several API timeouts in a row, so that the
+/// liveness probe restarts the process rather than leave it answering from stale memory.
+async fn livez(State(s): State<HttpState>) -> impl IntoResponse {
+    match s.watches.wedged() {
+        None => (StatusCode::OK, "ok".to_string()),
+        Some((feed, quiet)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the {feed} watch made no progress for {}s", quiet.as_secs()),
+        ),
+    }
 }
 
 async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {

@@ -517,7 +517,7 @@ fn deployment_runs_two_hardened_replicas_with_probes() {
     assert_eq!(port("http"), 9090);
     assert_eq!(
         c["livenessProbe"]["httpGet"],
-        json!({"path": "/healthz", "port": "http"})
+        json!({"path": "/livez", "port": "http"})
     );
     assert_eq!(
         c["readinessProbe"]["httpGet"],
