@@ -19,6 +19,7 @@ mod not_opted_in;
 mod observability;
 mod pipeline;
 mod pod_gate;
+mod silent_connections;
 mod smoke;
 mod tenancy;
 mod watch_triggers;

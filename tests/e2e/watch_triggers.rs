@@ -63,9 +63,13 @@ async fn without_webhooks_the_watches_alone_copy_update_and_remove() {
         .unwrap();
 
     let dest = t.namespace("no-webhooks", &[(&key, "yes")]).await;
-    let created = within(&t, &dest, "cred", "the copy in a new labelled namespace", |s| {
-        secret_value(s, "password").as_deref() == Some("one")
-    })
+    let created = within(
+        &t,
+        &dest,
+        "cred",
+        "the copy in a new labelled namespace",
+        |s| secret_value(s, "password").as_deref() == Some("one"),
+    )
     .await;
 
     t.secrets(&src)
@@ -82,7 +86,8 @@ async fn without_webhooks_the_watches_alone_copy_update_and_remove() {
     .await;
 
     let started = Instant::now();
-    t.label_namespace(&dest, json!({ key.as_str(): null })).await;
+    t.label_namespace(&dest, json!({ key.as_str(): null }))
+        .await;
     eventually(BOUND, "the copy removed after the opt-out", || async {
         matches!(t.secrets(&dest).get_opt("cred").await, Ok(None)).then_some(())
     })
@@ -90,7 +95,11 @@ async fn without_webhooks_the_watches_alone_copy_update_and_remove() {
     let removed = started.elapsed();
     println!("without webhooks: created {created:?}, updated {updated:?}, removed {removed:?}");
 
-    assert_eq!(t.metric(RESYNCS).await, 1.0, "no full resync but the startup one");
+    assert_eq!(
+        t.metric(RESYNCS).await,
+        1.0,
+        "no full resync but the startup one"
+    );
     assert!(t.metric(&triggered("namespaces")).await >= 2.0);
     assert!(t.metric(&triggered("source secrets")).await >= 2.0);
     t.finish().await;
@@ -115,7 +124,8 @@ async fn an_admitted_change_costs_no_job_of_the_watchs() {
         .await
         .unwrap();
     let dest = t.namespace("admitted", &[(&key, "yes")]).await;
-    t.wait_value::<Secret>(&dest, "cred", "password", "v0").await;
+    t.wait_value::<Secret>(&dest, "cred", "password", "v0")
+        .await;
     for round in 1..=3 {
         let value = format!("v{round}");
         t.secrets(&src)
@@ -126,9 +136,11 @@ async fn an_admitted_change_costs_no_job_of_the_watchs() {
             )
             .await
             .unwrap();
-        t.wait_value::<Secret>(&dest, "cred", "password", &value).await;
+        t.wait_value::<Secret>(&dest, "cred", "password", &value)
+            .await;
     }
-    t.label_namespace(&dest, json!({ key.as_str(): null })).await;
+    t.label_namespace(&dest, json!({ key.as_str(): null }))
+        .await;
     t.wait_gone::<Secret>(&dest, "cred").await;
     t.quiescent().await;
     for feed in ["namespaces", "source secrets"] {

@@ -125,11 +125,12 @@ impl Copyrator {
 /// `copyrator serve` arguments for the in-process copyrator: ports chosen by the OS, the test
 /// cluster, certificates from `certs`, every namespace trusted unless `opts` says otherwise.
 pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs> {
-    let mut argv: Vec<String> = vec![
-        "copyrator".into(),
-        "serve".into(),
-        "--kubeconfig".into(),
-        kubeconfig().display().to_string(),
+    let mut argv: Vec<String> = vec!["copyrator".into(), "serve".into()];
+    // The test cluster, unless `opts` reaches it some other way (through a proxy).
+    if !opts.extra.iter().any(|a| a.starts_with("--kubeconfig")) {
+        argv.extend(["--kubeconfig".into(), kubeconfig().display().to_string()]);
+    }
+    argv.extend([
         "--webhook-addr".into(),
         "127.0.0.1:0".into(),
         "--http-addr".into(),
@@ -142,7 +143,7 @@ pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs
         opts.resync_interval.into(),
         "--leader-election".into(),
         "false".into(),
-    ];
+    ]);
     // Tests of copy semantics run as on a single-team cluster; tenancy tests say otherwise.
     if !opts
         .extra

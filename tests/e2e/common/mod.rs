@@ -9,6 +9,7 @@
 //! by [`TestEnv`]'s `Drop`.
 
 mod auth;
+mod blackhole;
 mod cli;
 mod copyrator;
 pub mod env;
@@ -23,6 +24,7 @@ mod wait;
 pub mod webhooks;
 
 pub use auth::{service_account_token, write_token_kubeconfig};
+pub use blackhole::{Blackhole, api_server_addr};
 pub use cli::{kubectl, run_copyrator, sh};
 pub use copyrator::{Copyrator, Options};
 pub use env::{TestEnv, kubeconfig};
