@@ -106,7 +106,7 @@ impl Default for Caches {
     }
 }
 
-/// Bytes of source payloads kept between jobs ([`Context::source_payloads`]).
+/// Bytes of source payloads kept between jobs ([`Caches::source_payloads`]).
 pub const SOURCE_PAYLOAD_CACHE_BYTES: u64 = 4 << 20;
 /// Larger payloads are not kept: read when needed, dropped after (SPEC §4.5 memory bounds).
 pub const SOURCE_PAYLOAD_CACHE_MAX_ENTRY: usize = 64 << 10;
