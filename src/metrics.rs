@@ -161,6 +161,7 @@ pub struct Metrics {
     pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,
     pub watch_triggered: Family<FeedLabels, Counter>,
+    pub watch_lists: Family<FeedLabels, Counter>,
     pub webhook_connections: Gauge,
     pub webhook_connections_refused: Counter,
     pub webhook_connections_idle_closed: Counter,
@@ -408,6 +409,12 @@ impl Metrics {
             "Watch events received, by feed",
             watch_events.clone(),
         );
+        let watch_lists = Family::<FeedLabels, Counter>::default();
+        registry.register(
+            "watch_lists",
+            "LISTs a watch started from (at startup, and when it must start over: 410 Gone), by feed",
+            watch_lists.clone(),
+        );
         let watch_triggered = Family::<FeedLabels, Counter>::default();
         registry.register(
             "watch_triggered_jobs",
@@ -491,6 +498,7 @@ impl Metrics {
             selector_watches,
             watch_events,
             watch_triggered,
+            watch_lists,
             webhook_connections,
             webhook_connections_refused,
             webhook_connections_idle_closed,

@@ -163,6 +163,10 @@ impl FeedWatch {
     /// resourceVersion, where the watch starts.
     async fn seed(&self) -> Result<String, String> {
         let feed = self.feed;
+        self.metrics
+            .watch_lists
+            .get_or_create(&FeedLabels { feed: feed.name() })
+            .inc();
         let mut seeding = self.dispatcher.seeding(feed);
         let at = self
             .cluster

@@ -249,13 +249,50 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
     t.finish().await;
 }
 
+/// A Lease in `ns` named `name`, held for an hour by another replica: a copyrator started
+/// with it follows, so neither its watches nor its reconciler make copies on their own (the
+/// Pod gate answers on every replica).
+async fn lease_held_elsewhere(client: &Client, ns: &str, name: &str) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "holderIdentity": "another-replica",
+            "leaseDurationSeconds": 3600,
+            "acquireTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+            "renewTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        },
+    }))
+    .unwrap();
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_dry_run_pod_writes_no_copy_and_a_real_one_does() {
-    // Only the Pod gate is registered: no other webhook makes the copy.
-    let t = Harness::start(Options {
-        webhooks: false,
-        ..Default::default()
-    })
+    // Only the Pod gate is registered, on a replica that does not lead: nothing else makes
+    // the copy.
+    let env = TestEnv::new().await;
+    let leases = env.namespace("dry-lease", &[]).await;
+    lease_held_elsewhere(&env.client, &leases, "held").await;
+    let t = Harness::start_in(
+        env,
+        Options {
+            webhooks: false,
+            extra: [
+                "--leader-election=true",
+                "--lease-namespace",
+                &leases,
+                "--lease-name",
+                "held",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        },
+    )
     .await;
     // Its startup resync would make the copy on its own: let it finish first.
     t.wait_startup_resync().await;

@@ -141,9 +141,11 @@ pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs
         certs.join("tls.key").display().to_string(),
         "--resync-interval".into(),
         opts.resync_interval.into(),
-        "--leader-election".into(),
-        "false".into(),
     ]);
+    // One replica leads unless a test says otherwise.
+    if !opts.extra.iter().any(|a| a.starts_with("--leader-election")) {
+        argv.extend(["--leader-election".into(), "false".into()]);
+    }
     // Tests of copy semantics run as on a single-team cluster; tenancy tests say otherwise.
     if !opts
         .extra

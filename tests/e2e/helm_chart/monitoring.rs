@@ -236,22 +236,18 @@ async fn wait_for_sample(t: &Harness, metric: &str) {
 /// copyrator after some work, its `/metrics`: copies a resync found missing and wrote, a
 /// conflict, a certificate reload, admission reviews and a Pod through the Pod gate.
 async fn metrics_after_some_work() -> String {
-    // Webhooks come later: first the resync must find the drift.
-    let t = Harness::start(Options {
-        webhooks: false,
-        resync_interval: "1s",
-        ..Default::default()
-    })
-    .await;
-    let src = t.namespace("mon-src", &[]).await;
-    let target = t.namespace("mon-dst", &[]).await;
-    let taken = t.namespace("mon-taken", &[]).await;
+    // The source and its targets exist before copyrator starts (and its webhooks come later):
+    // its startup resync finds the missing copy, drift the watches could not have seen.
+    let env = TestEnv::new().await;
+    let src = env.namespace("mon-src", &[]).await;
+    let target = env.namespace("mon-dst", &[]).await;
+    let taken = env.namespace("mon-taken", &[]).await;
     let create = PostParams::default();
-    t.secrets(&taken)
+    env.secrets(&taken)
         .create(&create, &common::secret("cred", &[], &[], &[("x", "y")]))
         .await
         .unwrap();
-    t.secrets(&src)
+    env.secrets(&src)
         .create(
             &create,
             &common::secret(
@@ -263,6 +259,15 @@ async fn metrics_after_some_work() -> String {
         )
         .await
         .unwrap();
+    let t = Harness::start_in(
+        env,
+        Options {
+            webhooks: false,
+            resync_interval: "1s",
+            ..Default::default()
+        },
+    )
+    .await;
     t.wait_for::<k8s_openapi::api::core::v1::Secret>(&target, "cred", "the copy", |_| true)
         .await;
     wait_for_sample(&t, "copyrator_resync_drift_total").await;
