@@ -234,6 +234,7 @@ mod tests {
             deletion_policy: Default::default(),
             conflict_policy: Default::default(),
             image_pull_secret: false,
+            read_only: false,
         };
         Rule::from_copy_rule(&CopyRule::new(name, spec)).unwrap()
     }

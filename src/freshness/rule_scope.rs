@@ -78,6 +78,7 @@ mod tests {
                 deletion_policy: Default::default(),
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
+                read_only: false,
             },
         )
     }

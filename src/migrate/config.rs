@@ -340,6 +340,7 @@ fn copy_rule(
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
             image_pull_secret: false,
+            read_only: false,
         },
     ))
 }

@@ -142,6 +142,7 @@ mod tests {
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: ConflictPolicy::Skip,
                 image_pull_secret: false,
+                read_only: false,
             },
         );
         r.metadata.generation = Some(3);

@@ -315,6 +315,7 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
                 deletion_policy: DeletionPolicy::Retain,
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
+                read_only: false,
             },
         )
         .await;
@@ -444,6 +445,7 @@ async fn a_tenant_copy_is_never_a_source() {
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
+                read_only: false,
             },
         )
         .await;
@@ -462,6 +464,7 @@ async fn a_tenant_copy_is_never_a_source() {
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
+                read_only: false,
             },
         )
         .await;
@@ -606,6 +609,7 @@ async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
+                read_only: false,
             },
         )
         .await;

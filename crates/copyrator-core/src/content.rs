@@ -88,6 +88,9 @@ pub struct Marks {
     pub rule: String,
     pub deletion_policy: DeletionPolicy,
     pub content_hash: String,
+    /// The rule makes read-only copies: label [`marks::READ_ONLY`], on which the read-only
+    /// webhook's objectSelector keys (SPEC §4 item 11).
+    pub read_only: bool,
 }
 
 impl Marks {
@@ -98,14 +101,19 @@ impl Marks {
             rule: rule.id.mark(),
             deletion_policy: rule.deletion_policy,
             content_hash,
+            read_only: rule.read_only,
         }
     }
 
-    fn labels(&self) -> [(&'static str, String); 2] {
-        [
+    fn labels(&self) -> Vec<(&'static str, String)> {
+        let mut labels = vec![
             (marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE.to_string()),
             (marks::SOURCE_UID_LABEL, self.source_uid.clone()),
-        ]
+        ];
+        if self.read_only {
+            labels.push((marks::READ_ONLY, "true".to_string()));
+        }
+        labels
     }
 
     fn annotations(&self) -> [(&'static str, String); 4] {
@@ -127,6 +135,7 @@ impl Marks {
             && copy.rule.mark() == self.rule
             && copy.deletion_policy == Some(self.deletion_policy)
             && copy.content_hash.as_ref() == Some(&self.content_hash)
+            && copy.read_only == self.read_only
     }
 }
 
@@ -149,7 +158,7 @@ impl CopyTemplate {
         let kind = source.key.kind;
         let marks = Marks::new(rule, source, source_hash(source, &payload));
         let mut labels = carried(&source.labels);
-        labels.extend(marks.labels().map(|(k, v)| (k.to_string(), v)));
+        labels.extend(marks.labels().into_iter().map(|(k, v)| (k.to_string(), v)));
         let mut annotations = carried(&source.annotations);
         annotations.extend(marks.annotations().map(|(k, v)| (k.to_string(), v)));
         Self {

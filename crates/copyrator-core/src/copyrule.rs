@@ -65,6 +65,11 @@ pub struct CopyRuleSpec {
     /// kubernetes.io/dockercfg.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub image_pull_secret: bool,
+    /// The copies are read-only: UPDATE and DELETE of a copy by anyone but copyrator are
+    /// denied at admission (when copyrator's read-only webhook is installed), except its
+    /// deletion with its namespace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// What happens to copies no rule wants any more.

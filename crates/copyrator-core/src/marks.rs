@@ -11,6 +11,10 @@ pub const NAMESPACES_ANNOTATION: &str = "copyrator.io/namespaces";
 /// the copy in `spec.imagePullSecrets` (SPEC §10). Only for Secrets of a [`PULL_SECRET_TYPES`]
 /// type.
 pub const IMAGE_PULL_SECRET_ANNOTATION: &str = "copyrator.io/image-pull-secret";
+/// Inline rule: `"true"` makes the copies read-only (SPEC §4 item 11): the
+/// `/admission/read-only` webhook denies their UPDATE and DELETE by anyone but copyrator.
+/// Also the label copyrator puts on such copies, which that webhook's objectSelector keys on.
+pub const READ_ONLY: &str = "copyrator.io/read-only";
 /// Pod annotation: `"false"` leaves the Pod's `spec.imagePullSecrets` alone.
 pub const INJECT_ANNOTATION: &str = "copyrator.io/inject";
 /// Secret types a kubelet reads registry credentials from.

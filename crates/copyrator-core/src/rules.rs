@@ -87,6 +87,7 @@ pub fn ignored_annotations(source: &SourceInfo) -> Vec<&'static str> {
     [
         marks::NAMESPACE_SELECTOR_ANNOTATION,
         marks::NAMESPACES_ANNOTATION,
+        marks::READ_ONLY,
     ]
     .into_iter()
     .filter(|a| source.annotations.contains_key(*a))
@@ -114,6 +115,9 @@ pub struct Rule {
     pub tier: Tier,
     /// The copies are image pull secrets, injected into Pods of target namespaces (SPEC §10).
     pub image_pull_secret: bool,
+    /// The copies are read-only: edits and deletions by anyone but copyrator are denied at
+    /// admission (SPEC §4 item 11).
+    pub read_only: bool,
 }
 
 impl Rule {
@@ -267,6 +271,16 @@ impl Rule {
                 ));
             }
         };
+        let read_only = match source.annotations.get(marks::READ_ONLY).map(|v| v.trim()) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(RuleError::new(
+                    marks::READ_ONLY,
+                    format!("must be \"true\" or \"false\", not {other:?}"),
+                ));
+            }
+        };
         Ok(Some(Rule {
             id: RuleId::Inline(source.key.clone()),
             kind: source.key.kind,
@@ -281,6 +295,7 @@ impl Rule {
             created: source.created,
             tier: Tier::ConsentedInline,
             image_pull_secret,
+            read_only,
         }))
     }
 
@@ -383,6 +398,7 @@ impl Rule {
                 .unwrap_or_default(),
             tier: Tier::CopyRule,
             image_pull_secret: spec.image_pull_secret,
+            read_only: spec.read_only,
         })
     }
 }
@@ -648,6 +664,7 @@ mod tests {
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
             image_pull_secret: false,
+            read_only: false,
         }
     }
 
@@ -734,6 +751,39 @@ mod tests {
         config_map.image_pull_secret = true;
         let e = Rule::from_copy_rule(&CopyRule::new("r", config_map)).unwrap_err();
         assert_eq!(e.field, "spec.imagePullSecret");
+    }
+
+    #[test]
+    fn read_only_is_asked_by_annotation_or_spec() {
+        let with = |value: &str| {
+            let s = source(
+                "default",
+                "s",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(marks::READ_ONLY, value)],
+            );
+            Rule::inline(&s)
+        };
+        assert!(with("true").unwrap().unwrap().read_only);
+        assert!(!with("false").unwrap().unwrap().read_only);
+        let plain = source("default", "s", &[(marks::SOURCE_LABEL, "true")], &[]);
+        assert!(!Rule::inline(&plain).unwrap().unwrap().read_only);
+        let e = with("yes").unwrap_err();
+        assert_eq!(e.field, marks::READ_ONLY);
+        assert!(e.to_string().contains("\"true\" or \"false\""), "{e}");
+
+        let mut read_only = spec();
+        read_only.read_only = true;
+        assert!(
+            Rule::from_copy_rule(&CopyRule::new("r", read_only))
+                .unwrap()
+                .read_only
+        );
+        assert!(
+            !Rule::from_copy_rule(&CopyRule::new("r", spec()))
+                .unwrap()
+                .read_only
+        );
     }
 
     #[test]

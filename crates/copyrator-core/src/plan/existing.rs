@@ -45,6 +45,8 @@ pub struct CopyMarks {
     pub deletion_policy: Option<DeletionPolicy>,
     /// `copyrator.io/content-hash`.
     pub content_hash: Option<String>,
+    /// Label `copyrator.io/read-only: "true"`: the webhook denies edits by anyone else.
+    pub read_only: bool,
 }
 
 impl std::ops::Deref for ManagedCopy {
@@ -153,6 +155,7 @@ impl ManagedCopy {
                     .get(marks::DELETION_POLICY_ANNOTATION)
                     .and_then(|p| DeletionPolicy::parse(p)),
                 content_hash: annotations.get(marks::CONTENT_HASH_ANNOTATION).cloned(),
+                read_only: labels.get(marks::READ_ONLY).map(String::as_str) == Some("true"),
             }),
             actual_hash: None,
             deleting,

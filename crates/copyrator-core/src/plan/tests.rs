@@ -211,6 +211,7 @@ fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
         deletion_policy: DeletionPolicy::Delete,
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
+        read_only: false,
     }
 }
 
@@ -552,6 +553,42 @@ fn deletion_policy_change_rewrites_the_mark() {
     spec.deletion_policy = DeletionPolicy::Retain;
     f.rebuild_rules(&[copy_rule("r", 1, spec)]);
     assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@4"]);
+}
+
+#[test]
+fn read_only_flip_relabels_every_copy_both_ways() {
+    let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+    f.world
+        .edit_sources(|sources| sources.values_mut().for_each(|s| s.labels.clear()));
+    f.rebuild_rules(&[copy_rule("r", 1, rule_spec(Kind::Secret, "mysecret"))]);
+    let src = f.source().clone();
+    let plain = f.world.rules().rules[0].clone();
+    let mut spec = rule_spec(Kind::Secret, "mysecret");
+    spec.read_only = true;
+    f.rebuild_rules(&[copy_rule("r", 1, spec)]);
+    let read_only = f.world.rules().rules[0].clone();
+    let labelled = |rule: &Rule| {
+        DesiredCopy::build(rule, &src, &payload("v1"), "team-a")
+            .object()
+            .metadata
+            .labels
+            .unwrap()
+            .get(marks::READ_ONLY)
+            .cloned()
+    };
+    assert_eq!(labelled(&read_only).as_deref(), Some("true"));
+    assert_eq!(labelled(&plain), None);
+
+    // A copy made before the rule became read-only gets the label (SPEC §4 item 11) ...
+    let (k, e) = f.copy_of(&src, &plain, &payload("v1"), "team-a", "4");
+    f.existing.insert(k.clone(), e);
+    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@4"]);
+    // ... and loses it when it stops being read-only; a copy already labelled is in sync.
+    let (k, e) = f.copy_of(&src, &read_only, &payload("v1"), "team-a", "5");
+    f.existing.insert(k, e);
+    assert_eq!(summary(&f.plan(Scope::All)), ["in-sync team-a"]);
+    f.rebuild_rules(&[copy_rule("r", 1, rule_spec(Kind::Secret, "mysecret"))]);
+    assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@5"]);
 }
 
 #[test]

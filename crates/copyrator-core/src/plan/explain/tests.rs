@@ -75,6 +75,7 @@ fn rule_spec(source: &str) -> CopyRuleSpec {
         deletion_policy: Default::default(),
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
+        read_only: false,
     }
 }
 
