@@ -65,6 +65,8 @@ fn admission(c: &mut Criterion) {
         }),
         advisor: None,
         gate: None,
+        own_username: None,
+        namespaces: None,
         limits: Limits::new(6 << 20, 256, 32 << 20, std::time::Duration::from_secs(10)),
     };
     let app = router(state);
@@ -117,6 +119,8 @@ fn admission(c: &mut Criterion) {
         policy: Arc::new(ctx.settings.policy.clone()),
         advisor: None,
         gate: Some(PodGate::new(Arc::clone(&ctx), Duration::from_secs(2))),
+        own_username: None,
+        namespaces: None,
         limits: Limits::new(6 << 20, 256, 32 << 20, Duration::from_secs(10)),
     });
     let pod = bytes::Bytes::from_static(include_bytes!(concat!(

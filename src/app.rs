@@ -234,6 +234,16 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         );
         tasks.push(tokio::spawn(manager.run(shutdown_rx.clone())));
     }
+    let own_username = args
+        .own_username
+        .clone()
+        .or_else(admission::read_only::default_own_username);
+    match &own_username {
+        Some(user) => tracing::info!(%user, "only this user may change read-only copies"),
+        None => tracing::warn!(
+            "copyrator's own username is unknown (--own-username): read-only copies are not enforced"
+        ),
+    }
     let admission = admission::router(AdmissionState {
         queue: Arc::clone(&queue),
         metrics: Arc::clone(&metrics),
@@ -241,6 +251,8 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         advisor: Some(Advisor::new(ctx.cluster.clone(), policy)),
         waiters: Arc::clone(&ctx.waiters),
         gate: Some(PodGate::new(Arc::clone(&ctx), args.pod_gate_timeout)),
+        own_username: own_username.map(Arc::from),
+        namespaces: Some(ctx.cluster.clone()),
         limits: Limits::new(
             args.max_body_bytes,
             args.webhook_max_in_flight,

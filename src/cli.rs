@@ -418,6 +418,13 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_API_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub api_timeout: Duration,
 
+    /// copyrator's own username in the API server (`system:serviceaccount:NS:NAME`): the one
+    /// identity that may edit or delete read-only copies (SPEC §4 item 11). Default: in-cluster,
+    /// the subject of the service account token; out of cluster, unknown (read-only copies are
+    /// then not enforced).
+    #[arg(long, env = "COPYRATOR_OWN_USERNAME")]
+    pub own_username: Option<String>,
+
     /// Longest a Pod CREATE waits for the copies of its namespace to be written (SPEC §10);
     /// past it the Pod is admitted anyway. Keep it below the webhook's timeoutSeconds.
     #[arg(long, env = "COPYRATOR_POD_GATE_TIMEOUT", default_value = "2s", value_parser = parse_duration)]

@@ -124,6 +124,20 @@ fn namespace_selector(opts: &WebhookOptions, own: bool) -> Option<LabelSelector>
     })
 }
 
+/// copyrator's copies labelled read-only: the only objects the read-only webhook is called for.
+fn read_only_copies() -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([
+            (
+                marks::MANAGED_BY_LABEL.to_string(),
+                marks::MANAGED_BY_VALUE.to_string(),
+            ),
+            (marks::READ_ONLY.to_string(), "true".to_string()),
+        ])),
+        match_expressions: None,
+    }
+}
+
 fn metadata(opts: &WebhookOptions) -> ObjectMeta {
     ObjectMeta {
         name: Some(opts.name.clone()),
@@ -139,7 +153,10 @@ fn metadata(opts: &WebhookOptions) -> ObjectMeta {
 /// Ignore` (copyrator never blocks the cluster), `sideEffects: NoneOnDryRun`, a short timeout,
 /// an object selector so the API server only calls for sources, and excluded namespaces (see
 /// `namespace_selector`). Copies are not here: their edits and deletions come from copyrator's
-/// watch of them (SPEC §5), which costs the API server nothing per copy write.
+/// watch of them (SPEC §5), which costs the API server nothing per copy write. The one
+/// exception is read-only copies (SPEC §4 item 11), selected by their label so that no other
+/// copy's write calls it: `sideEffects: None`, since it queues nothing, and so a dryRun edit is
+/// judged like the edit.
 pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfiguration {
     let webhook = |endpoint: Endpoint,
                    rules: Vec<RuleWithOperations>,
@@ -152,7 +169,10 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
         namespace_selector: namespace_selector(opts, endpoint == Endpoint::Sources),
         object_selector,
         rules: Some(rules),
-        side_effects: "NoneOnDryRun".into(),
+        side_effects: match endpoint {
+            Endpoint::ReadOnly => "None".into(),
+            _ => "NoneOnDryRun".into(),
+        },
         timeout_seconds: Some(opts.timeout_seconds),
         match_conditions: None,
     };
@@ -183,6 +203,16 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
                     &["CREATE", "UPDATE", "DELETE"],
                 )],
                 None,
+            ),
+            webhook(
+                Endpoint::ReadOnly,
+                vec![rule(
+                    &[""],
+                    "v1",
+                    &["secrets", "configmaps"],
+                    &["UPDATE", "DELETE"],
+                )],
+                Some(read_only_copies()),
             ),
         ]),
     }
@@ -275,10 +305,14 @@ mod tests {
         let cfg =
             webhook_configuration(&opts(WebhookTarget::Url("https://127.0.0.1:8443/".into())));
         let hooks = cfg.webhooks.unwrap();
-        assert_eq!(hooks.len(), 3);
+        assert_eq!(hooks.len(), 4);
         for h in &hooks {
             assert_eq!(h.failure_policy.as_deref(), Some("Ignore"));
-            assert_eq!(h.side_effects, "NoneOnDryRun");
+            let side_effects = match h.name.as_str() {
+                "read-only.copyrator.io" => "None",
+                _ => "NoneOnDryRun",
+            };
+            assert_eq!(h.side_effects, side_effects);
             assert!(h.timeout_seconds.unwrap() <= 5);
             assert_eq!(h.admission_review_versions, ["v1"]);
             assert!(
@@ -296,6 +330,24 @@ mod tests {
         assert!(
             hooks.iter().all(|h| h.name != "copies.copyrator.io"),
             "copy edits come from the watch of copies"
+        );
+        // Only copies labelled read-only, and only their UPDATE and DELETE, call it.
+        let read_only = &hooks[3];
+        assert_eq!(
+            read_only.client_config.url.as_deref(),
+            Some("https://127.0.0.1:8443/admission/read-only")
+        );
+        assert_eq!(
+            read_only.object_selector.as_ref().unwrap().match_labels,
+            Some(BTreeMap::from([
+                ("app.kubernetes.io/managed-by".into(), "copyrator".into()),
+                ("copyrator.io/read-only".into(), "true".into()),
+            ]))
+        );
+        let rule = &read_only.rules.as_ref().unwrap()[0];
+        assert_eq!(
+            rule.operations.as_deref(),
+            Some(&["UPDATE".to_string(), "DELETE".to_string()][..])
         );
     }
 

@@ -2,12 +2,14 @@
 //! review into a verdict (allow, or deny invalid copyrator configuration) and at most one job
 //! for the queue. Handlers never wait for the work: they answer in microseconds, and dryRun
 //! requests cause no work (SPEC §4.7). The one exception is the Pod gate (`pods`, SPEC §10),
-//! which answers once the Pod's namespace holds its copies.
+//! which answers once the Pod's namespace holds its copies. `read_only` denies edits of
+//! read-only copies by anyone but copyrator (SPEC §4 item 11).
 
 pub mod advice;
 mod copies;
 mod namespaces;
 pub mod pods;
+pub mod read_only;
 pub mod review;
 mod rules;
 mod sources;
@@ -54,15 +56,18 @@ pub enum Endpoint {
     Rules,
     /// Mutating: Pod CREATE.
     Pods,
+    /// UPDATE and DELETE of read-only copies.
+    ReadOnly,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 5] = [
+    pub const ALL: [Endpoint; 6] = [
         Endpoint::Namespaces,
         Endpoint::Sources,
         Endpoint::Copies,
         Endpoint::Rules,
         Endpoint::Pods,
+        Endpoint::ReadOnly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +77,7 @@ impl Endpoint {
             Endpoint::Copies => "copies",
             Endpoint::Rules => "rules",
             Endpoint::Pods => "pods",
+            Endpoint::ReadOnly => "read-only",
         }
     }
 
@@ -83,6 +89,7 @@ impl Endpoint {
             Endpoint::Copies => "/admission/copies",
             Endpoint::Rules => "/admission/rules",
             Endpoint::Pods => "/admission/pods",
+            Endpoint::ReadOnly => "/admission/read-only",
         }
     }
 }
@@ -138,6 +145,28 @@ pub struct AdmissionState {
     pub waiters: Arc<Waiters>,
     /// The Pod gate; `None`: Pods are admitted unchanged.
     pub gate: Option<Arc<PodGate>>,
+    /// copyrator's own username (`--own-username`): the one identity that may change a
+    /// read-only copy. `None`: unknown, read-only copies are not enforced.
+    pub own_username: Option<Arc<str>>,
+    /// Where the read-only webhook learns, without an API call, whether a namespace is being
+    /// deleted; `None`: it never knows (deletions are allowed).
+    pub namespaces: Option<crate::cluster::Cluster>,
+}
+
+impl AdmissionState {
+    /// What copyrator's namespace index says about `name`.
+    fn namespace_state(&self, name: &str) -> read_only::NamespaceState {
+        use read_only::NamespaceState;
+        let held = self.namespaces.as_ref().and_then(|c| {
+            c.namespace_index()
+                .read(|by_name| by_name.get(name).map(|n| n.terminating))
+        });
+        match held {
+            Some(Some(false)) => NamespaceState::Active,
+            Some(Some(true)) => NamespaceState::Terminating,
+            _ => NamespaceState::Unknown,
+        }
+    }
 }
 
 /// What one client can take of the webhook server (SPEC §6.1): these are settings with
@@ -310,6 +339,11 @@ async fn handle(
             Endpoint::Copies => copies::review(&request),
             Endpoint::Rules => rules::review(&request),
             Endpoint::Pods => pods::review(&request),
+            Endpoint::ReadOnly => {
+                read_only::review(&request, state.own_username.as_deref(), |ns| {
+                    state.namespace_state(ns)
+                })
+            }
         };
         if let (Some(key), Some(advisor)) = (verdict.opted_in.take(), &state.advisor) {
             verdict.warnings.extend(advisor.source_count_warning(&key));

@@ -25,6 +25,8 @@ fn state() -> AdmissionState {
         }),
         advisor: None,
         gate: None,
+        own_username: None,
+        namespaces: None,
         limits: Limits::new(64 * 1024, 8, 256 * 1024, Duration::from_millis(200)),
     }
 }

@@ -265,6 +265,20 @@ fn the_pod_gate_can_be_left_out_of_the_chart() {
     assert_eq!(find_all(&docs, "ValidatingWebhookConfiguration").len(), 1);
 }
 
+/// Read-only copies may be changed by copyrator alone (SPEC §4 item 11): the chart tells it
+/// the username it runs as, the one its admission policy names too.
+#[test]
+fn copyrator_is_told_the_username_it_runs_as() {
+    let docs = render("demo", "platform-system", &[]);
+    let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
+    let user = format!(
+        "system:serviceaccount:platform-system:{}",
+        pod["serviceAccountName"].as_str().unwrap()
+    );
+    let args = pod["containers"][0]["args"].to_string();
+    assert!(args.contains(&format!("--own-username={user}")), "{args}");
+}
+
 #[test]
 fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
     let docs = render("demo", "platform-system", &[]);
@@ -276,10 +290,15 @@ fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
         .iter()
         .chain(mwc["webhooks"].as_array().unwrap())
         .collect();
-    assert_eq!(hooks.len(), 4);
+    assert_eq!(hooks.len(), 5);
     for h in hooks {
         assert_eq!(h["failurePolicy"], "Ignore", "{h}");
-        assert_eq!(h["sideEffects"], "NoneOnDryRun", "{h}");
+        // The read-only webhook queues nothing: a dryRun edit is judged like the edit.
+        let side_effects = match h["name"].as_str() {
+            Some("read-only.copyrator.io") => "None",
+            _ => "NoneOnDryRun",
+        };
+        assert_eq!(h["sideEffects"], side_effects, "{h}");
         let timeout = h["timeoutSeconds"].as_u64().unwrap();
         assert!((1..=5).contains(&timeout), "{h}");
         assert_eq!(h["clientConfig"]["service"]["port"], 443);

@@ -11,7 +11,7 @@ use copyrator::{
 use kube::Client;
 
 use super::{
-    env::{client, kubeconfig},
+    env::{ADMIN_USERNAME, client, kubeconfig},
     http::{http_get, metric_value},
     tls::test_certs,
     wait,
@@ -153,6 +153,15 @@ pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs
         .any(|a| a.starts_with("--trusted-namespaces"))
     {
         argv.push("--trusted-namespaces=*".into());
+    }
+    // copyrator runs as the admin, and may change read-only copies as such, unless given
+    // another identity.
+    if !opts
+        .extra
+        .iter()
+        .any(|a| a.starts_with("--kubeconfig") || a.starts_with("--own-username"))
+    {
+        argv.push(format!("--own-username={ADMIN_USERNAME}"));
     }
     argv.extend(opts.extra.iter().cloned());
     match Cli::try_parse_from(argv)

@@ -28,6 +28,10 @@ use serde_json::json;
 
 use super::{process::Process, wait::eventually, webhooks};
 
+/// The username of [`kubeconfig`]'s user (scripts/control-plane.sh's static token): what
+/// copyrator runs as in tests unless given another kubeconfig (`--own-username`).
+pub const ADMIN_USERNAME: &str = "admin";
+
 /// The kubeconfig of the cluster under test, starting a local control plane if needed.
 pub fn kubeconfig() -> PathBuf {
     static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();

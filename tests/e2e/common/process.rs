@@ -99,6 +99,7 @@ impl Process {
             .arg("--tls-key")
             .arg(dir.join("tls.key"))
             .args(extra)
+            .envs(own_username(extra).map(|u| ("COPYRATOR_OWN_USERNAME", u)))
             .envs(envs.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_LOG")
             .stdout(out.try_clone().unwrap())
@@ -231,4 +232,9 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The admin's username, as copyrator's own, unless `extra` gives another kubeconfig.
+fn own_username(extra: &[String]) -> Option<&'static str> {
+    (!extra.iter().any(|a| a.starts_with("--kubeconfig"))).then_some(super::env::ADMIN_USERNAME)
 }

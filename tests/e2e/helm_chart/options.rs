@@ -552,6 +552,13 @@ fn copy_edits_are_watched_not_webhooked_on_every_kubernetes_version() {
     for hook in &new {
         let path = hook["clientConfig"]["service"]["path"].as_str().unwrap();
         assert_ne!(path, "/admission/copies", "{hook}");
+        if path == "/admission/read-only" {
+            // Only read-only copies: no other copy's write calls it.
+            assert_eq!(
+                hook["objectSelector"]["matchLabels"]["copyrator.io/read-only"],
+                "true"
+            );
+        }
         assert!(hook.get("matchConditions").is_none(), "{hook}");
     }
     let names: Vec<&str> = new.iter().map(|h| h["name"].as_str().unwrap()).collect();
@@ -561,6 +568,7 @@ fn copy_edits_are_watched_not_webhooked_on_every_kubernetes_version() {
             "namespaces.copyrator.io",
             "sources.copyrator.io",
             "rules.copyrator.io",
+            "read-only.copyrator.io",
             "pods.copyrator.io"
         ]
     );

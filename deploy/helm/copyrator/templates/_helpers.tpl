@@ -131,8 +131,13 @@ admissionReviewVersions: ["v1"]
 # copyrator never blocks the cluster: when it is down or slow, the API server goes on.
 failurePolicy: Ignore
 matchPolicy: Equivalent
+{{- if .readOnly }}
+# Queues nothing: a dryRun edit is judged like the edit.
+sideEffects: None
+{{- else }}
 # dryRun requests cause no work.
 sideEffects: NoneOnDryRun
+{{- end }}
 timeoutSeconds: {{ int $root.Values.webhook.timeoutSeconds }}
 # Never called for objects in these namespaces.
 namespaceSelector:
