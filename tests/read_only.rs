@@ -1,0 +1,203 @@
+//! Read-only copies (SPEC §4 item 11), on the real API server: a tenant can neither edit nor
+//! delete one (the API server says which source and rule), copyrator still updates it, and
+//! namespace deletion is never blocked; a copy that is not read-only can be edited and is
+//! restored.
+
+mod common;
+
+use common::{tenant::Tenant, *};
+use copyrator::{
+    copyrule::{ConflictPolicy, CopyRuleSpec, DeletionPolicy},
+    marks,
+    model::Kind,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_json::json;
+
+const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
+
+/// The test admin's client, acting as `user` (impersonation).
+async fn acting_as(user: &str) -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig()).expect("the admin kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("the admin's config");
+    config.auth_info.impersonate = Some(user.into());
+    Client::try_from(config).expect("an impersonating client")
+}
+
+/// The message of a request the API server refused.
+fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) -> String {
+    match result {
+        Err(kube::Error::Api(status)) => status.message,
+        other => panic!("{what} should be refused by the read-only webhook, got {other:?}"),
+    }
+}
+
+fn is_read_only(cm: &ConfigMap) -> bool {
+    cm.labels().get(marks::READ_ONLY).map(String::as_str) == Some("true")
+}
+
+#[tokio::test]
+async fn only_copyrator_changes_a_read_only_copy_and_namespace_deletion_is_never_blocked() {
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("ro-src", &[]).await;
+    let tenant = Tenant::new(&t, "ro-team").await;
+    let dest = tenant.namespace.clone();
+    t.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("ca", &[], &[], &[("ca.crt", "v1")]),
+        )
+        .await
+        .unwrap();
+    let rule = t
+        .copy_rule(
+            "ro",
+            CopyRuleSpec {
+                kind: Kind::ConfigMap,
+                source_namespace: src.clone(),
+                source_name: Some("ca".into()),
+                source_selector: None,
+                namespace_selector: None,
+                namespaces: vec![dest.clone()],
+                exclude_namespaces: vec![],
+                target_name: None,
+                deletion_policy: DeletionPolicy::Delete,
+                conflict_policy: ConflictPolicy::Skip,
+                image_pull_secret: false,
+                read_only: true,
+            },
+        )
+        .await;
+    let copy = t
+        .wait_for::<ConfigMap>(&dest, "ca", "a read-only copy", is_read_only)
+        .await;
+
+    // The tenant may edit ConfigMaps in its namespace, but not this one, nor delete it.
+    let mine = tenant.config_maps(&dest);
+    let edit = mine
+        .patch(
+            "ca",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"ca.crt": "mine"}})),
+        )
+        .await;
+    let message = refusal(edit, "the tenant's edit");
+    for part in [
+        format!("read-only copy of {src}/ca"),
+        format!("CopyRule {rule}"),
+        "cannot be edited".into(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in {message:?}");
+    }
+    let message = refusal(
+        mine.delete("ca", &DeleteParams::default()).await,
+        "the tenant's delete",
+    );
+    assert!(message.contains("cannot be deleted"), "{message}");
+    let held = t.config_maps(&dest).get("ca").await.unwrap();
+    assert_eq!(held.uid(), copy.uid());
+    assert_eq!(held.value("ca.crt").as_deref(), Some("v1"));
+
+    // copyrator itself still updates it when the source changes.
+    t.config_maps(&src)
+        .patch(
+            "ca",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"ca.crt": "v2"}})),
+        )
+        .await
+        .unwrap();
+    t.wait_value::<ConfigMap>(&dest, "ca", "ca.crt", "v2").await;
+
+    // The namespace controller deletes it (copyrator then makes it again: the namespace is
+    // still wanted) ...
+    Api::<ConfigMap>::namespaced(acting_as(NAMESPACE_CONTROLLER).await, &dest)
+        .delete("ca", &DeleteParams::default())
+        .await
+        .expect("the namespace controller may delete a read-only copy");
+    t.wait_for::<ConfigMap>(&dest, "ca", "made again", |c| c.uid() != copy.uid())
+        .await;
+
+    // ... and once its namespace is being deleted, anyone who may delete there may (this API
+    // server has no namespace controller: the namespace stays Terminating).
+    Api::<Namespace>::all(t.client.clone())
+        .delete(&dest, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        CONVERGE,
+        "the tenant's delete in a terminating namespace",
+        || async { mine.delete("ca", &DeleteParams::default()).await.ok() },
+    )
+    .await;
+    t.wait_gone::<ConfigMap>(&dest, "ca").await;
+    t.finish().await;
+}
+
+#[tokio::test]
+async fn a_copy_that_is_not_read_only_may_be_edited_and_is_restored() {
+    let t = Harness::start(Options::default()).await;
+    let src = t.namespace("rw-src", &[]).await;
+    let tenant = Tenant::new(&t, "rw-team").await;
+    let dest = tenant.namespace.clone();
+    let inline = |read_only: &str| {
+        config_map(
+            "settings",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[
+                (marks::NAMESPACES_ANNOTATION, dest.as_str()),
+                (marks::READ_ONLY, read_only),
+            ],
+            &[("mode", "strict")],
+        )
+    };
+    t.config_maps(&src)
+        .create(&PostParams::default(), &inline("true"))
+        .await
+        .unwrap();
+    t.wait_for::<ConfigMap>(&dest, "settings", "a read-only copy", is_read_only)
+        .await;
+    let mine = tenant.config_maps(&dest);
+    let edit = || async {
+        mine.patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"mode": "lax"}})),
+        )
+        .await
+    };
+    let message = refusal(edit().await, "the tenant's edit");
+    assert!(message.contains("inline rule"), "{message}");
+
+    // Read-only turned off on the source: the copy loses the label, and with it the webhook.
+    t.config_maps(&src)
+        .replace("settings", &PostParams::default(), &{
+            let mut cm = inline("false");
+            cm.metadata.resource_version = t
+                .config_maps(&src)
+                .get("settings")
+                .await
+                .unwrap()
+                .resource_version();
+            cm
+        })
+        .await
+        .unwrap();
+    t.wait_for::<ConfigMap>(&dest, "settings", "no longer read-only", |c| {
+        !is_read_only(c)
+    })
+    .await;
+    edit()
+        .await
+        .expect("an edit of a copy that is not read-only");
+    t.wait_value::<ConfigMap>(&dest, "settings", "mode", "strict")
+        .await;
+    t.finish().await;
+}
