@@ -19,6 +19,7 @@ mod not_opted_in;
 mod observability;
 mod pipeline;
 mod pod_gate;
+mod read_only;
 mod silent_connections;
 mod smoke;
 mod tenancy;

@@ -143,7 +143,11 @@ pub fn serve_args(opts: &Options, certs: &Path) -> Box<copyrator::cli::ServeArgs
         opts.resync_interval.into(),
     ]);
     // One replica leads unless a test says otherwise.
-    if !opts.extra.iter().any(|a| a.starts_with("--leader-election")) {
+    if !opts
+        .extra
+        .iter()
+        .any(|a| a.starts_with("--leader-election"))
+    {
         argv.extend(["--leader-election".into(), "false".into()]);
     }
     // Tests of copy semantics run as on a single-team cluster; tenancy tests say otherwise.

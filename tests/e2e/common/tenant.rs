@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use k8s_openapi::api::{
-    core::v1::{Secret, ServiceAccount},
+    core::v1::{ConfigMap, Secret, ServiceAccount},
     rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
 };
 use kube::{
@@ -98,6 +98,10 @@ impl Tenant {
     }
 
     pub fn secrets(&self, ns: &str) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    pub fn config_maps(&self, ns: &str) -> Api<ConfigMap> {
         Api::namespaced(self.client.clone(), ns)
     }
 

@@ -3,7 +3,7 @@
 //! namespace deletion is never blocked; a copy that is not read-only can be edited and is
 //! restored.
 
-mod common;
+use crate::common;
 
 use common::{tenant::Tenant, *};
 use copyrator::{
