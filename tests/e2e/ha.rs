@@ -218,3 +218,132 @@ async fn the_lease_lives_in_the_pods_own_namespace_by_default() {
     p.terminate();
     env.cleanup().await;
 }
+
+/// One round of changes while `what` (SPEC §4 item 9, §5 watches as triggers): a new labelled
+/// namespace and a new version of the source; returns how long until every target held it.
+async fn change_and_converge(
+    env: &TestEnv,
+    src: &str,
+    targets: &mut Vec<String>,
+    round: usize,
+    what: &str,
+) -> Duration {
+    let started = Instant::now();
+    targets.push(
+        env.namespace(&format!("roll-{round}"), &[("roll", &env.id)])
+            .await,
+    );
+    let value = format!("v{round}");
+    env.secrets(src)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"v": value}})),
+        )
+        .await
+        .unwrap();
+    for ns in targets.iter() {
+        let api = env.secrets(ns);
+        eventually(
+            Duration::from_secs(10),
+            &format!("{what}: {ns} holds {value}"),
+            || async {
+                api.get_opt("cred")
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|s| secret_value(s, "v").as_deref() == Some(value.as_str()))
+            },
+        )
+        .await;
+    }
+    let took = started.elapsed();
+    eprintln!("{what}: every copy converged {took:?} after the change");
+    took
+}
+
+#[tokio::test]
+async fn a_rolling_restart_of_two_replicas_loses_no_change() {
+    let env = TestEnv::new().await;
+    let lease_ns = env.namespace("roll-lease", &[]).await;
+    let lease_name = env.name("copyrator");
+    // An hour between resyncs: only the webhooks, the watches and the startup resyncs of the
+    // replicas that come back can converge a change.
+    let args = [
+        "--leader-election=true",
+        "--lease-namespace",
+        &lease_ns,
+        "--lease-name",
+        &lease_name,
+        "--lease-duration",
+        "30s",
+        "--resync-interval",
+        "1h",
+    ];
+    let mut a = Process::spawn(&args);
+    a.wait_up().await;
+    a.wait_metric("copyrator_leader", "the first replica leading", |v| {
+        v == 1.0
+    })
+    .await;
+    let mut b = Process::spawn(&args);
+    b.wait_up().await;
+    env.register_webhooks(&b).await;
+
+    let src = env.namespace("roll-src", &[]).await;
+    env.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &secret(
+                "cred",
+                &[(marks::SOURCE_LABEL, "true")],
+                &[(
+                    marks::NAMESPACE_SELECTOR_ANNOTATION,
+                    &format!("roll={}", env.id),
+                )],
+                &[("v", "v0")],
+            ),
+        )
+        .await
+        .unwrap();
+    let mut targets = Vec::new();
+    let mut took = vec![change_and_converge(&env, &src, &mut targets, 1, "both up").await];
+
+    // The replica the webhooks call goes away: the API server's calls fail and are ignored;
+    // the leader's watches see the changes.
+    b.terminate();
+    took.push(change_and_converge(&env, &src, &mut targets, 2, "the webhooks' replica down").await);
+    let mut b = Process::spawn(&args);
+    b.wait_up().await;
+    env.register_webhooks(&b).await;
+    took.push(change_and_converge(&env, &src, &mut targets, 3, "it is back").await);
+
+    // Then the leader: SIGTERM hands the Lease over at once.
+    assert!(a.terminate().success());
+    eventually(
+        Duration::from_secs(20),
+        "the other replica leading",
+        || async { (b.metric("copyrator_leader").await == 1.0).then_some(()) },
+    )
+    .await;
+    took.push(change_and_converge(&env, &src, &mut targets, 4, "the old leader down").await);
+    let mut a = Process::spawn(&args);
+    a.wait_up().await;
+    took.push(change_and_converge(&env, &src, &mut targets, 5, "both up again").await);
+
+    assert_eq!(
+        b.metric(RESYNCS).await,
+        1.0,
+        "no resync but its startup one"
+    );
+    for (round, t) in took.iter().enumerate() {
+        assert!(
+            *t < Duration::from_secs(5),
+            "round {}: {t:?} (every change converges in seconds, none waits for a resync)",
+            round + 1
+        );
+    }
+    a.terminate();
+    b.terminate();
+    env.cleanup().await;
+}
