@@ -199,6 +199,8 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         settings,
     );
     ctx.unlabelled_scan = Periodic::new(args.unlabelled_scan_interval);
+    let (leading_tx, leading_rx) = watch::channel(false);
+    ctx.leading = leading_rx.clone();
     let ctx = Arc::new(ctx);
 
     let webhook_listener = TcpListener::bind(args.webhook_addr)
@@ -298,7 +300,6 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     background.push(tokio::spawn(crate::sync::prefetch_namespaces(Arc::clone(
         &ctx,
     ))));
-    let (leading_tx, leading_rx) = watch::channel(false);
     // Watches (I/O only) hand every event to the dispatcher (src/freshness/dispatch.rs): it
     // keeps the indexes, ends waits for admitted changes without polling, and queues copies
     // deleted or edited by someone else (on the leader).
@@ -450,7 +451,7 @@ async fn track_readiness(
 ) {
     let mut resyncs = ctx.resyncs.subscribe();
     loop {
-        let synced = *resyncs.borrow_and_update() > 0
+        let synced = resyncs.borrow_and_update().completed > 0
             || (*observed.borrow_and_update() && !*leading.borrow_and_update());
         if synced {
             readiness.synced.store(true, Ordering::Relaxed);

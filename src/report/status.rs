@@ -12,13 +12,16 @@ use crate::{
     rules::{Rule, RuleError, SourceMatch},
 };
 
-/// The status a CopyRule should show after a sync that saw `tally`.
+/// The status a CopyRule should show after a sync that saw `tally`. `verified`: the leader's
+/// full resync that began then checked every copy of the rule; otherwise the last such time
+/// the rule shows is kept.
 pub fn rule_status(
     rule: &CopyRule,
     parsed: Result<&Rule, &RuleError>,
     world: &World,
     tally: Option<&Tally>,
     now: Timestamp,
+    verified: Option<Timestamp>,
 ) -> CopyRuleStatus {
     let empty = Tally::default();
     let tally = tally.unwrap_or(&empty);
@@ -86,6 +89,12 @@ pub fn rule_status(
         .unwrap_or(Time(now));
     let mut conflicts = tally.conflicts.clone();
     conflicts.sort();
+    conflicts.dedup();
+    let conflicting = conflicts.len() as u32;
+    // Wanted and neither in sync nor in conflict: a write that failed, or one not attempted.
+    let stale = tally
+        .failed
+        .max(tally.wanted.saturating_sub(tally.synced + conflicting));
     CopyRuleStatus {
         observed_generation: rule.metadata.generation,
         conditions: vec![Condition {
@@ -99,8 +108,13 @@ pub fn rule_status(
         source,
         target_namespaces: tally.namespaces,
         synced_copies: tally.synced,
+        stale_copies: stale,
+        conflicting_copies: conflicting,
         conflicts,
         last_sync_time: Some(Time(now)),
+        last_verified_time: verified
+            .map(Time)
+            .or_else(|| previous.and_then(|s| s.last_verified_time.clone())),
     }
 }
 
@@ -213,6 +227,7 @@ mod tests {
             &w,
             Some(tally),
             Timestamp::from_second(1000).unwrap(),
+            None,
         );
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(s.target_namespaces, 3);
@@ -238,6 +253,7 @@ mod tests {
             &World::default(),
             None,
             Timestamp::from_second(1).unwrap(),
+            None,
         );
         assert_eq!(s.conditions[0].reason, "SourceNotFound");
         let err = RuleError::new("spec.sourceName", "is required");
@@ -247,6 +263,7 @@ mod tests {
             &World::default(),
             None,
             Timestamp::from_second(1).unwrap(),
+            None,
         );
         assert_eq!(s.conditions[0].status, "False");
         assert_eq!(s.conditions[0].reason, "Invalid");
@@ -264,6 +281,7 @@ mod tests {
             &w,
             None,
             Timestamp::from_second(1).unwrap(),
+            None,
         );
         let mut with_status = cr.clone();
         with_status.status = Some(a.clone());
@@ -273,6 +291,7 @@ mod tests {
             &w,
             None,
             Timestamp::from_second(99).unwrap(),
+            None,
         );
         assert!(
             !status_changed(Some(&a), &b),
@@ -282,5 +301,41 @@ mod tests {
         let mut c = b.clone();
         c.synced_copies = 7;
         assert!(status_changed(Some(&a), &c));
+    }
+
+    #[test]
+    fn only_a_verifying_resync_sets_the_verified_time_and_others_keep_it() {
+        let cr = rule();
+        let parsed = Rule::from_copy_rule(&cr).unwrap();
+        let w = world_with_source();
+        let t = tally(&outcomes(&cr, &w));
+        let tally = t.get(&parsed.id);
+        let at = |s| Timestamp::from_second(s).unwrap();
+        let verified = rule_status(&cr, Ok(&parsed), &w, tally, at(10), Some(at(9)));
+        assert_eq!(verified.last_verified_time, Some(Time(at(9))));
+        assert_eq!(
+            (verified.stale_copies, verified.conflicting_copies),
+            (0, 1),
+            "2 synced, 1 in conflict, none stale"
+        );
+        let mut cr = cr;
+        cr.status = Some(verified.clone());
+        let later = rule_status(&cr, Ok(&parsed), &w, tally, at(20), None);
+        assert_eq!(later.last_verified_time, Some(Time(at(9))), "kept");
+        assert!(!status_changed(Some(&verified), &later), "no write");
+        let again = rule_status(&cr, Ok(&parsed), &w, tally, at(30), Some(at(29)));
+        assert!(
+            status_changed(Some(&verified), &again),
+            "a new verification is written"
+        );
+        let failed = Tally {
+            wanted: 3,
+            namespaces: 3,
+            synced: 1,
+            failed: 2,
+            ..Tally::default()
+        };
+        let s = rule_status(&cr, Ok(&parsed), &w, Some(&failed), at(40), None);
+        assert_eq!((s.stale_copies, s.conflicting_copies), (2, 0));
     }
 }

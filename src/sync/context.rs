@@ -64,10 +64,22 @@ pub struct Context {
     pub caches: Caches,
     /// Bytes of copy writes in flight, across all jobs (see `apply.rs`).
     pub write_budget: WriteBudget,
-    /// Counts completed full resyncs (readiness waits for the first).
-    pub resyncs: tokio::sync::watch::Sender<u64>,
+    /// Completed full resyncs (readiness waits for the first; the leader publishes the last
+    /// on its Lease).
+    pub resyncs: tokio::sync::watch::Sender<Resyncs>,
+    /// Whether this replica leads: only the leader's resyncs vouch for every copy in the
+    /// CopyRules' status (`lastVerifiedTime`), so replicas never write it in turn.
+    pub leading: tokio::sync::watch::Receiver<bool>,
     /// When resyncs look for sources that are not opted in (`--unlabelled-scan-interval`).
     pub unlabelled_scan: Periodic,
+}
+
+/// The full resyncs this replica completed.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Resyncs {
+    pub completed: u64,
+    /// When the last completed one began reading the cluster.
+    pub last_started: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// What jobs remember between runs. Each is bounded, and losing any entry costs a read, never
@@ -171,7 +183,9 @@ impl Context {
             queue,
             settings,
             caches: Caches::default(),
-            resyncs: tokio::sync::watch::Sender::new(0),
+            resyncs: tokio::sync::watch::Sender::new(Resyncs::default()),
+            // A process without an election leads (`serve --leader-election=false`, tests).
+            leading: tokio::sync::watch::channel(true).1,
             write_budget: WriteBudget::new(fanout_bytes),
             ready: Arc::new(ReadyIndex::new(READY_CAPACITY)),
             unlabelled_scan: Periodic::new(DEFAULT_UNLABELLED_SCAN),

@@ -25,12 +25,14 @@ use crate::{
 };
 
 /// Writes the status of CopyRule `cr` from what a job found (`tallies`, by rule), when it
-/// changed.
+/// changed. `verified`: when the leader's full resync that found it began (SPEC §2.2,
+/// `lastVerifiedTime`); a new time is a change, so such a resync writes every rule's status.
 pub(super) async fn write_rule_status(
     ctx: &Context,
     world: &World,
     cr: &crate::copyrule::CopyRule,
     tallies: &BTreeMap<RuleId, Tally>,
+    verified: Option<Timestamp>,
 ) {
     let Some(name) = cr.metadata.name.as_deref() else {
         return;
@@ -56,7 +58,7 @@ pub(super) async fn write_rule_status(
     {
         latest.status = Some(cached);
     }
-    let status = report::rule_status(&latest, parsed, world, tally, Timestamp::now());
+    let status = report::rule_status(&latest, parsed, world, tally, Timestamp::now(), verified);
     let wrote = tally.is_some_and(|t| t.writes() > 0);
     let regarding = Regarding::copy_rule(cr);
     let not_ready_reason = status

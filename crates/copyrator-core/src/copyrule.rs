@@ -124,12 +124,23 @@ pub struct CopyRuleStatus {
     /// Number of copies that are in sync with their source.
     #[serde(default)]
     pub synced_copies: u32,
+    /// Number of copies the rule wants that are missing or out of date after the sync (a
+    /// write failed and is retried).
+    #[serde(default)]
+    pub stale_copies: u32,
+    /// Number of targets held by an object the rule may not write (listed in `conflicts`).
+    #[serde(default)]
+    pub conflicting_copies: u32,
     /// Targets this rule could not write, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<CopyConflict>,
     /// When copyrator last finished syncing this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
+    /// When the leader's last full resync began that checked every copy of this rule: each
+    /// was then in sync, or is counted in staleCopies or conflictingCopies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_time: Option<Time>,
 }
 
 /// A target a rule could not write.

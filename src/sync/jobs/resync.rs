@@ -2,6 +2,8 @@
 
 use std::time::Instant;
 
+use k8s_openapi::jiff::Timestamp;
+
 use crate::{
     cluster::{
         Freshness,
@@ -26,6 +28,7 @@ use crate::{
 /// The full resync: everything, from a handful of label-selected metadata-only LISTs.
 pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
     let started = Instant::now();
+    let began = Timestamp::now();
     let cluster = &ctx.cluster;
     // Label-selected lists from the watch cache (no etcd scan of every Secret); the complete
     // namespace list from etcd, page by page.
@@ -71,8 +74,12 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     let done = converge_all(ctx, job, &mut world, found).await?;
     report::refusals(&ctx.events, &ctx.metrics, &world, None).await;
     report::capped(&ctx.events, &ctx.metrics, &world).await;
+    // The leader's resync vouches for every copy as of when it began reading (SPEC §2.2);
+    // a follower's startup resync leaves that to the leader, so replicas never take turns
+    // rewriting every status.
+    let verified = (*ctx.leading.borrow()).then_some(began);
     for cr in world.copy_rules() {
-        write_rule_status(ctx, &world, cr, &done.tallies).await;
+        write_rule_status(ctx, &world, cr, &done.tallies, verified).await;
     }
     for (key, err) in &world.rules().invalid_sources {
         if let Some(src) = world.sources().get(key) {
@@ -91,7 +98,10 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     // What the resync loaded (every namespace and copy) is garbage now: give it back.
     drop(world);
     load::release_freed_memory();
-    ctx.resyncs.send_modify(|n| *n += 1);
+    ctx.resyncs.send_modify(|r| {
+        r.completed += 1;
+        r.last_started = Some(began);
+    });
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -84,7 +84,7 @@ pub(in crate::sync) async fn run(
     )
     .await?;
     if let Some(cr) = &copy_rule {
-        write_rule_status(ctx, &world, cr, &crate::report::tally(&outcomes)).await;
+        write_rule_status(ctx, &world, cr, &crate::report::tally(&outcomes), None).await;
     }
     after(ctx, job, &outcomes)
 }
