@@ -328,18 +328,21 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     if args.leader_election {
         let config = ElectionConfig {
             namespace: args
+                .lease
                 .lease_namespace
                 .clone()
                 .unwrap_or_else(leader::default_lease_namespace),
-            name: args.lease_name.clone(),
+            name: args.lease.lease_name.clone(),
             identity: identity.clone(),
             lease_duration: args.lease_duration,
+            published: crate::pipeline::published::policy_annotations(&ctx.settings.policy),
         };
         tasks.push(tokio::spawn(leader::run(
             client.clone(),
             config,
             leading_tx,
             observed_tx,
+            ctx.resyncs.subscribe(),
             Arc::clone(&metrics),
             shutdown_rx.clone(),
         )));

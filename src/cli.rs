@@ -110,6 +110,56 @@ impl PolicyArgs {
     }
 }
 
+/// The leader-election Lease, where the leader also publishes its policy: `serve` holds it,
+/// `explain` reads the policy from it.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseArgs {
+    /// Namespace of the leader-election Lease. serve: default copyrator's own namespace
+    /// in-cluster ($POD_NAMESPACE, else the service account's namespace file), `default` out
+    /// of cluster. explain: default, the one Lease of that name in any namespace that
+    /// publishes a policy.
+    #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "COPYRATOR_LEASE_NAME", default_value = "copyrator")]
+    pub lease_name: String,
+}
+
+/// Which policy flags were given (on the command line or in the environment) rather than
+/// left to their defaults: `explain` lets those override the policy the running copyrator
+/// publishes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExplicitPolicy {
+    pub trusted_namespaces: bool,
+    pub exclude_namespaces: bool,
+    pub max_sources_per_namespace: bool,
+    pub max_source_metadata_bytes: bool,
+}
+
+impl ExplicitPolicy {
+    /// The policy flags given to the innermost subcommand of `matches`.
+    pub fn from_matches(matches: &clap::ArgMatches) -> Self {
+        let mut m = matches;
+        while let Some((_, sub)) = m.subcommand() {
+            m = sub;
+        }
+        let given = |id: &str| {
+            m.try_get_raw(id).is_ok_and(|v| v.is_some())
+                && !matches!(
+                    m.value_source(id),
+                    None | Some(clap::parser::ValueSource::DefaultValue)
+                )
+        };
+        Self {
+            trusted_namespaces: given("trusted_namespaces"),
+            exclude_namespaces: given("exclude_namespaces"),
+            max_sources_per_namespace: given("max_sources_per_namespace"),
+            max_source_metadata_bytes: given("max_source_metadata_bytes"),
+        }
+    }
+}
+
 /// Output of `explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExplainOutput {
@@ -130,6 +180,9 @@ pub struct ExplainOptions {
 
     #[command(flatten)]
     pub policy: PolicyArgs,
+
+    #[command(flatten)]
+    pub lease: LeaseArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -447,14 +500,8 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
 
-    /// Namespace of the leader-election Lease. Default: copyrator's own namespace in-cluster
-    /// ($POD_NAMESPACE, else the service account's namespace file), `default` out of cluster.
-    #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE")]
-    pub lease_namespace: Option<String>,
-
-    /// Name of the leader-election Lease.
-    #[arg(long, env = "COPYRATOR_LEASE_NAME", default_value = "copyrator")]
-    pub lease_name: String,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
 
     /// How long a leader's Lease is valid without renewal; a dead leader is replaced after it.
     #[arg(long, env = "COPYRATOR_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
@@ -661,6 +708,42 @@ mod tests {
             }
         );
         assert!(serve.is_excluded("b") && serve.trust.is_trusted("platform"));
+    }
+
+    /// `explain` tells the policy flags given (even empty) from those left to defaults.
+    #[test]
+    fn explain_knows_which_policy_flags_were_given() {
+        let explicit = |flags: &[&str]| {
+            let argv = ["copyrator", "explain", "namespace", "x"]
+                .iter()
+                .chain(flags);
+            ExplicitPolicy::from_matches(&Cli::command().try_get_matches_from(argv).unwrap())
+        };
+        assert_eq!(explicit(&[]), ExplicitPolicy::default());
+        assert_eq!(
+            explicit(&["--trusted-namespaces", ""]),
+            ExplicitPolicy {
+                trusted_namespaces: true,
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            explicit(&["--exclude-namespaces=a", "--max-source-metadata-bytes=9"]),
+            ExplicitPolicy {
+                exclude_namespaces: true,
+                max_source_metadata_bytes: true,
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            ExplicitPolicy::from_matches(
+                &Cli::command()
+                    .try_get_matches_from(["copyrator", "manifests", "crd"])
+                    .unwrap()
+            ),
+            ExplicitPolicy::default(),
+            "a command without policy flags"
+        );
     }
 
     #[test]

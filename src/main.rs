@@ -3,18 +3,21 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use copyrator::{
     app,
     certs::{self, CertRequest},
-    cli::{Cli, Command, ManifestsCommand},
+    cli::{Cli, Command, ExplicitPolicy, ManifestsCommand},
     explain,
     manifests::{self, WebhookOptions, WebhookTarget},
     migrate, telemetry,
 };
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // As `Cli::parse()`, keeping the matches: explain needs to know which policy flags were
+    // given rather than defaulted.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Serve(args) => {
             tune_malloc();
@@ -57,7 +60,10 @@ fn main() -> ExitCode {
                 })
                 .map_err(Into::into)
         }
-        Command::Explain(command) => one_off(explain::run(command)),
+        Command::Explain(command) => one_off(explain::run(
+            command,
+            ExplicitPolicy::from_matches(&matches),
+        )),
         Command::Migrate(args) => one_off(migrate::run(*args)),
         Command::Manifests(ManifestsCommand::Crd) => manifests::crd_yaml()
             .map(|y| print!("{y}"))

@@ -1,28 +1,34 @@
 //! `copyrator explain namespace NS` and `copyrator explain source [KIND/]NS/NAME` (SPEC §11):
 //! reads the cluster as a job does (`load`), asks the planner why (`plan::explain`), adds the
-//! last Event copyrator wrote about each rule (`events`) and prints it (`render`). Writes
-//! nothing.
+//! last Event copyrator wrote about each rule (`events`) and prints it (`render`), with the
+//! running copyrator's policy (`policy`). Writes nothing.
 
 mod events;
 mod load;
+mod policy;
 mod render;
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use anyhow::Context as _;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{
-    cli::{ExplainCommand, ExplainOptions, ExplainOutput, KindArg},
+    cli::{ExplainCommand, ExplainOptions, ExplainOutput, ExplicitPolicy, KindArg},
     cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
     metrics::Metrics,
     model::{Kind, ObjectKey},
     plan::explain::{Focus, explain},
+    rules::RuleId,
     selector,
 };
 
-/// Runs `copyrator explain`; the explanation goes to stdout.
-pub async fn run(command: ExplainCommand) -> anyhow::Result<()> {
+/// Runs `copyrator explain`; the explanation goes to stdout. `explicit`: the policy flags
+/// given rather than defaulted, which override the running copyrator's published policy.
+pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::Result<()> {
     let (focus, options) = match command {
         ExplainCommand::Namespace { namespace, options } => {
             anyhow::ensure!(
@@ -44,10 +50,13 @@ pub async fn run(command: ExplainCommand) -> anyhow::Result<()> {
         kubeconfig,
         output,
         policy,
+        lease,
     } = options;
     let client = crate::app::kube_client(kubeconfig.as_deref()).await?;
     let cluster = cli_cluster(client.clone());
-    let policy = policy.policy();
+    let lookup = policy::find_lease(&client, &lease).await?;
+    let resolved = policy::resolve(&policy.policy(), explicit, lookup);
+    let policy = resolved.policy.clone();
     let inputs = match &focus {
         Focus::Namespace(name) => load::for_namespace(&cluster, &policy, name).await?,
         Focus::Source(key) => load::for_source(&cluster, &policy, key).await?,
@@ -65,9 +74,31 @@ pub async fn run(command: ExplainCommand) -> anyhow::Result<()> {
         .map(|f| events::About::of(&f.rule))
         .collect();
     let events = events::last_events(&client, about).await;
+    // When each rule's copies were last verified: a CopyRule's status says; for inline rules,
+    // the leader's last full resync, if it published one.
+    let verified: BTreeMap<RuleId, render::Verified> = explanation
+        .findings
+        .iter()
+        .map(|f| {
+            let v = match &f.rule {
+                RuleId::CopyRule(name) => render::Verified::CopyRuleStatus(
+                    inputs
+                        .world
+                        .copy_rules()
+                        .iter()
+                        .find(|cr| cr.metadata.name.as_deref() == Some(name.as_str()))
+                        .and_then(|cr| cr.status.as_ref()?.last_verified_time.clone())
+                        .map(|t| t.0),
+                ),
+                RuleId::Inline(_) => render::Verified::LeaderResync(resolved.last_resync),
+            };
+            (f.rule.clone(), v)
+        })
+        .collect();
     let view = render::View {
         focus: &focus,
-        policy: &policy,
+        policy: &resolved,
+        verified: &verified,
         namespace: match &focus {
             Focus::Namespace(name) => inputs.world.namespaces().get(name),
             Focus::Source(_) => None,

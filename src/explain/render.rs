@@ -6,21 +6,50 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::events::{About, LastEvent};
+use super::{
+    events::{About, LastEvent},
+    policy::Resolved,
+};
 use crate::{
     model::{NamespaceInfo, ObjectKey, SourceInfo},
-    plan::{
-        Policy,
-        explain::{Explanation, Finding, Focus, Planned},
-    },
+    plan::explain::{Explanation, Finding, Focus, Planned},
     rules::RuleId,
     tenancy::Tier,
 };
 
+/// When a rule's copies were last verified by a full resync.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Verified {
+    /// The CopyRule's `status.lastVerifiedTime` (None: never, or by an older copyrator).
+    CopyRuleStatus(Option<Timestamp>),
+    /// Inline rules: not recorded per rule; the start of the leader's last full resync, as
+    /// published on its Lease (None: not published).
+    LeaderResync(Option<Timestamp>),
+}
+
+impl Verified {
+    fn time(self) -> Option<Timestamp> {
+        match self {
+            Verified::CopyRuleStatus(t) | Verified::LeaderResync(t) => t,
+        }
+    }
+
+    fn by(self) -> Option<&'static str> {
+        match self {
+            Verified::CopyRuleStatus(Some(_)) => Some("CopyRuleStatus"),
+            Verified::LeaderResync(Some(_)) => Some("LeaderResync"),
+            _ => None,
+        }
+    }
+}
+
 /// What is rendered.
 pub struct View<'a> {
     pub focus: &'a Focus,
-    pub policy: &'a Policy,
+    /// The policy used, and where it came from.
+    pub policy: &'a Resolved,
+    /// When each rule's copies were last verified.
+    pub verified: &'a BTreeMap<RuleId, Verified>,
     /// The namespace explained (namespace focus).
     pub namespace: Option<&'a NamespaceInfo>,
     /// The source explained (source focus).
@@ -65,12 +94,26 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
         }
         _ => {}
     }
+    let resolved = view.policy;
+    let policy = &resolved.policy;
     out.push_str(&format!(
-        "copyrator policy: trusted namespaces: {}; excluded namespaces: {}\n\n",
-        or_none(&view.policy.trust.trusted_namespaces.to_string()),
+        "copyrator policy ({}): trusted namespaces: {}; excluded namespaces: {}\n",
+        match (&resolved.lease, resolved.overridden.is_empty()) {
+            (Some(l), true) => format!(
+                "the running copyrator's, from Lease {}/{}",
+                l.namespace, l.name
+            ),
+            (Some(l), false) => format!(
+                "the running copyrator's, from Lease {}/{}, with {} from this command",
+                l.namespace,
+                l.name,
+                resolved.overridden.join(", ")
+            ),
+            (None, _) => "this command's flags".to_string(),
+        },
+        or_none(&policy.trust.trusted_namespaces.to_string()),
         or_none(
-            &view
-                .policy
+            &policy
                 .excluded_namespaces
                 .iter()
                 .cloned()
@@ -78,6 +121,19 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
                 .join(",")
         ),
     ));
+    if resolved.lease.is_some() {
+        out.push_str(&format!(
+            "last full resync by the leader: {}\n",
+            resolved
+                .last_resync
+                .map(|t| format!("{} ({})", age(Some(t), now), t))
+                .unwrap_or_else(|| "not published yet".into())
+        ));
+    }
+    for note in &resolved.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    out.push('\n');
     let findings = &view.explanation.findings;
     if findings.is_empty() {
         out.push_str(match view.focus {
@@ -94,6 +150,7 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
             "COPY".to_string(),
             "APPLIES".to_string(),
             "STATE".to_string(),
+            "VERIFIED".to_string(),
             "LAST EVENT".to_string(),
             "REASON".to_string(),
         ]];
@@ -126,6 +183,7 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
                 } else {
                     "-".into()
                 },
+                age(view.verified.get(&f.rule).and_then(|v| v.time()), now),
                 event,
                 f.message.clone(),
             ]);
@@ -141,6 +199,16 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
     }
     if !view.explanation.not_selected.is_empty() {
         out.push('\n');
+    }
+    if view
+        .verified
+        .values()
+        .any(|v| *v == Verified::LeaderResync(None))
+    {
+        out.push_str(
+            "\nVERIFIED: the last full resync that checked the copy; not recorded for inline \
+             rules without the running copyrator's Lease.\n",
+        );
     }
     if !view.events.is_empty() {
         out.push_str("\nLast copyrator Events:\n");
@@ -234,6 +302,8 @@ pub struct Report {
     policy: PolicyOut,
     findings: Vec<FindingOut>,
     not_selected: Vec<NotSelectedOut>,
+    /// What the reader should know about the policy used (overrides, a Lease not found).
+    notes: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -267,6 +337,21 @@ impl From<&ObjectKey> for ObjectOut {
 struct PolicyOut {
     trusted_namespaces: String,
     excluded_namespaces: Vec<String>,
+    max_sources_per_namespace: usize,
+    max_source_metadata_bytes: usize,
+    /// `Lease`, `LeaseAndFlags` or `Flags`.
+    from: &'static str,
+    lease: Option<LeaseOut>,
+    /// Flags given to explain that replaced the published values.
+    overridden: Vec<&'static str>,
+    /// When the leader's last full resync began, as published.
+    last_resync: Option<String>,
+}
+
+#[derive(Serialize)]
+struct LeaseOut {
+    namespace: String,
+    name: String,
 }
 
 #[derive(Serialize)]
@@ -295,6 +380,10 @@ struct FindingOut {
     copy: Option<&'static str>,
     action: &'static str,
     last_event: Option<EventOut>,
+    /// When a full resync last checked the copy; null when not recorded.
+    last_verified: Option<String>,
+    /// `CopyRuleStatus` or `LeaderResync`; null with `lastVerified`.
+    last_verified_by: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -331,6 +420,7 @@ fn rule_out(rule: &RuleId, tier: Option<Tier>) -> RuleOut {
 
 /// The `-o json` document.
 pub fn report(view: &View<'_>) -> Report {
+    let policy = &view.policy.policy;
     Report {
         kind: "Explanation",
         version: 1,
@@ -345,9 +435,19 @@ pub fn report(view: &View<'_>) -> Report {
             Focus::Namespace(_) => None,
         },
         policy: PolicyOut {
-            trusted_namespaces: view.policy.trust.trusted_namespaces.to_string(),
-            excluded_namespaces: view.policy.excluded_namespaces.iter().cloned().collect(),
+            trusted_namespaces: policy.trust.trusted_namespaces.to_string(),
+            excluded_namespaces: policy.excluded_namespaces.iter().cloned().collect(),
+            max_sources_per_namespace: policy.caps.per_namespace,
+            max_source_metadata_bytes: policy.caps.metadata_bytes,
+            from: view.policy.origin(),
+            lease: view.policy.lease.as_ref().map(|l| LeaseOut {
+                namespace: l.namespace.clone(),
+                name: l.name.clone(),
+            }),
+            overridden: view.policy.overridden.clone(),
+            last_resync: view.policy.last_resync.map(|t| t.to_string()),
         },
+        notes: view.policy.notes.clone(),
         findings: view
             .explanation
             .findings
@@ -368,6 +468,12 @@ pub fn report(view: &View<'_>) -> Report {
                     time: e.time.map(|t| t.to_string()),
                     count: e.count,
                 }),
+                last_verified: view
+                    .verified
+                    .get(&f.rule)
+                    .and_then(|v| v.time())
+                    .map(|t| t.to_string()),
+                last_verified_by: view.verified.get(&f.rule).and_then(|v| v.by()),
             })
             .collect(),
         not_selected: view

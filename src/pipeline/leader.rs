@@ -1,8 +1,10 @@
 //! Leader election on a coordination.k8s.io Lease: any number of replicas serve webhooks and
 //! run workers; the one holding the Lease also runs the reconciler (SPEC §5). Writes to the
 //! Lease are preconditioned on its resourceVersion, so two replicas never both win one round.
+//! The holder's writes also publish its policy and last full resync (`published`).
 
 use std::{
+    collections::BTreeMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -15,7 +17,8 @@ use k8s_openapi::{
 use kube::{Api, Client, api::PostParams};
 use tokio::sync::watch;
 
-use crate::{marks, metrics::Metrics};
+use super::published;
+use crate::{marks, metrics::Metrics, sync::context::Resyncs};
 
 /// Settings of the election.
 #[derive(Clone, Debug)]
@@ -25,6 +28,9 @@ pub struct ElectionConfig {
     pub identity: String,
     /// How long a Lease is valid without renewal.
     pub lease_duration: Duration,
+    /// Annotations the holder keeps on the Lease: its policy
+    /// ([`published::policy_annotations`]).
+    pub published: BTreeMap<String, String>,
 }
 
 impl ElectionConfig {
@@ -46,6 +52,7 @@ pub async fn run(
     config: ElectionConfig,
     leading: watch::Sender<bool>,
     observed_leader: watch::Sender<bool>,
+    resyncs: watch::Receiver<Resyncs>,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -53,6 +60,7 @@ pub async fn run(
     let mut elector = Elector {
         api,
         config,
+        resyncs,
         observed: None,
         last_renew: None,
     };
@@ -113,6 +121,8 @@ fn set(leading: &watch::Sender<bool>, metrics: &Metrics, lead: bool) {
 struct Elector {
     api: Api<Lease>,
     config: ElectionConfig,
+    /// This replica's full resyncs: the last one is published while it holds the Lease.
+    resyncs: watch::Receiver<Resyncs>,
     /// The last Lease version seen held by someone else, and when it was first seen.
     observed: Option<(String, Instant)>,
     last_renew: Option<Instant>,
@@ -141,6 +151,16 @@ impl Elector {
         }
     }
 
+    /// The holder's annotations, on a Lease it is about to write: its policy and the start
+    /// of its last full resync. Riding on the renewals, they cost no API call of their own.
+    fn publish(&self, meta: &mut ObjectMeta) {
+        let annotations = meta.annotations.get_or_insert_with(Default::default);
+        annotations.extend(self.config.published.clone());
+        if let Some(at) = self.resyncs.borrow().last_started {
+            annotations.insert(published::LAST_RESYNC.into(), at.to_string());
+        }
+    }
+
     fn post_params() -> PostParams {
         PostParams {
             dry_run: false,
@@ -151,7 +171,7 @@ impl Elector {
     async fn round(&mut self) -> Result<Round, kube::Error> {
         let retry = self.config.retry_period();
         let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.name.clone()),
                     namespace: Some(self.config.namespace.clone()),
@@ -159,6 +179,7 @@ impl Elector {
                 },
                 spec: Some(self.spec(now_micro(), 0)),
             };
+            self.publish(&mut lease.metadata);
             let won = match self.api.create(&Self::post_params(), &lease).await {
                 Ok(_) => true,
                 Err(kube::Error::Api(s)) if s.code == 409 => false,
@@ -179,6 +200,7 @@ impl Elector {
                 spec.acquire_time.clone().unwrap_or_else(now_micro),
                 spec.lease_transitions.unwrap_or(0),
             ));
+            self.publish(&mut lease.metadata);
             let renewed = self.replace(&lease).await?;
             return Ok(Round {
                 leading: renewed,
@@ -223,6 +245,7 @@ impl Elector {
         }
         tracing::info!(previous = %holder, "lease expired; taking over");
         lease.spec = Some(self.spec(now_micro(), spec.lease_transitions.unwrap_or(0) + 1));
+        self.publish(&mut lease.metadata);
         let won = self.replace(&lease).await?;
         Ok(Round {
             leading: won,

@@ -3,5 +3,6 @@
 //! election it follows.
 
 pub mod leader;
+pub mod published;
 pub mod reconcile;
 pub mod worker;

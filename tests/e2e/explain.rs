@@ -6,7 +6,11 @@
 use crate::common;
 
 use common::*;
-use copyrator::marks;
+use copyrator::{
+    copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec, DeletionPolicy},
+    marks,
+    model::Kind,
+};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -310,5 +314,171 @@ async fn explain_fails_clearly_for_what_does_not_exist() {
         "{}",
         out.stderr
     );
+    env.cleanup().await;
+}
+
+/// The running copyrator publishes its policy on its Lease: `explain` with no policy flags
+/// reasons as it does (an in-sync copy of a trusted source is in sync, not "delete"), a flag
+/// given overrides it with a note, and each copy says when a resync last verified it.
+#[tokio::test]
+async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
+    let env = TestEnv::new().await;
+    let id = env.id.clone();
+    let src = env.namespace("exl-src", &[]).await;
+    let team = env.namespace("exl-team", &[("explain-lease", &id)]).await;
+    let lease_ns = env.namespace("exl-lease", &[]).await;
+    // A name of its own: explain finds it without --lease-namespace, among the Leases other
+    // tests left.
+    let lease_name = env.name("copyrator");
+    let trusted = format!("--trusted-namespaces={src}");
+    let mut p = Process::spawn(&[
+        "--leader-election=true",
+        "--lease-namespace",
+        &lease_ns,
+        "--lease-name",
+        &lease_name,
+        "--lease-duration",
+        "4s",
+        "--resync-interval",
+        "1s",
+        &trusted,
+    ]);
+    p.wait_ready().await;
+    p.wait_metric("copyrator_leader", "leading", |v| v == 1.0)
+        .await;
+
+    let sel = format!("explain-lease={id}");
+    create(
+        &env,
+        &src,
+        secret(
+            "cred",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &sel)],
+            &[("v", "1")],
+        ),
+    )
+    .await;
+    env.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("ca", &[], &[], &[("v", "1")]),
+        )
+        .await
+        .unwrap();
+    let rule = env
+        .copy_rule(
+            "exl-rule",
+            CopyRuleSpec {
+                kind: Kind::ConfigMap,
+                source_namespace: src.clone(),
+                source_name: Some("ca".into()),
+                source_selector: None,
+                namespace_selector: None,
+                namespaces: vec![team.clone()],
+                exclude_namespaces: vec![],
+                target_name: None,
+                deletion_policy: DeletionPolicy::Delete,
+                conflict_policy: ConflictPolicy::Skip,
+                image_pull_secret: false,
+            },
+        )
+        .await;
+    env.wait_value::<Secret>(&team, "cred", "v", "1").await;
+    // The leader's resync verifies the rule's copies: the status says when.
+    let status = env
+        .wait_for::<CopyRule>("", &rule, "verified by a resync", |r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.last_verified_time.is_some() && s.synced_copies == 1 && s.stale_copies == 0
+            })
+        })
+        .await
+        .status
+        .unwrap();
+    assert_eq!(status.conflicting_copies, 0);
+    let explain = |extra: &[&str]| {
+        let mut args = vec!["explain", "namespace", team.as_str(), "-o", "json"];
+        args.extend(["--lease-name", lease_name.as_str()]);
+        args.extend(extra);
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = run_copyrator(&args).await;
+            assert!(out.success, "explain failed: {}", out.stderr);
+            out.json()
+        }
+    };
+
+    // No policy flags: the running copyrator's policy, from its Lease.
+    let report = explain(&[]).await;
+    let cred = finding(&report, &format!("{src}/cred"), &team);
+    assert_eq!(
+        verdict(cred),
+        v("SelectorMatches", "InSync", "None", true),
+        "{cred:#}"
+    );
+    assert_eq!(report["policy"]["from"], "Lease", "{report:#}");
+    assert_eq!(report["policy"]["lease"]["namespace"], lease_ns.as_str());
+    assert_eq!(report["policy"]["trustedNamespaces"], src.as_str());
+    assert_eq!(cred["lastVerifiedBy"], "LeaderResync");
+    assert!(cred["lastVerified"].is_string(), "{cred:#}");
+    let ca = finding(&report, &format!("{src}/ca"), &team);
+    assert_eq!(ca["lastVerifiedBy"], "CopyRuleStatus");
+    assert!(
+        ca["lastVerified"].as_str().is_some_and(|t| !t.is_empty()),
+        "{ca:#}"
+    );
+
+    // A flag given explicitly wins, and explain says so.
+    let report = explain(&["--trusted-namespaces", ""]).await;
+    assert_eq!(report["policy"]["from"], "LeaseAndFlags");
+    assert_eq!(
+        report["policy"]["overridden"],
+        json!(["--trusted-namespaces"])
+    );
+    assert!(
+        report["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.contains("overrides the running copyrator's")),
+        "{report:#}"
+    );
+    assert_eq!(
+        finding(&report, &format!("{src}/cred"), &team)["reason"],
+        "NotConsented"
+    );
+
+    // Installed as a kubectl plugin, the same binary answers `kubectl copyrator ...`.
+    let plugins = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_copyrator"),
+        plugins.path().join("kubectl-copyrator"),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        plugins.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let (team2, lease2) = (team.clone(), lease_name.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .args(["copyrator", "explain", "namespace", &team2])
+            .args(["--lease-name", &lease2])
+            .env("PATH", path)
+            .env("KUBECONFIG", kubeconfig())
+            .env_remove("COPYRATOR_KUBECONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("the running copyrator's, from Lease"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    p.terminate();
     env.cleanup().await;
 }

@@ -1,0 +1,174 @@
+//! What the leader publishes on its Lease for `copyrator explain` (SPEC §11): the policy it
+//! runs with and when its last full resync began. Annotations on the Lease it renews anyway,
+//! so publishing costs no API call and no permission beyond the election's.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::{
+    plan::{Policy, SourceCaps},
+    tenancy::NamespacePatterns,
+};
+
+/// `--trusted-namespaces`, as given (comma-separated patterns; empty: none).
+pub const TRUSTED_NAMESPACES: &str = "copyrator.io/trusted-namespaces";
+/// `--exclude-namespaces`, comma-separated.
+pub const EXCLUDED_NAMESPACES: &str = "copyrator.io/excluded-namespaces";
+/// `--max-sources-per-namespace`.
+pub const MAX_SOURCES_PER_NAMESPACE: &str = "copyrator.io/max-sources-per-namespace";
+/// `--max-source-metadata-bytes`.
+pub const MAX_SOURCE_METADATA_BYTES: &str = "copyrator.io/max-source-metadata-bytes";
+/// When the leader's last completed full resync began (RFC 3339).
+pub const LAST_RESYNC: &str = "copyrator.io/last-resync";
+
+/// The annotations that publish `policy`.
+pub fn policy_annotations(policy: &Policy) -> BTreeMap<String, String> {
+    let excluded: Vec<&str> = policy
+        .excluded_namespaces
+        .iter()
+        .map(String::as_str)
+        .collect();
+    BTreeMap::from([
+        (
+            TRUSTED_NAMESPACES.to_string(),
+            policy.trust.trusted_namespaces.to_string(),
+        ),
+        (EXCLUDED_NAMESPACES.to_string(), excluded.join(",")),
+        (
+            MAX_SOURCES_PER_NAMESPACE.to_string(),
+            policy.caps.per_namespace.to_string(),
+        ),
+        (
+            MAX_SOURCE_METADATA_BYTES.to_string(),
+            policy.caps.metadata_bytes.to_string(),
+        ),
+    ])
+}
+
+/// A published policy as read back. A value that cannot be parsed (another version's, or
+/// edited by hand) is left out and named in `unreadable`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Published {
+    pub trusted_namespaces: Option<NamespacePatterns>,
+    pub excluded_namespaces: Option<BTreeSet<String>>,
+    pub max_sources_per_namespace: Option<usize>,
+    pub max_source_metadata_bytes: Option<usize>,
+    pub last_resync: Option<Timestamp>,
+    pub unreadable: Vec<String>,
+}
+
+impl Published {
+    /// Whether `annotations` publish a policy at all (the trusted namespaces are always
+    /// published, empty when none).
+    pub fn is_published(annotations: &BTreeMap<String, String>) -> bool {
+        annotations.contains_key(TRUSTED_NAMESPACES)
+    }
+
+    /// Reads the published policy from a Lease's annotations.
+    pub fn read(annotations: &BTreeMap<String, String>) -> Self {
+        let mut unreadable = Vec::new();
+        let mut get = |key: &str, ok: &dyn Fn(&str) -> bool| {
+            let value = annotations.get(key)?;
+            if ok(value) {
+                Some(value.clone())
+            } else {
+                unreadable.push(format!("{key}: {value:?}"));
+                None
+            }
+        };
+        let trusted = get(TRUSTED_NAMESPACES, &|v| NamespacePatterns::parse(v).is_ok());
+        let excluded = get(EXCLUDED_NAMESPACES, &|_| true);
+        let sources = get(MAX_SOURCES_PER_NAMESPACE, &|v| v.parse::<usize>().is_ok());
+        let bytes = get(MAX_SOURCE_METADATA_BYTES, &|v| v.parse::<usize>().is_ok());
+        let resync = get(LAST_RESYNC, &|v| v.parse::<Timestamp>().is_ok());
+        Self {
+            trusted_namespaces: trusted.and_then(|v| NamespacePatterns::parse(&v).ok()),
+            excluded_namespaces: excluded.map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            }),
+            max_sources_per_namespace: sources.and_then(|v| v.parse().ok()),
+            max_source_metadata_bytes: bytes.and_then(|v| v.parse().ok()),
+            last_resync: resync.and_then(|v| v.parse().ok()),
+            unreadable,
+        }
+    }
+
+    /// The policy published, `defaults` for what is not.
+    pub fn policy_or(&self, defaults: &Policy) -> Policy {
+        let mut p = defaults.clone();
+        if let Some(t) = &self.trusted_namespaces {
+            p.trust.trusted_namespaces = t.clone();
+        }
+        if let Some(e) = &self.excluded_namespaces {
+            p.excluded_namespaces = e.clone();
+        }
+        p.caps = SourceCaps {
+            per_namespace: self
+                .max_sources_per_namespace
+                .unwrap_or(p.caps.per_namespace),
+            metadata_bytes: self
+                .max_source_metadata_bytes
+                .unwrap_or(p.caps.metadata_bytes),
+        };
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenancy::TrustPolicy;
+
+    fn policy(trusted: &str, excluded: &[&str], caps: (usize, usize)) -> Policy {
+        Policy {
+            excluded_namespaces: excluded.iter().map(|s| s.to_string()).collect(),
+            trust: TrustPolicy {
+                trusted_namespaces: NamespacePatterns::parse(trusted).unwrap(),
+            },
+            caps: SourceCaps {
+                per_namespace: caps.0,
+                metadata_bytes: caps.1,
+            },
+        }
+    }
+
+    #[test]
+    fn a_published_policy_reads_back_as_it_was() {
+        for p in [
+            policy("platform,infra-*", &["kube-system", "sandbox"], (7, 99)),
+            policy("", &[], (0, 0)),
+            policy("*", &["kube-system"], (100, 4096)),
+        ] {
+            let annotations = policy_annotations(&p);
+            assert!(Published::is_published(&annotations));
+            let read = Published::read(&annotations);
+            assert!(read.unreadable.is_empty(), "{:?}", read.unreadable);
+            assert_eq!(read.policy_or(&Policy::default()), p);
+        }
+    }
+
+    #[test]
+    fn unreadable_values_are_named_and_left_to_the_defaults() {
+        let mut annotations = policy_annotations(&policy("a", &["b"], (1, 2)));
+        annotations.insert(MAX_SOURCES_PER_NAMESPACE.into(), "many".into());
+        annotations.insert(TRUSTED_NAMESPACES.into(), "Not A Name".into());
+        annotations.insert(LAST_RESYNC.into(), "2026-11-22T10:00:00Z".into());
+        let read = Published::read(&annotations);
+        assert_eq!(read.unreadable.len(), 2, "{:?}", read.unreadable);
+        let defaults = policy("", &[], (5, 6));
+        let p = read.policy_or(&defaults);
+        assert_eq!(p.caps.per_namespace, 5);
+        assert_eq!(p.caps.metadata_bytes, 2);
+        assert!(p.trust.trusted_namespaces.is_empty());
+        assert_eq!(
+            read.last_resync,
+            Some("2026-11-22T10:00:00Z".parse().unwrap())
+        );
+        assert!(!Published::is_published(&BTreeMap::new()));
+    }
+}
