@@ -78,11 +78,20 @@ impl Running {
 
 /// Builds a Kubernetes client from `--kubeconfig`, else the usual inference.
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
-    Ok(crate::cluster::client::builder(
-        kube_config(kubeconfig, crate::cluster::DEFAULT_API_TIMEOUT).await?,
+    kube_client_with_timeout(kubeconfig, crate::cluster::DEFAULT_API_TIMEOUT).await
+}
+
+/// As [`kube_client`], a connection allowed to stay silent for `api_timeout` (a request that
+/// answers only after a while, such as a CPU profile).
+pub async fn kube_client_with_timeout(
+    kubeconfig: Option<&std::path::Path>,
+    api_timeout: Duration,
+) -> anyhow::Result<Client> {
+    Ok(
+        crate::cluster::client::builder(kube_config(kubeconfig, api_timeout).await?)
+            .context("building the Kubernetes client")?
+            .build(),
     )
-    .context("building the Kubernetes client")?
-    .build())
 }
 
 /// The client configuration: `api_timeout` is how long a connection may stay silent while

@@ -483,9 +483,16 @@ pub async fn unregister_copies_webhook(client: &kube::Client, name: String) {
 }
 
 /// A client of its own for the profile request, its connection already open: under the
-/// rounds' load a new connection's TLS handshake can miss the client's 5 s connect timeout.
+/// rounds' load a new connection's TLS handshake can miss the client's 5 s connect timeout. The
+/// profile answers only after `PROFILE_SECONDS`: longer than `--api-timeout`'s default lets a
+/// connection stay silent.
 async fn profile_client() -> kube::Client {
-    let client = common::env::client().await;
+    let client = copyrator::app::kube_client_with_timeout(
+        Some(&common::kubeconfig()),
+        Duration::from_secs(PROFILE_SECONDS + 30),
+    )
+    .await
+    .expect("kube client");
     let req = hyper::Request::get("/healthz")
         .body(kube::client::Body::empty())
         .unwrap();
