@@ -61,11 +61,14 @@ pub fn kubeconfig() -> PathBuf {
         .clone()
 }
 
-/// An admin client of the cluster under test, the CopyRule CRD installed.
+/// An admin client of the cluster under test, the CopyRule CRD installed. A test's requests may
+/// wait on the webhooks it studies under load: they get a minute, as kubectl's would, not
+/// copyrator's `--api-timeout`.
 pub async fn client() -> Client {
-    let client = serve::kube_client(Some(&kubeconfig()))
-        .await
-        .expect("kube client");
+    let client =
+        serve::kube_client_with_timeout(Some(&kubeconfig()), std::time::Duration::from_secs(60))
+            .await
+            .expect("kube client");
     install_crd(&client).await;
     client
 }
