@@ -9,8 +9,9 @@
 #                                           Secrets) and resync, which runs on its load
 #   scripts/bench.sh --phase NAME[,NAME]    only these phases (repeatable): big-payload,
 #                                           selector-sources, new-namespace, fanout, restore,
-#                                           admission, pod-gate, apiserver-profile, memory,
-#                                           resync, scale, tenant-sources; always in that order
+#                                           watch-triggers, admission, pod-gate,
+#                                           apiserver-profile, memory, resync, scale,
+#                                           tenant-sources; always in that order
 #   scripts/bench.sh --phase scale          the scale curve (~5 min): 1,000 -> 5,000 -> 20,000
 #                                           namespaces with 10 and 100 rules, an update fanned
 #                                           out to 5,000, fits and extrapolation to 50,000. It

@@ -13,6 +13,9 @@
 //! - fanout: source create / update with N matching namespaces -> every copy observed;
 //!   baseline: a plain kube-rs client writing N Secrets at the same concurrency;
 //! - restore: a copy deleted or edited by hand -> restored (watch event of the copy back);
+//! - watch-triggers: new namespaces one at a time and source updates fanned out, with the
+//!   webhooks registered and then with their configurations deleted (the watches alone):
+//!   latency, API calls per change, jobs the watches queued;
 //! - admission: throughput over TLS at rising concurrency, with copyrator's CPU;
 //! - pod-gate: the Pod gate's no-op path over TLS; Pods created right after their new
 //!   namespace, with the gate and with it unregistered (create time, copies present);
@@ -54,6 +57,7 @@ mod scale;
 mod selector_sources;
 mod tenant_sources;
 mod update_round;
+mod watch_triggers;
 
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};
 
@@ -109,6 +113,8 @@ enum Phase {
     Fanout,
     /// Copies deleted or edited by hand -> restored
     Restore,
+    /// New namespaces and source updates with the webhooks registered, then deleted
+    WatchTriggers,
     /// AdmissionReviews over TLS at rising concurrency
     Admission,
     /// The Pod gate: its no-op path, and Pods created right after their namespace
@@ -167,6 +173,7 @@ pub struct Sizes {
     selector_writes: usize,
     gate_namespaces: usize,
     restore: usize,
+    watch_triggers: watch_triggers::Sizes,
     /// Benchmark namespaces at each point of the scale curve, and where the update fan-out is
     /// measured.
     scale_steps: Vec<usize>,
@@ -193,6 +200,11 @@ fn sizes(quick: bool) -> Sizes {
             selector_writes: 500,
             gate_namespaces: 20,
             restore: 20,
+            watch_triggers: watch_triggers::Sizes {
+                namespaces: 20,
+                updates: 10,
+                fanout: 50,
+            },
             scale_steps: vec![200, 500, 1_000],
             scale_fanout: 500,
             tenant: tenant_sources::Sizes {
@@ -216,6 +228,11 @@ fn sizes(quick: bool) -> Sizes {
             selector_writes: 4000,
             gate_namespaces: 100,
             restore: 100,
+            watch_triggers: watch_triggers::Sizes {
+                namespaces: 100,
+                updates: 20,
+                fanout: 50,
+            },
             scale_steps: vec![1_000, 5_000, 20_000],
             scale_fanout: 5_000,
             tenant: tenant_sources::Sizes {
@@ -390,6 +407,9 @@ async fn long_run(report: &mut Report, sz: &Sizes, phases: &BTreeSet<Phase>) {
     }
     if phases.contains(&Phase::Restore) {
         restore::run(report, &lr, sz.restore).await;
+    }
+    if phases.contains(&Phase::WatchTriggers) {
+        watch_triggers::run(report, &lr, &sz.watch_triggers).await;
     }
     if let Ok(keep) = std::env::var("COPYRATOR_BENCH_KEEP_LOG") {
         std::fs::copy(&lr.p.log, keep).unwrap();
