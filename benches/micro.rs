@@ -97,7 +97,7 @@ fn admission(c: &mut Criterion) {
     // The Pod gate's no-op path: a Pod in a namespace known settled, answered from memory and
     // patched with its pull secret. (The gate's API client goes nowhere: any call would fail.)
     let ctx = rt.block_on(async { offline_context() });
-    for feed in Feed::ALL {
+    for feed in Feed::all() {
         ctx.ready.connected(feed);
     }
     let since = ctx.ready.begin();

@@ -86,7 +86,8 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
     let rule = CopyRule::new(
         &rule_name,
         CopyRuleSpec {
-            kind: copyrator::model::Kind::ConfigMap,
+            api_version: None,
+            kind: copyrator::model::Kind::ConfigMap.as_str().into(),
             source_namespace: src.clone(),
             source_name: None,
             source_selector: Some(selector(&key, "copy-me")),

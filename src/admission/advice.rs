@@ -131,7 +131,7 @@ impl Advisor {
             return None;
         }
         let mut held = 0;
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             held += self.cluster.source_index().of(kind).read(|by_key| {
                 by_key
                     .keys()

@@ -50,7 +50,7 @@ pub fn review(
     // What the copy is now decides, not what the request would make it (an UPDATE that
     // drops the label is still an edit of a read-only copy).
     let (Some(kind), Some(ns), Some(old)) = (
-        Kind::from_kind(&req.kind.kind),
+        Kind::lookup(&req.kind.group, &req.kind.kind),
         req.namespace.as_deref(),
         req.old_object.as_ref(),
     ) else {

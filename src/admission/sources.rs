@@ -14,8 +14,10 @@ use crate::{
 };
 
 pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
-    let (Some(kind), Some(namespace)) = (Kind::from_kind(&req.kind.kind), req.namespace.clone())
-    else {
+    let (Some(kind), Some(namespace)) = (
+        Kind::lookup(&req.kind.group, &req.kind.kind),
+        req.namespace.clone(),
+    ) else {
         return Verdict::allow();
     };
     let key = ObjectKey::new(kind, namespace, req.name.clone());

@@ -220,7 +220,8 @@ mod tests {
 
     fn rule(name: &str, ns: &str, selector: Option<(&str, &str)>) -> Rule {
         let spec = CopyRuleSpec {
-            kind: Kind::ConfigMap,
+            api_version: None,
+            kind: Kind::ConfigMap.as_str().into(),
             source_namespace: ns.into(),
             source_name: selector.is_none().then(|| "one".to_string()),
             source_selector: selector.map(|(k, v)| LabelSelector {

@@ -80,7 +80,7 @@ pub fn spawn(
         let shutdown = shutdown.clone();
         tokio::spawn(async move { dispatcher.restore_edited_after_writes(shutdown).await })
     };
-    Feed::ALL
+    Feed::all()
         .into_iter()
         .map(|feed| {
             let watch = FeedWatch {

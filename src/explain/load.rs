@@ -46,10 +46,10 @@ pub async fn for_namespace(
         .with_context(|| format!("reading namespace {name}"))?
         .ok_or_else(|| anyhow!("namespace {name} not found"))?;
     let fresh = Freshness::Consistent;
-    let mut world = rules_world(cluster, &Kind::ALL, policy).await?;
+    let mut world = rules_world(cluster, &Kind::all(), policy).await?;
     world.insert_namespaces([ns]);
     let mut found = Found::default();
-    for kind in Kind::ALL {
+    for kind in Kind::all() {
         load::all_copies(cluster, kind, Some(name), fresh, &mut found)
             .await
             .context("listing copyrator's copies")?;

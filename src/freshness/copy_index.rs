@@ -539,14 +539,14 @@ impl CopyIndex {
         self.copies_where(kind, |k, _| k.namespace == namespace)
     }
 
-    /// Whether some copy (of either kind) carries marks for which `f` holds (its rule, its
-    /// source); `None` while the index cannot answer for both kinds. Asked of the marks the
+    /// Whether some copy (of any kind) carries marks for which `f` holds (its rule, its
+    /// source); `None` while the index cannot answer for every kind. Asked of the marks the
     /// copies share (one set per source version), not of every copy: the job of a CopyRule or
     /// a source that does not exist learns that it has nothing to do without walking every
     /// copy (SPEC §9.8). Marks a job's read still holds may answer `true` for copies gone
     /// since; never `false` for a copy held.
     pub fn any_copy(&self, f: impl Fn(&CopyMarks) -> bool) -> Option<bool> {
-        if !Kind::ALL.iter().all(|kind| self.kind(*kind).answers()) {
+        if !Kind::all().iter().all(|kind| self.kind(*kind).answers()) {
             return None;
         }
         let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());

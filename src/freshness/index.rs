@@ -15,7 +15,7 @@ use std::{collections::HashMap, hash::Hash, sync::Mutex};
 
 use crate::{
     marks,
-    model::{Kind, Labels, Meta, NamespaceInfo, ObjectKey, SourceInfo},
+    model::{Kind, Labels, MAX_KINDS, Meta, NamespaceInfo, ObjectKey, SourceInfo},
 };
 
 /// What copyrator keeps of a namespace, from its metadata.
@@ -217,21 +217,19 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
     }
 }
 
-/// One index per kind of Secret or ConfigMap.
-pub struct PerKind<T>([T; 2]);
+/// One index per kind copied (at most [`MAX_KINDS`]; an index of a kind not copied stays
+/// empty and costs a few empty maps).
+pub struct PerKind<T>([T; MAX_KINDS]);
 
 impl<T: Default> Default for PerKind<T> {
     fn default() -> Self {
-        Self([T::default(), T::default()])
+        Self(std::array::from_fn(|_| T::default()))
     }
 }
 
 impl<T> PerKind<T> {
     pub fn of(&self, kind: Kind) -> &T {
-        match kind {
-            Kind::Secret => &self.0[0],
-            Kind::ConfigMap => &self.0[1],
-        }
+        &self.0[kind.index()]
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicU32, AtomicU64, Ordering},
+    atomic::{AtomicU64, Ordering},
 };
 
 use moka::sync::Cache;
@@ -44,7 +44,7 @@ pub struct ReadyIndex {
     /// entry the cache evicted: older invalidations are no longer known one by one).
     everything: Arc<AtomicU64>,
     /// One bit per feed that is live.
-    live: AtomicU32,
+    live: AtomicU64,
 }
 
 impl ReadyIndex {
@@ -62,13 +62,16 @@ impl ReadyIndex {
                 .build(),
             tick: AtomicU64::new(0),
             everything,
-            live: AtomicU32::new(0),
+            live: AtomicU64::new(0),
         }
     }
 
     /// Whether every watch is live: only then do events tell the index what changed.
     pub fn trusted(&self) -> bool {
-        self.live.load(Ordering::SeqCst) == (1 << Feed::ALL.len()) - 1
+        let all = Feed::all()
+            .into_iter()
+            .fold(0u64, |mask, feed| mask | 1 << feed.index());
+        self.live.load(Ordering::SeqCst) & all == all
     }
 
     /// The namespace's entry, if it is known settled.
@@ -179,7 +182,7 @@ mod tests {
 
     fn live() -> ReadyIndex {
         let index = ReadyIndex::new(100);
-        for feed in Feed::ALL {
+        for feed in Feed::all() {
             index.connected(feed);
         }
         index
@@ -275,7 +278,7 @@ mod tests {
     #[test]
     fn events_of_a_feed_that_is_down_leave_no_entries_and_connecting_forgets_everything() {
         let index = ReadyIndex::new(100);
-        for feed in Feed::ALL {
+        for feed in Feed::all() {
             if feed != Feed::Namespaces {
                 index.connected(feed);
             }
@@ -303,7 +306,7 @@ mod tests {
     #[test]
     fn invalidations_forgotten_by_the_bounded_cache_count_for_everything() {
         let index = ReadyIndex::new(4);
-        for feed in Feed::ALL {
+        for feed in Feed::all() {
             index.connected(feed);
         }
         let since = index.begin();

@@ -67,7 +67,8 @@ mod tests {
         CopyRule::new(
             name,
             CopyRuleSpec {
-                kind: Kind::Secret,
+                api_version: None,
+                kind: Kind::Secret.as_str().into(),
                 source_namespace: "platform".into(),
                 source_name: Some("cred".into()),
                 source_selector: None,

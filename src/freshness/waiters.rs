@@ -15,7 +15,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -29,7 +29,7 @@ use crate::queue::{
 };
 use crate::{
     metrics::{DroppedLabels, Metrics},
-    model::{Kind, Meta, ObjectKey},
+    model::{Kind, MAX_KINDS, Meta, ObjectKey},
 };
 
 /// How long jobs wait for an admitted change to be persisted before acting on what is there.
@@ -48,22 +48,27 @@ pub enum Watched {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Feed {
     Namespaces,
-    /// Secrets or ConfigMaps labelled `copyrator.io/source=true`.
+    /// Objects of one kind labelled `copyrator.io/source=true`.
     Sources(Kind),
-    /// Secrets or ConfigMaps labelled `app.kubernetes.io/managed-by=copyrator`.
+    /// Objects of one kind labelled `app.kubernetes.io/managed-by=copyrator`.
     Copies(Kind),
     CopyRules,
 }
 
 impl Feed {
-    pub const ALL: [Feed; 6] = [
-        Feed::Namespaces,
-        Feed::Sources(Kind::Secret),
-        Feed::Sources(Kind::ConfigMap),
-        Feed::Copies(Kind::Secret),
-        Feed::Copies(Kind::ConfigMap),
-        Feed::CopyRules,
-    ];
+    /// Most feeds: namespaces, CopyRules, and sources and copies of each kind.
+    pub const MAX: usize = 2 + 2 * MAX_KINDS;
+
+    /// Every feed of this process: namespaces, CopyRules, and the sources and copies of
+    /// every kind copied here ([`Kind::all`]: a kind registered later adds its two).
+    pub fn all() -> Vec<Feed> {
+        let mut all = vec![Feed::Namespaces, Feed::CopyRules];
+        for kind in Kind::all() {
+            all.push(Feed::Sources(kind));
+            all.push(Feed::Copies(kind));
+        }
+        all
+    }
 
     /// What an event's object is, for the waiters.
     pub fn watched(self, m: &Meta) -> Option<Watched> {
@@ -77,26 +82,26 @@ impl Feed {
         })
     }
 
-    /// The feed, as logs and metrics name it.
+    /// The feed, as logs and metrics name it: `source secrets`, `copied networkpolicies`.
     pub fn name(self) -> &'static str {
+        static NAMES: [OnceLock<&'static str>; Feed::MAX] = [const { OnceLock::new() }; Feed::MAX];
         match self {
             Feed::Namespaces => "namespaces",
-            Feed::Sources(Kind::Secret) => "source secrets",
-            Feed::Sources(Kind::ConfigMap) => "source configmaps",
-            Feed::Copies(Kind::Secret) => "copied secrets",
-            Feed::Copies(Kind::ConfigMap) => "copied configmaps",
             Feed::CopyRules => "copyrules",
+            Feed::Sources(kind) => NAMES[self.index()]
+                .get_or_init(|| Box::leak(format!("source {}", kind.plural()).into_boxed_str())),
+            Feed::Copies(kind) => NAMES[self.index()]
+                .get_or_init(|| Box::leak(format!("copied {}", kind.plural()).into_boxed_str())),
         }
     }
 
+    /// Its bit in masks of feeds, `0..Feed::MAX`.
     pub(super) fn index(self) -> usize {
         match self {
             Feed::Namespaces => 0,
-            Feed::Sources(Kind::Secret) => 1,
-            Feed::Sources(Kind::ConfigMap) => 2,
-            Feed::Copies(Kind::Secret) => 3,
-            Feed::Copies(Kind::ConfigMap) => 4,
-            Feed::CopyRules => 5,
+            Feed::CopyRules => 1,
+            Feed::Sources(kind) => 2 + 2 * kind.index(),
+            Feed::Copies(kind) => 3 + 2 * kind.index(),
         }
     }
 
@@ -126,7 +131,7 @@ pub struct Waiters {
     queue: Arc<WorkQueue>,
     metrics: Arc<Metrics>,
     waiting: Mutex<Registry>,
-    live: [AtomicBool; 6],
+    live: [AtomicBool; Feed::MAX],
     /// Jobs dropped from the unseen share so far (for logging a flood sparingly).
     dropped: std::sync::atomic::AtomicU64,
 }
@@ -225,7 +230,7 @@ impl Waiters {
                 count: 0,
                 unseen: Unseen::new(capacity),
             }),
-            live: Default::default(),
+            live: [const { AtomicBool::new(false) }; Feed::MAX],
             dropped: Default::default(),
         })
     }
@@ -394,7 +399,7 @@ impl Waiters {
 
     /// Whether every feed is connected.
     pub fn all_live(&self) -> bool {
-        Feed::ALL.into_iter().all(|f| self.is_live(f))
+        Feed::all().into_iter().all(|f| self.is_live(f))
     }
 
     /// Jobs waiting (for tests and metrics).
@@ -533,7 +538,7 @@ mod tests {
         let queue = WorkQueue::new(100);
         let metrics = Arc::new(Metrics::new());
         let waiters = Waiters::with_capacity(queue.clone(), Arc::clone(&metrics), 3);
-        for feed in Feed::ALL {
+        for feed in Feed::all() {
             waiters.set_live(feed, true);
         }
         let real = ObjectKey::new(Kind::Secret, "team-a", "cred");

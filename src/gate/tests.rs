@@ -17,7 +17,7 @@ const BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A context whose watches are all connected: settled namespaces may be remembered.
 fn live(ctx: Context) -> Arc<Context> {
-    for feed in Feed::ALL {
+    for feed in Feed::all() {
         ctx.ready.connected(feed);
     }
     Arc::new(ctx)

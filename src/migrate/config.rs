@@ -325,7 +325,8 @@ fn copy_rule(
     Some(CopyRule::new(
         &name,
         CopyRuleSpec {
-            kind: intent.source.kind,
+            api_version: None,
+            kind: intent.source.kind.as_str().into(),
             source_namespace: intent.source.namespace.clone(),
             source_name: Some(intent.source.name.clone()),
             source_selector: None,

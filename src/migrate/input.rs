@@ -23,7 +23,7 @@ pub struct Read {
 /// keys.
 pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read> {
     let mut objects = Vec::new();
-    for kind in Kind::ALL {
+    for kind in [Kind::Secret, Kind::ConfigMap] {
         objects.extend(
             cluster
                 .list_meta(kind, None, "", Freshness::Consistent, |m| {
@@ -91,7 +91,7 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
             terminating: false,
         })),
         "Secret" | "ConfigMap" => {
-            let kind = Kind::from_kind(kind).unwrap_or(Kind::Secret);
+            let kind = Kind::lookup("", kind).unwrap_or(Kind::Secret);
             meta.namespace.get_or_insert_with(|| "default".into());
             if let Some(info) = SourceInfo::from_meta(kind, &meta)
                 && peers::is_peers(peer, &info)

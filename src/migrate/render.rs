@@ -160,12 +160,8 @@ fn held(item: &Item, text: String) -> String {
     text.lines().map(|l| format!("# {l}\n")).collect()
 }
 
-fn names(key: &ObjectKey) -> (&'static str, &str, &str) {
-    let kind = match key.kind {
-        crate::model::Kind::Secret => "secret",
-        crate::model::Kind::ConfigMap => "configmap",
-    };
-    (kind, &key.namespace, &key.name)
+fn names(key: &ObjectKey) -> (String, &str, &str) {
+    (key.kind.name().to_lowercase(), &key.namespace, &key.name)
 }
 
 fn join(names: &std::collections::BTreeSet<String>) -> String {

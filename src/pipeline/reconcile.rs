@@ -44,7 +44,7 @@ pub async fn run(
     // (SPEC §5, the resync's peak memory).
     let deadline = Instant::now() + WATCHES_WAIT;
     let indexed_live = || {
-        Feed::ALL
+        Feed::all()
             .into_iter()
             .filter(|f| *f != Feed::CopyRules)
             .all(|f| ctx.waiters.is_live(f))

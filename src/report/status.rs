@@ -145,7 +145,8 @@ mod tests {
         let mut r = CopyRule::new(
             "r",
             CopyRuleSpec {
-                kind: Kind::ConfigMap,
+                api_version: None,
+                kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: "src".into(),
                 source_name: Some("cm".into()),
                 source_selector: None,

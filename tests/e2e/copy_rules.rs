@@ -23,7 +23,8 @@ use serde_json::json;
 
 fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
     CopyRuleSpec {
-        kind,
+        api_version: None,
+        kind: kind.as_str().into(),
         source_namespace: source_ns.into(),
         source_name: None,
         source_selector: None,

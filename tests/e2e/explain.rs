@@ -370,7 +370,8 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
         .copy_rule(
             "exl-rule",
             CopyRuleSpec {
-                kind: Kind::ConfigMap,
+                api_version: None,
+                kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),
                 source_name: Some("ca".into()),
                 source_selector: None,

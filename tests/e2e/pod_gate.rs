@@ -172,7 +172,8 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
     }
     // A CopyRule asking for injection, under another name.
     let mut spec = CopyRuleSpec {
-        kind: Kind::Secret,
+        api_version: None,
+        kind: Kind::Secret.as_str().into(),
         source_namespace: src.clone(),
         source_name: Some("mirror".into()),
         source_selector: None,
@@ -237,7 +238,7 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
             .contains(marks::IMAGE_PULL_SECRET_ANNOTATION),
         "{err}"
     );
-    spec.kind = Kind::ConfigMap;
+    spec.kind = "ConfigMap".into();
     let err = t
         .rules()
         .create(

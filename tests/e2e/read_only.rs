@@ -60,7 +60,8 @@ async fn only_copyrator_changes_a_read_only_copy_and_namespace_deletion_is_never
         .copy_rule(
             "ro",
             CopyRuleSpec {
-                kind: Kind::ConfigMap,
+                api_version: None,
+                kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),
                 source_name: Some("ca".into()),
                 source_selector: None,

@@ -304,7 +304,8 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
         .copy_rule(
             "retain",
             CopyRuleSpec {
-                kind: Kind::Secret,
+                api_version: None,
+                kind: Kind::Secret.as_str().into(),
                 source_namespace: platform.clone(),
                 source_name: Some("cacerts".into()),
                 source_selector: None,
@@ -429,7 +430,8 @@ async fn a_tenant_copy_is_never_a_source() {
         .copy_rule(
             "ca-bundles",
             CopyRuleSpec {
-                kind: Kind::Secret,
+                api_version: None,
+                kind: Kind::Secret.as_str().into(),
                 source_namespace: shared.clone(),
                 source_name: None,
                 source_selector: Some(
@@ -453,7 +455,8 @@ async fn a_tenant_copy_is_never_a_source() {
         .copy_rule(
             "cacerts",
             CopyRuleSpec {
-                kind: Kind::Secret,
+                api_version: None,
+                kind: Kind::Secret.as_str().into(),
                 source_namespace: shared.clone(),
                 source_name: Some("cacerts".into()),
                 source_selector: None,
@@ -598,7 +601,8 @@ async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
         .copy_rule(
             "taken",
             CopyRuleSpec {
-                kind: Kind::ConfigMap,
+                api_version: None,
+                kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),
                 source_name: Some("settings".into()),
                 source_selector: None,

@@ -213,7 +213,7 @@ impl DesiredCopy {
     /// The whole object (a copy of the payload: for tests and inspection, not for writes).
     pub fn object(&self) -> Object {
         Object {
-            api_version: "v1".into(),
+            api_version: self.key.kind.api_version(),
             kind: self.key.kind.as_str().into(),
             metadata: ObjectMeta {
                 name: Some(self.key.name.clone()),
@@ -242,7 +242,7 @@ impl DesiredCopy {
         #[derive(Serialize)]
         struct Body<'a> {
             #[serde(rename = "apiVersion")]
-            api_version: &'static str,
+            api_version: String,
             kind: &'static str,
             metadata: Meta<'a>,
             #[serde(flatten)]
@@ -252,7 +252,7 @@ impl DesiredCopy {
         serde_json::to_writer(
             &mut out,
             &Body {
-                api_version: "v1",
+                api_version: self.key.kind.api_version(),
                 kind: self.key.kind.as_str(),
                 metadata: Meta {
                     name: &self.key.name,
@@ -319,6 +319,7 @@ mod tests {
             data: Some([("password".to_string(), value.to_string())].into()),
             binary_data: None,
             immutable: None,
+            fields: Default::default(),
         }
     }
 

@@ -7,9 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::model::Kind;
-
-/// Copies one Secret or ConfigMap (or every one matching a selector) from a source namespace
+/// Copies one object (or every one of its kind matching a selector) from a source namespace
 /// into the namespaces the rule selects, and keeps the copies identical to the source.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -20,7 +18,7 @@ use crate::model::Kind;
     shortname = "cpr",
     category = "copyrator",
     status = "CopyRuleStatus",
-    doc = "CopyRule keeps Secrets or ConfigMaps of a source namespace copied into selected namespaces.",
+    doc = "CopyRule keeps objects of a source namespace (Secrets, ConfigMaps, or any namespaced kind copyrator is allowed to copy) copied into selected namespaces.",
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
     printcolumn = r#"{"name":"Source","type":"string","jsonPath":".status.source"}"#,
     printcolumn = r#"{"name":"Targets","type":"integer","jsonPath":".status.targetNamespaces"}"#,
@@ -30,8 +28,14 @@ use crate::model::Kind;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct CopyRuleSpec {
-    /// Kind of the source objects: Secret or ConfigMap.
-    pub kind: Kind,
+    /// API version of the source objects' kind (default `v1`): its group is what counts,
+    /// e.g. `networking.k8s.io/v1`; copyrator reads and writes the kind in the version the
+    /// API server prefers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Kind of the source objects: Secret, ConfigMap, or another namespaced kind copyrator is
+    /// allowed to copy (`--copy-kinds`), e.g. NetworkPolicy.
+    pub kind: String,
     /// Namespace of the source objects. Never a target of this rule.
     pub source_namespace: String,
     /// Name of the one source object. Exactly one of sourceName and sourceSelector is required.
@@ -78,6 +82,16 @@ pub enum DeletionPolicy {
     #[default]
     Delete,
     Retain,
+}
+
+impl CopyRuleSpec {
+    /// The API group of `apiVersion` (`""` for `v1` or when absent).
+    pub fn group(&self) -> &str {
+        match self.api_version.as_deref() {
+            Some(v) => v.rsplit_once('/').map_or("", |(group, _)| group),
+            None => "",
+        }
+    }
 }
 
 impl DeletionPolicy {

@@ -299,10 +299,34 @@ impl Rule {
         }))
     }
 
+    /// [`Rule::inline`] with its tier as `trust` decides it. An untrusted namespace's inline
+    /// rule for a kind other than Secret or ConfigMap is invalid: such kinds are copied only
+    /// by a CopyRule or from a trusted namespace, and consent never suffices (SPEC §9.2).
+    pub fn inline_tiered(
+        source: &SourceInfo,
+        trust: &crate::tenancy::TrustPolicy,
+    ) -> Result<Option<Rule>, RuleError> {
+        let Some(mut rule) = Rule::inline(source)? else {
+            return Ok(None);
+        };
+        rule.tier = trust.inline_tier(&rule.source_namespace);
+        if rule.tier == Tier::ConsentedInline && !rule.kind.is_consentable() {
+            return Err(RuleError::new(
+                marks::SOURCE_LABEL,
+                format!(
+                    "opts in a {} of namespace {:?}, which is not trusted: kinds other than Secret and ConfigMap are copied only by a CopyRule or from a trusted namespace (--trusted-namespaces), and a namespace's consent (copyrator.io/accept-from) never suffices for them",
+                    rule.kind, rule.source_namespace
+                ),
+            ));
+        }
+        Ok(Some(rule))
+    }
+
     /// Validates a CopyRule and converts it. Errors name the offending field.
     pub fn from_copy_rule(rule: &CopyRule) -> Result<Rule, RuleError> {
         let name = rule.metadata.name.clone().unwrap_or_default();
         let spec = &rule.spec;
+        let kind = copy_rule_kind(spec)?;
         if !selector::is_dns_label(&spec.source_namespace) {
             return Err(RuleError::new(
                 "spec.sourceNamespace",
@@ -367,7 +391,7 @@ impl Rule {
                 ),
             ));
         }
-        if spec.image_pull_secret && spec.kind != Kind::Secret {
+        if spec.image_pull_secret && kind != Kind::Secret {
             return Err(RuleError::new(
                 "spec.imagePullSecret",
                 "is only for kind Secret (of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg)",
@@ -381,7 +405,7 @@ impl Rule {
         }
         Ok(Rule {
             id: RuleId::CopyRule(name),
-            kind: spec.kind,
+            kind,
             source_namespace: spec.source_namespace.clone(),
             sources,
             namespace_selector,
@@ -401,6 +425,42 @@ impl Rule {
             read_only: spec.read_only,
         })
     }
+}
+
+/// The kind a CopyRule names by `spec.apiVersion` and `spec.kind` (SPEC §2.2), if copyrator
+/// copies it here: Secret and ConfigMap, and the kinds `--copy-kinds` enabled and discovery
+/// resolved.
+pub fn copy_rule_kind(spec: &crate::copyrule::CopyRuleSpec) -> Result<Kind, RuleError> {
+    let group = spec.group();
+    if let Some(version) = spec.api_version.as_deref()
+        && (version.is_empty() || version.starts_with('/') || version.ends_with('/'))
+    {
+        return Err(RuleError::new(
+            "spec.apiVersion",
+            format!("{version:?} is not an API version (v1, networking.k8s.io/v1, ...)"),
+        ));
+    }
+    if let Some(why) = crate::model::not_copyable(group, &spec.kind) {
+        return Err(RuleError::new("spec.kind", why));
+    }
+    Kind::lookup(group, &spec.kind).ok_or_else(|| {
+        let name = if group.is_empty() {
+            spec.kind.clone()
+        } else {
+            format!("{}.{group}", spec.kind)
+        };
+        RuleError::new(
+            "spec.kind",
+            format!(
+                "{name} is not a kind copyrator copies here: it copies {}; add it to --copy-kinds (chart value copyKinds), and it must be a namespaced kind the API server serves",
+                Kind::all()
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })
 }
 
 /// Most explicit namespaces one rule may list.
@@ -561,11 +621,8 @@ impl RuleSet {
             if source.deleting {
                 continue;
             }
-            match Rule::inline(source) {
-                Ok(Some(mut rule)) if rule.has_targets() => {
-                    rule.tier = trust.inline_tier(&rule.source_namespace);
-                    set.rules.push(rule)
-                }
+            match Rule::inline_tiered(source, trust) {
+                Ok(Some(rule)) if rule.has_targets() => set.rules.push(rule),
                 Ok(_) => {}
                 Err(e) => {
                     set.invalid_sources.insert(source.key.clone(), e);
@@ -650,7 +707,8 @@ mod tests {
 
     fn spec() -> CopyRuleSpec {
         CopyRuleSpec {
-            kind: Kind::ConfigMap,
+            api_version: None,
+            kind: "ConfigMap".into(),
             source_namespace: "platform".into(),
             source_name: Some("shared".into()),
             source_selector: None,
@@ -704,6 +762,66 @@ mod tests {
     }
 
     #[test]
+    fn an_untrusted_namespace_copies_no_powerful_kind_even_with_consent() {
+        let np = Kind::register(
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+        )
+        .unwrap();
+        let mut s = source(
+            "tenant",
+            "deny-all",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[(marks::NAMESPACES_ANNOTATION, "victim")],
+        );
+        s.key.kind = np;
+        let trust = TrustPolicy {
+            trusted_namespaces: tenancy::NamespacePatterns::parse("platform").unwrap(),
+            ..TrustPolicy::trust_all()
+        };
+        let e = Rule::inline_tiered(&s, &trust).unwrap_err();
+        assert_eq!(e.field, marks::SOURCE_LABEL);
+        assert!(e.message.contains("never suffices"), "{e}");
+        let set = RuleSet::build([&s], [], &trust);
+        assert!(set.rules.is_empty());
+        assert!(set.invalid_sources.contains_key(&s.key));
+        // A Secret of the same namespace is a consented inline rule, as before.
+        s.key.kind = Kind::Secret;
+        let rule = Rule::inline_tiered(&s, &trust).unwrap().unwrap();
+        assert_eq!(rule.tier, Tier::ConsentedInline);
+        // From a trusted namespace the NetworkPolicy is copied.
+        s.key.kind = np;
+        s.key.namespace = "platform".into();
+        let rule = Rule::inline_tiered(&s, &trust).unwrap().unwrap();
+        assert_eq!(rule.tier, Tier::TrustedInline);
+    }
+
+    #[test]
+    fn copy_rules_name_any_registered_kind_by_api_version() {
+        Kind::register(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+        )
+        .unwrap();
+        let mut spec = spec();
+        spec.api_version = Some("rbac.authorization.k8s.io/v1".into());
+        spec.kind = "RoleBinding".into();
+        let rule = Rule::from_copy_rule(&CopyRule::new("r", spec.clone())).unwrap();
+        assert_eq!(rule.kind.plural(), "rolebindings");
+        spec.api_version = None;
+        let e = Rule::from_copy_rule(&CopyRule::new("r", spec.clone())).unwrap_err();
+        assert_eq!(e.field, "spec.kind");
+        assert!(e.message.contains("--copy-kinds"), "{e}");
+        spec.kind = "Pod".into();
+        let e = Rule::from_copy_rule(&CopyRule::new("r", spec)).unwrap_err();
+        assert!(e.message.contains("never copied"), "{e}");
+    }
+
+    #[test]
     fn labelled_source_without_annotations_targets_nothing() {
         let s = source("default", "s", &[(marks::SOURCE_LABEL, "true")], &[]);
         let rule = Rule::inline(&s).unwrap().unwrap();
@@ -743,7 +861,7 @@ mod tests {
         assert!(e.to_string().contains("\"true\" or \"false\""), "{e}");
 
         let mut secret = spec();
-        secret.kind = Kind::Secret;
+        secret.kind = "Secret".into();
         secret.image_pull_secret = true;
         let rule = Rule::from_copy_rule(&CopyRule::new("r", secret)).unwrap();
         assert!(rule.image_pull_secret);
@@ -1029,7 +1147,7 @@ mod tests {
         assert!(err.message.contains("a copy is never a source"), "{err}");
         // Named by a CopyRule's sourceName: not selected either.
         let rule = Rule::from_copy_rule(&copy_rule(CopyRuleSpec {
-            kind: Kind::Secret,
+            kind: "Secret".into(),
             source_namespace: "shared".into(),
             source_name: Some("cacerts".into()),
             ..spec()
@@ -1047,7 +1165,7 @@ mod tests {
     #[test]
     fn copy_rule_selects_sources_and_namespaces() {
         let rule = Rule::from_copy_rule(&copy_rule(CopyRuleSpec {
-            kind: Kind::Secret,
+            kind: "Secret".into(),
             source_name: None,
             source_selector: Some(LabelSelector {
                 match_labels: Some([("copyrator".to_string(), "true".to_string())].into()),

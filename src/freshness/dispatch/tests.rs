@@ -51,7 +51,7 @@ fn rig() -> Rig {
         Arc::clone(&rules_changed),
         metrics,
     );
-    for feed in Feed::ALL {
+    for feed in Feed::all() {
         let seeding = dispatcher.seeding(feed);
         dispatcher.seeded(seeding);
         dispatcher.up(feed);

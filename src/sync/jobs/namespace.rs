@@ -141,18 +141,17 @@ pub(in crate::sync) async fn sync(
     })
 }
 
-/// The rules, and the copies in namespace `name` (of both kinds).
+/// The rules, and the copies in namespace `name` (of every kind).
 async fn rules_and_copies(ctx: &Context, name: &str) -> Result<(World, Vec<Listed>), ApiError> {
     let cluster = &ctx.cluster;
     let fresh = Freshness::Indexed;
+    let kinds = Kind::all();
     let copies = |kind| load::copies_listed(cluster, kind, Some(name), fresh);
-    let (world, mut secrets, config_maps) = tokio::try_join!(
-        load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, fresh),
-        copies(Kind::Secret),
-        copies(Kind::ConfigMap),
+    let (world, copies) = tokio::try_join!(
+        load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh),
+        futures::future::try_join_all(kinds.iter().map(|&kind| copies(kind))),
     )?;
-    secrets.extend(config_maps);
-    Ok((world, secrets))
+    Ok((world, copies.into_iter().flatten().collect()))
 }
 
 /// Reads the rules and the copies in the namespace `ticket` names while its admitted change

@@ -39,27 +39,22 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     let listed = |kind| {
         move |m| crate::freshness::copy_index::listed(kind, m).map(|l| l.sharing_marks(copy_index))
     };
-    let (mut world, namespaces, secrets, config_maps) = tokio::try_join!(
-        load::load_rules(cluster, &Kind::ALL, &ctx.settings.policy, cached),
+    let kinds = Kind::all();
+    let (mut world, namespaces, copies) = tokio::try_join!(
+        load::load_rules(cluster, &kinds, &ctx.settings.policy, cached),
         cluster.list_namespaces("", Freshness::Consistent),
-        cluster.list_meta(
-            Kind::Secret,
+        futures::future::try_join_all(kinds.iter().map(|&kind| cluster.list_meta(
+            kind,
             None,
             marks::MANAGED_SELECTOR,
             cached,
-            listed(Kind::Secret)
-        ),
-        cluster.list_meta(
-            Kind::ConfigMap,
-            None,
-            marks::MANAGED_SELECTOR,
-            cached,
-            listed(Kind::ConfigMap)
-        ),
+            listed(kind)
+        ))),
     )?;
     let mut found = Found::default();
-    found.add_listed(secrets);
-    found.add_listed(config_maps);
+    for listed in copies {
+        found.add_listed(listed);
+    }
     world.insert_namespaces(namespaces);
 
     // Sources of CopyRules that lack the opt-in label get it, so their changes reach the

@@ -41,8 +41,12 @@ pub(in crate::sync) async fn run(
         return Ok(Outcome::Done);
     }
     let kinds: Vec<Kind> = match &copy_rule {
-        Some(r) => vec![r.spec.kind],
-        None => Kind::ALL.to_vec(),
+        Some(r) => match crate::rules::copy_rule_kind(&r.spec) {
+            Ok(kind) => vec![kind],
+            // Invalid: its status says why; its copies, if any, are of some kind copied here.
+            Err(_) => Kind::all(),
+        },
+        None => Kind::all(),
     };
     let fresh = Freshness::Indexed;
     let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;

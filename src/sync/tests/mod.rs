@@ -401,7 +401,7 @@ fn copy_meta(ns: &str, rule: &str) -> crate::model::Meta {
 /// Seeds the copy index with `copies` (Secrets) and marks it live, as its watches do.
 fn index_copies(ctx: &Context, copies: Vec<crate::model::Meta>) {
     let index = ctx.cluster.copy_index();
-    for kind in Kind::ALL {
+    for kind in Kind::all() {
         let mut seed = index.seeding(kind);
         if kind == Kind::Secret {
             for meta in copies.iter().cloned() {

@@ -28,7 +28,7 @@ async fn admitted_as(ctx: &Context, job: Job) -> Job {
 }
 
 fn live(ctx: &Context) {
-    for feed in Feed::ALL {
+    for feed in Feed::all() {
         ctx.waiters.set_live(feed, true);
     }
 }

@@ -1,60 +1,19 @@
 //! The domain objects copyrator reasons about, apart from any I/O: the two kinds it copies,
 //! references to sources and copies, and what it knows about namespaces and sources.
 
+mod kind;
 mod labels;
 mod meta;
 
 use std::{borrow::Cow, collections::BTreeMap, fmt};
 
+pub use kind::{Kind, MAX_KINDS, RegisterError, not_copyable, split_name};
 pub use labels::Labels;
 pub use meta::{ListSplitter, Meta, MetaItem, MetaList, MetaListMeta};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{DynamicResourceScope, Resource};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-/// The kinds of object copyrator copies.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-pub enum Kind {
-    Secret,
-    ConfigMap,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 2] = [Kind::Secret, Kind::ConfigMap];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Secret => "Secret",
-            Kind::ConfigMap => "ConfigMap",
-        }
-    }
-
-    pub fn plural(self) -> &'static str {
-        match self {
-            Kind::Secret => "secrets",
-            Kind::ConfigMap => "configmaps",
-        }
-    }
-
-    /// Parses the `kind` of an AdmissionReview or a CopyRule.
-    pub fn from_kind(kind: &str) -> Option<Self> {
-        match kind {
-            "Secret" => Some(Kind::Secret),
-            "ConfigMap" => Some(Kind::ConfigMap),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A Secret or ConfigMap by kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,8 +36,7 @@ impl ObjectKey {
     /// a Secret or ConfigMap name a DNS subdomain). Keys from reviews that anyone may post
     /// are checked before they become jobs, and never reach a URL otherwise.
     pub fn is_valid(&self) -> bool {
-        crate::selector::is_dns_label(&self.namespace)
-            && crate::selector::is_dns_subdomain(&self.name)
+        crate::selector::is_dns_label(&self.namespace) && self.kind.is_valid_name(&self.name)
     }
 
     /// `<namespace>/<name>`, the form of the `copyrator.io/source` annotation.
@@ -192,9 +150,11 @@ fn kept_key(key: &str) -> bool {
         || key == crate::marks::MANAGED_BY_LABEL
 }
 
-/// The part of a Secret or ConfigMap that a copy carries. Its `Debug` shows keys and sizes,
-/// never values: it may be a Secret's data.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The part of an object that a copy carries (SPEC §3): a Secret's type and data, a
+/// ConfigMap's data, and for every other kind its top-level fields but status
+/// ([`Payload::for_kind`]). Its `Debug` shows keys and sizes, never values: it may be a
+/// Secret's data.
+#[derive(Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Payload {
     /// Secret type (`Opaque`, `kubernetes.io/dockerconfigjson`, ...).
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
@@ -211,6 +171,39 @@ pub struct Payload {
     pub binary_data: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub immutable: Option<bool>,
+    /// Every other top-level field (`spec`, `rules`, `roleRef`, `subjects`, ...): what a copy
+    /// of a kind other than Secret and ConfigMap carries. Always empty for those two.
+    #[serde(flatten)]
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+/// Read as a map of top-level fields, of which those of a Secret or ConfigMap are taken out
+/// when they have the shape a Secret or ConfigMap gives them; anything else stays in
+/// [`Payload::fields`] (a custom resource's `data` may be any JSON).
+impl<'de> Deserialize<'de> for Payload {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut fields = BTreeMap::<String, serde_json::Value>::deserialize(d)?;
+        fn take<T: serde::de::DeserializeOwned>(
+            fields: &mut BTreeMap<String, serde_json::Value>,
+            key: &str,
+        ) -> Option<T> {
+            let value = fields.remove(key)?;
+            match T::deserialize(&value) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    fields.insert(key.to_string(), value);
+                    None
+                }
+            }
+        }
+        Ok(Payload {
+            type_: take(&mut fields, "type"),
+            data: take(&mut fields, "data"),
+            binary_data: take(&mut fields, "binaryData"),
+            immutable: take(&mut fields, "immutable"),
+            fields,
+        })
+    }
 }
 
 /// Secrets of this type hold a token the API server minted for one ServiceAccount in one
@@ -236,6 +229,7 @@ impl fmt::Debug for Payload {
             .field("data", &self.data.as_ref().map(Sizes))
             .field("binary_data", &self.binary_data.as_ref().map(Sizes))
             .field("immutable", &self.immutable)
+            .field("fields", &self.fields.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -246,7 +240,15 @@ impl Payload {
         let map = |m: &Option<BTreeMap<String, String>>| -> usize {
             m.iter().flatten().map(|(k, v)| k.len() + v.len() + 6).sum()
         };
-        map(&self.data) + map(&self.binary_data) + self.type_.as_ref().map_or(0, String::len)
+        let fields: usize = self
+            .fields
+            .iter()
+            .map(|(k, v)| k.len() + v.to_string().len() + 4)
+            .sum();
+        map(&self.data)
+            + map(&self.binary_data)
+            + self.type_.as_ref().map_or(0, String::len)
+            + fields
     }
 
     pub fn is_immutable(&self) -> bool {
@@ -257,18 +259,57 @@ impl Payload {
         self.type_.as_deref() == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
     }
 
-    /// Keeps only the fields that exist for `kind` (a Secret has no binaryData, a ConfigMap no type).
+    /// Keeps only what a copy of `kind` carries (SPEC §3.1): a Secret has no binaryData, a
+    /// ConfigMap no type, neither other fields; any other kind carries its top-level fields
+    /// but those the API server or a controller owns: `status`, and per kind the fields
+    /// [`server_owned`] names.
     pub fn for_kind(mut self, kind: Kind) -> Self {
-        match kind {
-            Kind::Secret => self.binary_data = None,
-            Kind::ConfigMap => self.type_ = None,
+        if kind == Kind::Secret {
+            self.binary_data = None;
+            self.fields.clear();
+        } else if kind == Kind::ConfigMap {
+            self.type_ = None;
+            self.fields.clear();
+        } else {
+            // Another kind's fields of those names are its own: back into the map.
+            use serde_json::Value;
+            let map = |m: BTreeMap<String, String>| {
+                Value::Object(m.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
+            };
+            if let Some(v) = self.type_.take() {
+                self.fields.insert("type".into(), Value::String(v));
+            }
+            if let Some(v) = self.data.take() {
+                self.fields.insert("data".into(), map(v));
+            }
+            if let Some(v) = self.binary_data.take() {
+                self.fields.insert("binaryData".into(), map(v));
+            }
+            if let Some(v) = self.immutable.take() {
+                self.fields.insert("immutable".into(), Value::Bool(v));
+            }
+            self.fields.remove("status");
+            for field in server_owned(kind) {
+                self.fields.remove(*field);
+            }
         }
         self
     }
 }
 
-/// A Secret or ConfigMap as copyrator reads and writes it: metadata plus [`Payload`].
-/// One type for both kinds keeps a single code path; [`Kind`] is its dynamic type.
+/// Top-level fields of `kind` that the API server or one of its controllers writes, which a
+/// copy therefore never carries (besides `status`, never carried for any kind).
+pub fn server_owned(kind: Kind) -> &'static [&'static str] {
+    match (kind.group(), kind.as_str()) {
+        // The token controller lists the ServiceAccount's token Secrets: they exist only in
+        // the source's namespace.
+        ("", "ServiceAccount") => &["secrets"],
+        _ => &[],
+    }
+}
+
+/// An object of a kind copyrator copies, as it reads and writes it: metadata plus
+/// [`Payload`]. One type for every kind keeps a single code path; [`Kind`] is its dynamic type.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Object {
     #[serde(
@@ -292,11 +333,14 @@ impl Resource for Object {
     fn kind(dt: &Kind) -> Cow<'_, str> {
         dt.as_str().into()
     }
-    fn group(_: &Kind) -> Cow<'_, str> {
-        "".into()
+    fn group(dt: &Kind) -> Cow<'_, str> {
+        dt.group().into()
     }
-    fn version(_: &Kind) -> Cow<'_, str> {
-        "v1".into()
+    fn version(dt: &Kind) -> Cow<'_, str> {
+        dt.version().into()
+    }
+    fn api_version(dt: &Kind) -> Cow<'_, str> {
+        dt.api_version().into()
     }
     fn plural(dt: &Kind) -> Cow<'_, str> {
         dt.plural().into()
@@ -335,6 +379,45 @@ mod tests {
         };
         assert!(p.clone().for_kind(Kind::Secret).binary_data.is_none());
         assert!(p.for_kind(Kind::ConfigMap).type_.is_none());
+    }
+
+    #[test]
+    fn other_kinds_carry_their_fields_but_status_and_server_owned_ones() {
+        let sa = Kind::register("", "v1", "ServiceAccount", "serviceaccounts").unwrap();
+        let widget = Kind::register("example.com", "v1", "Widget", "widgets").unwrap();
+        let raw = json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "builder", "namespace": "ns"},
+            "secrets": [{"name": "builder-token-abc"}],
+            "imagePullSecrets": [{"name": "registry"}],
+            "automountServiceAccountToken": false
+        });
+        let obj: Object = serde_json::from_value(raw).unwrap();
+        let p = obj.payload.for_kind(sa);
+        assert_eq!(
+            p.fields.keys().collect::<Vec<_>>(),
+            ["automountServiceAccountToken", "imagePullSecrets"]
+        );
+        // A custom resource's `data` and `type` are its own, whatever their shape.
+        let raw = json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "ns"},
+            "type": "round", "data": {"size": 3, "tags": ["a"]}, "spec": {"x": 1},
+            "status": {"ready": true}
+        });
+        let obj: Object = serde_json::from_value(raw).unwrap();
+        let p = obj.payload.for_kind(widget);
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!({"type": "round", "data": {"size": 3, "tags": ["a"]}, "spec": {"x": 1}})
+        );
+        // A string map named `data` is taken out and put back as it was.
+        let raw = json!({"data": {"a": "b"}, "immutable": true, "spec": {}});
+        let p: Payload = serde_json::from_value(raw.clone()).unwrap();
+        assert_eq!(serde_json::to_value(p.for_kind(widget)).unwrap(), raw);
+        // Secrets and ConfigMaps carry no other field.
+        let p: Payload = serde_json::from_value(json!({"data": {}, "spec": {}})).unwrap();
+        assert!(p.for_kind(Kind::Secret).fields.is_empty());
     }
 
     #[test]

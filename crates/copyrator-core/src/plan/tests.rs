@@ -38,6 +38,7 @@ fn payload(v: &str) -> Payload {
         data: Some(map(&[("password", v)])),
         binary_data: None,
         immutable: None,
+        fields: Default::default(),
     }
 }
 
@@ -197,7 +198,8 @@ fn copy_rule(name: &str, created: i64, spec: CopyRuleSpec) -> CopyRule {
 
 fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
     CopyRuleSpec {
-        kind,
+        api_version: None,
+        kind: kind.as_str().into(),
         source_namespace: "default".into(),
         source_name: Some(source.into()),
         source_selector: None,
@@ -754,6 +756,7 @@ fn configmap_copies_data_and_binary_data() {
         data: Some(map(&[("a", "1")])),
         binary_data: Some(map(&[("b", "AAE=")])),
         immutable: None,
+        fields: Default::default(),
     };
     f.add_source(src, Some(p.clone()));
     f.rebuild_rules(&[]);

@@ -288,7 +288,7 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
             Focus::Namespace(_) => true,
             Focus::Source(k) => world.copy_rules().iter().any(|cr| {
                 cr.metadata.name.as_deref() == Some(name.as_str())
-                    && cr.spec.kind == k.kind
+                    && crate::rules::copy_rule_kind(&cr.spec).ok() == Some(k.kind)
                     && cr.spec.source_namespace == k.namespace
             }),
         })

@@ -61,7 +61,8 @@ fn copy_rule(name: &str, spec: CopyRuleSpec) -> CopyRule {
 
 fn rule_spec(source: &str) -> CopyRuleSpec {
     CopyRuleSpec {
-        kind: Kind::Secret,
+        api_version: None,
+        kind: "Secret".into(),
         source_namespace: "platform".into(),
         source_name: Some(source.into()),
         source_selector: None,
