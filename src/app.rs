@@ -165,6 +165,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         anyhow::bail!("--api-timeout must be at least 2s");
     }
     let client = counting_client(args.kubeconfig.as_deref(), args.api_timeout, &metrics).await?;
+    // The kinds copied besides Secret and ConfigMap, registered before anything reads the
+    // registry: those not served yet are looked for again (`watch_kinds`).
+    let kind_names =
+        crate::cluster::kinds::parse(&args.policy.copy_kinds).map_err(anyhow::Error::msg)?;
+    let unresolved = register_kinds(&client, kind_names).await?;
     let cert_manager = cert_manager_config(args)?;
     let cert = match &cert_manager {
         Some(_) => ReloadingCert::pending(),
@@ -332,6 +337,14 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         &watch_progress,
         &shutdown_rx,
     ));
+    background.push(tokio::spawn(watch_kinds(
+        Arc::clone(&ctx),
+        unresolved,
+        args.policy.kind_retry_interval,
+        Arc::clone(&dispatcher),
+        Arc::clone(&watch_progress),
+        shutdown_rx.clone(),
+    )));
 
     let (observed_tx, observed_rx) = watch::channel(false);
     if args.leader_election {
@@ -403,6 +416,100 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         background,
         workers,
     })
+}
+
+/// Resolves and registers the kinds `--copy-kinds` names; returns those not served yet. A
+/// kind that can never be copied (cluster-scoped, or without the verbs a copy needs) stops
+/// the start: the operator asked for something copyrator cannot do.
+async fn register_kinds(
+    client: &kube::Client,
+    names: Vec<crate::cluster::kinds::KindName>,
+) -> anyhow::Result<Vec<crate::cluster::kinds::KindName>> {
+    use crate::cluster::kinds::{KindError, resolve};
+    let mut unresolved = Vec::new();
+    for name in names {
+        match resolve(client, &name).await {
+            Ok(kind) => {
+                tracing::info!(kind = %kind.name(), version = kind.version(), "copying kind")
+            }
+            Err(KindError::NotCopyable(why)) => anyhow::bail!("--copy-kinds: {why}"),
+            Err(e) => {
+                tracing::warn!(error = %e, "kind not served yet; looked for again every 30s");
+                unresolved.push(name);
+            }
+        }
+    }
+    Ok(unresolved)
+}
+
+/// Looks for the kinds not served yet, and for whether registered kinds are still served,
+/// `retry`. A kind found starts its watches and a resync (its CopyRules were
+/// invalid until now); one gone makes its CopyRules report it.
+async fn watch_kinds(
+    ctx: Arc<Context>,
+    mut unresolved: Vec<crate::cluster::kinds::KindName>,
+    retry: Duration,
+    dispatcher: Arc<Dispatcher>,
+    progress: Arc<WatchProgress>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use crate::{
+        cluster::kinds::{KindError, resolve, served},
+        freshness::waiters::Feed,
+        model::Kind,
+        queue::{
+            enqueue,
+            job::{Job, JobKey, Trigger},
+        },
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(retry) => {}
+            _ = shutdown.changed() => return,
+        }
+        let client = ctx.cluster.client();
+        let mut changed = false;
+        let mut still = Vec::new();
+        for name in unresolved.drain(..) {
+            match resolve(client, &name).await {
+                Ok(kind) => {
+                    tracing::info!(kind = %kind.name(), "kind now served: copying it");
+                    for feed in [Feed::Sources(kind), Feed::Copies(kind)] {
+                        crate::cluster::watch::spawn_feed(
+                            &ctx.cluster,
+                            &dispatcher,
+                            &ctx.metrics,
+                            &progress,
+                            &shutdown,
+                            feed,
+                        );
+                    }
+                    changed = true;
+                }
+                Err(KindError::NotCopyable(why)) => {
+                    tracing::error!(%why, "--copy-kinds names a kind copyrator cannot copy")
+                }
+                Err(_) => still.push(name),
+            }
+        }
+        unresolved = still;
+        for kind in Kind::all().into_iter().filter(|k| !k.is_consentable()) {
+            if let Ok(now) = served(client, kind).await
+                && now != kind.is_served()
+            {
+                tracing::warn!(kind = %kind.name(), served = now, "kind served or gone");
+                kind.set_served(now);
+                changed = true;
+            }
+        }
+        if changed {
+            enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                Job::new(JobKey::Resync, Trigger::Reconciler),
+            );
+        }
+    }
 }
 
 /// The certificate manager's settings with `--tls-secret`, checked; `None` without.

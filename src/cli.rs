@@ -87,6 +87,27 @@ pub struct PolicyArgs {
         default_value_t = SourceCaps::default().metadata_bytes
     )]
     pub max_source_metadata_bytes: usize,
+
+    /// Kinds copyrator copies (SPEC §3.1), comma-separated, as `Kind` for the core group or
+    /// `Kind.group` (`NetworkPolicy.networking.k8s.io`, `RoleBinding.rbac.authorization.k8s.io`,
+    /// a custom resource's `Widget.example.com`). Secret and ConfigMap are always copied. Each
+    /// must be namespaced and served with get, list, watch, create, update and delete; a kind
+    /// not served yet (a CRD installed later) is looked for again every 30 s. copyrator's
+    /// RBAC must allow those verbs on each (the chart renders it from `copyKinds`). Kinds
+    /// other than Secret and ConfigMap are copied only by CopyRules and the inline rules of
+    /// trusted namespaces (SPEC §9.2).
+    #[arg(
+        long,
+        env = "COPYRATOR_COPY_KINDS",
+        value_delimiter = ',',
+        default_value = "Secret,ConfigMap"
+    )]
+    pub copy_kinds: Vec<String>,
+
+    /// How often kinds of --copy-kinds not served yet (and whether registered kinds still
+    /// are) are looked for again through discovery.
+    #[arg(long, env = "COPYRATOR_KIND_RETRY_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
+    pub kind_retry_interval: std::time::Duration,
 }
 
 impl PolicyArgs {

@@ -14,7 +14,7 @@ use k8s_openapi::{
 };
 use kube::CustomResourceExt;
 
-use crate::{admission::Endpoint, copyrule::CopyRule, marks};
+use crate::{admission::Endpoint, copyrule::CopyRule, marks, model::Kind};
 
 /// Where the API server reaches the webhooks.
 #[derive(Clone, Debug)]
@@ -93,6 +93,26 @@ fn rule(
         operations: Some(operations.iter().map(|s| s.to_string()).collect()),
         scope: None,
     }
+}
+
+/// Rules for the kinds copied: Secrets and ConfigMaps, and the kinds registered from
+/// `--copy-kinds` in this process (one rule per API group; every version, since
+/// `matchPolicy: Equivalent` would send the others converted anyway).
+fn kind_rules(operations: &[&str]) -> Vec<RuleWithOperations> {
+    let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for kind in Kind::all() {
+        by_group
+            .entry(kind.group())
+            .or_default()
+            .push(kind.plural());
+    }
+    by_group
+        .into_iter()
+        .map(|(group, resources)| {
+            let version = if group.is_empty() { "v1" } else { "*" };
+            rule(&[group], version, &resources, operations)
+        })
+        .collect()
 }
 
 fn match_labels(key: &str, value: &str) -> LabelSelector {
@@ -186,12 +206,7 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
             ),
             webhook(
                 Endpoint::Sources,
-                vec![rule(
-                    &[""],
-                    "v1",
-                    &["secrets", "configmaps"],
-                    &["CREATE", "UPDATE", "DELETE"],
-                )],
+                kind_rules(&["CREATE", "UPDATE", "DELETE"]),
                 Some(match_labels(marks::SOURCE_LABEL, "true")),
             ),
             webhook(
@@ -206,12 +221,7 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
             ),
             webhook(
                 Endpoint::ReadOnly,
-                vec![rule(
-                    &[""],
-                    "v1",
-                    &["secrets", "configmaps"],
-                    &["UPDATE", "DELETE"],
-                )],
+                kind_rules(&["UPDATE", "DELETE"]),
                 Some(read_only_copies()),
             ),
         ]),

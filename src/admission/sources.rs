@@ -1,5 +1,7 @@
-//! `/admission/sources`: Secrets and ConfigMaps labelled `copyrator.io/source=true`.
-//! Denies only invalid copyrator annotations, with a message naming the annotation.
+//! `/admission/sources`: objects of the kinds copied labelled `copyrator.io/source=true`.
+//! Denies only invalid copyrator annotations, with a message naming the annotation, and the
+//! opt-in label where it cannot take effect (on a copy; on a kind other than Secret or
+//! ConfigMap in a namespace that is not trusted).
 
 use super::{
     Verdict,
@@ -44,7 +46,7 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                 .map(|bytes| crate::report::held_back(&crate::rules::Capped::MetadataBytes(bytes)));
             let newly_opted_in =
                 rule_config(req.old_object.as_ref())[0].map(String::as_str) != Some("true");
-            let rule = match info.map(|i| Rule::inline(&i)) {
+            let rule = match info.map(|i| Rule::inline_tiered(&i, &policy.trust)) {
                 Some(Err(e)) if e.field == marks::SOURCE_LABEL => {
                     return Verdict::deny(format!("copyrator: label {e}"));
                 }
@@ -67,10 +69,7 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                     req.operation == Operation::Create
                         || rule_config(req.old_object.as_ref()) != rule_config(req.object.as_ref())
                 })
-                .map(|mut r| {
-                    r.tier = policy.trust.inline_tier(&r.source_namespace);
-                    Box::new(r)
-                });
+                .map(Box::new);
             let mut verdict = if req.operation == Operation::Create {
                 Verdict::job(job.awaiting(Awaited::Exists))
             } else if !review::relevant_change(req.old_object.as_ref(), req.object.as_ref()) {

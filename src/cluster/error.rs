@@ -23,9 +23,17 @@ mod reason {
     pub const FIELD_VALUE_INVALID: &str = "FieldValueInvalid";
 }
 
-/// Fields of a Secret or ConfigMap that cannot change in place: the payload once `immutable`
-/// is set, `immutable` itself, and a Secret's `type`.
-const IMMUTABLE_FIELDS: [&str; 5] = ["data", "binaryData", "stringData", "immutable", "type"];
+/// Fields that cannot change in place: of a Secret or ConfigMap the payload once `immutable`
+/// is set, `immutable` itself, and a Secret's `type`; of a RoleBinding its `roleRef`. Any
+/// other field the API server calls immutable in its answer counts too (SPEC §3.1).
+const IMMUTABLE_FIELDS: [&str; 6] = [
+    "data",
+    "binaryData",
+    "stringData",
+    "immutable",
+    "type",
+    "roleRef",
+];
 
 impl ApiError {
     fn status(&self) -> Option<&kube::core::Status> {
@@ -84,7 +92,8 @@ impl ApiError {
                 matches!(
                     c.reason.as_str(),
                     reason::FIELD_VALUE_FORBIDDEN | reason::FIELD_VALUE_INVALID
-                ) && IMMUTABLE_FIELDS.contains(&c.field.as_str())
+                ) && (IMMUTABLE_FIELDS.contains(&c.field.as_str())
+                    || c.message.contains("field is immutable"))
             })
     }
 

@@ -10,6 +10,7 @@ use kube::{Api, Client, Resource, api::ListParams};
 pub mod apply;
 pub mod client;
 mod error;
+pub mod kinds;
 pub mod load;
 pub mod progress;
 pub mod ratelimit;

@@ -82,18 +82,28 @@ pub fn spawn(
     };
     Feed::all()
         .into_iter()
-        .map(|feed| {
-            let watch = FeedWatch {
-                cluster: cluster.clone(),
-                feed,
-                dispatcher: Arc::clone(dispatcher),
-                metrics: Arc::clone(metrics),
-                progress: progress.track(feed.name()),
-            };
-            tokio::spawn(watch.run(shutdown.clone()))
-        })
+        .map(|feed| spawn_feed(cluster, dispatcher, metrics, progress, shutdown, feed))
         .chain([edited])
         .collect()
+}
+
+/// Starts the watch of one feed (at startup, or for a kind registered later).
+pub fn spawn_feed(
+    cluster: &Cluster,
+    dispatcher: &Arc<Dispatcher>,
+    metrics: &Arc<Metrics>,
+    progress: &WatchProgress,
+    shutdown: &watch::Receiver<bool>,
+    feed: Feed,
+) -> tokio::task::JoinHandle<()> {
+    let watch = FeedWatch {
+        cluster: cluster.clone(),
+        feed,
+        dispatcher: Arc::clone(dispatcher),
+        metrics: Arc::clone(metrics),
+        progress: progress.track(feed.name()),
+    };
+    tokio::spawn(watch.run(shutdown.clone()))
 }
 
 /// One feed's watch.

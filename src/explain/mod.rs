@@ -53,6 +53,7 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         lease,
     } = options;
     let client = crate::app::kube_client(kubeconfig.as_deref()).await?;
+    crate::cluster::kinds::register_for_cli(&client, &policy.copy_kinds).await;
     let cluster = cli_cluster(client.clone());
     let lookup = policy::find_lease(&client, &lease).await?;
     let resolved = policy::resolve(&policy.policy(), explicit, lookup);

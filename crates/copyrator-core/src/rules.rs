@@ -443,6 +443,17 @@ pub fn copy_rule_kind(spec: &crate::copyrule::CopyRuleSpec) -> Result<Kind, Rule
     if let Some(why) = crate::model::not_copyable(group, &spec.kind) {
         return Err(RuleError::new("spec.kind", why));
     }
+    if let Some(kind) = Kind::lookup(group, &spec.kind)
+        && !kind.is_served()
+    {
+        return Err(RuleError::new(
+            "spec.kind",
+            format!(
+                "{} is no longer served by the API server (was its CustomResourceDefinition deleted?)",
+                kind.name()
+            ),
+        ));
+    }
     Kind::lookup(group, &spec.kind).ok_or_else(|| {
         let name = if group.is_empty() {
             spec.kind.clone()

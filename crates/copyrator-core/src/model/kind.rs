@@ -11,7 +11,10 @@ use std::{
     cmp::Ordering,
     fmt,
     hash::{Hash, Hasher},
-    sync::Mutex,
+    sync::{
+        Mutex,
+        atomic::{self, AtomicBool},
+    },
 };
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -44,6 +47,9 @@ static CONFIG_MAP: KindDef = KindDef {
     kind: "ConfigMap",
     plural: "configmaps",
 };
+
+/// Kinds the API server stopped serving (their CRD was deleted), by index.
+static UNSERVED: [AtomicBool; MAX_KINDS] = [const { AtomicBool::new(false) }; MAX_KINDS];
 
 /// The kinds registered so far beyond the two built in, in index order.
 static REGISTERED: Mutex<Vec<&'static KindDef>> = Mutex::new(Vec::new());
@@ -126,6 +132,17 @@ impl Kind {
         }));
         all.push(def);
         Ok(Kind(def))
+    }
+
+    /// Whether the API server serves the kind (as far as copyrator last looked): a kind
+    /// whose CRD was deleted is not, and CopyRules naming it say so.
+    pub fn is_served(self) -> bool {
+        !UNSERVED[self.0.index].load(atomic::Ordering::Relaxed)
+    }
+
+    /// Records whether the API server serves the kind.
+    pub fn set_served(self, served: bool) {
+        UNSERVED[self.0.index].store(!served, atomic::Ordering::Relaxed);
     }
 
     /// Its number, `0..MAX_KINDS`: where per-kind arrays keep it.
