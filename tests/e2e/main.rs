@@ -5,6 +5,7 @@
 
 mod common;
 
+mod bootstrap;
 mod cert_rotation;
 mod copy_edits;
 mod copy_rules;
