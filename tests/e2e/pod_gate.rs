@@ -470,3 +470,92 @@ async fn a_tenant_editing_its_source_cannot_blind_the_pod_gate() {
     );
     t.finish().await;
 }
+
+/// Namespace bootstrap (SPEC §10.1 with §3.1): 50 new namespaces, each followed at once by a
+/// Pod, every Pod admitted with the namespace's default-deny NetworkPolicy, LimitRange and
+/// pull secret already there.
+#[tokio::test]
+async fn every_pod_finds_its_bootstrap_objects_in_a_storm_of_new_namespaces() {
+    use k8s_openapi::api::{core::v1::LimitRange, networking::v1::NetworkPolicy};
+    use serde_json::json;
+    let t = Harness::start(Options {
+        extra: vec!["--copy-kinds=NetworkPolicy.networking.k8s.io,LimitRange".into()],
+        ..Default::default()
+    })
+    .await;
+    let key = t.name("boot");
+    let src = t.namespace("boot-src", &[]).await;
+    let selector = format!("{key}=on");
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &selector, true),
+        )
+        .await
+        .unwrap();
+    let create = PostParams::default();
+    let np: NetworkPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "default-deny"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}
+    }))
+    .unwrap();
+    Api::<NetworkPolicy>::namespaced(t.client.clone(), &src)
+        .create(&create, &np)
+        .await
+        .unwrap();
+    let lr: LimitRange = serde_json::from_value(json!({
+        "metadata": {"name": "defaults"},
+        "spec": {"limits": [{"type": "Container", "default": {"memory": "256Mi"}}]}
+    }))
+    .unwrap();
+    Api::<LimitRange>::namespaced(t.client.clone(), &src)
+        .create(&create, &lr)
+        .await
+        .unwrap();
+    for (api_version, kind, name) in [
+        ("networking.k8s.io/v1", "NetworkPolicy", "default-deny"),
+        ("v1", "LimitRange", "defaults"),
+    ] {
+        let spec: CopyRuleSpec = serde_json::from_value(json!({
+            "apiVersion": api_version, "kind": kind, "sourceNamespace": src, "sourceName": name,
+            "namespaceSelector": {"matchLabels": {&key: "on"}},
+        }))
+        .unwrap();
+        t.copy_rule(&format!("boot-{}", kind.to_lowercase()), spec)
+            .await;
+    }
+    let probe = t.namespace("probe", &[]).await;
+    service_account(&t.client, &probe).await;
+    wait_for_pod_gate(&t.client, &probe, || t.metric(DRY_RUN_PODS)).await;
+
+    let missing: Vec<String> = futures::stream::iter(0..50)
+        .map(|i| {
+            let (t, key) = (&t, &key);
+            async move {
+                let ns = t.namespace(&format!("boot-{i}"), &[(key, "on")]).await;
+                service_account(&t.client, &ns).await;
+                let admitted = create_pod(&t.client, &ns, &pod("app", &[], None)).await;
+                let np = Api::<NetworkPolicy>::namespaced(t.client.clone(), &ns)
+                    .get_opt("default-deny")
+                    .await
+                    .unwrap();
+                let lr = Api::<LimitRange>::namespaced(t.client.clone(), &ns)
+                    .get_opt("defaults")
+                    .await
+                    .unwrap();
+                let secret = t.secrets(&ns).get_opt("registry").await.unwrap();
+                let injected = pull_secret_names(&admitted) == ["registry"];
+                (np.is_none() || lr.is_none() || secret.is_none() || !injected).then_some(ns)
+            }
+        })
+        .buffer_unordered(10)
+        .filter_map(|m| async move { m })
+        .collect()
+        .await;
+    assert!(
+        missing.is_empty(),
+        "{} of 50 Pods were admitted before their bootstrap objects existed: {missing:?}",
+        missing.len()
+    );
+    t.finish().await;
+}
