@@ -281,6 +281,18 @@ async fn every_bootstrap_kind_is_copied_followed_restored_and_removed() {
         wait_in_sync(&t.client, &case, &src, &dest, NAME, "copied").await;
     }
 
+    // `explain namespace` lists them with their state, kinds found from the CopyRules.
+    let out = run_copyrator(&["explain", "namespace", &dest, "-o", "json"]).await;
+    assert!(out.success, "{}", out.stderr);
+    for case in cases() {
+        assert!(
+            out.stdout.contains(&format!("\"{}\"", case.ar.kind)),
+            "explain lists the {}: {}",
+            case.ar.kind,
+            out.stdout
+        );
+    }
+
     // They follow their sources.
     let merge = PatchParams::default();
     for case in cases() {
