@@ -238,6 +238,7 @@ async fn every_bootstrap_kind_is_copied_followed_restored_and_removed() {
     crd(&client, WIDGET_GROUP, "Widget", "widgets").await;
     let t = Harness::start(Options {
         extra: vec![copy_kinds()],
+        resync_interval: "2s",
         ..Default::default()
     })
     .await;
@@ -376,6 +377,35 @@ async fn every_bootstrap_kind_is_copied_followed_restored_and_removed() {
     let after = api(&t.client, &np.ar, &held).get(NAME).await.unwrap();
     assert_eq!(after.resource_version(), own.resource_version());
     assert!(!is_managed(&after));
+
+    // A resync of copies in sync writes nothing: the hash covers exactly what is copied,
+    // defaults included.
+    let versions = |ns: String| {
+        let client = t.client.clone();
+        async move {
+            let mut out = Vec::new();
+            for case in cases() {
+                out.push(
+                    api(&client, &case.ar, &ns)
+                        .get(NAME)
+                        .await
+                        .unwrap()
+                        .resource_version(),
+                );
+            }
+            out
+        }
+    };
+    let before = versions(dest.clone()).await;
+    const RESYNCS: &str = "copyrator_resync_duration_seconds_count";
+    let done = t.metric(RESYNCS).await;
+    t.wait_metric(RESYNCS, "two more resyncs", |n| n >= done + 2.0)
+        .await;
+    assert_eq!(
+        versions(dest.clone()).await,
+        before,
+        "a resync rewrote a copy"
+    );
 
     // Opt-out removes every copy.
     t.label_namespace(&dest, json!({&key: null})).await;
