@@ -434,7 +434,7 @@ async fn register_kinds(
             }
             Err(KindError::NotCopyable(why)) => anyhow::bail!("--copy-kinds: {why}"),
             Err(e) => {
-                tracing::warn!(error = %e, "kind not served yet; looked for again every 30s");
+                tracing::warn!(error = %e, "kind not served yet; looked for again (--kind-retry-interval)");
                 unresolved.push(name);
             }
         }
@@ -493,7 +493,10 @@ async fn watch_kinds(
             }
         }
         unresolved = still;
-        for kind in Kind::all().into_iter().filter(|k| !k.is_consentable()) {
+        for kind in Kind::registered()
+            .into_iter()
+            .filter(|k| !k.is_consentable())
+        {
             if let Ok(now) = served(client, kind).await
                 && now != kind.is_served()
             {

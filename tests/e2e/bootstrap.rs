@@ -470,6 +470,26 @@ async fn a_kind_served_after_start_is_copied_once_it_is() {
     .await;
     t.track_copy_rule(&name);
     wait_in_sync(&t.client, &case, &src, &dest, "g", "copied").await;
+
+    // The CRD deleted (its objects with it): the CopyRule says its kind is gone.
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .delete(&format!("gadgets.{group}"), &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(CONVERGE, "the CopyRule reporting its kind gone", || {
+        let rules = rules.clone();
+        let name = name.clone();
+        async move {
+            let rule = rules.get(&name).await.ok()?;
+            let ready = rule
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            (ready.status == "False" && ready.message.contains("no longer served")).then_some(())
+        }
+    })
+    .await;
     t.finish().await;
 }
 

@@ -81,16 +81,27 @@ pub enum RegisterError {
 }
 
 impl Kind {
-    /// Every kind registered so far, Secret and ConfigMap first.
+    /// Every kind copied now: registered and served, Secret and ConfigMap first. What jobs
+    /// read and watches follow; a kind whose CRD was deleted is left out until it is served
+    /// again.
     pub fn all() -> Vec<Kind> {
+        Kind::registered()
+            .into_iter()
+            .filter(|k| k.is_served())
+            .collect()
+    }
+
+    /// Every kind registered so far, served or not.
+    pub fn registered() -> Vec<Kind> {
         let mut all = vec![Kind::Secret, Kind::ConfigMap];
         all.extend(registered().iter().map(|def| Kind(def)));
         all
     }
 
-    /// The registered kind `kind` of API group `group` (`""` for the core group).
+    /// The registered kind `kind` of API group `group` (`""` for the core group), served or
+    /// not.
     pub fn lookup(group: &str, kind: &str) -> Option<Kind> {
-        Kind::all()
+        Kind::registered()
             .into_iter()
             .find(|k| k.group() == group && k.as_str() == kind)
     }
