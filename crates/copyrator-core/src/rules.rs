@@ -790,7 +790,6 @@ mod tests {
         s.key.kind = np;
         let trust = TrustPolicy {
             trusted_namespaces: tenancy::NamespacePatterns::parse("platform").unwrap(),
-            ..TrustPolicy::trust_all()
         };
         let e = Rule::inline_tiered(&s, &trust).unwrap_err();
         assert_eq!(e.field, marks::SOURCE_LABEL);
