@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::helm_chart::support::{
-    b64, chart_dir, find, find_all, helm, helm_ok, render, render_for,
+    b64, chart_dir, find, find_all, helm, helm_ok, render, render_fails, render_for,
 };
 
 fn deployment_pod(docs: &[Value]) -> Value {
@@ -24,27 +24,6 @@ fn container_port(pod: &Value, name: &str) -> Value {
 
 fn args_of(pod: &Value) -> Vec<String> {
     serde_json::from_value(pod["containers"][0]["args"].clone()).unwrap()
-}
-
-/// `helm template` fails, saying `complaint`.
-fn render_fails(values: &[&str], complaint: &str) {
-    let chart = chart_dir().display().to_string();
-    let mut args = vec![
-        "template",
-        &chart,
-        "--release",
-        "demo",
-        "--namespace",
-        "platform-system",
-    ];
-    args.extend_from_slice(values);
-    let out = helm(&args);
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{values:?} rendered");
-    assert!(
-        said.contains(complaint),
-        "{values:?} failed without saying {complaint:?}:\n{said}"
-    );
 }
 
 /// A ready-made CA certificate in PEM.

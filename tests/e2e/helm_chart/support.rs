@@ -120,6 +120,27 @@ pub fn render_all(release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> 
     parse_yaml_stream(&helm_ok(&args))
 }
 
+/// `helm template` fails, saying `complaint`.
+pub fn render_fails(values: &[&str], complaint: &str) {
+    let chart = chart_dir().display().to_string();
+    let mut args = vec![
+        "template",
+        &chart,
+        "--release",
+        "demo",
+        "--namespace",
+        "platform-system",
+    ];
+    args.extend_from_slice(values);
+    let out = helm(&args);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{values:?} rendered");
+    assert!(
+        said.contains(complaint),
+        "{values:?} failed without saying {complaint:?}:\n{said}"
+    );
+}
+
 pub fn parse_yaml_stream(text: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(text)
         .expect("rendered YAML parses")
