@@ -4,6 +4,7 @@
 //! real install, upgrade and uninstall — and copyrator running under the chart's RBAC.
 
 mod admission_policy;
+mod copy_kinds;
 mod monitoring;
 mod options;
 pub(crate) mod support;

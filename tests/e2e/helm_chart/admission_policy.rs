@@ -454,3 +454,87 @@ fn admission_policy_renders_from_kubernetes_1_30_or_when_forced() {
         }])
     );
 }
+
+/// copyrator's write of a Secret (a captured review), as the same write of a NetworkPolicy.
+fn as_network_policy(review: &Value) -> Value {
+    edited(review, |r| {
+        r["resource"] =
+            json!({"group": "networking.k8s.io", "version": "v1", "resource": "networkpolicies"});
+        r["kind"] = json!({"group": "networking.k8s.io", "version": "v1", "kind": "NetworkPolicy"});
+        for side in ["object", "oldObject"] {
+            if let Some(object) = r[side].as_object_mut() {
+                for field in ["data", "binaryData", "type", "immutable"] {
+                    object.remove(field);
+                }
+                object.insert("apiVersion".into(), json!("networking.k8s.io/v1"));
+                object.insert("kind".into(), json!("NetworkPolicy"));
+                object.insert(
+                    "spec".into(),
+                    json!({"podSelector": {}, "policyTypes": ["Ingress"]}),
+                );
+            }
+        }
+    })
+}
+
+/// The kinds of `copyKinds` are held to what copyrator does with Secrets and ConfigMaps: it
+/// writes copies that carry its marks, adds the opt-in label to a CopyRule's source and nothing
+/// else, and writes nothing in excluded namespaces. Without copyKinds the policy leaves them to
+/// RBAC, which grants copyrator nothing on them.
+#[test]
+fn admission_policy_holds_copy_kinds_to_the_same_rules() {
+    let policy = Policy::rendered(&[
+        "--set-json",
+        r#"copyKinds=[{"kind": "NetworkPolicy", "group": "networking.k8s.io", "resource": "networkpolicies"}]"#,
+    ]);
+    for name in [
+        "own-copy-create",
+        "own-copy-update",
+        "own-copy-delete",
+        "own-label-source-secret",
+    ] {
+        assert_allowed(&policy, name, &as_network_policy(&review(name)));
+    }
+    for (what, write) in [
+        (
+            "conflictPolicy: Overwrite takeover",
+            review("own-overwrite-unmanaged"),
+        ),
+        (
+            "delete an unmanaged object",
+            by_copyrator(&review("secret-delete-copy")),
+        ),
+    ] {
+        assert_denied(&policy, what, &as_network_policy(&write), MARKS);
+    }
+    let changed = edited(
+        &as_network_policy(&by_copyrator(&review("secret-update-source"))),
+        |r| r["object"]["spec"]["policyTypes"] = json!(["Egress"]),
+    );
+    assert_denied(&policy, "change an unmanaged source", &changed, MARKS);
+    let widened = edited(
+        &as_network_policy(&review("own-label-source-secret")),
+        |r| {
+            r["object"]["spec"]["podSelector"] = json!({"matchLabels": {"app": "x"}});
+        },
+    );
+    assert_denied(&policy, "the source's spec changed", &widened, MARKS);
+    let excluded = edited(&as_network_policy(&review("own-copy-create")), |r| {
+        r["namespace"] = json!("kube-system")
+    });
+    assert_denied(&policy, "a copy in kube-system", &excluded, EXCLUDED);
+    // Secrets and ConfigMaps as before.
+    assert_allowed(&policy, "a Secret copy", &review("own-copy-create"));
+    assert_denied(
+        &policy,
+        "an unmanaged Secret",
+        &by_copyrator(&review("secret-delete-copy")),
+        MARKS,
+    );
+
+    let without = Policy::rendered(&[]);
+    assert_eq!(
+        without.admit(&as_network_policy(&review("own-copy-create"))),
+        Verdict::NotMatched
+    );
+}

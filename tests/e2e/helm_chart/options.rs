@@ -466,6 +466,19 @@ fn option_sets() -> Vec<(&'static str, Vec<String>)> {
                 "podGate.enabled=false",
             ]),
         ),
+        (
+            "more kinds copied, RoleBindings and Roles among them",
+            s(&[
+                "--set-json",
+                r#"copyKinds=[{"kind": "NetworkPolicy", "group": "networking.k8s.io", "resource": "networkpolicies"}, {"kind": "LimitRange", "group": "", "resource": "limitranges"}, {"kind": "RoleBinding", "group": "rbac.authorization.k8s.io", "resource": "rolebindings"}, {"kind": "Role", "group": "rbac.authorization.k8s.io", "resource": "roles"}]"#,
+                "--set-json",
+                r#"rbac.bindClusterRoles=["view"]"#,
+                "--set-json",
+                r#"rbac.bindRoles=["team-reader"]"#,
+                "--set-json",
+                r#"rbac.escalateRoles=["team-reader"]"#,
+            ]),
+        ),
     ]
 }
 

@@ -149,6 +149,18 @@ pub fn parse_yaml_stream(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The one argument `FLAG=VALUE` of the rendered Deployment's container, as `FLAG=VALUE`.
+pub fn container_arg(docs: &[Value], flag: &str) -> String {
+    let args: Vec<String> = serde_json::from_value(
+        find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )
+    .expect("the container's args");
+    let prefix = format!("{flag}=");
+    let found: Vec<&String> = args.iter().filter(|a| a.starts_with(&prefix)).collect();
+    assert_eq!(found.len(), 1, "one {flag} in {args:?}");
+    found[0].clone()
+}
+
 pub fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     let all = find_all(docs, kind);
     assert_eq!(all.len(), 1, "exactly one {kind} in the rendered chart");

@@ -117,6 +117,49 @@ clientConfig:
     port: 443
 {{- end }}
 
+{{/* A list of strings as a YAML flow sequence, `["a", "b"]`, as the templates write them. */}}
+{{- define "copyrator.flowList" -}}
+{{- $quoted := list -}}
+{{- range . -}}
+{{- $quoted = append $quoted (quote .) -}}
+{{- end -}}
+[{{ join ", " $quoted }}]
+{{- end }}
+
+{{/* The resources copyrator copies, by API group, as JSON: {"": ["secrets", "configmaps", ...],
+"networking.k8s.io": ["networkpolicies"], ...}. Secret and ConfigMap are always copied; copyKinds
+adds the others in their order. (Go templates range over a map in key order: the core group
+first, then the others sorted, as `copyrator manifests webhooks` orders its rules.) */}}
+{{- define "copyrator.copiedResources" -}}
+{{- $groups := dict "" (list "secrets" "configmaps") -}}
+{{- range .Values.copyKinds -}}
+{{- $resources := default (list) (get $groups .group) -}}
+{{- $_ := set $groups .group (append $resources .resource | uniq) -}}
+{{- end -}}
+{{- toJson $groups -}}
+{{- end }}
+
+{{/* The value of --copy-kinds: Secret, ConfigMap and copyKinds as `Kind` or `Kind.group`. */}}
+{{- define "copyrator.copyKindsFlag" -}}
+{{- $names := list "Secret" "ConfigMap" -}}
+{{- range .Values.copyKinds -}}
+{{- $names = append $names (ternary .kind (printf "%s.%s" .kind .group) (eq .group "")) -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end }}
+
+{{/* Webhook rules for the resources copyrator copies, one per API group (core: version v1;
+others: every version, since `matchPolicy: Equivalent` would send them converted anyway), as
+src/manifests.rs kind_rules renders them. Takes a dict: root, operations. */}}
+{{- define "copyrator.copiedKindRules" -}}
+{{- range $group, $resources := include "copyrator.copiedResources" .root | fromJson }}
+- apiGroups: [{{ $group | quote }}]
+  apiVersions: [{{ ternary "v1" "*" (eq $group "") | quote }}]
+  operations: {{ include "copyrator.flowList" $.operations }}
+  resources: {{ include "copyrator.flowList" $resources }}
+{{- end }}
+{{- end }}
+
 {{/* Settings every webhook shares. Called with (dict "root" $ "ownNamespace" BOOL):
 ownNamespace true keeps the release namespace in (the sources webhook: the chart trusts the
 inline rules of its own namespace, so their changes must arrive at once). */}}
@@ -184,6 +227,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- if and .Values.certManager.issuerRef (not .Values.certManager.enabled) }}
 {{- fail "certManager.issuerRef is only used with certManager.enabled=true" }}
+{{- end }}
+{{- range .Values.copyKinds }}
+{{- if and (eq .group "") (has .kind (list "Secret" "ConfigMap")) }}
+{{- fail (printf "copyKinds: %s is always copied; list only the other kinds" .kind) }}
+{{- end }}
+{{- end }}
+{{- $kinds := include "copyrator.copyKindsFlag" . | splitList "," }}
+{{- if and (or .Values.rbac.bindClusterRoles .Values.rbac.bindRoles) (not (has "RoleBinding.rbac.authorization.k8s.io" $kinds)) }}
+{{- fail "rbac.bindClusterRoles and rbac.bindRoles are only used when copyKinds has RoleBinding (group rbac.authorization.k8s.io)" }}
+{{- end }}
+{{- if and .Values.rbac.escalateRoles (not (has "Role.rbac.authorization.k8s.io" $kinds)) }}
+{{- fail "rbac.escalateRoles is only used when copyKinds has Role (group rbac.authorization.k8s.io)" }}
 {{- end }}
 {{- end }}
 
