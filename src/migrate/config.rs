@@ -309,24 +309,38 @@ fn copy_rule(
             }
         }
     };
-    let mut base = format!(
-        "{}-{}-{}",
-        peer_name(peer),
-        intent.source.namespace,
-        intent.source.name
-    );
-    if let Some(target) = &intent.target_name {
-        base.push_str(&format!("-to-{target}"));
-    }
+    let base = match &intent.rule_name {
+        Some(name) => name.clone(),
+        None => {
+            let mut base = format!(
+                "{}-{}-{}",
+                peer_name(peer),
+                intent.source.namespace,
+                intent.source.name
+            );
+            if let Some(target) = &intent.target_name {
+                base.push_str(&format!("-to-{target}"));
+            }
+            base
+        }
+    };
     let name = unique_name(&base, taken);
     notes.push(
         "CopyRules are trusted: creating one needs the copyrator-admin ClusterRole".to_string(),
     );
+    let kind = intent.source.kind;
+    if !kind.is_consentable() {
+        notes.push(format!(
+            "copyrator copies {} only when run with --copy-kinds naming it (chart value \
+             copyKinds); until then it refuses this CopyRule",
+            kind.name()
+        ));
+    }
     Some(CopyRule::new(
         &name,
         CopyRuleSpec {
-            api_version: None,
-            kind: intent.source.kind.as_str().into(),
+            api_version: (!kind.group().is_empty()).then(|| kind.api_version()),
+            kind: kind.as_str().into(),
             source_namespace: intent.source.namespace.clone(),
             source_name: Some(intent.source.name.clone()),
             source_selector: None,
@@ -336,7 +350,7 @@ fn copy_rule(
             } else {
                 intent.targets.names.iter().cloned().collect()
             },
-            exclude_namespaces: Vec::new(),
+            exclude_namespaces: intent.targets.exclude.iter().cloned().collect(),
             target_name: intent.target_name.clone(),
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
@@ -398,6 +412,7 @@ mod tests {
 
     fn intent(name: &str, targets: Targets, target_name: Option<&str>) -> Intent {
         Intent {
+            rule_name: None,
             source: key(name),
             target_name: target_name.map(String::from),
             targets,

@@ -206,6 +206,7 @@ mod tests {
             tenancy::{NamespacePatterns, TrustPolicy},
         };
         let intent = Intent {
+            rule_name: None,
             source: ObjectKey::new(Kind::Secret, "platform", "a"),
             target_name: None,
             targets: Targets {

@@ -64,6 +64,7 @@ pub(super) fn translate(objects: &[SourceInfo]) -> Translation {
             }
         };
         intents.push(Intent {
+            rule_name: None,
             source: object.key.clone(),
             target_name: None,
             targets,

@@ -23,16 +23,22 @@ pub struct Intent {
     pub targets: Targets,
     /// What the reader of the output must know: lists expanded, limits, differences.
     pub notes: Vec<String>,
+    /// The CopyRule's name when the peer's configuration names the intent (a Kyverno
+    /// policy's rule); otherwise it is named after the peer and the source.
+    pub rule_name: Option<String>,
 }
 
 /// Where an intent's copies go: every namespace, or those the selector matches plus the
-/// names.
+/// names; never the excluded ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Targets {
     pub every: bool,
     /// A label selector in the string syntax, validated by copyrator's parser.
     pub selector: Option<String>,
     pub names: BTreeSet<String>,
+    /// Namespaces that never get a copy, whatever else selects them (a CopyRule's
+    /// `excludeNamespaces`).
+    pub exclude: BTreeSet<String>,
 }
 
 impl Targets {
@@ -42,13 +48,14 @@ impl Targets {
 
     /// Whether `ns` is a target today (before copyrator's own exclusions).
     pub fn matches(&self, ns: &NamespaceInfo) -> bool {
-        self.every
+        let selected = self.every
             || self.names.contains(&ns.name)
             || self
                 .selector
                 .as_deref()
                 .and_then(|s| Selector::parse(s).ok())
-                .is_some_and(|s| s.matches(&ns.labels))
+                .is_some_and(|s| s.matches(&ns.labels));
+        selected && !self.exclude.contains(&ns.name)
     }
 }
 
@@ -214,6 +221,8 @@ fn merge(intents: Vec<Intent>) -> Vec<Intent> {
         let same = out.iter_mut().find(|i| {
             i.source == intent.source
                 && i.target_name == intent.target_name
+                && i.rule_name == intent.rule_name
+                && i.targets.exclude == intent.targets.exclude
                 && (i.targets.selector.is_none()
                     || intent.targets.selector.is_none()
                     || i.targets.selector == intent.targets.selector)

@@ -71,6 +71,7 @@ impl Side {
             every: false,
             selector: self.selector.clone(),
             names: self.list.expand(self.what, namespaces, notes),
+            exclude: Default::default(),
         }
     }
 }
@@ -140,6 +141,7 @@ pub(super) fn translate(objects: &[SourceInfo], namespaces: &[NamespaceInfo]) ->
         // A source is never copied into its own namespace.
         targets.names.remove(&object.key.namespace);
         intents.push(Intent {
+            rule_name: None,
             source: object.key.clone(),
             target_name: None,
             targets,
@@ -196,6 +198,7 @@ fn mirror(
         return None;
     }
     Some(Intent {
+        rule_name: None,
         target_name: (object.key.name != source.name).then(|| object.key.name.clone()),
         targets: Targets {
             names: [object.key.namespace.clone()].into(),

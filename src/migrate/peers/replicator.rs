@@ -51,12 +51,14 @@ pub(super) fn translate(objects: &[SourceInfo], namespaces: &[NamespaceInfo]) ->
             .filter(|m| !m.is_empty())
             .and_then(|m| checked_selector("replicate-to-matching", m, &mut notes));
         intents.push(Intent {
+            rule_name: None,
             source: object.key.clone(),
             target_name: None,
             targets: Targets {
                 every: false,
                 selector,
                 names,
+                exclude: Default::default(),
             },
             notes,
         });
@@ -103,6 +105,7 @@ fn pull(
         return None;
     }
     Some(Intent {
+        rule_name: None,
         target_name: (object.key.name != source.name).then(|| object.key.name.clone()),
         targets: Targets {
             names: [object.key.namespace.clone()].into(),
