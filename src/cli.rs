@@ -38,7 +38,8 @@ pub enum Command {
     #[command(subcommand)]
     Explain(ExplainCommand),
     /// Print the copyrator configuration that expresses a peer's annotations (reflector,
-    /// replicator, kubed); with --adopt, take over the peer's copies of the same sources.
+    /// replicator, kubed) or Kyverno clone policies; with --adopt, take over the peer's
+    /// copies of the same sources.
     Migrate(Box<MigrateArgs>),
 }
 
@@ -254,6 +255,9 @@ pub enum Peer {
     Replicator,
     /// appscode kubed / config-syncer (`kubed.appscode.com/*`).
     Kubed,
+    /// Kyverno ClusterPolicies whose generate rules clone an object into Namespaces
+    /// (`clusterpolicies.kyverno.io`).
+    Kyverno,
 }
 
 /// Output of `migrate`.
@@ -267,7 +271,7 @@ pub enum MigrateOutput {
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// The peer whose annotations are translated.
+    /// The peer whose annotations (or, for kyverno, ClusterPolicies) are translated.
     #[arg(long)]
     pub from: Peer,
 
@@ -297,7 +301,7 @@ pub struct MigrateArgs {
     pub output: MigrateOutput,
 
     /// Take over the peer's existing copies (adds copyrator's ownership marks) when their
-    /// peer annotations name the same source. Writes to the cluster.
+    /// peer annotations name the same source. Writes to the cluster. Not for kyverno.
     #[arg(long)]
     pub adopt: bool,
 

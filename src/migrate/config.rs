@@ -3,7 +3,9 @@
 //! cannot (every namespace, a copy named otherwise, a second selector, a source that already
 //! has copyrator annotations, or when asked), with what the reader must know as notes. A
 //! CopyRule for a source of an untrusted namespace is commented out unless asked otherwise:
-//! it would turn a tenant's wish into a cluster administrator's decision (SPEC §12.1).
+//! it would turn a tenant's wish into a cluster administrator's decision (SPEC §12.1). A
+//! Kyverno ClusterPolicy is already the administrators' decision: it becomes CopyRules only,
+//! in force.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -141,6 +143,7 @@ pub fn build(
         let mut inline: Option<Item> = None;
         for intent in intents {
             let fits_inline = !options.copy_rules
+                && !administrators(options.peer)
                 && !configured
                 && !intent.targets.every
                 && intent.target_name.is_none();
@@ -178,14 +181,17 @@ pub fn build(
             match copy_rule(options.peer, &intent, &mut rule_names, &mut notes) {
                 Some(rule) => {
                     let untrusted = !options.policy.trust.is_trusted(&source.namespace);
-                    if untrusted {
+                    let held = untrusted && !options.trust_sources;
+                    if untrusted && administrators(options.peer) {
+                        notes.push(administrators_untrusted_note(&source.namespace));
+                    } else if untrusted {
                         notes.push(untrusted_rule_note(&intent, options.trust_sources));
                     }
                     config.items.push(Item {
                         change: Change::CopyRule(Box::new(rule)),
                         intents: vec![intent],
                         notes,
-                        commented_out: untrusted && !options.trust_sources,
+                        commented_out: held && !administrators(options.peer),
                     });
                 }
                 None => config
@@ -246,6 +252,23 @@ fn consent_note(source: &ObjectKey, item: &Item) -> String {
         ));
     }
     note
+}
+
+/// Whether the peer's configuration is the cluster administrators' own (a Kyverno
+/// ClusterPolicy is cluster-scoped and already copies its source without consent): it says
+/// what a CopyRule says, so it becomes CopyRules, printed in force.
+fn administrators(peer: Peer) -> bool {
+    peer == Peer::Kyverno
+}
+
+/// A CopyRule the administrators already asked for, of a source anyone who may edit its
+/// namespace decides: said, as the policy did it.
+fn administrators_untrusted_note(ns: &str) -> String {
+    format!(
+        "{ns} is not a trusted namespace: as the policy did, this CopyRule copies what whoever \
+         may edit {ns} writes, without the targets' consent, at CopyRule precedence; printed \
+         in force because the ClusterPolicy already asked for it"
+    )
 }
 
 /// A CopyRule is trusted (SPEC §9.1): for a source of an untrusted namespace, it makes whoever
@@ -394,6 +417,7 @@ pub fn peer_name(peer: Peer) -> &'static str {
         Peer::Reflector => "reflector",
         Peer::Replicator => "replicator",
         Peer::Kubed => "kubed",
+        Peer::Kyverno => "kyverno",
     }
 }
 

@@ -1,9 +1,14 @@
-//! What `migrate` reads: the Secrets and ConfigMaps that carry a peer's keys, and the
-//! namespaces, from the cluster (metadata only) or from manifest files.
+//! What `migrate` reads: the Secrets and ConfigMaps that carry a peer's keys (for Kyverno,
+//! its ClusterPolicies), and the namespaces, from the cluster (metadata only, policies whole)
+//! or from manifest files.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use kube::{
+    api::{Api, DynamicObject, ListParams},
+    discovery,
+};
 use serde_json::Value;
 
 use super::peers;
@@ -13,17 +18,36 @@ use crate::{
     model::{Kind, Meta, NamespaceInfo, SourceInfo},
 };
 
-/// Objects with the peer's keys, and today's namespaces.
+/// Objects with the peer's keys, Kyverno policies, and today's namespaces.
 pub struct Read {
     pub objects: Vec<SourceInfo>,
+    /// Kyverno ClusterPolicy (and, from files, Policy) documents, as read.
+    pub policies: Vec<Value>,
     pub namespaces: Vec<NamespaceInfo>,
 }
 
+impl Read {
+    pub fn configured(&self) -> peers::Configured<'_> {
+        peers::Configured {
+            objects: &self.objects,
+            policies: &self.policies,
+            namespaces: &self.namespaces,
+        }
+    }
+}
+
 /// From the cluster: every Secret and ConfigMap, page by page, keeping those with the peer's
-/// keys.
+/// keys; for Kyverno, its ClusterPolicies instead.
 pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read> {
     let mut objects = Vec::new();
-    for kind in [Kind::Secret, Kind::ConfigMap] {
+    let mut policies = Vec::new();
+    let kinds = if peer == Peer::Kyverno {
+        policies = cluster_policies(cluster.client()).await?;
+        Vec::new()
+    } else {
+        vec![Kind::Secret, Kind::ConfigMap]
+    };
+    for kind in kinds {
         objects.extend(
             cluster
                 .list_meta(kind, None, "", Freshness::Consistent, |m| {
@@ -39,14 +63,60 @@ pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read>
         .context("listing namespaces")?;
     Ok(Read {
         objects,
+        policies,
         namespaces,
     })
 }
+
+/// Every Kyverno ClusterPolicy, in the version the API server prefers (`kyverno.io/v1`, or
+/// `v2beta1`; the translation reads both). No such CRD is an error that says so.
+async fn cluster_policies(client: &kube::Client) -> anyhow::Result<Vec<Value>> {
+    let not_installed = || {
+        anyhow::anyhow!(
+            "the API server serves no clusterpolicies.kyverno.io: Kyverno's ClusterPolicy CRD \
+             is not installed in this cluster, so there is no Kyverno policy to migrate (read \
+             policies from files with -f)"
+        )
+    };
+    let group = match discovery::group(client, KYVERNO_GROUP).await {
+        Ok(group) => group,
+        Err(kube::Error::Discovery(_)) => return Err(not_installed()),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Err(not_installed()),
+        Err(e) => return Err(e).context("discovering the kyverno.io API group"),
+    };
+    let (resource, _) = group
+        .recommended_kind("ClusterPolicy")
+        .ok_or_else(not_installed)?;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut policies = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .context("listing clusterpolicies.kyverno.io")?;
+        for item in page.items {
+            let mut doc = serde_json::to_value(item).context("a ClusterPolicy")?;
+            // List items need not repeat their kind; the translation reads it.
+            doc["apiVersion"] = resource.api_version.clone().into();
+            doc["kind"] = resource.kind.clone().into();
+            policies.push(doc);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    Ok(policies)
+}
+
+const KYVERNO_GROUP: &str = "kyverno.io";
 
 /// From manifest files (`-` is stdin): every document, `kind: List` items included.
 pub fn from_files(files: &[PathBuf], peer: Peer) -> anyhow::Result<Read> {
     let mut read = Read {
         objects: Vec::new(),
+        policies: Vec::new(),
         namespaces: Vec::new(),
     };
     for file in files {
@@ -78,6 +148,16 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let group = doc
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| v.split_once('/'))
+        .map_or("", |(group, _)| group);
+    if peer == Peer::Kyverno && group == KYVERNO_GROUP && matches!(kind, "ClusterPolicy" | "Policy")
+    {
+        read.policies.push(doc);
+        return Ok(());
+    }
     let Some(metadata) = doc.get("metadata") else {
         return Ok(());
     };
@@ -102,4 +182,49 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn empty() -> Read {
+        Read {
+            objects: Vec::new(),
+            policies: Vec::new(),
+            namespaces: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn kyverno_policies_are_read_from_lists_and_other_peers_ignore_them() {
+        let list = json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                 "metadata": {"name": "sync-secrets"}, "spec": {"rules": []}},
+                {"apiVersion": "kyverno.io/v2beta1", "kind": "ClusterPolicy",
+                 "metadata": {"name": "newer"}},
+                {"apiVersion": "example.com/v1", "kind": "ClusterPolicy",
+                 "metadata": {"name": "not-kyverno"}},
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+            ],
+        });
+        let mut read = empty();
+        add(&mut read, list.clone(), Peer::Kyverno).unwrap();
+        let names: Vec<&str> = read
+            .policies
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["sync-secrets", "newer"]);
+        assert_eq!(read.namespaces.len(), 1);
+
+        let mut read = empty();
+        add(&mut read, list, Peer::Reflector).unwrap();
+        assert!(read.policies.is_empty());
+    }
 }

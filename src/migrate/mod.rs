@@ -1,7 +1,7 @@
-//! `copyrator migrate --from reflector|replicator|kubed` (SPEC §12): reads what the peer's
-//! annotations ask for (`input`, `peers`), prints the copyrator configuration that asks the
-//! same (`config`, `render`), and with `--adopt` takes over the peer's copies of the same
-//! sources (`adopt`).
+//! `copyrator migrate --from reflector|replicator|kubed|kyverno` (SPEC §12): reads what the
+//! peer's annotations (Kyverno: its ClusterPolicies) ask for (`input`, `peers`), prints the
+//! copyrator configuration that asks the same (`config`, `render`), and with `--adopt` takes
+//! over the peer's copies of the same sources (`adopt`).
 
 mod adopt;
 mod config;
@@ -12,12 +12,21 @@ mod render;
 use std::collections::BTreeMap;
 
 use crate::{
-    cli::{MigrateArgs, MigrateOutput},
+    cli::{MigrateArgs, MigrateOutput, Peer},
     explain::cli_cluster,
 };
 
 /// Runs `copyrator migrate`: the configuration to stdout, what `--adopt` did to stderr.
 pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
+    // Kyverno's copies name the policy and rule that made them, not their source: nothing
+    // tells which copy is of which source, so none is adopted (said before anything is read).
+    if args.adopt && args.from == Peer::Kyverno {
+        anyhow::bail!(
+            "--adopt is not available with --from kyverno: Kyverno's copies name the policy \
+             that made them, not their source. Apply the printed CopyRules; copyrator reports \
+             Kyverno's copies as conflicts and leaves them alone until they are gone"
+        );
+    }
     let policy = args.policy.policy();
     let cluster = if args.files.is_empty() {
         Some(cli_cluster(
@@ -30,7 +39,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         Some(cluster) => input::from_cluster(cluster, args.from).await?,
         None => input::from_files(&args.files, args.from)?,
     };
-    let mut translation = peers::translate(args.from, &read.objects, &read.namespaces);
+    let mut translation = peers::translate(args.from, &read.configured());
     if !args.namespaces.is_empty() {
         let keep = |ns: &String| args.namespaces.contains(ns);
         translation.intents.retain(|i| keep(&i.source.namespace));

@@ -63,13 +63,15 @@ pub fn kubectl(config: &Config, peer: Peer) -> anyhow::Result<String> {
 /// manifest to apply: `kubectl apply` would drop the fields it leaves out, the data first),
 /// each with the `kubectl patch` command that applies it; CopyRules as manifests.
 pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
-    let mut out = header(
-        config,
-        peer,
+    let apply = if peer == Peer::Kyverno {
+        // Kyverno's configuration becomes CopyRules only.
+        "kubectl apply -f (CopyRules only)"
+    } else {
         "documents of kind Secret or ConfigMap are MERGE PATCHES of the existing sources: \n\
          #   apply each with the kubectl patch command above it, never with kubectl apply (that \n\
-         #   would remove what they leave out, the data first); CopyRules: kubectl apply -f",
-    );
+         #   would remove what they leave out, the data first); CopyRules: kubectl apply -f"
+    };
+    let mut out = header(config, peer, apply);
     for item in &config.items {
         out.push_str("---\n");
         out.push_str(&comments(item, peer));
@@ -111,11 +113,10 @@ pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
 
 fn header(config: &Config, peer: Peer, apply: &str) -> String {
     let mut out = format!(
-        "# copyrator configuration for what {peer} does here (copyrator migrate --from {peer}).\n\
-         # Review it, then: {apply}\n\
-         # Once `copyrator explain source NAMESPACE/NAME` shows every copy in sync, remove {peer}'s\n\
-         # annotations from the sources and uninstall {peer}.\n",
-        peer = peer_name(peer)
+        "# copyrator configuration for what {name} does here (copyrator migrate --from {name}).\n\
+         # Review it, then: {apply}\n{then}",
+        name = peer_name(peer),
+        then = afterwards(peer),
     );
     if config.items.is_empty() {
         out.push_str(&format!(
@@ -134,6 +135,26 @@ fn header(config: &Config, peer: Peer, apply: &str) -> String {
         out.push_str(&format!("# Not migrated: {skipped}\n"));
     }
     out
+}
+
+/// What to do once the configuration is applied.
+fn afterwards(peer: Peer) -> String {
+    if peer == Peer::Kyverno {
+        // Kyverno's copies carry no copyrator marks: conflicts until they are gone.
+        return "# Kyverno's copies are objects copyrator does not own: it reports them as conflicts and\n\
+                # leaves them alone. Then remove the migrated generate rules (each CopyRule names its\n\
+                # policy and rule) from the ClusterPolicies: with synchronize, Kyverno deletes its\n\
+                # copies with them (unless orphanDownstreamOnPolicyDelete; then delete them), and\n\
+                # copyrator writes its own at its next full resync (--resync-interval). For them at\n\
+                # once, remove the generate rules first and apply this right after (a short gap).\n\
+                # Check with `copyrator explain source NAMESPACE/NAME`.\n"
+            .to_string();
+    }
+    format!(
+        "# Once `copyrator explain source NAMESPACE/NAME` shows every copy in sync, remove {peer}'s\n\
+         # annotations from the sources and uninstall {peer}.\n",
+        peer = peer_name(peer)
+    )
 }
 
 fn comments(item: &Item, peer: Peer) -> String {

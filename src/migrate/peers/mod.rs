@@ -1,8 +1,9 @@
-//! What a peer's annotations ask for, in copyrator's terms (pure): each source's targets
+//! What a peer's configuration asks for, in copyrator's terms (pure): each source's targets
 //! ([`Intent`]), and which objects are the peer's copies of which source ([`PeerCopy`]). One
-//! file per peer; the regular-expression namespace lists two of them share are expanded here.
+//! module per peer; the regular-expression namespace lists two of them share are expanded here.
 
 mod kubed;
+mod kyverno;
 mod reflector;
 mod replicator;
 
@@ -83,31 +84,44 @@ pub struct Skipped {
     pub note: String,
 }
 
-/// Translates `peer`'s annotations on `objects`; `namespaces` are today's (for the
-/// regular-expression lists).
-pub fn translate(peer: Peer, objects: &[SourceInfo], namespaces: &[NamespaceInfo]) -> Translation {
+/// What a peer is configured with: annotations on `objects`, or (Kyverno) `policies`, the
+/// ClusterPolicy documents as read.
+pub struct Configured<'a> {
+    pub objects: &'a [SourceInfo],
+    pub policies: &'a [serde_json::Value],
+    /// Today's namespaces (for the regular-expression and wildcard lists).
+    pub namespaces: &'a [NamespaceInfo],
+}
+
+/// Translates `peer`'s configuration.
+pub fn translate(peer: Peer, read: &Configured<'_>) -> Translation {
     match peer {
-        Peer::Reflector => reflector::translate(objects, namespaces),
-        Peer::Replicator => replicator::translate(objects, namespaces),
-        Peer::Kubed => kubed::translate(objects),
+        Peer::Reflector => reflector::translate(read.objects, read.namespaces),
+        Peer::Replicator => replicator::translate(read.objects, read.namespaces),
+        Peer::Kubed => kubed::translate(read.objects),
+        Peer::Kyverno => kyverno::translate(read.policies, read.namespaces),
     }
 }
 
-/// The source `object` is a copy of, by `peer`'s annotations or labels on it.
+/// The source `object` is a copy of, by `peer`'s annotations or labels on it. Kyverno's
+/// copies name the policy and rule that made them, not the source.
 pub fn source_named_by(peer: Peer, object: &SourceInfo) -> Option<ObjectKey> {
     match peer {
         Peer::Reflector => reflector::source_named_by(object),
         Peer::Replicator => replicator::source_named_by(object),
         Peer::Kubed => kubed::source_named_by(object),
+        Peer::Kyverno => None,
     }
 }
 
-/// Whether `object` carries any of `peer`'s keys.
+/// Whether `object` carries any of `peer`'s keys (Kyverno's configuration is not on the
+/// objects: none does).
 pub fn is_peers(peer: Peer, object: &SourceInfo) -> bool {
     let prefix = match peer {
         Peer::Reflector => "reflector.v1.k8s.emberstack.com/",
         Peer::Replicator => "replicator.v1.mittwald.de/",
         Peer::Kubed => "kubed.appscode.com/",
+        Peer::Kyverno => return false,
     };
     object
         .annotations

@@ -5,6 +5,18 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::model::Kind;
 
+/// A peer configured by annotations only.
+fn translate(peer: Peer, objects: &[SourceInfo], namespaces: &[NamespaceInfo]) -> Translation {
+    super::translate(
+        peer,
+        &Configured {
+            objects,
+            policies: &[],
+            namespaces,
+        },
+    )
+}
+
 fn object(kind: Kind, ns: &str, name: &str, annotations: &[(&str, &str)]) -> SourceInfo {
     SourceInfo {
         key: ObjectKey::new(kind, ns, name),
