@@ -2,16 +2,19 @@
 //! copyrator configuration that, applied as printed, makes the same copies; `--adopt` takes
 //! over the peer's copies of the same source and leaves every other object byte for byte.
 //! A tenant's source never becomes a CopyRule in force, nor has its copies adopted by one,
-//! unless the administrator says `--trust-sources`.
+//! unless the administrator says `--trust-sources`. Kyverno's clone policies become CopyRules.
 //! The peers themselves do not run here: their copies are made as they make them (the same
 //! annotations and labels).
 
 use crate::common;
 
 use common::{tenant::Tenant, *};
-use copyrator::marks;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Patch, PatchParams, PostParams};
+use copyrator::{copyrule::CopyRule, marks};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Secret},
+    networking::v1::NetworkPolicy,
+};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
 const REFLECTOR: &str = "reflector.v1.k8s.emberstack.com/";
 const REPLICATOR: &str = "replicator.v1.mittwald.de/";
@@ -621,4 +624,325 @@ async fn adopt_takes_no_copy_for_a_copy_rule_printed_commented_out() {
     t.wait_value::<Secret>(&team, "my-tls", "v", "1").await;
     assert!(managed(&t.secrets(&team).get("my-tls").await.unwrap()));
     t.finish().await;
+}
+
+/// Kyverno policies as a user keeps them (`SRC`, `ID`, `SANDBOX` filled in by the test): the
+/// docs' sync-secrets selecting tenant namespaces, a NetworkPolicy cloned under another name,
+/// and the docs' add-networkpolicy, whose inline data copyrator cannot copy.
+const KYVERNO_POLICIES: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: sync-secrets-ID
+spec:
+  rules:
+  - name: sync-image-pull-secret
+    match:
+      any:
+      - resources:
+          kinds: [Namespace]
+          selector:
+            matchLabels:
+              tenant: "ID"
+    exclude:
+      any:
+      - resources:
+          kinds: [Namespace]
+          names: [SANDBOX]
+    generate:
+      apiVersion: v1
+      kind: Secret
+      name: regcred
+      namespace: "{{request.object.metadata.name}}"
+      synchronize: true
+      clone:
+        namespace: SRC
+        name: regcred
+---
+apiVersion: kyverno.io/v2beta1
+kind: ClusterPolicy
+metadata:
+  name: netpol-ID
+spec:
+  generateExisting: true
+  rules:
+  - name: clone-default-deny
+    match:
+      all:
+      - resources:
+          kinds: [Namespace]
+          selector:
+            matchLabels:
+              tenant: "ID"
+    exclude:
+      any:
+      - resources:
+          namespaces: [SANDBOX]
+    generate:
+      apiVersion: networking.k8s.io/v1
+      kind: NetworkPolicy
+      name: deny-all
+      namespace: "{{request.object.metadata.name}}"
+      synchronize: true
+      clone:
+        namespace: SRC
+        name: default-deny
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: add-networkpolicy-ID
+spec:
+  rules:
+  - name: default-deny
+    match:
+      any:
+      - resources:
+          kinds: [Namespace]
+    generate:
+      apiVersion: networking.k8s.io/v1
+      kind: NetworkPolicy
+      name: default-deny
+      namespace: "{{request.object.metadata.name}}"
+      synchronize: true
+      data:
+        spec:
+          podSelector: {}
+          policyTypes: [Ingress, Egress]
+"#;
+
+#[tokio::test]
+async fn kyverno_clone_policies_become_copy_rules() {
+    // NetworkPolicies are copied only when enabled, as a cluster migrating them would.
+    let t = Harness::start(Options {
+        extra: vec!["--copy-kinds=NetworkPolicy.networking.k8s.io".into()],
+        resync_interval: "2s",
+        ..Default::default()
+    })
+    .await;
+    let id = t.id.clone();
+    let src = t.namespace("kv-src", &[]).await;
+    let tenant = t.namespace("kv-tenant", &[("tenant", &id)]).await;
+    let sandbox = t.namespace("kv-sandbox", &[("tenant", &id)]).await;
+    let other = t.namespace("kv-other", &[]).await;
+    create(&t, &src, secret("regcred", &[], &[], &[("v", "1")])).await;
+    let netpol = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: default-deny\n  \
+         namespace: {src}\nspec:\n  podSelector: {{}}\n  policyTypes: [Ingress, Egress]\n"
+    );
+    let applied = kubectl(&["apply", "-f", "-"], &netpol).await;
+    assert!(applied.success, "{}", applied.stderr);
+    // What Kyverno made in the tenant's namespace before the migration.
+    let policy = format!("sync-secrets-{id}");
+    create(
+        &t,
+        &tenant,
+        secret(
+            "regcred",
+            &[
+                ("app.kubernetes.io/managed-by", "kyverno"),
+                ("generate.kyverno.io/policy-name", &policy),
+                ("generate.kyverno.io/rule-name", "sync-image-pull-secret"),
+            ],
+            &[],
+            &[("v", "0")],
+        ),
+    )
+    .await;
+    let kyverno_copy = snapshot(&t, &tenant, "regcred").await;
+
+    // Kyverno's copies name no source: --adopt is refused before anything is read.
+    let out = run_copyrator(&["migrate", "--from", "kyverno", "--adopt"]).await;
+    assert!(
+        !out.success
+            && out
+                .stderr
+                .contains("--adopt is not available with --from kyverno"),
+        "{}",
+        out.stderr
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policies.yaml");
+    let policies = KYVERNO_POLICIES
+        .replace("SANDBOX", &sandbox)
+        .replace("SRC", &src)
+        .replace("ID", &id);
+    std::fs::write(&file, policies).unwrap();
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "kyverno",
+        "-f",
+        file.to_str().unwrap(),
+        "-o",
+        "yaml",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    let yaml = &out.stdout;
+    assert!(
+        yaml.contains(&format!(
+            "# Not migrated: ClusterPolicy add-networkpolicy-{id}, rule \"default-deny\": \
+             generate.data"
+        )),
+        "{yaml}"
+    );
+    let secrets_rule = format!("kyverno-sync-secrets-{id}-sync-image-pull-secret");
+    let netpol_rule = format!("kyverno-netpol-{id}-clone-default-deny");
+    for rule in [&secrets_rule, &netpol_rule] {
+        assert!(
+            yaml.contains(&format!("# CopyRule {rule} (kyverno)")),
+            "{yaml}"
+        );
+    }
+    // The API server and copyrator's admission take the CopyRules as printed.
+    apply(&t, yaml).await;
+
+    // The NetworkPolicy, under its new name, in the selected namespace only.
+    let copied = t
+        .wait_for::<NetworkPolicy>(&tenant, "deny-all", "copied from default-deny", |_| true)
+        .await;
+    assert_eq!(
+        copied.spec.and_then(|s| s.policy_types),
+        Some(vec!["Ingress".to_string(), "Egress".to_string()])
+    );
+    // Kyverno's copy of regcred is not copyrator's: reported, left byte for byte.
+    t.wait_for::<CopyRule>("", &secrets_rule, "a conflict reported", |r| {
+        r.status.as_ref().is_some_and(|s| s.conflicting_copies == 1)
+    })
+    .await;
+    assert_eq!(snapshot(&t, &tenant, "regcred").await, kyverno_copy);
+    // Kyverno deletes its copies with the policy; copyrator writes its own at its next full
+    // resync (2 s here), as the printed header says.
+    t.secrets(&tenant)
+        .delete("regcred", &DeleteParams::default())
+        .await
+        .unwrap();
+    t.wait_value::<Secret>(&tenant, "regcred", "v", "1").await;
+    assert!(managed(&t.secrets(&tenant).get("regcred").await.unwrap()));
+    for ns in [&sandbox, &other] {
+        assert!(
+            t.secrets(ns).get_opt("regcred").await.unwrap().is_none(),
+            "{ns}"
+        );
+        assert!(
+            t.api::<NetworkPolicy>(ns)
+                .get_opt("deny-all")
+                .await
+                .unwrap()
+                .is_none(),
+            "{ns}"
+        );
+    }
+    t.finish().await;
+}
+
+const KYVERNO_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: clusterpolicies.kyverno.io
+spec:
+  group: kyverno.io
+  scope: Cluster
+  names:
+    kind: ClusterPolicy
+    listKind: ClusterPolicyList
+    plural: clusterpolicies
+    singular: clusterpolicy
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+  - name: v2beta1
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// The only test that installs Kyverno's ClusterPolicy CRD (a stand-in for Kyverno's own, which
+/// the API server serves the same way), so no other test sees it come and go.
+#[tokio::test]
+async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
+    let t = TestEnv::new().await;
+    let id = t.id.clone();
+    let src = t.namespace("kvc-src", &[]).await;
+    // Left over by an aborted run of this test, it would hide the first answer.
+    let gone = kubectl(
+        &[
+            "delete",
+            "crd",
+            "clusterpolicies.kyverno.io",
+            "--ignore-not-found",
+            "--wait",
+        ],
+        "",
+    )
+    .await;
+    assert!(gone.success, "{}", gone.stderr);
+    let out = run_copyrator(&["migrate", "--from", "kyverno"]).await;
+    assert!(
+        !out.success && out.stderr.contains("ClusterPolicy CRD is not installed"),
+        "{}",
+        out.stderr
+    );
+
+    let installed = kubectl(&["apply", "-f", "-"], KYVERNO_CRD).await;
+    assert!(installed.success, "{}", installed.stderr);
+    let established = kubectl(
+        &[
+            "wait",
+            "--for=condition=established",
+            "crd/clusterpolicies.kyverno.io",
+            "--timeout=20s",
+        ],
+        "",
+    )
+    .await;
+    assert!(established.success, "{}", established.stderr);
+    let policies = KYVERNO_POLICIES
+        .replace("SANDBOX", "kube-system")
+        .replace("SRC", &src)
+        .replace("ID", &id);
+    // kubectl learns of the new resource through discovery, which may lag a moment.
+    eventually(CONVERGE, "the ClusterPolicies created", || async {
+        kubectl(&["apply", "-f", "-"], &policies)
+            .await
+            .success
+            .then_some(())
+    })
+    .await;
+
+    let out = run_copyrator(&["migrate", "--from", "kyverno", "-n", &src, "-o", "yaml"]).await;
+    let removed = kubectl(
+        &["delete", "crd", "clusterpolicies.kyverno.io", "--wait"],
+        "",
+    )
+    .await;
+    assert!(removed.success, "{}", removed.stderr);
+    assert!(out.success, "{}", out.stderr);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out.stdout).unwrap();
+    let rules: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "CopyRule")
+        .filter_map(|d| d["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            format!("kyverno-sync-secrets-{id}-sync-image-pull-secret"),
+            format!("kyverno-netpol-{id}-clone-default-deny"),
+        ],
+        "{}",
+        out.stdout
+    );
+    t.cleanup().await;
 }
