@@ -271,6 +271,16 @@ pub fn call_breakdown(before: &str, after: &str) -> String {
 /// How much each sample of the counter family `name` grew between two scrapes, e.g.
 /// `{outcome="used"} 12, {outcome="late"} 3`.
 pub fn counter_breakdown(name: &str, before: &str, after: &str) -> String {
+    counter_deltas(name, before, after)
+        .iter()
+        .map(|(labels, d)| format!("{labels} {d:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The samples of the counter family `name` that grew between two scrapes: their labels
+/// (`{verb="get",...}`) and by how much.
+fn counter_deltas(name: &str, before: &str, after: &str) -> Vec<(String, f64)> {
     let prefix = format!("{name}{{");
     after
         .lines()
@@ -278,10 +288,9 @@ pub fn counter_breakdown(name: &str, before: &str, after: &str) -> String {
         .filter_map(|l| {
             let (sample, _) = l.rsplit_once(' ')?;
             let d = metric_value(after, sample) - metric_value(before, sample);
-            (d > 0.0).then(|| format!("{} {d:.0}", sample.trim_start_matches(name)))
+            (d > 0.0).then(|| (sample.trim_start_matches(name).to_string(), d))
         })
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect()
 }
 
 /// Waits until `sample` reached `at_least` and the queue is empty.
@@ -298,6 +307,23 @@ pub async fn wait_idle(p: &Process, sample: &str, at_least: f64) {
             "copyrator not idle after 300 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the process's queue is empty and it made no API call for a second.
+pub async fn wait_quiet(p: &Process) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut last = (f64::NAN, Instant::now());
+    loop {
+        let m = p.metrics().await;
+        let calls = api_calls(&m);
+        if calls != last.0 || metric_value(&m, "copyrator_queue_depth") > 0.0 {
+            last = (calls, Instant::now());
+        } else if last.1.elapsed() >= Duration::from_secs(1) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "copyrator not quiet after 600 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

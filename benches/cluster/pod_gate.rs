@@ -18,8 +18,8 @@ use crate::{
     LongRun,
     admission::{load, review},
     common::{
-        create_pod, metric_value, pod, pull_secret_names, register_pod_gate, registry_secret,
-        service_account, unregister_pod_gate,
+        Process, TestEnv, create_pod, metric_value, pod, pull_secret_names, register_pod_gate,
+        registry_secret, service_account, unregister_pod_gate,
     },
     measure::{create_namespace, namespace_lifecycle_waits},
     report::{Report, ms, summary},
@@ -48,7 +48,7 @@ pub async fn run(report: &mut Report, lr: &LongRun, count: usize, seconds: f64) 
         .unwrap();
     let gated = race(lr, &key, "gated", count).await;
     unregister_pod_gate(&lr.client).await;
-    wait_gate_silent(lr).await;
+    wait_gate_silent(&lr.env, &lr.p).await;
     let plain = race(lr, &key, "plain", count).await;
     register_pod_gate(
         &lr.client,
@@ -175,7 +175,13 @@ async fn race(lr: &LongRun, key: &str, tag: &str, count: usize) -> Race {
     }
     let after = p.metrics().await;
     out.lifecycle_waits = namespace_lifecycle_waits(&lr.client).await - waits_before;
-    out.outcomes = [
+    out.outcomes = gate_outcomes(&before, &after);
+    out
+}
+
+/// The Pod gate's answers between two scrapes of copyrator's /metrics, by outcome.
+pub fn gate_outcomes(before: &str, after: &str) -> String {
+    [
         "cached",
         "settled",
         "wrote",
@@ -186,20 +192,19 @@ async fn race(lr: &LongRun, key: &str, tag: &str, count: usize) -> Race {
     .iter()
     .map(|o| {
         let sample = format!("copyrator_pod_gate_total{{outcome=\"{o}\"}}");
-        let n = metric_value(&after, &sample) - metric_value(&before, &sample);
+        let n = metric_value(after, &sample) - metric_value(before, &sample);
         format!("{o} {n:.0}")
     })
     .collect::<Vec<_>>()
-    .join(", ");
-    out
+    .join(", ")
 }
 
 /// The API server picks up a deleted configuration asynchronously: dry-run Pod creates until
-/// five in a row reach copyrator no more.
-async fn wait_gate_silent(lr: &LongRun) {
-    let ns = lr.env.namespace("gate-probe", &[]).await;
-    service_account(&lr.client, &ns).await;
-    let pods = Api::<Pod>::namespaced(lr.client.clone(), &ns);
+/// five in a row reach copyrator `p` no more.
+pub async fn wait_gate_silent(env: &TestEnv, p: &Process) {
+    let ns = env.namespace("gate-probe", &[]).await;
+    service_account(&env.client, &ns).await;
+    let pods = Api::<Pod>::namespaced(env.client.clone(), &ns);
     let dry_run = PostParams {
         dry_run: true,
         field_manager: None,
@@ -211,11 +216,11 @@ async fn wait_gate_silent(lr: &LongRun) {
             Instant::now() < deadline,
             "the API server still calls the deleted Pod gate"
         );
-        let before = metric_value(&lr.p.metrics().await, GATE_PODS);
+        let before = metric_value(&p.metrics().await, GATE_PODS);
         pods.create(&dry_run, &pod("probe", &[], None))
             .await
             .unwrap();
-        let after = metric_value(&lr.p.metrics().await, GATE_PODS);
+        let after = metric_value(&p.metrics().await, GATE_PODS);
         quiet = if after > before { 0 } else { quiet + 1 };
     }
 }

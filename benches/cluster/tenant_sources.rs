@@ -32,7 +32,7 @@ use kube::{
 use crate::{
     CONCURRENCY,
     common::{Process, TestEnv, metric_value, secret, webhooks::unregister_webhooks},
-    measure::{api_calls, count, cpu_time, create_namespace, memory, wait_idle, wait_resyncs},
+    measure::{count, cpu_time, create_namespace, memory, wait_idle, wait_quiet, wait_resyncs},
     payload,
     report::{Report, list, median, ms, quartiles},
     update_round::{NewContent, raw_update, source_update},
@@ -407,23 +407,6 @@ async fn measure(c: &Cluster<'_>, mut raw_objs: Vec<Secret>, tag: &str) -> (Run,
     p.terminate();
     unregister_webhooks(client).await;
     (run, raw_objs)
-}
-
-/// Waits until the process's queue is empty and it made no API call for a second.
-async fn wait_quiet(p: &Process) {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut last = (f64::NAN, Instant::now());
-    loop {
-        let m = p.metrics().await;
-        let calls = api_calls(&m);
-        if calls != last.0 || metric_value(&m, "copyrator_queue_depth") > 0.0 {
-            last = (calls, Instant::now());
-        } else if last.1.elapsed() >= Duration::from_secs(1) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "copyrator not quiet after 600 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn median_of(v: impl Iterator<Item = f64>) -> f64 {
