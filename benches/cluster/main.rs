@@ -32,7 +32,13 @@
 //!   annotations that no namespace consents to, at 5,000 and 20,000 namespaces: a fresh
 //!   process's peak RSS through its startup resync and a platform source's update fan-out, with
 //!   and without them. Not in the default set either (`--phase tenant-sources`); bench.sh
-//!   starts a third control plane for it.
+//!   starts a third control plane for it;
+//! - bootstrap: a new namespace's five bootstrap objects (pull Secret, RoleBinding,
+//!   NetworkPolicy, LimitRange, ResourceQuota) copied by a copyrator with `--copy-kinds`: time
+//!   until all five exist beside a plain client creating them, API calls per namespace, the
+//!   Pod gate's added time, a fresh process's RSS with 50,000 unrelated RoleBindings and as
+//!   many NetworkPolicies against none. Not in the default set (`--phase bootstrap`); bench.sh
+//!   starts a fourth control plane for it.
 //!
 //! `cargo bench --bench cluster -- [--quick] [--out FILE] [--fanout N] [--phase NAME,...]`
 
@@ -43,6 +49,7 @@ mod common;
 
 mod admission;
 mod big_payload;
+mod bootstrap;
 mod fanout;
 mod list_cost;
 mod measure;
@@ -85,7 +92,7 @@ struct Args {
     #[arg(long, value_name = "N")]
     fanout: Option<usize>,
     /// Phases to run (repeatable, or comma-separated), always in the order of the possible
-    /// values [default: all but scale and tenant-sources].
+    /// values [default: all but scale, tenant-sources and bootstrap].
     #[arg(long = "phase", value_name = "NAME", value_enum, value_delimiter = ',')]
     phases: Vec<Phase>,
     /// All phases but memory (5,000 namespaces, 50,000 Secrets) and resync, which is measured
@@ -133,12 +140,16 @@ enum Phase {
     /// platform fan-out with them and without, at 5,000 and 20,000 namespaces (not in the
     /// default set; scripts/bench.sh runs it on a control plane of its own)
     TenantSources,
+    /// A new namespace's five bootstrap objects (--copy-kinds): latency beside a plain client,
+    /// API calls, the Pod gate, RSS with 50,000 unrelated RoleBindings and NetworkPolicies
+    /// (not in the default set; scripts/bench.sh runs it on a control plane of its own)
+    Bootstrap,
 }
 
 impl Phase {
     /// The phases that need a fresh control plane of their own and are not in the default set.
     fn own_control_plane(self) -> bool {
-        matches!(self, Phase::Scale | Phase::TenantSources)
+        matches!(self, Phase::Scale | Phase::TenantSources | Phase::Bootstrap)
     }
 }
 
@@ -179,6 +190,7 @@ pub struct Sizes {
     scale_steps: Vec<usize>,
     scale_fanout: usize,
     tenant: tenant_sources::Sizes,
+    bootstrap: bootstrap::Sizes,
     /// LISTs of each kind in a row, and the unrelated Secrets added, in apiserver-profile's
     /// LIST-by-LIST measurement.
     list_cost_lists: usize,
@@ -212,6 +224,11 @@ fn sizes(quick: bool) -> Sizes {
                 sources: 200,
                 fanout: 500,
             },
+            bootstrap: bootstrap::Sizes {
+                namespaces: 40,
+                gate_namespaces: 20,
+                unrelated: 300,
+            },
             list_cost_lists: 10,
             list_cost_unrelated: 2_000,
             out: PathBuf::new(),
@@ -239,6 +256,11 @@ fn sizes(quick: bool) -> Sizes {
                 steps: vec![5_000, 20_000],
                 sources: 1_000,
                 fanout: 500,
+            },
+            bootstrap: bootstrap::Sizes {
+                namespaces: 200,
+                gate_namespaces: 100,
+                unrelated: 50_000,
             },
             list_cost_lists: 50,
             list_cost_unrelated: 20_000,
@@ -331,6 +353,14 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
             );
         }
         tenant_sources::run(&mut report, &sz.tenant).await;
+    }
+    if phases.contains(&Phase::Bootstrap) {
+        if phases.len() > 1 {
+            report.note(
+                "bootstrap ran after other phases: the cluster also holds what they left (run it alone)".into(),
+            );
+        }
+        bootstrap::run(&mut report, &sz.bootstrap).await;
     }
     report
 }

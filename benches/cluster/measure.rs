@@ -278,6 +278,18 @@ pub fn counter_breakdown(name: &str, before: &str, after: &str) -> String {
         .join(", ")
 }
 
+/// API calls by verb and resource between two /metrics snapshots, divided by `n` (calls per
+/// namespace, say), to two decimals, the most frequent first.
+pub fn call_breakdown_per(before: &str, after: &str, n: usize) -> String {
+    let mut deltas = counter_deltas("copyrator_api_requests_total", before, after);
+    deltas.sort_by(|a, b| b.1.total_cmp(&a.1));
+    deltas
+        .iter()
+        .map(|(labels, d)| format!("{labels} {:.2}", d / n.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The samples of the counter family `name` that grew between two scrapes: their labels
 /// (`{verb="get",...}`) and by how much.
 fn counter_deltas(name: &str, before: &str, after: &str) -> Vec<(String, f64)> {
