@@ -3,7 +3,8 @@
 # against it with the raw API-server limit measured in the same run, then the in-process
 # microbenchmarks. Results are printed and written to bench-results/.
 #
-#   scripts/bench.sh                        full run (~30 min after the first build)
+#   scripts/bench.sh                        full run (~30 min after the first build, and
+#                                           bootstrap's ~5 min, estimated)
 #   scripts/bench.sh --quick                small sizes, for a smoke run
 #   scripts/bench.sh --no-memory            all phases but memory (5,000 namespaces, 50,000
 #                                           Secrets) and resync, which runs on its load
@@ -11,7 +12,7 @@
 #                                           selector-sources, new-namespace, fanout, restore,
 #                                           watch-triggers, admission, pod-gate,
 #                                           apiserver-profile, memory, resync, scale,
-#                                           tenant-sources; always in that order
+#                                           tenant-sources, bootstrap; always in that order
 #   scripts/bench.sh --phase scale          the scale curve (~5 min): 1,000 -> 5,000 -> 20,000
 #                                           namespaces with 10 and 100 rules, an update fanned
 #                                           out to 5,000, fits and extrapolation to 50,000. It
@@ -23,8 +24,20 @@
 #                                           peak RSS and a platform source's update fan-out,
 #                                           with and without them. A fresh control plane of
 #                                           its own too: the default run starts a third one
+#   scripts/bench.sh --phase bootstrap      a new namespace's five bootstrap objects (pull
+#                                           Secret, RoleBinding, NetworkPolicy, LimitRange,
+#                                           ResourceQuota) copied by a copyrator with
+#                                           --copy-kinds: time until all five exist beside a
+#                                           plain client (200 namespaces), API calls per
+#                                           namespace, the Pod gate's added time (100 Pods),
+#                                           a fresh process's RSS with 50,000 unrelated
+#                                           RoleBindings and 50,000 NetworkPolicies against
+#                                           none (~5 min, estimated; 30 s with --quick). A
+#                                           fresh control plane of its own too: the default
+#                                           run starts a fourth one
 #   scripts/bench.sh --no-scale             the default run without the scale curve
 #   scripts/bench.sh --no-tenant-sources    the default run without tenant-sources
+#   scripts/bench.sh --no-bootstrap         the default run without bootstrap
 #   scripts/bench.sh --fanout N             namespaces in the fan-out phase (500; 100 --quick)
 #
 # The arguments go to the cluster benchmark (benches/cluster/, `cargo bench --bench cluster --
@@ -49,14 +62,15 @@ cargo bench --bench cluster --no-run --quiet
 # A fresh control plane for this run only (COPYRATOR_KUBECONFIG is ignored on purpose: the
 # memory phase loads 50,000 Secrets into the cluster).
 unset COPYRATOR_KUBECONFIG
-# --no-scale and --no-tenant-sources are this script's; with --phase the phases named are all
-# that run.
-args=() scale=1 tenant=1 quick=()
+# --no-scale, --no-tenant-sources and --no-bootstrap are this script's; with --phase the phases
+# named are all that run.
+args=() scale=1 tenant=1 bootstrap=1 quick=()
 for a in "$@"; do
   case "$a" in
     --no-scale) scale=0; continue ;;
     --no-tenant-sources) tenant=0; continue ;;
-    --phase|--phase=*) scale=0 tenant=0 ;;
+    --no-bootstrap) bootstrap=0; continue ;;
+    --phase|--phase=*) scale=0 tenant=0 bootstrap=0 ;;
     --quick) quick=(--quick) ;;
   esac
   args+=("$a")
@@ -71,6 +85,12 @@ if [ "$tenant" = 1 ]; then
   # tenant-sources on a third fresh control plane: its sizes are its own.
   "$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${quick[@]}" --phase tenant-sources --out "$out.tenant"
   cat "$out.tenant" >>"$out.body" && rm -f "$out.tenant"
+fi
+if [ "$bootstrap" = 1 ]; then
+  # bootstrap on a fourth fresh control plane: a copyrator with --copy-kinds of its own, and
+  # 100,000 unrelated objects loaded for its memory part.
+  "$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${quick[@]}" --phase bootstrap --out "$out.bootstrap"
+  cat "$out.bootstrap" >>"$out.body" && rm -f "$out.bootstrap"
 fi
 cat "$out.head" "$out.body" >"$out" && rm -f "$out.head" "$out.body"
 echo "cluster results: $out"
