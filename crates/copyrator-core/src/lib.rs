@@ -11,3 +11,4 @@ pub mod plan;
 pub mod rules;
 pub mod selector;
 pub mod tenancy;
+pub mod transform;
