@@ -233,7 +233,7 @@ fn steady_world(n: usize) -> (World, BTreeMap<ObjectKey, Existing>, Contents) {
             accept_from: None,
             terminating: false,
         }]);
-        let copy = DesiredCopy::build(&rule, &source, &payload, &name);
+        let copy = DesiredCopy::build(&rule, &source, &payload, &name).expect("an identity rule");
         let meta = copy.object().metadata;
         existing.insert(
             copy.key,

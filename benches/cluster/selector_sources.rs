@@ -99,6 +99,8 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
             conflict_policy: Default::default(),
             image_pull_secret: false,
             read_only: false,
+            keys: None,
+            target: None,
         },
     );
     let watches = |n: f64| {

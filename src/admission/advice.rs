@@ -103,9 +103,11 @@ fn refusal(namespace: &str, source_ns: &str) -> String {
 
 /// Looks up what [`advise`] needs, within the bounds described in the module documentation.
 pub struct Advisor {
-    cluster: Cluster,
+    pub(super) cluster: Cluster,
     policy: Policy,
-    reviews: Semaphore,
+    /// Reviews reading the cluster at once (for advice, or a CopyRule's sources:
+    /// `certificates.rs`).
+    pub(super) reviews: Semaphore,
     consent: Cache<String, Looked>,
 }
 

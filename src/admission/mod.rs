@@ -6,6 +6,7 @@
 //! read-only copies by anyone but copyrator (SPEC §4 item 11).
 
 pub mod advice;
+mod certificates;
 mod copies;
 mod namespaces;
 pub mod pods;
@@ -109,6 +110,9 @@ pub struct Verdict {
     pub pod: Option<pods::PodCheck>,
     /// A source being opted in: warn when its namespace is at its cap of sources.
     pub opted_in: Option<crate::model::ObjectKey>,
+    /// A CopyRule copying a Secret's data into ConfigMaps: deny it if its sources hold
+    /// anything but certificates now ([`certificates`]).
+    pub check_certificates: Option<Box<Rule>>,
 }
 
 impl Verdict {
@@ -357,6 +361,11 @@ async fn handle(
                     &Default::default(),
                 )),
             }
+        }
+        if let (Some(rule), Some(advisor)) = (verdict.check_certificates.take(), &state.advisor)
+            && let Some(denial) = advisor.certificate_refusal(&rule).await
+        {
+            verdict.deny = Some(denial);
         }
         let mut response = review::Response::allow(&request.uid);
         response.warnings = std::mem::take(&mut verdict.warnings);

@@ -29,9 +29,12 @@ pub fn review(req: &Request<'_>) -> Verdict {
                     return Verdict::deny(format!("copyrator: not a valid CopyRule: {e}"));
                 }
             };
-            if let Err(e) = Rule::from_copy_rule(&rule) {
-                return Verdict::deny(format!("copyrator: invalid CopyRule: {e}"));
-            }
+            let parsed = match Rule::from_copy_rule(&rule) {
+                Ok(parsed) => parsed,
+                Err(e) => return Verdict::deny(format!("copyrator: invalid CopyRule: {e}")),
+            };
+            // A Secret's data for ConfigMaps is judged on what its sources hold now.
+            let check = super::certificates::needs_check(&parsed).then(|| Box::new(parsed));
             let name = rule
                 .metadata
                 .name
@@ -42,21 +45,24 @@ pub fn review(req: &Request<'_>) -> Verdict {
                 return Verdict::allow();
             }
             let job = Job::new(JobKey::Rule(name), Trigger::Admission).full_scan();
-            if req.operation == Operation::Create {
-                return Verdict::job(job.awaiting(Awaited::Exists));
-            }
-            let old = req.old_object.as_ref();
-            let spec_changed = old.and_then(|o| o.spec).map(|s| s.get())
-                != obj.spec.map(|s| s.get())
-                || review::labels(old) != review::labels(Some(obj))
-                || obj.metadata.deletion_timestamp.is_some();
-            if !spec_changed {
-                return Verdict::allow();
-            }
-            match review::resource_version(old) {
-                Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
-                None => Verdict::job(job),
-            }
+            let mut verdict = if req.operation == Operation::Create {
+                Verdict::job(job.awaiting(Awaited::Exists))
+            } else {
+                let old = req.old_object.as_ref();
+                let spec_changed = old.and_then(|o| o.spec).map(|s| s.get())
+                    != obj.spec.map(|s| s.get())
+                    || review::labels(old) != review::labels(Some(obj))
+                    || obj.metadata.deletion_timestamp.is_some();
+                if !spec_changed {
+                    return Verdict::allow();
+                }
+                match review::resource_version(old) {
+                    Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
+                    None => Verdict::job(job),
+                }
+            };
+            verdict.check_certificates = check;
+            verdict
         }
         Operation::Delete if !selector::is_dns_subdomain(&req.name) => Verdict::allow(),
         Operation::Delete => Verdict::job(

@@ -236,6 +236,8 @@ mod tests {
             conflict_policy: Default::default(),
             image_pull_secret: false,
             read_only: false,
+            keys: None,
+            target: None,
         };
         Rule::from_copy_rule(&CopyRule::new(name, spec)).unwrap()
     }

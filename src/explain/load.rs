@@ -65,7 +65,11 @@ pub async fn for_namespace(
     // Names rules without a source and sources that are not opted in would take.
     for rule in &world.rules().rules {
         if let SourceMatch::Name(source) = &rule.sources {
-            targets.insert(ObjectKey::new(rule.kind, name, rule.target_name(source)));
+            targets.insert(ObjectKey::new(
+                rule.target_kind(),
+                name,
+                rule.target_name(source),
+            ));
         }
     }
     targets.extend(
@@ -106,9 +110,12 @@ pub async fn for_source(
             .context("listing namespaces")?,
     );
     let mut found = Found::default();
-    load::all_copies(cluster, key.kind, None, fresh, &mut found)
-        .await
-        .context("listing copyrator's copies")?;
+    // A Secret's copies may be ConfigMaps and a ConfigMap's Secrets (SPEC §3.2).
+    for kind in key.kind.interchangeable() {
+        load::all_copies(cluster, kind, None, fresh, &mut found)
+            .await
+            .context("listing copyrator's copies")?;
+    }
     found.retain(|_, e| matches!(e, Existing::Managed(m) if &m.source == key));
     let mut targets: BTreeSet<ObjectKey> = found.existing.keys().cloned().collect();
     claimed(&world, &mut targets, |s| s == key);

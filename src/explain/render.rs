@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     model::{NamespaceInfo, ObjectKey, SourceInfo},
-    plan::explain::{Explanation, Finding, Focus, Planned},
+    plan::explain::{Explanation, Finding, Focus, Planned, Shape},
     rules::RuleId,
     tenancy::Tier,
 };
@@ -384,6 +384,46 @@ struct FindingOut {
     last_verified: Option<String>,
     /// `CopyRuleStatus` or `LeaderResync`; null with `lastVerified`.
     last_verified_by: Option<&'static str>,
+    /// What the copy holds of its source when not all of it as it is (SPEC §3.2); null
+    /// otherwise.
+    transform: Option<TransformOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TransformOut {
+    /// The keys copied and their names in the copy; null: every key.
+    keys: Option<Vec<KeyOut>>,
+    /// Keys asked for that the source lacks (known when its content was read).
+    missing_keys: Vec<String>,
+    /// The copy's kind.
+    kind: &'static str,
+    /// The copy's Secret type when the rule sets one.
+    #[serde(rename = "type")]
+    type_: Option<String>,
+}
+
+#[derive(Serialize)]
+struct KeyOut {
+    from: String,
+    to: String,
+}
+
+fn transform_out(shape: &Shape) -> TransformOut {
+    let t = &shape.transform;
+    TransformOut {
+        keys: t.keys.as_ref().map(|keys| {
+            keys.iter()
+                .map(|k| KeyOut {
+                    from: k.from.clone(),
+                    to: k.to.clone(),
+                })
+                .collect()
+        }),
+        missing_keys: shape.missing.clone(),
+        kind: t.target_kind(shape.source_kind).as_str(),
+        type_: t.type_.clone(),
+    }
 }
 
 #[derive(Serialize)]
@@ -474,6 +514,7 @@ pub fn report(view: &View<'_>) -> Report {
                     .and_then(|v| v.time())
                     .map(|t| t.to_string()),
                 last_verified_by: view.verified.get(&f.rule).and_then(|v| v.by()),
+                transform: f.shape.as_ref().map(transform_out),
             })
             .collect(),
         not_selected: view

@@ -80,6 +80,8 @@ mod tests {
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
                 read_only: false,
+                keys: None,
+                target: None,
             },
         )
     }

@@ -379,6 +379,8 @@ fn copy_rule(
             conflict_policy: ConflictPolicy::Skip,
             image_pull_secret: false,
             read_only: false,
+            keys: None,
+            target: None,
         },
     ))
 }

@@ -105,6 +105,10 @@ pub mod reason {
     pub const REFUSED: &str = "CopyRefused";
     pub const NOT_OPTED_IN: &str = "SourceNotOptedIn";
     pub const HELD_BACK: &str = "SourceHeldBack";
+    /// A Secret's value that is not certificates only, for a ConfigMap (SPEC §3.2).
+    pub const KEY_MATERIAL: &str = "KeyMaterialRefused";
+    /// A source lacks keys its rule asks for (SPEC §3.2).
+    pub const MISSING_KEYS: &str = "MissingKeys";
 }
 
 #[derive(Clone)]

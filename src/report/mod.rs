@@ -33,6 +33,8 @@ pub struct Tally {
     pub deleted: u32,
     pub failed: u32,
     pub conflicts: Vec<CopyConflict>,
+    /// Keys the rule asks for that its sources lack, by source (`<namespace>/<name>`).
+    pub missing_keys: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Tally {
@@ -51,6 +53,9 @@ impl Tally {
         self.deleted += other.deleted;
         self.failed += other.failed;
         self.conflicts.extend(other.conflicts);
+        for (source, keys) in other.missing_keys {
+            self.missing_keys.entry(source).or_default().extend(keys);
+        }
     }
 }
 
@@ -103,6 +108,14 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
                     reason: reason.to_string(),
                 });
             }
+            Action::MissingKeys { by, keys } => {
+                out.entry(by.rule.clone())
+                    .or_default()
+                    .missing_keys
+                    .entry(by.source.namespaced_name())
+                    .or_default()
+                    .extend(keys.iter().cloned());
+            }
             _ => {}
         }
     }
@@ -148,6 +161,7 @@ pub async fn publish(
                     ConflictReason::OwnedBy(_) => "other_rule",
                     ConflictReason::HeldByHigherTier(_) => "higher_precedence",
                     ConflictReason::ServiceAccountToken => "service_account_token",
+                    ConflictReason::Refused(_) => "key_material",
                 };
                 metrics
                     .conflicts
@@ -155,6 +169,7 @@ pub async fn publish(
                     .inc();
                 let event_reason = match why {
                     ConflictReason::ServiceAccountToken => reason::SA_TOKEN,
+                    ConflictReason::Refused(_) => reason::KEY_MATERIAL,
                     _ => reason::CONFLICT,
                 };
                 if let Some(source) = untrusted_source(world, by) {
@@ -171,6 +186,9 @@ pub async fn publish(
                         ConflictReason::HeldByHigherTier(_) => {
                             "a retained copy of higher precedence holds the name"
                         }
+                        ConflictReason::Refused(_) => {
+                            "a Secret's data is copied into a ConfigMap only as PEM certificates"
+                        }
                     };
                     anonymous.insert((source.clone(), event_reason, summary.to_string()));
                     continue;
@@ -182,10 +200,26 @@ pub async fn publish(
                             by.source.namespaced_name()
                         )
                     }
+                    ConflictReason::Refused(refused) => {
+                        format!("{target} not written from {}: {refused}", by.source)
+                    }
                     _ => format!("{target} not written: {why}; left untouched"),
                 };
                 if let Some(regarding) = regarding(world, by) {
                     events.warning(&regarding, event_reason, note).await;
+                }
+            }
+            (Action::MissingKeys { by, keys }, _) => {
+                // Only key names, of the rule's own source: said on the source of an
+                // untrusted inline rule too (SPEC §9.5).
+                let note = format!(
+                    "{} has no key {}: its copies are made without {}",
+                    by.source,
+                    keys.join(", "),
+                    if keys.len() == 1 { "it" } else { "them" }
+                );
+                if let Some(regarding) = regarding(world, by) {
+                    events.warning(&regarding, reason::MISSING_KEYS, note).await;
                 }
             }
             (

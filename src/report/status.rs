@@ -7,7 +7,7 @@ use k8s_openapi::{
 
 use super::Tally;
 use crate::{
-    copyrule::{CopyRule, CopyRuleStatus},
+    copyrule::{CopyRule, CopyRuleStatus, MissingKeys},
     plan::World,
     rules::{Rule, RuleError, SourceMatch},
 };
@@ -71,12 +71,13 @@ pub fn rule_status(
                     source,
                 )
             } else {
-                (
-                    true,
-                    "Synced",
-                    format!("{}/{wanted} copies in sync", tally.synced),
-                    source,
-                )
+                let mut message = format!("{}/{wanted} copies in sync", tally.synced);
+                // Said, but no failure: the copies are made without the keys (SPEC §3.2).
+                for (source, keys) in &tally.missing_keys {
+                    let keys = keys.iter().cloned().collect::<Vec<_>>().join(", ");
+                    message.push_str(&format!("; {source} has no key {keys}"));
+                }
+                (true, "Synced", message, source)
             }
         }
     };
@@ -111,6 +112,14 @@ pub fn rule_status(
         stale_copies: stale,
         conflicting_copies: conflicting,
         conflicts,
+        missing_keys: tally
+            .missing_keys
+            .iter()
+            .map(|(source, keys)| MissingKeys {
+                source: source.clone(),
+                keys: keys.iter().cloned().collect(),
+            })
+            .collect(),
         last_sync_time: Some(Time(now)),
         last_verified_time: verified
             .map(Time)
@@ -158,6 +167,8 @@ mod tests {
                 conflict_policy: ConflictPolicy::Skip,
                 image_pull_secret: false,
                 read_only: false,
+                keys: None,
+                target: None,
             },
         );
         r.metadata.generation = Some(3);
@@ -187,7 +198,7 @@ mod tests {
         let parsed = Rule::from_copy_rule(cr).unwrap();
         let src = w.sources().values().next().unwrap();
         let by = ClaimRef::new(parsed.id.clone(), src.key.clone());
-        let copy = Box::new(DesiredCopy::build(&parsed, src, &Payload::default(), "a"));
+        let copy = Box::new(DesiredCopy::build(&parsed, src, &Payload::default(), "a").unwrap());
         vec![
             (
                 Action::Create {

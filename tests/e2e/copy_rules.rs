@@ -36,6 +36,8 @@ fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
         read_only: false,
+        keys: None,
+        target: None,
     }
 }
 

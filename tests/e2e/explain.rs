@@ -383,6 +383,8 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
                 conflict_policy: ConflictPolicy::Skip,
                 image_pull_secret: false,
                 read_only: false,
+                keys: None,
+                target: None,
             },
         )
         .await;

@@ -188,6 +188,8 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
         conflict_policy: Default::default(),
         image_pull_secret: true,
         read_only: false,
+        keys: None,
+        target: None,
     };
     t.copy_rule("inject", spec.clone()).await;
     let ns = t.namespace("inject", &[(&key, "on")]).await;

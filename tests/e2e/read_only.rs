@@ -73,6 +73,8 @@ async fn only_copyrator_changes_a_read_only_copy_and_namespace_deletion_is_never
                 conflict_policy: ConflictPolicy::Skip,
                 image_pull_secret: false,
                 read_only: true,
+                keys: None,
+                target: None,
             },
         )
         .await;

@@ -317,6 +317,8 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
                 read_only: false,
+                keys: None,
+                target: None,
             },
         )
         .await;
@@ -448,6 +450,8 @@ async fn a_tenant_copy_is_never_a_source() {
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
                 read_only: false,
+                keys: None,
+                target: None,
             },
         )
         .await;
@@ -468,6 +472,8 @@ async fn a_tenant_copy_is_never_a_source() {
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
                 read_only: false,
+                keys: None,
+                target: None,
             },
         )
         .await;
@@ -614,6 +620,8 @@ async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
                 conflict_policy: Default::default(),
                 image_pull_secret: false,
                 read_only: false,
+                keys: None,
+                target: None,
             },
         )
         .await;

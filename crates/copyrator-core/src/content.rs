@@ -13,6 +13,7 @@ use crate::{
     model::{Kind, Object, ObjectKey, Payload, SourceInfo},
     plan::ManagedCopy,
     rules::Rule,
+    transform::Refused,
 };
 
 /// Only the labels or annotations a copy carries over from its source.
@@ -61,12 +62,13 @@ pub fn content_hash(
 
 /// The hash a copy of `source` with `payload` must carry.
 pub fn source_hash(source: &SourceInfo, payload: &Payload) -> String {
-    content_hash(
-        source.key.kind,
-        payload,
-        &source.labels,
-        &source.annotations,
-    )
+    copy_hash(source.key.kind, source, payload)
+}
+
+/// The hash a copy of `kind` made of `source` must carry, `payload` being what the copy holds
+/// (the source's, or as a rule's transform shaped it, SPEC §3.2).
+pub fn copy_hash(kind: Kind, source: &SourceInfo, payload: &Payload) -> String {
+    content_hash(kind, payload, &source.labels, &source.annotations)
 }
 
 /// The hash of what an existing copy actually holds (for hand-edit detection).
@@ -83,6 +85,8 @@ pub fn object_hash(kind: Kind, obj: &Object) -> String {
 /// copyrator's marks on a copy (SPEC §3): what identifies it as managed, and by whom.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Marks {
+    /// The copy's kind: its source's, or the one its rule makes it (SPEC §3.2).
+    pub kind: Kind,
     pub source: ObjectKey,
     pub source_uid: String,
     pub rule: String,
@@ -96,6 +100,7 @@ pub struct Marks {
 impl Marks {
     pub fn new(rule: &Rule, source: &SourceInfo, content_hash: String) -> Self {
         Self {
+            kind: rule.transform.target_kind(source.key.kind),
             source: source.key.clone(),
             source_uid: source.uid.clone(),
             rule: rule.id.mark(),
@@ -116,8 +121,8 @@ impl Marks {
         labels
     }
 
-    fn annotations(&self) -> [(&'static str, String); 4] {
-        [
+    fn annotations(&self) -> Vec<(&'static str, String)> {
+        let mut annotations = vec![
             (marks::SOURCE_ANNOTATION, self.source.namespaced_name()),
             (marks::CONTENT_HASH_ANNOTATION, self.content_hash.clone()),
             (marks::RULE_ANNOTATION, self.rule.clone()),
@@ -125,7 +130,12 @@ impl Marks {
                 marks::DELETION_POLICY_ANNOTATION,
                 self.deletion_policy.as_str().to_string(),
             ),
-        ]
+        ];
+        // Only where it differs: the marks of every other copy stay what they were.
+        if self.source.kind != self.kind {
+            annotations.push((marks::SOURCE_KIND_ANNOTATION, self.source.kind.name()));
+        }
+        annotations
     }
 
     /// Whether an existing copy carries exactly these marks.
@@ -140,8 +150,9 @@ impl Marks {
 }
 
 /// What every copy of one source made by one rule shares: name, metadata, marks and the
-/// source's payload, which exists once however many namespaces get a copy (a 1 MiB Secret
-/// fanned out to 500 namespaces is 1 MiB in memory, not 500).
+/// payload, which exists once however many namespaces get a copy (a 1 MiB Secret fanned out
+/// to 500 namespaces is 1 MiB in memory, not 500). The rule's transform (SPEC §3.2) is applied
+/// here, once per source version and rule, and the content hash is of its result.
 #[derive(Debug)]
 pub struct CopyTemplate {
     pub kind: Kind,
@@ -150,25 +161,40 @@ pub struct CopyTemplate {
     pub annotations: BTreeMap<String, String>,
     pub payload: Arc<Payload>,
     pub marks: Marks,
+    /// Keys the rule asks for that the source lacks: the copies are made without them.
+    pub missing_keys: Vec<String>,
 }
 
 impl CopyTemplate {
-    /// The copies of `source` (with `payload`) that `rule` makes.
-    pub fn new(rule: &Rule, source: &SourceInfo, payload: Arc<Payload>) -> Self {
-        let kind = source.key.kind;
-        let marks = Marks::new(rule, source, source_hash(source, &payload));
+    /// The copies of `source` (with `payload`, as [`Payload::for_kind`] keeps the source's
+    /// kind) that `rule` makes; refused when the rule's transform refuses the payload.
+    pub fn new(rule: &Rule, source: &SourceInfo, payload: &Arc<Payload>) -> Result<Self, Refused> {
+        let kind = rule.transform.target_kind(source.key.kind);
+        let (payload, missing_keys) = if rule.transform.is_identity() {
+            (Arc::clone(payload), Vec::new())
+        } else {
+            let shaped = rule.transform.apply(source.key.kind, payload)?;
+            (Arc::new(shaped.payload), shaped.missing)
+        };
+        let marks = Marks::new(rule, source, copy_hash(kind, source, &payload));
         let mut labels = carried(&source.labels);
         labels.extend(marks.labels().into_iter().map(|(k, v)| (k.to_string(), v)));
         let mut annotations = carried(&source.annotations);
-        annotations.extend(marks.annotations().map(|(k, v)| (k.to_string(), v)));
-        Self {
+        annotations.extend(
+            marks
+                .annotations()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        Ok(Self {
             kind,
             name: rule.target_name(&source.key.name).to_string(),
             labels,
             annotations,
             payload,
             marks,
-        }
+            missing_keys,
+        })
     }
 }
 
@@ -197,13 +223,15 @@ impl DesiredCopy {
     }
 
     /// Builds the copy of `source` (with `payload`) that `rule` wants in `namespace`.
-    pub fn build(rule: &Rule, source: &SourceInfo, payload: &Payload, namespace: &str) -> Self {
-        let template = Arc::new(CopyTemplate::new(
-            rule,
-            source,
-            Arc::new(payload.clone().for_kind(source.key.kind)),
-        ));
-        Self::in_namespace(&template, namespace)
+    pub fn build(
+        rule: &Rule,
+        source: &SourceInfo,
+        payload: &Payload,
+        namespace: &str,
+    ) -> Result<Self, Refused> {
+        let payload = Arc::new(payload.clone().for_kind(source.key.kind));
+        let template = Arc::new(CopyTemplate::new(rule, source, &payload)?);
+        Ok(Self::in_namespace(&template, namespace))
     }
 
     pub fn marks(&self) -> &Marks {
@@ -327,7 +355,7 @@ mod tests {
     fn copy_carries_payload_and_filtered_metadata_plus_marks() {
         let src = source();
         let rule = Rule::inline(&src).unwrap().unwrap();
-        let copy = DesiredCopy::build(&rule, &src, &payload("c2VjcmV0"), "team-a");
+        let copy = DesiredCopy::build(&rule, &src, &payload("c2VjcmV0"), "team-a").unwrap();
         let object = copy.object();
         let labels = object.metadata.labels.as_ref().unwrap();
         let annotations = object.metadata.annotations.as_ref().unwrap();
@@ -392,7 +420,7 @@ mod tests {
     fn hash_of_written_copy_equals_hash_of_source() {
         let src = source();
         let rule = Rule::inline(&src).unwrap().unwrap();
-        let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a");
+        let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a").unwrap();
         assert_eq!(
             object_hash(Kind::Secret, &copy.object()),
             copy.marks().content_hash
@@ -430,7 +458,7 @@ mod tests {
     fn hand_edited_copy_hash_differs() {
         let src = source();
         let rule = Rule::inline(&src).unwrap().unwrap();
-        let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a");
+        let copy = DesiredCopy::build(&rule, &src, &payload("YQ=="), "team-a").unwrap();
         let mut edited = copy.object();
         edited
             .payload

@@ -74,6 +74,52 @@ pub struct CopyRuleSpec {
     /// deletion with its namespace.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
+    /// The keys of a Secret's or ConfigMap's data the copies carry (every key when absent):
+    /// a key's name, or `{from: tls.crt, to: server.pem}` to rename it. A key the source
+    /// lacks is left out of the copies and reported in status and Events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "key_list_schema")]
+    pub keys: Option<Vec<KeySpec>>,
+    /// The copies' kind and Secret type, when they are not the source's: e.g. a TLS Secret's
+    /// ca.crt as a ConfigMap. A Secret's data lands in a ConfigMap only when every value
+    /// copied is PEM certificates and nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetSpec>,
+}
+
+/// One entry of `spec.keys`: a key's name, or a key and its name in the copies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum KeySpec {
+    Name(String),
+    Renamed {
+        from: String,
+        /// Its name in the copies (default: `from`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<String>,
+    },
+}
+
+/// What the copies are, when not what the source is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TargetSpec {
+    /// Secret or ConfigMap (default: the source's kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The copies' Secret type (default: the source's, or Opaque for a ConfigMap's), e.g.
+    /// Opaque for a kubernetes.io/tls source copied with only ca.crt.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+}
+
+/// `spec.keys` in the CRD: each entry is a string or a `{from, to}` map, which a structural
+/// schema can only say by leaving the entry's type open; admission checks the entries.
+fn key_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "nullable": true,
+        "items": {"x-kubernetes-preserve-unknown-fields": true}
+    })
 }
 
 /// What happens to copies no rule wants any more.
@@ -148,6 +194,9 @@ pub struct CopyRuleStatus {
     /// Targets this rule could not write, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<CopyConflict>,
+    /// Keys of spec.keys a source lacks: its copies are made without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_keys: Vec<MissingKeys>,
     /// When copyrator last finished syncing this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
@@ -155,6 +204,14 @@ pub struct CopyRuleStatus {
     /// was then in sync, or is counted in staleCopies or conflictingCopies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_verified_time: Option<Time>,
+}
+
+/// Keys a rule asks for that one of its sources lacks.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub struct MissingKeys {
+    /// The source, as `<namespace>/<name>`.
+    pub source: String,
+    pub keys: Vec<String>,
 }
 
 /// A target a rule could not write.

@@ -15,6 +15,10 @@ pub const IMAGE_PULL_SECRET_ANNOTATION: &str = "copyrator.io/image-pull-secret";
 /// `/admission/read-only` webhook denies their UPDATE and DELETE by anyone but copyrator.
 /// Also the label copyrator puts on such copies, which that webhook's objectSelector keys on.
 pub const READ_ONLY: &str = "copyrator.io/read-only";
+/// Inline rule: the keys of the source's data the copies carry, comma-separated, each a key's
+/// name or `from=to` to rename it (`"ca.crt,tls.crt=server.pem"`); every key when absent
+/// (SPEC §3.2).
+pub const KEYS_ANNOTATION: &str = "copyrator.io/keys";
 /// Pod annotation: `"false"` leaves the Pod's `spec.imagePullSecrets` alone.
 pub const INJECT_ANNOTATION: &str = "copyrator.io/inject";
 /// Secret types a kubelet reads registry credentials from.
@@ -34,6 +38,10 @@ pub const MANAGED_BY_VALUE: &str = "copyrator";
 pub const SOURCE_UID_LABEL: &str = "copyrator.io/source-uid";
 /// Annotation on copies: `<namespace>/<name>` of the source.
 pub const SOURCE_ANNOTATION: &str = "copyrator.io/source";
+/// Annotation on copies whose kind is not their source's (a ConfigMap made of a Secret's
+/// certificates, SPEC §3.2): the source's kind, as `--copy-kinds` names kinds. Absent, the
+/// source is of the copy's own kind.
+pub const SOURCE_KIND_ANNOTATION: &str = "copyrator.io/source-kind";
 /// Annotation on copies: hash of the copied content (payload and carried metadata).
 pub const CONTENT_HASH_ANNOTATION: &str = "copyrator.io/content-hash";
 /// Annotation on copies: the rule that made the copy (`inline` or `copyrule/<name>`).

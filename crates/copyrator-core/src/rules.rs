@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
-    copyrule::{ConflictPolicy, CopyRule, DeletionPolicy},
+    copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec, DeletionPolicy, KeySpec},
     marks,
-    model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
+    model::{Kind, NamespaceInfo, ObjectKey, SERVICE_ACCOUNT_TOKEN_TYPE, SourceInfo},
     selector::{self, Selector},
     tenancy::{self, Tier, TrustPolicy},
+    transform::{self, KeyMapping, Transform},
 };
 
 /// Which rule a copy belongs to; rendered into the `copyrator.io/rule` annotation.
@@ -88,6 +89,7 @@ pub fn ignored_annotations(source: &SourceInfo) -> Vec<&'static str> {
         marks::NAMESPACE_SELECTOR_ANNOTATION,
         marks::NAMESPACES_ANNOTATION,
         marks::READ_ONLY,
+        marks::KEYS_ANNOTATION,
     ]
     .into_iter()
     .filter(|a| source.annotations.contains_key(*a))
@@ -118,6 +120,8 @@ pub struct Rule {
     /// The copies are read-only: edits and deletions by anyone but copyrator are denied at
     /// admission (SPEC §4 item 11).
     pub read_only: bool,
+    /// What the copies carry of the source's payload, and as what kind (SPEC §3.2).
+    pub transform: Transform,
 }
 
 impl Rule {
@@ -177,6 +181,11 @@ impl Rule {
     /// Whether the rule can target anything at all.
     pub fn has_targets(&self) -> bool {
         self.namespace_selector.is_some() || !self.namespaces.is_empty()
+    }
+
+    /// The kind of the rule's copies: its sources' kind, unless `target.kind` says otherwise.
+    pub fn target_kind(&self) -> Kind {
+        self.transform.target_kind(self.kind)
     }
 
     /// Name of the copy of `source_name`.
@@ -281,6 +290,19 @@ impl Rule {
                 ));
             }
         };
+        let keys = match source.annotations.get(marks::KEYS_ANNOTATION) {
+            None => None,
+            Some(_) if !source.key.kind.is_consentable() => {
+                return Err(RuleError::new(
+                    marks::KEYS_ANNOTATION,
+                    format!(
+                        "is only for Secrets and ConfigMaps, not a {}",
+                        source.key.kind
+                    ),
+                ));
+            }
+            Some(raw) => Some(inline_keys(raw)?),
+        };
         Ok(Some(Rule {
             id: RuleId::Inline(source.key.clone()),
             kind: source.key.kind,
@@ -296,6 +318,10 @@ impl Rule {
             tier: Tier::ConsentedInline,
             image_pull_secret,
             read_only,
+            transform: Transform {
+                keys,
+                ..Transform::default()
+            },
         }))
     }
 
@@ -391,10 +417,11 @@ impl Rule {
                 ),
             ));
         }
-        if spec.image_pull_secret && kind != Kind::Secret {
+        let transform = copy_rule_transform(spec, kind)?;
+        if spec.image_pull_secret && transform.target_kind(kind) != Kind::Secret {
             return Err(RuleError::new(
                 "spec.imagePullSecret",
-                "is only for kind Secret (of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg)",
+                "is only for copies that are Secrets (of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg)",
             ));
         }
         if namespace_selector.is_none() && namespaces.is_empty() {
@@ -423,8 +450,145 @@ impl Rule {
             tier: Tier::CopyRule,
             image_pull_secret: spec.image_pull_secret,
             read_only: spec.read_only,
+            transform,
         })
     }
+}
+
+/// Most keys one rule may list.
+pub const MAX_KEYS: usize = 256;
+
+/// The keys of the inline annotation `copyrator.io/keys`: `ca.crt,tls.crt=server.pem`.
+fn inline_keys(raw: &str) -> Result<Vec<KeyMapping>, RuleError> {
+    let field = marks::KEYS_ANNOTATION;
+    let entries: Vec<(&str, Option<&str>)> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| match e.split_once('=') {
+            Some((from, to)) => (from.trim(), Some(to.trim())),
+            None => (e, None),
+        })
+        .collect();
+    key_mappings(field, entries)
+}
+
+/// Checks a rule's keys (each valid, at most [`MAX_KEYS`], no two copied under one name).
+fn key_mappings<'a>(
+    field: &str,
+    entries: Vec<(&'a str, Option<&'a str>)>,
+) -> Result<Vec<KeyMapping>, RuleError> {
+    if entries.is_empty() {
+        return Err(RuleError::new(
+            field,
+            "lists no key; leave it out to copy every key",
+        ));
+    }
+    if entries.len() > MAX_KEYS {
+        return Err(RuleError::new(
+            field,
+            format!(
+                "lists {} keys; at most {MAX_KEYS} are allowed",
+                entries.len()
+            ),
+        ));
+    }
+    let mut out: Vec<KeyMapping> = Vec::with_capacity(entries.len());
+    for (from, to) in entries {
+        let to = to.unwrap_or(from);
+        for key in [from, to] {
+            if !transform::is_valid_key(key) {
+                return Err(RuleError::new(
+                    field,
+                    format!(
+                        "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
+                    ),
+                ));
+            }
+        }
+        if out.iter().any(|k| k.to == to) {
+            return Err(RuleError::new(
+                field,
+                format!("copies two keys as {to:?}; each name in the copies must be unique"),
+            ));
+        }
+        out.push(KeyMapping {
+            from: from.to_string(),
+            to: to.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// The transform a CopyRule asks for with `spec.keys` and `spec.target` (SPEC §3.2), for
+/// sources of `kind`.
+fn copy_rule_transform(spec: &CopyRuleSpec, kind: Kind) -> Result<Transform, RuleError> {
+    let target = spec.target.clone().unwrap_or_default();
+    if !kind.is_consentable() {
+        let field = match (&spec.keys, &target.kind, &target.type_) {
+            (Some(_), _, _) => "spec.keys",
+            (None, None, None) => return Ok(Transform::default()),
+            _ => "spec.target",
+        };
+        return Err(RuleError::new(
+            field,
+            format!("is only for Secrets and ConfigMaps, not a {}", kind.name()),
+        ));
+    }
+    let keys = match &spec.keys {
+        None => None,
+        Some(entries) => Some(key_mappings(
+            "spec.keys",
+            entries
+                .iter()
+                .map(|e| match e {
+                    KeySpec::Name(name) => (name.as_str(), None),
+                    KeySpec::Renamed { from, to } => (from.as_str(), to.as_deref()),
+                })
+                .collect(),
+        )?),
+    };
+    let target_kind = match target.kind.as_deref() {
+        None => kind,
+        Some("Secret") => Kind::Secret,
+        Some("ConfigMap") => Kind::ConfigMap,
+        Some(other) => {
+            return Err(RuleError::new(
+                "spec.target.kind",
+                format!("{other:?} is not a kind copies can be made as: Secret or ConfigMap"),
+            ));
+        }
+    };
+    if let Some(type_) = &target.type_ {
+        if target_kind != Kind::Secret {
+            return Err(RuleError::new(
+                "spec.target.type",
+                "is only for copies that are Secrets (a ConfigMap has no type)",
+            ));
+        }
+        if type_.is_empty()
+            || type_.len() > 253
+            || !type_
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+        {
+            return Err(RuleError::new(
+                "spec.target.type",
+                format!("{type_:?} is not a Secret type (Opaque, kubernetes.io/tls, ...)"),
+            ));
+        }
+        if type_ == SERVICE_ACCOUNT_TOKEN_TYPE {
+            return Err(RuleError::new(
+                "spec.target.type",
+                "service-account token Secrets are never made by copyrator",
+            ));
+        }
+    }
+    Ok(Transform {
+        keys,
+        kind: (target_kind != kind).then_some(target_kind),
+        type_: target.type_,
+    })
 }
 
 /// The kind a CopyRule names by `spec.apiVersion` and `spec.kind` (SPEC §2.2), if copyrator
@@ -734,6 +898,8 @@ mod tests {
             conflict_policy: ConflictPolicy::Skip,
             image_pull_secret: false,
             read_only: false,
+            keys: None,
+            target: None,
         }
     }
 

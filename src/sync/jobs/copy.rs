@@ -36,7 +36,9 @@ pub(in crate::sync) async fn run(
         return Ok(Outcome::Done);
     };
     let fresh = Freshness::Indexed;
-    let mut world = load::load_rules(cluster, &[key.kind], &ctx.settings.policy, fresh).await?;
+    // The copy's source may be of the other of Secret and ConfigMap (SPEC §3.2).
+    let kinds = key.kind.interchangeable();
+    let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;
     world.insert_namespaces([ns]);
     let mut found = Found::default();
     found.add_read(key.clone(), copy.as_ref());

@@ -42,7 +42,9 @@ pub(in crate::sync) async fn run(
     }
     let kinds: Vec<Kind> = match &copy_rule {
         Some(r) => match crate::rules::copy_rule_kind(&r.spec) {
-            Ok(kind) => vec![kind],
+            // Its copies may be of the other of Secret and ConfigMap (SPEC §3.2), also
+            // those made before its target kind changed.
+            Ok(kind) => kind.interchangeable(),
             // Invalid: its status says why; its copies, if any, are of some kind copied here.
             Err(_) => Kind::all(),
         },
@@ -64,7 +66,7 @@ pub(in crate::sync) async fn run(
             .filter(|s| rule.applies_to(s))
             .map(|s| s.uid.clone())
             .collect();
-        load::copies_of_sources(cluster, rule.kind, &uids, fresh, &mut found).await?;
+        load::copies_of_sources(cluster, rule.target_kind(), &uids, fresh, &mut found).await?;
     }
     if rule.is_none() || job.full_scan {
         // Deleted, invalid or changed: its copies of sources it no longer selects are only

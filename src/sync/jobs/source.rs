@@ -49,16 +49,21 @@ pub(in crate::sync) async fn run(
     // The rules and the source's existing copies are independent reads: do them at once.
     let copies = async {
         let mut found = Found::default();
-        match &info {
-            Some(info) => {
-                let uids = BTreeSet::from([info.uid.clone()]);
-                load::copies_of_sources(cluster, key.kind, &uids, fresh, &mut found).await?;
+        // A Secret's copies may be ConfigMaps and a ConfigMap's Secrets (SPEC §3.2).
+        for kind in key.kind.interchangeable() {
+            match &info {
+                Some(info) => {
+                    let uids = BTreeSet::from([info.uid.clone()]);
+                    load::copies_of_sources(cluster, kind, &uids, fresh, &mut found).await?;
+                }
+                None => {
+                    // Gone: its copies can only be found by their annotation.
+                    load::all_copies(cluster, kind, None, fresh, &mut found).await?;
+                }
             }
-            None => {
-                // Gone: its copies can only be found by their annotation.
-                load::all_copies(cluster, key.kind, None, fresh, &mut found).await?;
-                found.retain(|_, e| matches!(e, Existing::Managed(m) if &m.source == key));
-            }
+        }
+        if info.is_none() {
+            found.retain(|_, e| matches!(e, Existing::Managed(m) if &m.source == key));
         }
         Ok::<_, ApiError>(found)
     };

@@ -208,6 +208,18 @@ impl Kind {
         self == Kind::Secret || self == Kind::ConfigMap
     }
 
+    /// The kinds a source of this kind may have copies of, which are also the kinds the
+    /// source of a copy of this kind may be: a Secret's copies may be ConfigMaps and a
+    /// ConfigMap's Secrets (a rule's `target.kind`, SPEC §3.2); any other kind's copies are
+    /// of its own kind.
+    pub fn interchangeable(self) -> Vec<Kind> {
+        if self.is_consentable() {
+            vec![Kind::Secret, Kind::ConfigMap]
+        } else {
+            vec![self]
+        }
+    }
+
     /// Whether a name a copy of this kind may carry is valid: Secret and ConfigMap names
     /// are DNS subdomains; other kinds only need to be a path segment (RBAC names may hold
     /// `:`).

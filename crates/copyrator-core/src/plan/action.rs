@@ -17,6 +17,9 @@ pub enum ConflictReason {
     HeldByHigherTier(Option<RuleId>),
     /// Service-account token Secrets are never copied (SPEC §3).
     ServiceAccountToken,
+    /// The rule's transform refuses the source's payload: key material for a ConfigMap
+    /// (SPEC §3.2).
+    Refused(crate::transform::Refused),
 }
 
 impl std::fmt::Display for ConflictReason {
@@ -39,6 +42,7 @@ impl std::fmt::Display for ConflictReason {
             ConflictReason::ServiceAccountToken => {
                 f.write_str("service-account token Secrets are never copied")
             }
+            ConflictReason::Refused(refused) => write!(f, "{refused}"),
         }
     }
 }
@@ -99,6 +103,12 @@ pub enum Action {
     Skip {
         target: ObjectKey,
         reason: &'static str,
+    },
+    /// Not about one target: the claim's source lacks keys its rule asks for, and its copies
+    /// are made without them (SPEC §3.2). Once per claim and plan.
+    MissingKeys {
+        by: ClaimRef,
+        keys: Vec<String>,
     },
 }
 

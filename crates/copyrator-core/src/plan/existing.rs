@@ -111,6 +111,11 @@ pub enum MarksError {
         marks::RULE_ANNOTATION
     )]
     BadRule,
+    #[error(
+        "annotation {} names no kind a copy of this kind can be made from",
+        marks::SOURCE_KIND_ANNOTATION
+    )]
+    BadSourceKind,
 }
 
 impl ManagedCopy {
@@ -125,9 +130,17 @@ impl ManagedCopy {
         let source = annotations
             .get(marks::SOURCE_ANNOTATION)
             .ok_or(MarksError::MissingSource)?;
+        // A copy of another kind than its source's says so (SPEC §3.2); only Secrets and
+        // ConfigMaps are made of each other.
+        let source_kind = match annotations.get(marks::SOURCE_KIND_ANNOTATION) {
+            None => kind,
+            Some(name) => crate::model::Kind::from_name(name)
+                .filter(|k| k.is_consentable() && kind.is_consentable())
+                .ok_or(MarksError::BadSourceKind)?,
+        };
         let source = match source.split_once('/') {
             Some((ns, name)) if selector::is_dns_label(ns) && selector::is_dns_subdomain(name) => {
-                ObjectKey::new(kind, ns, name)
+                ObjectKey::new(source_kind, ns, name)
             }
             _ => return Err(MarksError::BadSource),
         };

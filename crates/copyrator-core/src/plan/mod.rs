@@ -25,6 +25,7 @@ use crate::{
     model::ObjectKey,
     rules::RuleId,
     tenancy::TrustPolicy,
+    transform::Refused,
 };
 
 /// What the targets of one claim (rule, source) share within one plan: the claim's
@@ -33,7 +34,10 @@ use crate::{
 #[derive(Default)]
 struct Shared<'w> {
     refs: HashMap<(&'w RuleId, &'w ObjectKey), ClaimRef>,
-    templates: HashMap<(&'w RuleId, &'w ObjectKey), Arc<CopyTemplate>>,
+    templates: HashMap<(&'w RuleId, &'w ObjectKey), Result<Arc<CopyTemplate>, Refused>>,
+    /// What the claims' templates said once each, beside the targets' actions: keys their
+    /// sources lack ([`Action::MissingKeys`]).
+    reports: Vec<Action>,
 }
 
 impl<'w> Shared<'w> {
@@ -42,6 +46,31 @@ impl<'w> Shared<'w> {
             .entry((&claim.rule.id, &claim.source.key))
             .or_insert_with(|| claim.to_ref())
             .clone()
+    }
+
+    /// The template of `claim`'s copies, made once per plan (the rule's transform applied
+    /// once, whatever the number of targets).
+    fn template(
+        &mut self,
+        claim: &Claim<'w>,
+        payload: &Arc<crate::model::Payload>,
+    ) -> Result<Arc<CopyTemplate>, Refused> {
+        let key = (&claim.rule.id, &claim.source.key);
+        if let Some(made) = self.templates.get(&key) {
+            return made.clone();
+        }
+        let made = CopyTemplate::new(claim.rule, claim.source, payload).map(Arc::new);
+        if let Ok(t) = &made
+            && !t.missing_keys.is_empty()
+        {
+            let by = self.by(claim);
+            self.reports.push(Action::MissingKeys {
+                by,
+                keys: t.missing_keys.clone(),
+            });
+        }
+        self.templates.insert(key, made.clone());
+        made
     }
 }
 
@@ -136,6 +165,7 @@ pub fn plan(
             ));
         }
     }
+    actions.append(&mut shared.reports);
     actions
 }
 
@@ -252,16 +282,17 @@ fn plan_winner<'w>(
         source: claim.source.key.clone(),
     };
     // One template per (rule, source): every target shares its payload and content hash.
-    let template = payload.map(|p| {
-        Arc::clone(
-            shared
-                .templates
-                .entry((&claim.rule.id, &claim.source.key))
-                .or_insert_with(|| {
-                    Arc::new(CopyTemplate::new(claim.rule, claim.source, Arc::clone(p)))
-                }),
-        )
-    });
+    let template = match payload.map(|p| shared.template(&claim, p)).transpose() {
+        Ok(template) => template,
+        // Key material for a ConfigMap (SPEC §3.2): nothing written, the copy there as it was.
+        Err(refused) => {
+            return Action::Conflict {
+                target: target.clone(),
+                by,
+                reason: ConflictReason::Refused(refused),
+            };
+        }
+    };
     let build = |template: &Arc<CopyTemplate>| {
         Box::new(DesiredCopy::in_namespace(template, &target.namespace))
     };
@@ -273,9 +304,14 @@ fn plan_winner<'w>(
             None => need_source(),
         },
         Existing::Managed(m) => {
+            // A known hash is of the source's payload as it is: a transformed copy is judged
+            // from the payload itself (its hash depends on the rule).
             let desired_hash = match payload {
                 Some(t) => Some(t.marks.content_hash.clone()),
-                None => contents.known_hashes.get(&claim.source.key).cloned(),
+                None if claim.rule.transform.is_identity() => {
+                    contents.known_hashes.get(&claim.source.key).cloned()
+                }
+                None => None,
             };
             if let Some(hash) = desired_hash {
                 let marks = Marks::new(claim.rule, claim.source, hash.clone());
@@ -363,5 +399,7 @@ fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Ac
     }
 }
 
+#[cfg(test)]
+mod keys_tests;
 #[cfg(test)]
 mod tests;

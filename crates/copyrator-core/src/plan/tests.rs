@@ -107,13 +107,13 @@ impl Fixture {
         namespace: &str,
         rv: &str,
     ) -> (ObjectKey, Existing) {
-        let copy = DesiredCopy::build(rule, src, p, namespace);
+        let copy = DesiredCopy::build(rule, src, p, namespace).unwrap();
         let meta = copy.object().metadata;
         (
-            copy.key,
+            copy.key.clone(),
             Existing::Managed(
                 ManagedCopy::from_marks(
-                    src.key.kind,
+                    copy.key.kind,
                     &meta.labels.unwrap(),
                     &meta.annotations.unwrap(),
                     rv.into(),
@@ -180,10 +180,14 @@ fn summary(actions: &[Action]) -> Vec<String> {
                     ConflictReason::OwnedBy(c) => format!("owned by {}", c.rule.mark()),
                     ConflictReason::HeldByHigherTier(_) => "held".to_string(),
                     ConflictReason::ServiceAccountToken => "sa-token".to_string(),
+                    ConflictReason::Refused(r) => format!("refused: {r}"),
                 }
             ),
             Action::NeedSource { source, .. } => format!("need {}", source.namespaced_name()),
             Action::Skip { target, reason } => format!("skip {} ({reason})", target.namespace),
+            Action::MissingKeys { by, keys } => {
+                format!("missing {} {}", by.rule.mark(), keys.join(","))
+            }
         })
         .collect()
 }
@@ -214,6 +218,8 @@ fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
         read_only: false,
+        keys: None,
+        target: None,
     }
 }
 
@@ -571,6 +577,7 @@ fn read_only_flip_relabels_every_copy_both_ways() {
     let read_only = f.world.rules().rules[0].clone();
     let labelled = |rule: &Rule| {
         DesiredCopy::build(rule, &src, &payload("v1"), "team-a")
+            .unwrap()
             .object()
             .metadata
             .labels
@@ -847,7 +854,7 @@ mod tenancy {
                 .find(|r| r.id.mark() == mark && r.applies_to(&src))
                 .unwrap_or_else(|| panic!("rule {mark} for {key}"))
                 .clone();
-            let copy = DesiredCopy::build(&rule, &src, &payload(source_ns), ns);
+            let copy = DesiredCopy::build(&rule, &src, &payload(source_ns), ns).unwrap();
             let meta = copy.object().metadata;
             self.existing.insert(
                 copy.key,
@@ -1201,6 +1208,7 @@ fn target_of(a: &Action) -> ObjectKey {
         | Action::Conflict { target, .. }
         | Action::NeedSource { target, .. }
         | Action::Skip { target, .. } => target.clone(),
+        Action::MissingKeys { .. } => panic!("not about one target: {a:?}"),
     }
 }
 

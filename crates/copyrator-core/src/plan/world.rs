@@ -280,7 +280,7 @@ impl World {
                 .filter(|s| rule.applies_to(s))
                 .filter(|s| {
                     names.as_ref().is_none_or(|names| {
-                        names.contains(&(rule.kind, rule.target_name(&s.key.name)))
+                        names.contains(&(rule.target_kind(), rule.target_name(&s.key.name)))
                     })
                 })
                 .collect();
@@ -303,8 +303,11 @@ impl World {
                     continue;
                 }
                 for source in &sources {
-                    let target =
-                        ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
+                    let target = ObjectKey::new(
+                        rule.target_kind(),
+                        &ns.name,
+                        rule.target_name(&source.key.name),
+                    );
                     if only.is_some_and(|ts| !ts.contains(&target)) {
                         continue;
                     }

@@ -44,8 +44,8 @@ pub fn only_certificates(value: &[u8]) -> Result<usize, NotCertificates> {
                 None => NotCertificates::OutsideBlocks,
             });
         }
-        let (pem, used) = Pem::read(Cursor::new(rest.as_bytes()))
-            .map_err(|_| NotCertificates::BadCertificate)?;
+        let (pem, used) =
+            Pem::read(Cursor::new(rest.as_bytes())).map_err(|_| NotCertificates::BadCertificate)?;
         let block = rest.get(..used).ok_or(NotCertificates::BadCertificate)?;
         // The parser takes any line starting "-----END " as the end and ignores what follows
         // it on that line: the line must be exactly a certificate's end.
@@ -53,7 +53,7 @@ pub fn only_certificates(value: &[u8]) -> Result<usize, NotCertificates> {
             return Err(NotCertificates::OutsideBlocks);
         }
         match parse_x509_certificate(&pem.contents) {
-            Ok((remaining, _)) if remaining.is_empty() => count += 1,
+            Ok(([], _)) => count += 1,
             _ => return Err(NotCertificates::BadCertificate),
         }
         rest = rest.get(used..).unwrap_or_default().trim_start();

@@ -139,8 +139,8 @@ impl Transform {
                         .decode(v)
                         .map_err(|_| refused(NotCertificates::NotText))?;
                     only_certificates(&bytes).map_err(refused)?;
-                    let text = String::from_utf8(bytes)
-                        .map_err(|_| refused(NotCertificates::NotText))?;
+                    let text =
+                        String::from_utf8(bytes).map_err(|_| refused(NotCertificates::NotText))?;
                     data.insert(to.clone(), text);
                 }
             }
@@ -295,7 +295,10 @@ mod tests {
                 }
             );
             let said = refused.to_string();
-            assert!(said.starts_with("key tls.key holds a private key"), "{said}");
+            assert!(
+                said.starts_with("key tls.key holds a private key"),
+                "{said}"
+            );
             let body = key_pem.lines().nth(1).unwrap();
             assert!(!said.contains(body), "{said}");
         }
@@ -391,3 +394,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod rule_tests;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CopyState, Decided, Finding, Focus, Planned, Verdict};
+use super::{CopyState, Decided, Finding, Focus, Planned, Shape, Verdict};
 use crate::{
     copyrule::DeletionPolicy,
     marks,
@@ -86,6 +86,12 @@ pub(super) fn judge(
             }
         }
     };
+    let claim = ClaimRef::new(rule.id.clone(), source.key.clone());
+    let shape = Shape::of(rule, planned.missing.get(&claim));
+    let message = match &shape {
+        Some(shape) => format!("{message}; the copy holds {}", shape.describe(&source.key)),
+        None => message,
+    };
     Finding {
         rule: rule.id.clone(),
         tier: Some(rule.tier),
@@ -94,6 +100,7 @@ pub(super) fn judge(
         verdict,
         copy: state,
         message,
+        shape,
     }
 }
 
@@ -171,7 +178,11 @@ pub(super) fn no_source(
     let (source, target) = match &rule.sources {
         SourceMatch::Name(name) => (
             Some(ObjectKey::new(rule.kind, &rule.source_namespace, name)),
-            Some(ObjectKey::new(rule.kind, &ns.name, rule.target_name(name))),
+            Some(ObjectKey::new(
+                rule.target_kind(),
+                &ns.name,
+                rule.target_name(name),
+            )),
         ),
         SourceMatch::Selector(_) => (None, None),
     };
@@ -203,6 +214,7 @@ pub(super) fn no_source(
         verdict,
         copy,
         message,
+        shape: Shape::of(rule, None),
     }
 }
 
@@ -220,13 +232,14 @@ pub(super) fn missing_namespaces<'a>(
             tier: Some(rule.tier),
             source: Some(source.key.clone()),
             target: Some(ObjectKey::new(
-                rule.kind,
+                rule.target_kind(),
                 n,
                 rule.target_name(&source.key.name),
             )),
             verdict: Verdict::NamespaceNotFound,
             copy: CopyState::Missing,
             message: format!("{n} is listed in {} but does not exist", fields(rule).0),
+            shape: Shape::of(rule, None),
         })
 }
 
@@ -259,6 +272,7 @@ pub(super) fn orphan(action: &Action, existing: &BTreeMap<ObjectKey, Existing>) 
             "no rule wants this copy any more (its rule or source is gone, or the namespace \
              is no longer selected): {fate}"
         ),
+        shape: None,
     })
 }
 
@@ -280,6 +294,7 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
             verdict: Verdict::Invalid(err.to_string()),
             copy: CopyState::Missing,
             message: format!("invalid configuration, ignored: {err}"),
+            shape: None,
         });
     let copy_rules = set
         .invalid_copy_rules
@@ -300,6 +315,7 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
             verdict: Verdict::Invalid(err.to_string()),
             copy: CopyState::Missing,
             message: format!("invalid configuration, ignored: {err}"),
+            shape: None,
         });
     sources.chain(copy_rules).collect()
 }
@@ -350,6 +366,7 @@ pub(super) fn not_opted_in(
                 marks::SOURCE_LABEL
             ),
             verdict: Verdict::NotOptedIn(ignored),
+            shape: None,
         });
     }
     out

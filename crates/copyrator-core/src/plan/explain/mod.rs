@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 use super::{Action, ClaimRef, ConflictReason, Contents, Existing, Scope, Targeting, World, plan};
 use crate::{
     copyrule::DeletionPolicy,
-    model::{NamespaceInfo, ObjectKey, SourceInfo},
-    rules::{RuleId, Selection},
+    model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
+    rules::{Rule, RuleId, Selection},
     tenancy::Tier,
+    transform::Transform,
 };
 use findings::{invalid, judge, missing_namespaces, no_source, not_opted_in, orphan};
 
@@ -48,6 +49,49 @@ pub struct Finding {
     pub copy: CopyState,
     /// The verdict in words, naming the clause that decided it.
     pub message: String,
+    /// What the copy holds of its source, when not all of it as it is (SPEC §3.2).
+    pub shape: Option<Shape>,
+}
+
+/// What a rule's copies carry of their source's payload, and as what (SPEC §3.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub source_kind: Kind,
+    pub transform: Transform,
+    /// Keys the rule asks for that the source lacks (known when its payload was read).
+    pub missing: Vec<String>,
+}
+
+impl Shape {
+    /// The shape of `rule`'s copies; `None` when they are their source's payload as it is.
+    pub fn of(rule: &Rule, missing: Option<&Vec<String>>) -> Option<Self> {
+        (!rule.transform.is_identity()).then(|| Shape {
+            source_kind: rule.kind,
+            transform: rule.transform.clone(),
+            missing: missing.cloned().unwrap_or_default(),
+        })
+    }
+
+    /// In words, of the copies of `source`: `keys ca.crt, tls.crt as server.pem of Secret
+    /// platform/ca, as a ConfigMap; the source lacks tls.crt`.
+    pub fn describe(&self, source: &ObjectKey) -> String {
+        let t = &self.transform;
+        let of = format!("{} {}", source.kind, source.namespaced_name());
+        let mut out = match &t.keys {
+            Some(_) => format!("keys {} of {of}", t.describe_keys()),
+            None => format!("every key of {of}"),
+        };
+        if let Some(kind) = t.kind {
+            out.push_str(&format!(", as a {kind}"));
+        }
+        if let Some(type_) = &t.type_ {
+            out.push_str(&format!(", of type {type_}"));
+        }
+        if !self.missing.is_empty() {
+            out.push_str(&format!("; the source lacks {}", self.missing.join(", ")));
+        }
+        out
+    }
 }
 
 impl Finding {
@@ -119,6 +163,7 @@ impl Verdict {
             Verdict::Conflict(ConflictReason::OwnedBy(_)) => "NameTaken",
             Verdict::Conflict(ConflictReason::HeldByHigherTier(_)) => "HeldByRetainedCopy",
             Verdict::Conflict(ConflictReason::ServiceAccountToken) => "ServiceAccountToken",
+            Verdict::Conflict(ConflictReason::Refused(_)) => "KeyMaterialRefused",
             Verdict::Skipped(_) => "Skipped",
             Verdict::SourceNotFound => "SourceNotFound",
             Verdict::NoRuleWants(_) => "NoRuleWantsCopy",
@@ -205,6 +250,8 @@ pub(super) struct Decided {
     pub(super) by_claim: HashMap<(ObjectKey, ClaimRef), Action>,
     pub(super) by_target: HashMap<ObjectKey, Vec<Action>>,
     pub(super) orphans: Vec<Action>,
+    /// Keys each claim's source lacks.
+    pub(super) missing: HashMap<ClaimRef, Vec<String>>,
 }
 
 /// Explains `focus` from the same inputs a job plans from. `unlabelled`: sources that carry
@@ -248,8 +295,11 @@ pub fn explain(
         }
         for source in sources {
             for ns in &namespaces {
-                let target =
-                    ObjectKey::new(rule.kind, &ns.name, rule.target_name(&source.key.name));
+                let target = ObjectKey::new(
+                    rule.target_kind(),
+                    &ns.name,
+                    rule.target_name(&source.key.name),
+                );
                 let targeting = world.targeting(rule, ns);
                 if let (Focus::Source(_), Targeting::NotSelected(sel)) = (focus, targeting)
                     && sel != Selection::Excluded
@@ -279,6 +329,7 @@ fn index(actions: Vec<Action>) -> Decided {
         by_claim: HashMap::new(),
         by_target: HashMap::new(),
         orphans: Vec::new(),
+        missing: HashMap::new(),
     };
     for action in actions {
         let claim = match &action {
@@ -293,6 +344,10 @@ fn index(actions: Vec<Action>) -> Decided {
                 continue;
             }
             Action::NeedSource { .. } | Action::Skip { .. } => None,
+            Action::MissingKeys { by, keys } => {
+                planned.missing.insert(by.clone(), keys.clone());
+                continue;
+            }
         };
         match claim {
             Some(key) => {

@@ -77,6 +77,8 @@ fn rule_spec(source: &str) -> CopyRuleSpec {
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
         read_only: false,
+        keys: None,
+        target: None,
     }
 }
 
@@ -119,7 +121,7 @@ impl Case {
         let rule = Rule::inline(&src).unwrap().unwrap();
         let mut p = payload(v);
         p.immutable = immutable.then_some(true);
-        let copy = DesiredCopy::build(&rule, &src, &p, namespace);
+        let copy = DesiredCopy::build(&rule, &src, &p, namespace).unwrap();
         let meta = copy.object().metadata;
         let managed = ManagedCopy::from_marks(
             Kind::Secret,

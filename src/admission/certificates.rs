@@ -1,0 +1,160 @@
+//! A CopyRule that copies a Secret's data into ConfigMaps is judged on content when it is
+//! written (SPEC §3.2): its sources as they are now are read, and the rule is denied, naming
+//! the key, if one of them would put anything but certificates into a ConfigMap. The same
+//! pure check refuses such a copy at apply time, when a source changes later; admission only
+//! says it early.
+//!
+//! The reads are bounded as the advice's are (`advice.rs`): a few reviews at once, a few
+//! sources per review, a deadline. Past them the rule is allowed: the planner still refuses
+//! every copy that would carry key material.
+
+use std::time::Duration;
+
+use super::advice::Advisor;
+use crate::{
+    marks,
+    model::{Kind, ObjectKey, Payload},
+    rules::{Rule, SourceMatch},
+};
+
+/// Sources of a selector read per review.
+const MAX_SOURCES: usize = 16;
+/// How long the reads may take before the review is answered without them.
+const DEADLINE: Duration = Duration::from_secs(1);
+
+/// Whether `rule` moves a Secret's data into ConfigMaps (the only case with anything to
+/// check).
+pub fn needs_check(rule: &Rule) -> bool {
+    rule.kind == Kind::Secret && rule.target_kind() == Kind::ConfigMap
+}
+
+/// The denial for `rule` given its sources' payloads now (as [`Payload::for_kind`] keeps a
+/// Secret's): the first source that would put key material into a ConfigMap, and the key.
+pub fn judge(rule: &Rule, sources: &[(ObjectKey, Payload)]) -> Option<String> {
+    let field = if rule.transform.keys.is_some() {
+        "spec.keys"
+    } else {
+        "spec.target.kind"
+    };
+    sources.iter().find_map(|(key, payload)| {
+        let refused = rule.transform.apply(key.kind, payload).err()?;
+        Some(format!(
+            "copyrator: invalid CopyRule: {field}: {} {}: {refused}",
+            key.kind,
+            key.namespaced_name()
+        ))
+    })
+}
+
+impl Advisor {
+    /// The denial of `rule` for what its sources hold now (see the module documentation);
+    /// `None` when they hold certificates only, or could not be read in time.
+    pub async fn certificate_refusal(&self, rule: &Rule) -> Option<String> {
+        if !needs_check(rule) {
+            return None;
+        }
+        let _permit = self.reviews.try_acquire().ok()?;
+        let read = async {
+            let keys: Vec<ObjectKey> = match &rule.sources {
+                SourceMatch::Name(name) => {
+                    vec![ObjectKey::new(Kind::Secret, &rule.source_namespace, name)]
+                }
+                SourceMatch::Selector(selector) => {
+                    let selector = marks::not_a_copy(&selector.to_string());
+                    self.cluster
+                        .list_meta(
+                            Kind::Secret,
+                            Some(&rule.source_namespace),
+                            &selector,
+                            crate::cluster::Freshness::Cached,
+                            |m| Some(ObjectKey::new(Kind::Secret, m.namespace?, m.name?)),
+                        )
+                        .await
+                        .ok()?
+                        .into_iter()
+                        .take(MAX_SOURCES)
+                        .collect()
+                }
+            };
+            let reads = futures::future::join_all(keys.iter().map(|k| self.cluster.get(k))).await;
+            let sources: Vec<(ObjectKey, Payload)> = keys
+                .into_iter()
+                .zip(reads)
+                .filter_map(|(k, read)| {
+                    let payload = read.ok()??.payload.for_kind(Kind::Secret);
+                    Some((k, payload))
+                })
+                .collect();
+            Some(sources)
+        };
+        let sources = tokio::time::timeout(DEADLINE, read).await.ok()??;
+        judge(rule, &sources)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copyrule::{CopyRule, CopyRuleSpec, KeySpec, TargetSpec};
+    use base64::{Engine, engine::general_purpose::STANDARD};
+
+    fn rule(keys: Option<Vec<&str>>) -> Rule {
+        Rule::from_copy_rule(&CopyRule::new(
+            "ca-bundle",
+            CopyRuleSpec {
+                api_version: None,
+                kind: "Secret".into(),
+                source_namespace: "platform".into(),
+                source_name: Some("ca".into()),
+                source_selector: None,
+                namespace_selector: None,
+                namespaces: vec!["team-a".into()],
+                exclude_namespaces: vec![],
+                target_name: None,
+                deletion_policy: Default::default(),
+                conflict_policy: Default::default(),
+                image_pull_secret: false,
+                read_only: false,
+                keys: keys.map(|k| k.into_iter().map(|k| KeySpec::Name(k.into())).collect()),
+                target: Some(TargetSpec {
+                    kind: Some("ConfigMap".into()),
+                    type_: None,
+                }),
+            },
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_rule_asking_a_key_into_a_config_map_is_denied_naming_the_key() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["ca".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let payload = Payload {
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(
+                [
+                    ("ca.crt", STANDARD.encode(cert.pem())),
+                    ("tls.key", STANDARD.encode(key.serialize_pem())),
+                ]
+                .map(|(k, v)| (k.to_string(), v))
+                .into(),
+            ),
+            ..Default::default()
+        };
+        let sources = [(ObjectKey::new(Kind::Secret, "platform", "ca"), payload)];
+        assert_eq!(judge(&rule(Some(vec!["ca.crt"])), &sources), None);
+        let denied = judge(&rule(Some(vec!["ca.crt", "tls.key"])), &sources).unwrap();
+        assert!(
+            denied.starts_with(
+                "copyrator: invalid CopyRule: spec.keys: Secret platform/ca: key tls.key holds a private key"
+            ),
+            "{denied}"
+        );
+        let every = judge(&rule(None), &sources).unwrap();
+        assert!(every.contains("spec.target.kind") && every.contains("key tls.key"));
+        assert!(needs_check(&rule(None)));
+    }
+}
