@@ -14,6 +14,7 @@ mod ha;
 mod helm_chart;
 mod hostile;
 mod inline_rules;
+mod keys;
 mod least_privilege;
 mod migrate;
 mod not_opted_in;

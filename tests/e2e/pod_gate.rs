@@ -17,11 +17,11 @@ use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::LabelSelector};
 use kube::{Api, Client, api::PostParams};
 
-const DRY_RUN_PODS: &str = "copyrator_admission_requests_total{endpoint=\"pods\",operation=\"CREATE\",outcome=\"dry_run\"}";
+pub(crate) const DRY_RUN_PODS: &str = "copyrator_admission_requests_total{endpoint=\"pods\",operation=\"CREATE\",outcome=\"dry_run\"}";
 
 /// Dry-run Pod creates in `ns` until the gate at `metrics` counts one: the API server calls
 /// the Pod gate.
-async fn wait_for_pod_gate<F, Fut>(client: &Client, ns: &str, metric: F)
+pub(crate) async fn wait_for_pod_gate<F, Fut>(client: &Client, ns: &str, metric: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = f64>,
