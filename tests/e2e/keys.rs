@@ -566,6 +566,27 @@ async fn keys_are_renamed_types_and_kinds_changed_and_missing_keys_reported() {
         .await
         .unwrap();
     t.wait_value::<Secret>(&dest, "settings", "a", "1").await;
+    // Its marks edited: the one that names its source's kind removed. Taken back, not deleted.
+    t.quiescent().await;
+    t.secrets(&dest)
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {marks::SOURCE_KIND_ANNOTATION: null}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    t.wait_for::<Secret>(&dest, "settings", "its marks restored", |s| {
+        s.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(marks::SOURCE_KIND_ANNOTATION))
+            .map(String::as_str)
+            == Some("ConfigMap")
+    })
+    .await;
     // Its source deleted, the Secret goes with it (deletion policy Delete), at once: the
     // source's job finds copies of the other kind too (no resync runs in this test, and no
     // other job is left: a namespace's second look would find the orphan too).

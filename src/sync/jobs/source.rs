@@ -67,7 +67,8 @@ pub(in crate::sync) async fn run(
         }
         Ok::<_, ApiError>(found)
     };
-    let kinds = [key.kind];
+    // Sources of the other kind too: a copy whose marks name this source may be claimed by one.
+    let kinds = key.kind.interchangeable();
     let (mut world, mut found) = tokio::try_join!(
         load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh),
         copies
