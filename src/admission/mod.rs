@@ -111,7 +111,7 @@ pub struct Verdict {
     /// A source being opted in: warn when its namespace is at its cap of sources.
     pub opted_in: Option<crate::model::ObjectKey>,
     /// A CopyRule copying a Secret's data into ConfigMaps: deny it if its sources hold
-    /// anything but certificates now ([`certificates`]).
+    /// anything but certificates now (`certificates`).
     pub check_certificates: Option<Box<Rule>>,
 }
 
