@@ -358,7 +358,7 @@ impl Metrics {
         let index_reads = Family::<ServedLabels, Counter>::default();
         registry.register(
             "index_reads",
-            "Cached reads of a job, by what was read (copies, sources, namespaces) and where they were served from (index: what copyrator's watches keep; list: a LIST, while the index cannot answer)",
+            "Cached reads of a job, by what was read (copies, sources, namespaces, copyrules; namespace, source: one object) and where they were served from (index: what copyrator's watches keep; list or get: the API server, while the index cannot answer)",
             index_reads.clone(),
         );
         let index_objects = Family::<FeedLabels, Gauge>::default();

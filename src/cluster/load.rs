@@ -9,7 +9,9 @@ use futures::{StreamExt, stream};
 use crate::freshness::copy_index::{Listed, existing_from_meta, listed};
 use crate::{
     cluster::{ApiResult, Cluster, Freshness},
-    content, marks,
+    content,
+    copyrule::CopyRule,
+    marks,
     model::{Kind, Meta, NamespaceInfo, Object, ObjectKey, SourceInfo},
     plan::{Contents, Existing, MarksError, Policy, World},
     rules::Rule,
@@ -140,13 +142,26 @@ pub async fn load_rules(
         .collect::<Vec<_>>();
     let (sources, copy_rules) = tokio::try_join!(
         futures::future::try_join_all(lists),
-        cluster.list_copy_rules(fresh)
+        copy_rules(cluster, fresh)
     )?;
     Ok(World::from_parts(
         policy.clone(),
         sources.into_iter().flatten(),
         copy_rules,
     ))
+}
+
+/// Every CopyRule: from what the CopyRules watch keeps when it can answer and a cached read
+/// was asked for, else by a LIST.
+async fn copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+    if fresh == Freshness::Indexed {
+        if let Some(held) = cluster.copy_rule_scope().copy_rules() {
+            cluster.metrics.index_read("copyrules", "index");
+            return Ok(held.as_ref().clone());
+        }
+        cluster.metrics.index_read("copyrules", "list");
+    }
+    cluster.list_copy_rules(fresh).await
 }
 
 /// Sources CopyRules select that the world does not hold yet: objects without the opt-in

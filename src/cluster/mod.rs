@@ -40,8 +40,9 @@ use crate::{
 /// A label-selected LIST served from etcd reads every object of the resource and filters
 /// afterwards: with 50,000 Secrets in the cluster, listing a source's ten copies would read
 /// all 50,000, in every job. The API server's watch cache filters in memory instead, at the
-/// price of lagging etcd by milliseconds. Jobs read their trigger object consistently (GET)
-/// and everything label-selected from the cache; what a lagging cache can hide is covered by
+/// price of lagging etcd by milliseconds. Jobs read their trigger object consistently (GET;
+/// a namespace job, from the namespace index when it shows the change the job was admitted
+/// for) and everything label-selected from the cache; what a lagging cache can hide is covered by
 /// create-if-absent, preconditioned writes, the post-write re-check and a second look after
 /// namespace changes (see `sync/`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

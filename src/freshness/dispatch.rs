@@ -266,8 +266,9 @@ impl Dispatcher {
                 }
             },
             (Feed::CopyRules, _) => {
-                // What the CopyRules were is not known any more (a source's reach).
-                ix.copy_rules.changed();
+                // What the CopyRules were is not known any more (a source's reach, jobs'
+                // reads), unless only a known rule's status changed.
+                ix.copy_rules.event(meta, deleted);
                 kept.trigger = self.rule_changed(meta, deleted);
                 return kept;
             }
@@ -521,6 +522,8 @@ impl Dispatcher {
                 })
                 .collect(),
             FeedSeed::CopyRules(seed) => {
+                // A change made between a job's LIST and this one has no event of its own.
+                ix.copy_rules.changed();
                 let mut known = self
                     .rule_generations
                     .lock()
@@ -604,7 +607,7 @@ impl Dispatcher {
             Feed::Copies(kind) => ix.copies.set_live(kind, live),
             Feed::Sources(kind) => ix.sources.of(kind).set_live(live),
             Feed::Namespaces => ix.namespaces.set_live(live),
-            Feed::CopyRules => {}
+            Feed::CopyRules => ix.copy_rules.set_live(live),
         }
     }
 
@@ -615,7 +618,7 @@ impl Dispatcher {
             Feed::Copies(kind) => ix.copies.unseed(kind),
             Feed::Sources(kind) => ix.sources.of(kind).unseed(),
             Feed::Namespaces => ix.namespaces.unseed(),
-            Feed::CopyRules => {}
+            Feed::CopyRules => ix.copy_rules.changed(),
         }
     }
 

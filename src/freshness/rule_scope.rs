@@ -1,34 +1,81 @@
-//! The CopyRules as of the last LIST of them that no CopyRule event has overtaken since: what
-//! a source's watch event needs to know to tell which namespaces the change can reach (the Pod
-//! gate forgets only those, SPEC §10.2). Jobs LIST the few CopyRules in full; each LIST that
-//! started after the latest CopyRule event leaves its rules here. While a CopyRule event is
-//! newer than every LIST since, nothing is known, and callers assume every namespace.
+//! The CopyRules as of the last LIST of them that no change of a CopyRule's spec has overtaken
+//! since: what a source's watch event needs to know to tell which namespaces the change can
+//! reach (the Pod gate forgets only those, SPEC §10.2), and what jobs read instead of a LIST
+//! of CopyRules while the CopyRules watch is live (SPEC §5, "Reads").
+//!
+//! The CopyRules watch is metadata-only, so it cannot keep the rules by itself: each LIST of
+//! them (a job's, while nothing is known; the resync's) that started after the latest change
+//! leaves its rules here, and the watch's events say when they stop being current. An event
+//! that shows a rule known here with the same uid, `metadata.generation` and deletion state
+//! changed its status or metadata only (the API server bumps a custom resource's generation on
+//! every change of its spec): what the rules select and copy is unchanged, so it leaves them
+//! known. Every other event (a rule added, deleted, its spec changed, or one not known here)
+//! forgets them; while a change is newer than every LIST since, nothing is known, and callers
+//! LIST, or assume every namespace. The held objects' spec and identity are current; their
+//! status and resourceVersion may be older (jobs that write a rule's status read it first).
+//!
+//! Jobs read them only while the watch is live: a watch that failed may have missed a change,
+//! and one that starts over from a new LIST (410, or its first start) may never deliver the
+//! event of a change made between a job's LIST and its own, so a new seed forgets them.
 
 use std::sync::{
     Arc, Mutex,
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
-use crate::{copyrule::CopyRule, rules::Rule};
+use crate::{copyrule::CopyRule, model::Meta, rules::Rule};
+
+/// What a LIST left (see the module documentation).
+struct Known {
+    /// The generation of changes the LIST started at.
+    at: u64,
+    /// Every CopyRule it returned, valid or not.
+    copy_rules: Arc<Vec<CopyRule>>,
+    /// The valid ones, parsed, not being deleted.
+    rules: Arc<Vec<Rule>>,
+}
 
 /// See the module documentation.
 #[derive(Default)]
 pub struct CopyRuleScope {
-    /// Counts CopyRule events.
+    /// Counts changes of CopyRules' specs (and anything that may hide one).
     generation: AtomicU64,
-    /// The valid CopyRules a LIST returned, and the generation it started at.
-    known: Mutex<Option<(u64, Arc<Vec<Rule>>)>>,
+    known: Mutex<Option<Known>>,
+    /// The CopyRules watch is up.
+    live: AtomicBool,
 }
 
 impl CopyRuleScope {
-    fn known(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<Vec<Rule>>)>> {
+    fn known(&self) -> std::sync::MutexGuard<'_, Option<Known>> {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A CopyRule changed (its watch event): what is known is not any more.
+    /// A CopyRule changed in a way that may change what the rules select or copy (or a change
+    /// may have been missed): what is known is not any more.
     pub fn changed(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         *self.known() = None;
+    }
+
+    /// A CopyRule's watch event; returns whether it forgot the rules (see the module
+    /// documentation: an event that changed a known rule's status only does not).
+    pub fn event(&self, meta: &Meta, deleted: bool) -> bool {
+        let same_spec = !deleted
+            && self.known().as_ref().is_some_and(|k| {
+                k.copy_rules.iter().any(|r| {
+                    r.metadata.name.is_some()
+                        && r.metadata.name == meta.name
+                        && r.metadata.uid == meta.uid
+                        && r.metadata.generation.is_some()
+                        && r.metadata.generation == meta.generation
+                        && r.metadata.deletion_timestamp.is_some()
+                            == meta.deletion_timestamp.is_some()
+                })
+            });
+        if !same_spec {
+            self.changed();
+        }
+        !same_spec
     }
 
     /// Noted before a LIST of CopyRules is sent; give it to [`Self::listed`].
@@ -36,8 +83,8 @@ impl CopyRuleScope {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// A LIST that started at `since` returned `rules`: known, unless a CopyRule event came
-    /// meanwhile (then the LIST may hold a rule as it was before that event).
+    /// A LIST that started at `since` returned `rules`: known, unless a change came meanwhile
+    /// (then the LIST may hold a rule as it was before it).
     pub fn listed(&self, since: u64, rules: &[CopyRule]) {
         let parsed: Vec<Rule> = rules
             .iter()
@@ -46,15 +93,35 @@ impl CopyRuleScope {
             .collect();
         let mut known = self.known();
         if self.generation.load(Ordering::SeqCst) == since {
-            *known = Some((since, Arc::new(parsed)));
+            *known = Some(Known {
+                at: since,
+                copy_rules: Arc::new(rules.to_vec()),
+                rules: Arc::new(parsed),
+            });
         }
     }
 
-    /// The CopyRules, if known now.
+    /// The valid CopyRules, parsed, if known now.
     pub fn rules(&self) -> Option<Arc<Vec<Rule>>> {
         let known = self.known();
-        let (at, rules) = known.as_ref()?;
-        (*at == self.generation.load(Ordering::SeqCst)).then(|| Arc::clone(rules))
+        let k = known.as_ref()?;
+        (k.at == self.generation.load(Ordering::SeqCst)).then(|| Arc::clone(&k.rules))
+    }
+
+    /// Every CopyRule, for a job that would LIST them: only while they are known and the
+    /// watch is live.
+    pub fn copy_rules(&self) -> Option<Arc<Vec<CopyRule>>> {
+        if !self.live.load(Ordering::SeqCst) {
+            return None;
+        }
+        let known = self.known();
+        let k = known.as_ref()?;
+        (k.at == self.generation.load(Ordering::SeqCst)).then(|| Arc::clone(&k.copy_rules))
+    }
+
+    /// The CopyRules watch is up, or down (it may miss events: jobs LIST meanwhile).
+    pub fn set_live(&self, live: bool) {
+        self.live.store(live, Ordering::SeqCst);
     }
 }
 
@@ -102,5 +169,86 @@ mod tests {
         let since = scope.listing();
         scope.listed(since, &[rule("a"), rule("b")]);
         assert_eq!(scope.rules().unwrap().len(), 2);
+    }
+
+    fn listed_rule(name: &str, uid: &str, generation: i64) -> CopyRule {
+        let mut r = rule(name);
+        r.metadata.uid = Some(uid.into());
+        r.metadata.generation = Some(generation);
+        r.metadata.resource_version = Some("10".into());
+        r
+    }
+
+    fn event(name: &str, uid: &str, generation: i64) -> Meta {
+        Meta {
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            generation: Some(generation),
+            resource_version: Some("11".into()),
+            ..Default::default()
+        }
+    }
+
+    fn known_and_live() -> CopyRuleScope {
+        let scope = CopyRuleScope::default();
+        scope.set_live(true);
+        scope.listed(scope.listing(), &[listed_rule("a", "u1", 3)]);
+        scope
+    }
+
+    #[test]
+    fn jobs_read_the_rules_only_while_known_and_the_watch_is_live() {
+        let scope = CopyRuleScope::default();
+        scope.listed(scope.listing(), &[listed_rule("a", "u1", 3)]);
+        assert!(scope.rules().is_some());
+        assert!(scope.copy_rules().is_none(), "the watch is not up");
+        scope.set_live(true);
+        assert_eq!(scope.copy_rules().unwrap().len(), 1);
+        scope.set_live(false);
+        assert!(scope.copy_rules().is_none(), "the watch may miss events");
+    }
+
+    #[test]
+    fn a_status_change_keeps_the_rules_any_other_change_forgets_them() {
+        let scope = known_and_live();
+        assert!(!scope.event(&event("a", "u1", 3), false), "status only");
+        assert!(scope.copy_rules().is_some());
+
+        for (what, meta, deleted) in [
+            ("spec changed", event("a", "u1", 4), false),
+            ("deleted", event("a", "u1", 3), true),
+            ("recreated under the same name", event("a", "u2", 3), false),
+            ("a rule not known", event("b", "u3", 1), false),
+            (
+                "being deleted",
+                Meta {
+                    deletion_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::now(),
+                    )),
+                    ..event("a", "u1", 3)
+                },
+                false,
+            ),
+            (
+                "no generation",
+                Meta {
+                    generation: None,
+                    ..event("a", "u1", 3)
+                },
+                false,
+            ),
+        ] {
+            let scope = known_and_live();
+            assert!(scope.event(&meta, deleted), "{what}");
+            assert!(scope.copy_rules().is_none(), "{what}");
+            assert!(scope.rules().is_none(), "{what}");
+        }
+
+        let scope = CopyRuleScope::default();
+        scope.set_live(true);
+        assert!(
+            scope.event(&event("a", "u1", 3), false),
+            "nothing known: nothing to compare with"
+        );
     }
 }

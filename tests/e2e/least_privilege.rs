@@ -263,10 +263,14 @@ async fn whole_job_steps(env: &TestEnv, p: &Process, run: usize) -> Result<(), S
         .await
         .unwrap();
     let rule_name = env.name(&format!("lp{run}"));
+    // It also names a namespace not created yet: the namespace index does not hold it, so the
+    // rule's job reads it from the API server (the namespaces `get`, which jobs whose index
+    // holds their namespace no longer need).
+    let later = env.name(&format!("lp{run}-later"));
     let rule: CopyRule = serde_json::from_value(json!({
         "apiVersion": "copyrator.io/v1alpha1", "kind": "CopyRule",
         "metadata": {"name": rule_name},
-        "spec": {"kind": "ConfigMap", "sourceNamespace": src, "sourceName": "settings", "namespaces": [t2]}
+        "spec": {"kind": "ConfigMap", "sourceNamespace": src, "sourceName": "settings", "namespaces": [t2, later]}
     }))
     .unwrap();
     let rules: Api<CopyRule> = Api::all(env.client.clone());

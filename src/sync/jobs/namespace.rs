@@ -13,9 +13,9 @@ use crate::{
         prefetch::{NamespaceReads, Ticket},
     },
     metrics::OutcomeLabels,
-    model::Kind,
+    model::{Kind, NamespaceInfo},
     plan::{Action, Contents, Scope, World},
-    queue::job::{Awaited, Job},
+    queue::job::{Awaited, Job, Trigger},
     sync::{
         Outcome, SyncError,
         context::Context,
@@ -67,7 +67,6 @@ pub(in crate::sync) async fn sync(
     job: &Job,
     name: &str,
 ) -> Result<Synced, SyncError> {
-    let cluster = &ctx.cluster;
     let fresh = Freshness::Indexed;
     if parked(ctx, job) {
         return Ok(Synced::NotPersisted);
@@ -108,8 +107,8 @@ pub(in crate::sync) async fn sync(
                 read_persisted(
                     ctx,
                     job,
-                    || cluster.get_namespace(name),
-                    namespace_persisted,
+                    || read_namespace(ctx, job, name),
+                    namespace_persisted
                 ),
                 rules_and_copies(ctx, name),
             )?;
@@ -139,6 +138,33 @@ pub(in crate::sync) async fn sync(
         world: Box::new(world),
         outcomes,
     })
+}
+
+/// Namespace `name` as persisted: from the namespace index when it holds the namespace with
+/// the change the job was admitted for (the watch applies an event to the index before it
+/// wakes the job waiting on it), else a GET. The Pod gate's sync always reads it (a Pod
+/// created right after its namespace was relabelled must see the new labels, whose event may
+/// still be on its way), as does a job whose change the index does not show (it may show an
+/// older one, or not hold the namespace yet).
+async fn read_namespace(
+    ctx: &Context,
+    job: &Job,
+    name: &str,
+) -> Result<Option<NamespaceInfo>, ApiError> {
+    let cluster = &ctx.cluster;
+    if job.trigger != Trigger::PodGate {
+        let held = cluster
+            .namespace_index()
+            .read(|by_name| by_name.get(name).cloned())
+            .flatten()
+            .filter(|ns| namespace_persisted(&job.awaited, &Some(ns.clone())));
+        if let Some(ns) = held {
+            ctx.metrics.index_read("namespace", "index");
+            return Ok(Some(ns));
+        }
+        ctx.metrics.index_read("namespace", "get");
+    }
+    cluster.get_namespace(name).await
 }
 
 /// The rules, and the copies in namespace `name` (of every kind).

@@ -4,6 +4,7 @@
 //! requests it received. The happy paths and the real API server are the end-to-end tests'.
 
 pub(crate) mod fake_api;
+mod indexed_reads;
 mod prefetch;
 
 use std::sync::Arc;
@@ -241,7 +242,7 @@ async fn writes_that_never_settle_end_the_job_for_a_retry_after_a_few_rounds() {
 
 /// Seeds the namespace index with these namespaces as the fake API holds them and marks it
 /// live, as the namespaces watch does once its LIST has returned.
-fn index_namespaces(api: &FakeApi, ctx: &Context, names: &[&str]) {
+pub(crate) fn index_namespaces(api: &FakeApi, ctx: &Context, names: &[&str]) {
     let index = ctx.cluster.namespace_index();
     let mut seed = index.seeding();
     for name in names {
