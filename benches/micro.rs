@@ -181,6 +181,7 @@ fn offline_context() -> Arc<Context> {
         fanout_bytes: 1 << 20,
         new_namespace_delay: std::time::Duration::ZERO,
         resync_chunk: copyrator::sync::context::RESYNC_CHUNK,
+        source_cache_bytes: copyrator::sync::context::DEFAULT_SOURCE_CACHE_BYTES,
     };
     Arc::new(Context::new(
         cluster,

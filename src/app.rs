@@ -204,6 +204,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         fanout_bytes: args.fanout_bytes,
         new_namespace_delay: args.new_namespace_delay,
         resync_chunk: RESYNC_CHUNK,
+        source_cache_bytes: args.source_cache_bytes,
     };
     let mut ctx = Context::new(
         cluster,

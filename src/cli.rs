@@ -454,6 +454,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_FANOUT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub fanout_bytes: usize,
 
+    /// Bytes of source payloads kept between jobs, each at the resourceVersion it was read
+    /// at: a new namespace's copies are written without reading their sources again. A
+    /// payload over an eighth of it is read when needed and dropped after; 0 keeps none.
+    #[arg(long, env = "COPYRATOR_SOURCE_CACHE_BYTES", default_value_t = crate::sync::context::DEFAULT_SOURCE_CACHE_BYTES)]
+    pub source_cache_bytes: u64,
+
     /// How long after a new namespace's watch event copyrator waits before its first write
     /// into it (SPEC §4 item 6): the API server admits a create into a namespace its own
     /// informer has not seen yet only after a fixed 50 ms wait (its NamespaceLifecycle

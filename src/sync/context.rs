@@ -41,6 +41,9 @@ pub struct SyncSettings {
     pub new_namespace_delay: std::time::Duration,
     /// Namespaces a full resync plans and writes at a time ([`RESYNC_CHUNK`]).
     pub resync_chunk: usize,
+    /// Bytes of source payloads kept between jobs (`--source-cache-bytes`,
+    /// [`Caches::source_payloads`]).
+    pub source_cache_bytes: u64,
 }
 
 /// Namespaces a full resync plans and writes at a time: what planning holds is one chunk's
@@ -88,10 +91,12 @@ pub struct Caches {
     /// Content hash of a source at a resourceVersion: lets a resync decide "in sync" from
     /// metadata alone. One small entry per source.
     pub source_hashes: Cache<(ObjectKey, String), String>,
-    /// Payloads of small sources at a resourceVersion (what a GET returned): a job that lists a
-    /// source at that version needs no GET. Bounded by bytes (`SOURCE_PAYLOAD_CACHE_BYTES`);
-    /// what a job writes from it is checked against a fresh read afterwards, as for a GET
-    /// (`sync::converge::recheck_inputs`).
+    /// Payloads of sources at a resourceVersion (what a GET returned): a job whose sources
+    /// (from the index, or listed) are at that version needs no GET. Bounded by the bytes of
+    /// what it holds (`--source-cache-bytes`); a source changed since is a new key, so a
+    /// payload is only ever used for the version it was read at. What a job writes from it is
+    /// checked against the sources' current versions afterwards, as for a GET
+    /// (`sync::converge::recheck_inputs`). Never logged: a Secret's data.
     pub source_payloads: Cache<(ObjectKey, String), (Arc<Payload>, SourceInfo)>,
     /// The CopyRule status this replica last wrote, by rule name (with the rule's uid).
     pub written_status: Cache<String, (String, CopyRuleStatus)>,
@@ -101,37 +106,56 @@ pub struct Caches {
     pub unlabelled_warned: Cache<(ObjectKey, String), ()>,
 }
 
-impl Default for Caches {
-    fn default() -> Self {
+impl Caches {
+    /// Caches holding at most `source_bytes` bytes of source payloads.
+    pub fn new(source_bytes: u64) -> Self {
         Self {
             source_hashes: Cache::builder().max_capacity(100_000).build(),
             source_payloads: Cache::builder()
-                .weigher(|_, (payload, _): &(Arc<Payload>, SourceInfo)| {
-                    u32::try_from(payload_bytes(payload)).unwrap_or(u32::MAX)
+                .weigher(|_, (payload, info): &(Arc<Payload>, SourceInfo)| {
+                    u32::try_from(cached_source_bytes(payload, info)).unwrap_or(u32::MAX)
                 })
-                .max_capacity(SOURCE_PAYLOAD_CACHE_BYTES)
+                .max_capacity(source_bytes)
                 .build(),
             written_status: Cache::builder().max_capacity(10_000).build(),
             malformed_seen: Cache::builder().max_capacity(10_000).build(),
             unlabelled_warned: Cache::builder().max_capacity(10_000).build(),
         }
     }
+
+    /// Keeps a source's payload at its resourceVersion, unless it would take more than a
+    /// [`SOURCE_CACHE_ENTRY_SHARE`] of the cache (one large source does not push out every
+    /// small one; it is read when needed, and dropped after).
+    pub fn keep_source_payload(&self, info: &SourceInfo, payload: &Arc<Payload>, bound: u64) {
+        let bytes = cached_source_bytes(payload, info) as u64;
+        if info.resource_version.is_empty() || bytes > bound / SOURCE_CACHE_ENTRY_SHARE {
+            return;
+        }
+        self.source_payloads.insert(
+            (info.key.clone(), info.resource_version.clone()),
+            (Arc::clone(payload), info.clone()),
+        );
+    }
 }
 
-/// Bytes of source payloads kept between jobs ([`Caches::source_payloads`]).
-pub const SOURCE_PAYLOAD_CACHE_BYTES: u64 = 4 << 20;
-/// Larger payloads are not kept: read when needed, dropped after (SPEC §4.5 memory bounds).
-pub const SOURCE_PAYLOAD_CACHE_MAX_ENTRY: usize = 64 << 10;
+/// `--source-cache-bytes`' default.
+pub const DEFAULT_SOURCE_CACHE_BYTES: u64 = 64 << 20;
+/// A payload over this share of `--source-cache-bytes` is not kept.
+pub const SOURCE_CACHE_ENTRY_SHARE: u64 = 8;
 
-/// Bytes of a payload's keys and values, roughly what it holds in memory.
-pub fn payload_bytes(payload: &Payload) -> usize {
-    let map = |m: &Option<std::collections::BTreeMap<String, String>>| {
-        m.iter()
-            .flatten()
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>()
+/// About what a cached source takes in memory: its payload, and what is kept of its metadata.
+fn cached_source_bytes(payload: &Payload, info: &SourceInfo) -> usize {
+    let map = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
     };
-    map(&payload.data) + map(&payload.binary_data)
+    payload.approx_bytes()
+        + map(&info.labels)
+        + map(&info.annotations)
+        + info.key.namespace.len()
+        + info.key.name.len()
+        + info.uid.len()
+        + 2 * info.resource_version.len()
+        + 256
 }
 
 /// Something a job does now and then, not every time: at most once per `every` (never when
@@ -175,6 +199,7 @@ impl Context {
         settings: SyncSettings,
     ) -> Self {
         let fanout_bytes = settings.fanout_bytes;
+        let source_cache_bytes = settings.source_cache_bytes;
         Self {
             cluster,
             events,
@@ -182,7 +207,7 @@ impl Context {
             metrics,
             queue,
             settings,
-            caches: Caches::default(),
+            caches: Caches::new(source_cache_bytes),
             resyncs: tokio::sync::watch::Sender::new(Resyncs::default()),
             // A process without an election leads (`serve --leader-election=false`, tests).
             leading: tokio::sync::watch::channel(true).1,

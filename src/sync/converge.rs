@@ -25,7 +25,7 @@ use crate::{
     },
     report::{self, Tally},
     rules::RuleId,
-    sync::context::{Context, SOURCE_PAYLOAD_CACHE_MAX_ENTRY, payload_bytes},
+    sync::context::Context,
 };
 
 /// Loads what every job needs once its scope is known: sources named by the copies found,
@@ -362,7 +362,11 @@ pub(super) fn retry_unreadable(ctx: &Context, job: &Job, world: &World) {
 /// event that put its change in this index. One that read its change otherwise (on another
 /// replica, or once its persistence wait ran out) takes a second look a second later
 /// (`follow_up::SECOND_LOOK`) and finds this write's copy; the resync, what both missed.
-/// Sources are read fresh (GET).
+/// The written sources are looked up in the source index the same way (a GET while it cannot
+/// answer): a source updated meanwhile whose job ran here before this write landed was woken
+/// by the event that put the new version there; one whose job ran on another replica meets
+/// this write as a copy with older marks, which the leader's watch of copies sends back to
+/// its source's job (`freshness::dispatch`, step 5).
 pub(super) async fn recheck_inputs(
     ctx: &Context,
     world: &World,
@@ -415,15 +419,18 @@ pub(super) async fn recheck_inputs(
             );
         }
     }
-    let metas =
-        futures::future::try_join_all(sources.iter().map(|k| ctx.cluster.get_meta(k))).await?;
-    for (key, meta) in sources.into_iter().zip(metas) {
+    let versions = futures::future::try_join_all(
+        sources
+            .iter()
+            .map(|k| source_version(ctx, k, world.sources().get(k))),
+    )
+    .await?;
+    for (key, now) in sources.into_iter().zip(versions) {
         let before = world
             .sources()
             .get(&key)
             .map(|s| s.resource_version.as_str());
-        let now = meta.as_ref().and_then(|m| m.resource_version.as_deref());
-        if before != now {
+        if before != now.as_deref() {
             tracing::debug!(source = %key, "source changed while this job ran; re-syncing it");
             enqueue(
                 &ctx.queue,
@@ -433,6 +440,38 @@ pub(super) async fn recheck_inputs(
         }
     }
     Ok(())
+}
+
+/// A written source's current resourceVersion, for [`recheck_inputs`]: from the source index
+/// when it answers and holds the source at the version the job wrote from or a later one
+/// (a source updated meanwhile on this replica is there: its job was woken by the event that
+/// put it there), else a GET of its metadata (not held: no longer opted in, deleted, or
+/// not seen yet).
+async fn source_version(
+    ctx: &Context,
+    key: &ObjectKey,
+    planned: Option<&SourceInfo>,
+) -> Result<Option<String>, ApiError> {
+    let held = ctx
+        .cluster
+        .source_index()
+        .of(key.kind)
+        .read(|by_key| by_key.get(key).map(|s| s.resource_version.clone()))
+        .flatten();
+    let not_older = |held: &str, planned: &str| match (held.parse::<u64>(), planned.parse::<u64>())
+    {
+        (Ok(h), Ok(p)) => h >= p,
+        _ => held == planned,
+    };
+    if let (Some(held), Some(planned)) = (held, planned)
+        && not_older(&held, &planned.resource_version)
+    {
+        ctx.metrics.index_read("source", "index");
+        return Ok(Some(held));
+    }
+    ctx.metrics.index_read("source", "get");
+    let meta = ctx.cluster.get_meta(key).await?;
+    Ok(meta.and_then(|m| m.resource_version))
 }
 
 pub(super) fn action_target(a: &Action) -> Option<ObjectKey> {
@@ -520,13 +559,7 @@ pub(super) fn remember_payload(
     );
     contents.known_hashes.insert(info.key.clone(), hash);
     let payload = Arc::new(payload);
-    if !info.resource_version.is_empty()
-        && payload_bytes(&payload) <= SOURCE_PAYLOAD_CACHE_MAX_ENTRY
-    {
-        ctx.caches.source_payloads.insert(
-            (info.key.clone(), info.resource_version.clone()),
-            (Arc::clone(&payload), info.clone()),
-        );
-    }
+    ctx.caches
+        .keep_source_payload(info, &payload, ctx.settings.source_cache_bytes);
     contents.payloads.insert(info.key.clone(), payload);
 }

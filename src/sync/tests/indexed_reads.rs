@@ -1,6 +1,7 @@
 //! What a new namespace costs the API server once the watches keep what its job reads: its
-//! namespace and the CopyRules come from memory. The Pod gate still reads the namespace it
-//! syncs.
+//! namespace and the CopyRules come from memory, its source's payload from the cache of the
+//! version the index shows, and the post-write re-check from the indexes; only the copy is
+//! written. The Pod gate still reads the namespace it syncs.
 
 use serde_json::json;
 
@@ -34,7 +35,7 @@ fn created(ns: &str) -> Job {
 }
 
 #[tokio::test]
-async fn new_namespaces_read_nothing_the_indexes_hold() {
+async fn new_namespaces_read_nothing_the_indexes_hold_and_their_source_once() {
     let api = scene();
     api.store(|s| {
         s.put(
@@ -58,6 +59,12 @@ async fn new_namespaces_read_nothing_the_indexes_hold() {
     );
     assert_eq!(count(&api, "GET namespaces -/team-b"), 0);
     assert_eq!(count(&api, "LIST copyrules -/*"), 0, "{:#?}", api.lines());
+    assert_eq!(
+        count(&api, "GET secrets platform/registry"),
+        1,
+        "the payload read once, kept for its version; the re-checks from the index: {:#?}",
+        api.lines()
+    );
 }
 
 #[tokio::test]

@@ -54,6 +54,7 @@ pub(crate) fn context(api: &FakeApi) -> Context {
         fanout_bytes: 16 << 20,
         new_namespace_delay: std::time::Duration::ZERO,
         resync_chunk: crate::sync::context::RESYNC_CHUNK,
+        source_cache_bytes: crate::sync::context::DEFAULT_SOURCE_CACHE_BYTES,
     };
     Context::new(cluster, events, metrics, WorkQueue::new(100), settings)
 }
