@@ -45,6 +45,8 @@ pub struct ReadyIndex {
     everything: Arc<AtomicU64>,
     /// One bit per feed that is live.
     live: AtomicU64,
+    /// Told whenever a namespace is recorded settled (a Pod waiting on its namespace's job).
+    recorded: tokio::sync::Notify,
 }
 
 impl ReadyIndex {
@@ -63,6 +65,7 @@ impl ReadyIndex {
             tick: AtomicU64::new(0),
             everything,
             live: AtomicU64::new(0),
+            recorded: tokio::sync::Notify::new(),
         }
     }
 
@@ -102,8 +105,15 @@ impl ReadyIndex {
                 self.entries.invalidate(namespace);
                 return false;
             }
+            self.recorded.notify_waiters();
         }
         fresh
+    }
+
+    /// Completes at the next [`Self::record`] of any namespace (create it, and `enable` it,
+    /// before looking with [`Self::get`], so that no record between the two is missed).
+    pub fn recorded(&self) -> tokio::sync::futures::Notified<'_> {
+        self.recorded.notified()
     }
 
     /// Something in `namespace` changed.

@@ -1,13 +1,14 @@
 //! The Pod gate (SPEC §10): before a Pod is admitted, every copy its namespace should hold
 //! exists in its source's current version. A namespace known to be settled is answered from
-//! memory ([`crate::freshness::ready`]); any other is synced in the admission path, one sync per
-//! namespace however many Pods wait on it, within a time budget past which the Pod is admitted
-//! anyway (the sync goes on).
+//! memory ([`crate::freshness::ready`]); a Pod of a namespace whose job is in flight (one
+//! created right after its namespace) waits for that job to record it settled; any other is
+//! synced in the admission path, one sync per namespace however many Pods wait on it, within a
+//! time budget past which the Pod is admitted anyway (the sync goes on).
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use futures::{FutureExt, future::Shared};
@@ -16,11 +17,19 @@ use tokio::sync::Semaphore;
 use crate::{
     freshness::ready::Ready,
     metrics::OutcomeLabels,
+    queue::job::JobKey,
     sync::{context::Context, pods::settle_namespace},
 };
 
 /// Namespace syncs the gate runs at once; more wait for a slot (within their budget).
 const SYNCS: usize = 32;
+
+/// Longest a Pod waits for its namespace's job in flight before the gate syncs the namespace
+/// itself (a job still queued behind others, or one waiting for an API server that is slow).
+const JOIN_WAIT: Duration = Duration::from_millis(250);
+
+/// How often a Pod waiting for its namespace's job looks whether the job is still in flight.
+const JOIN_POLL: Duration = Duration::from_millis(5);
 
 /// What the gate answered, for `copyrator_pod_gate_total{outcome}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +112,9 @@ impl PodGate {
         if dry_run {
             return (Outcome::DryRun, None);
         }
+        if let Some(ready) = self.join(namespace).await {
+            return (Outcome::Cached, Some(ready));
+        }
         let sync = self.sync(namespace);
         match tokio::time::timeout(self.budget, sync).await {
             Ok(answer) => answer,
@@ -113,6 +125,39 @@ impl PodGate {
                     "Pod gate: namespace not settled within the budget; admitting the Pod"
                 );
                 (Outcome::Timeout, None)
+            }
+        }
+    }
+
+    /// Waits for the namespace job already in flight for `namespace` (a Pod created right
+    /// after its namespace: the job its creation queued, woken by the namespace's event) to
+    /// record it settled, instead of syncing it again beside that job; `None` when none runs
+    /// or is due within [`JOIN_WAIT`] (one still waiting for an admitted change, which a
+    /// forged review may announce and never make, is not joined), or it ends or runs past
+    /// [`JOIN_WAIT`] without recording the namespace settled (the gate syncs it then).
+    /// What it records is what [`Outcome::Cached`] answers from: a sync of the namespace
+    /// that settled with nothing that could change the answer arriving since it began.
+    async fn join(&self, namespace: &str) -> Option<Arc<Ready>> {
+        let key = JobKey::Namespace(namespace.to_string());
+        let until = Instant::now() + JOIN_WAIT.min(self.budget);
+        loop {
+            let recorded = self.ctx.ready.recorded();
+            tokio::pin!(recorded);
+            recorded.as_mut().enable();
+            if let Some(ready) = self.ctx.ready.get(namespace) {
+                return Some(ready);
+            }
+            if !self.ctx.queue.in_flight(&key, JOIN_WAIT) {
+                return None;
+            }
+            // A job that ends without recording it tells nothing: look again now and then.
+            let next = (Instant::now() + JOIN_POLL).min(until);
+            if next <= Instant::now() {
+                return None;
+            }
+            tokio::select! {
+                _ = recorded => {}
+                _ = tokio::time::sleep_until(next.into()) => {}
             }
         }
     }

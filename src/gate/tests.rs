@@ -10,6 +10,7 @@ use crate::sync::tests::{context, copy_in, count, fake_api::Step, scene, status}
 use crate::{
     freshness::waiters::{Feed, Watched},
     gate::{Outcome, PodGate},
+    queue::job::{Job, JobKey, Trigger},
     sync::context::Context,
 };
 
@@ -156,4 +157,74 @@ async fn a_namespace_that_does_not_exist_is_answered_like_one_with_nothing_to_do
     ctx.ready
         .observe(Feed::Namespaces, &Watched::Namespace("nowhere".into()));
     assert_eq!(gate.check("nowhere", false).await.0, Outcome::Settled);
+}
+
+#[tokio::test]
+async fn a_pod_created_while_its_namespace_job_runs_waits_for_that_job_instead_of_syncing() {
+    let api = scene();
+    let ctx = live(context(&api));
+    let gate = PodGate::new(Arc::clone(&ctx), BUDGET);
+    // The namespace's creation queued its job; a worker runs it.
+    let key = JobKey::Namespace("team-a".into());
+    ctx.queue.push(Job::new(key.clone(), Trigger::Admission));
+    let job = ctx.queue.pop().await.expect("the namespace's job");
+
+    let before = api.lines().len();
+    let pod = tokio::spawn({
+        let gate = Arc::clone(&gate);
+        async move { gate.check("team-a", false).await }
+    });
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!pod.is_finished(), "the Pod waits for the job");
+    assert_eq!(
+        api.lines().len(),
+        before,
+        "and the gate reads nothing itself: {:#?}",
+        api.lines()
+    );
+
+    crate::sync::run(&ctx, &job)
+        .await
+        .expect("the job settles it");
+    ctx.queue.done(&key);
+    let (outcome, ready) = pod.await.expect("the Pod's answer");
+    assert_eq!(outcome, Outcome::Cached, "what the job recorded");
+    assert!(ready.is_some());
+    assert!(copy_in(&api, "team-a").is_some(), "the copy exists");
+    assert_eq!(count(&api, "POST secrets team-a/*"), 1, "written once");
+}
+
+#[tokio::test]
+async fn a_pod_whose_namespace_job_is_only_a_retry_later_is_synced_at_once() {
+    let api = scene();
+    let ctx = live(context(&api));
+    let gate = PodGate::new(Arc::clone(&ctx), BUDGET);
+    let key = JobKey::Namespace("team-a".into());
+    let mut retry = Job::new(key.clone(), Trigger::FollowUp);
+    retry.attempt = 3;
+    retry.retry_at = Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    ctx.queue.push(retry);
+    assert!(!ctx.queue.in_flight(&key, std::time::Duration::from_secs(1)));
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Wrote);
+}
+
+#[tokio::test]
+async fn a_pod_whose_namespace_job_waits_for_a_change_not_persisted_is_synced_at_once() {
+    let api = scene();
+    let ctx = live(context(&api));
+    let gate = PodGate::new(Arc::clone(&ctx), BUDGET);
+    // A review announced a change of team-a (perhaps forged) that is not persisted: its job
+    // waits for it, up to its deadline.
+    let key = JobKey::Namespace("team-a".into());
+    let mut waiting = Job::new(key.clone(), Trigger::Admission);
+    waiting.retry_at = Some(std::time::Instant::now() + crate::freshness::waiters::PERSIST_WAIT);
+    ctx.queue.push(waiting);
+    let started = std::time::Instant::now();
+    assert_eq!(gate.check("team-a", false).await.0, Outcome::Wrote);
+    assert!(
+        started.elapsed() < super::JOIN_WAIT,
+        "not held for that job"
+    );
 }

@@ -437,6 +437,19 @@ impl WorkQueue {
                 .is_some_and(|j| j.trigger == Trigger::Admission)
     }
 
+    /// Whether a job of `key` runs now, or is due to run within `within` (queued ready, or
+    /// waiting for a time that close): not a retry waiting out its backoff, nor a job waiting
+    /// for an admitted change that is not persisted yet (which may never be).
+    pub fn in_flight(&self, key: &JobKey, within: Duration) -> bool {
+        let st = self.lock();
+        let soon = Instant::now() + within;
+        st.active.contains(key)
+            || st
+                .queued
+                .get(key)
+                .is_some_and(|e| e.delayed.is_none_or(|(at, _)| at <= soon))
+    }
+
     /// Ends the wait of a queued job at once (what it waited for happened): it runs with the
     /// first attempts, not after the retries; a job running now runs again at once if it asks
     /// to wait.
