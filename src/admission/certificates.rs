@@ -4,6 +4,12 @@
 //! pure check refuses such a copy at apply time, when a source changes later; admission only
 //! says it early.
 //!
+//! The check runs only for reviews over a connection whose client certificate `--client-ca`
+//! verified (the API server): its answer says whether a named Secret's key holds more than
+//! certificates, and its reads spend copyrator's read budget, neither of which anyone who
+//! reaches the webhook port may have (SPEC §9.8). Without `--client-ca` the rule is allowed
+//! with a warning, and refused at apply time if it must be.
+//!
 //! The reads are bounded as the advice's are (`advice.rs`): a few reviews at once, a few
 //! sources per review, a deadline. Past them the rule is allowed: the planner still refuses
 //! every copy that would carry key material.
@@ -21,6 +27,10 @@ use crate::{
 const MAX_SOURCES: usize = 16;
 /// How long the reads may take before the review is answered without them.
 const DEADLINE: Duration = Duration::from_secs(1);
+
+/// The warning for a rule that moves a Secret's data into ConfigMaps when its sources cannot be
+/// read at admission (the review did not come over a verified connection).
+pub const UNCHECKED_WARNING: &str = "the sources' content is checked when copies are made: a copy that would put anything but PEM certificates into a ConfigMap is refused then, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
 
 /// Whether `rule` moves a Secret's data into ConfigMaps (the only case with anything to
 /// check).

@@ -289,6 +289,10 @@ async fn handle(
     request: Request,
 ) -> Response {
     let started = Instant::now();
+    let verified_client = request
+        .extensions()
+        .get::<crate::listener::VerifiedClient>()
+        .is_some();
     let reject = |status: StatusCode, outcome: &'static str, message: String| {
         state
             .metrics
@@ -362,10 +366,19 @@ async fn handle(
                 )),
             }
         }
-        if let (Some(rule), Some(advisor)) = (verdict.check_certificates.take(), &state.advisor)
-            && let Some(denial) = advisor.certificate_refusal(&rule).await
-        {
-            verdict.deny = Some(denial);
+        if let (Some(rule), Some(advisor)) = (verdict.check_certificates.take(), &state.advisor) {
+            // Reading the sources' content answers "does this key hold only certificates?":
+            // only for the API server (SPEC §9.8). Anyone else learns it at apply time, in the
+            // rule's status, which only a CopyRule's readers see.
+            if verified_client {
+                if let Some(denial) = advisor.certificate_refusal(&rule).await {
+                    verdict.deny = Some(denial);
+                }
+            } else if certificates::needs_check(&rule) {
+                verdict
+                    .warnings
+                    .push(certificates::UNCHECKED_WARNING.to_string());
+            }
         }
         let mut response = review::Response::allow(&request.uid);
         response.warnings = std::mem::take(&mut verdict.warnings);

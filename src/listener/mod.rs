@@ -87,6 +87,11 @@ impl Activity {
     }
 }
 
+/// Marks a request that arrived over a connection whose client presented a certificate the
+/// `--client-ca` bundle verified: the API server, not anyone who can reach the port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifiedClient;
+
 /// Serves `app` over TLS on `listener` until `shutdown` fires, within `limits`.
 pub async fn serve_tls(
     listener: TcpListener,
@@ -147,9 +152,15 @@ pub async fn serve_tls(
                     }
                 };
             let counted = Arc::clone(&activity);
-            let service = tower::service_fn(move |req: axum::http::Request<Incoming>| {
+            // With `--client-ca` the handshake has verified the client's certificate: say so on
+            // each request, for the answers that only such a client may have (SPEC §9.8).
+            let verified = tls.get_ref().1.peer_certificates().is_some();
+            let service = tower::service_fn(move |mut req: axum::http::Request<Incoming>| {
                 let guard = counted.start();
                 let app = app.clone();
+                if verified {
+                    req.extensions_mut().insert(VerifiedClient);
+                }
                 async move {
                     let response = app.oneshot(req).await;
                     drop(guard);

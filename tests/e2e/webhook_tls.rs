@@ -64,16 +64,12 @@ async fn api_server_calls_the_webhooks_over_tls_with_certs_from_copyrator_certs(
 /// CA, is refused at the TLS handshake.
 #[tokio::test]
 async fn with_a_client_ca_only_the_api_server_gets_in() {
-    let client_ca = common::kubeconfig()
-        .parent()
-        .unwrap()
-        .join("webhook-client-ca.crt");
-    if !client_ca.exists() {
+    let Some(client_ca) = common::webhook_client_ca() else {
         eprintln!(
             "skipped: the cluster under test was not started by scripts/control-plane.sh, so its webhook client CA is unknown"
         );
         return;
-    }
+    };
     let t = Harness::start(Options {
         extra: vec![format!("--client-ca={}", client_ca.display())],
         ..Default::default()

@@ -32,6 +32,13 @@ use super::{process::Process, wait::eventually, webhooks};
 /// copyrator runs as in tests unless given another kubeconfig (`--own-username`).
 pub const ADMIN_USERNAME: &str = "admin";
 
+/// The CA of the client certificate the test API server presents to webhooks (what
+/// `copyrator serve --client-ca` verifies), when scripts/control-plane.sh started that server.
+pub fn webhook_client_ca() -> Option<PathBuf> {
+    let path = kubeconfig().parent()?.join("webhook-client-ca.crt");
+    path.exists().then_some(path)
+}
+
 /// The kubeconfig of the cluster under test, starting a local control plane if needed.
 pub fn kubeconfig() -> PathBuf {
     static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();

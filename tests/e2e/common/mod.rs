@@ -27,7 +27,7 @@ pub use auth::{service_account_token, write_token_kubeconfig};
 pub use blackhole::{Blackhole, api_server_addr};
 pub use cli::{kubectl, run_copyrator, sh};
 pub use copyrator::{Copyrator, Options};
-pub use env::{TestEnv, kubeconfig};
+pub use env::{TestEnv, kubeconfig, webhook_client_ca};
 pub use harness::Harness;
 pub use http::{free_port, http_get, metric_value};
 pub use objects::{Data, config_map, holding, secret, secret_value};
