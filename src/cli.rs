@@ -217,7 +217,8 @@ pub enum ExplainCommand {
         options: ExplainOptions,
     },
     /// Every rule of a source and where its copies go. SOURCE is NAMESPACE/NAME (a Secret,
-    /// or the kind --kind says), or secret/NAMESPACE/NAME or configmap/NAMESPACE/NAME.
+    /// or the kind --kind says), or KIND/NAMESPACE/NAME: secret/, configmap/, or any kind
+    /// copied here (networkpolicy/NAMESPACE/NAME).
     Source {
         source: String,
         /// Kind of the source when SOURCE does not say it.

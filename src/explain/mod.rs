@@ -29,22 +29,19 @@ use crate::{
 /// Runs `copyrator explain`; the explanation goes to stdout. `explicit`: the policy flags
 /// given rather than defaulted, which override the running copyrator's published policy.
 pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::Result<()> {
-    let (focus, options) = match command {
+    let (asked, options) = match command {
         ExplainCommand::Namespace { namespace, options } => {
             anyhow::ensure!(
                 selector::is_dns_label(&namespace),
                 "{namespace:?} is not a namespace name"
             );
-            (Focus::Namespace(namespace), options)
+            (Err(namespace), options)
         }
         ExplainCommand::Source {
             source,
             kind,
             options,
-        } => (
-            Focus::Source(parse_source(&source, kind).map_err(anyhow::Error::msg)?),
-            options,
-        ),
+        } => (Ok((source, kind)), options),
     };
     let ExplainOptions {
         kubeconfig,
@@ -54,6 +51,13 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
     } = options;
     let client = crate::app::kube_client(kubeconfig.as_deref()).await?;
     crate::cluster::kinds::register_for_cli(&client, &policy.copy_kinds).await;
+    // A source's kind is known once the kinds the cluster's CopyRules name are registered.
+    let focus = match asked {
+        Err(namespace) => Focus::Namespace(namespace),
+        Ok((source, kind)) => {
+            Focus::Source(parse_source(&source, kind).map_err(anyhow::Error::msg)?)
+        }
+    };
     let cluster = cli_cluster(client.clone());
     let lookup = policy::find_lease(&client, &lease).await?;
     let resolved = policy::resolve(&policy.policy(), explicit, lookup);
@@ -137,27 +141,44 @@ pub(crate) fn cli_cluster(client: kube::Client) -> Cluster {
     )
 }
 
-/// `NS/NAME` (of kind `kind`, default Secret), or `secret/NS/NAME`, `configmap/NS/NAME`
-/// (also `cm/`, plural, or `Secret/`).
+/// The registered kind a command line names: its kind or resource, any case, singular or
+/// plural (`networkpolicy`, `NetworkPolicies`, `cm`), or `Kind.group` as `--copy-kinds` does.
+fn kind_named(name: &str) -> Result<Kind, String> {
+    let lower = name.to_ascii_lowercase();
+    if lower == "cm" {
+        return Ok(Kind::ConfigMap);
+    }
+    Kind::registered()
+        .into_iter()
+        .find(|k| {
+            let kind = k.as_str().to_ascii_lowercase();
+            lower == kind
+                || lower == k.plural()
+                || lower == k.name().to_ascii_lowercase()
+                || lower == format!("{}.{}", k.plural(), k.group())
+        })
+        .ok_or_else(|| {
+            let known: Vec<String> = Kind::registered()
+                .into_iter()
+                .map(|k| k.as_str().to_ascii_lowercase())
+                .collect();
+            format!(
+                "{name:?} is not a kind copyrator copies here ({})",
+                known.join(", ")
+            )
+        })
+}
+
+/// `NS/NAME` (of kind `kind`, default Secret), or `KIND/NS/NAME` for any kind copied here
+/// (`secret/`, `configmap/`, `cm/`, `networkpolicy/`, plural or any case).
 pub fn parse_source(spec: &str, kind: Option<KindArg>) -> Result<ObjectKey, String> {
     let parts: Vec<&str> = spec.split('/').collect();
     let (named, namespace, name) = match parts.as_slice() {
         [ns, name] => (None, *ns, *name),
-        [kind, ns, name] => {
-            let k = match kind.to_ascii_lowercase().as_str() {
-                "secret" | "secrets" => Kind::Secret,
-                "configmap" | "configmaps" | "cm" => Kind::ConfigMap,
-                other => {
-                    return Err(format!(
-                        "{other:?} is not a kind copyrator copies (secret or configmap)"
-                    ));
-                }
-            };
-            (Some(k), *ns, *name)
-        }
+        [kind, ns, name] => (Some(kind_named(kind)?), *ns, *name),
         _ => {
             return Err(format!(
-                "{spec:?}: give NAMESPACE/NAME, secret/NAMESPACE/NAME or configmap/NAMESPACE/NAME"
+                "{spec:?}: give NAMESPACE/NAME or KIND/NAMESPACE/NAME (secret/, configmap/, or another kind copied here)"
             ));
         }
     };
@@ -212,5 +233,31 @@ mod tests {
         }
         let e = parse_source("secret/a/b", Some(KindArg::Configmap)).unwrap_err();
         assert!(e.contains("--kind says ConfigMap"), "{e}");
+    }
+
+    #[test]
+    fn a_source_of_any_kind_copied_here_is_named_by_kind_or_resource() {
+        let policy = Kind::register(
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+        )
+        .unwrap();
+        for named in [
+            "networkpolicy/team/default-deny",
+            "NetworkPolicies/team/default-deny",
+            "NetworkPolicy.networking.k8s.io/team/default-deny",
+            "networkpolicies.networking.k8s.io/team/default-deny",
+        ] {
+            assert_eq!(
+                parse_source(named, None),
+                Ok(ObjectKey::new(policy, "team", "default-deny")),
+                "{named}"
+            );
+        }
+        let e = parse_source("frobnicator/team/limits", None).unwrap_err();
+        assert!(e.contains("not a kind copyrator copies here"), "{e}");
+        assert!(e.contains("networkpolicy"), "{e}");
     }
 }

@@ -293,6 +293,22 @@ async fn every_bootstrap_kind_is_copied_followed_restored_and_removed() {
             out.stdout
         );
     }
+    // `explain source` takes a source of any of those kinds by its kind's name.
+    let np = &cases()[2];
+    let out = run_copyrator(&[
+        "explain",
+        "source",
+        &format!("{}/{src}/{NAME}", np.ar.plural),
+        "-o",
+        "json",
+    ])
+    .await;
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("\"{dest}\"")),
+        "explain source finds the NetworkPolicy's copy in {dest}: {}",
+        out.stdout
+    );
 
     // They follow their sources.
     let merge = PatchParams::default();
