@@ -133,7 +133,7 @@ impl Advisor {
             return None;
         }
         let mut held = 0;
-        for kind in Kind::all() {
+        for kind in Kind::served() {
             held += self.cluster.source_index().of(kind).read(|by_key| {
                 by_key
                     .keys()

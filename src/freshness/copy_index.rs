@@ -546,7 +546,7 @@ impl CopyIndex {
     /// copy (SPEC §9.8). Marks a job's read still holds may answer `true` for copies gone
     /// since; never `false` for a copy held.
     pub fn any_copy(&self, f: impl Fn(&CopyMarks) -> bool) -> Option<bool> {
-        if !Kind::all().iter().all(|kind| self.kind(*kind).answers()) {
+        if !Kind::served().all(|kind| self.kind(kind).answers()) {
             return None;
         }
         let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());

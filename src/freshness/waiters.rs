@@ -63,7 +63,7 @@ impl Feed {
     /// every kind copied here ([`Kind::all`]: a kind registered later adds its two).
     pub fn all() -> Vec<Feed> {
         let mut all = vec![Feed::Namespaces, Feed::CopyRules];
-        for kind in Kind::all() {
+        for kind in Kind::served() {
             all.push(Feed::Sources(kind));
             all.push(Feed::Copies(kind));
         }

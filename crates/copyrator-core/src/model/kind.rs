@@ -12,8 +12,8 @@ use std::{
     fmt,
     hash::{Hash, Hasher},
     sync::{
-        Mutex,
-        atomic::{self, AtomicBool},
+        Mutex, OnceLock,
+        atomic::{self, AtomicBool, AtomicUsize},
     },
 };
 
@@ -51,12 +51,48 @@ static CONFIG_MAP: KindDef = KindDef {
 /// Kinds the API server stopped serving (their CRD was deleted), by index.
 static UNSERVED: [AtomicBool; MAX_KINDS] = [const { AtomicBool::new(false) }; MAX_KINDS];
 
-/// The kinds registered so far beyond the two built in, in index order.
-static REGISTERED: Mutex<Vec<&'static KindDef>> = Mutex::new(Vec::new());
+/// The kinds registered beyond the two built in, at their index (0 and 1 stay empty). Read
+/// without a lock: every admission review looks a kind up, and a slot, once set, never changes.
+static SLOTS: [OnceLock<&'static KindDef>; MAX_KINDS] = [const { OnceLock::new() }; MAX_KINDS];
+/// How many kinds are registered, the two built in included: slots below it are set.
+static COUNT: AtomicUsize = AtomicUsize::new(2);
+/// Serializes registrations (rare: at start and when discovery finds a new CRD).
+static REGISTERING: Mutex<()> = Mutex::new(());
 
-fn registered() -> std::sync::MutexGuard<'static, Vec<&'static KindDef>> {
-    // The vector is only pushed to: a panic elsewhere cannot leave it half-written.
-    REGISTERED.lock().unwrap_or_else(|e| e.into_inner())
+/// The definition at `index`, if a kind is registered there.
+fn def_at(index: usize) -> Option<&'static KindDef> {
+    match index {
+        0 => Some(&SECRET),
+        1 => Some(&CONFIG_MAP),
+        i => SLOTS.get(i)?.get().copied(),
+    }
+}
+
+/// The registered kinds in index order, optionally only the served ones; no lock, no
+/// allocation.
+#[derive(Clone, Debug)]
+pub struct Kinds {
+    next: usize,
+    end: usize,
+    served_only: bool,
+}
+
+impl Iterator for Kinds {
+    type Item = Kind;
+
+    fn next(&mut self) -> Option<Kind> {
+        while self.next < self.end {
+            let index = self.next;
+            self.next += 1;
+            if let Some(def) = def_at(index) {
+                let kind = Kind(def);
+                if !self.served_only || kind.is_served() {
+                    return Some(kind);
+                }
+            }
+        }
+        None
+    }
 }
 
 /// A kind of object copyrator copies.
@@ -85,25 +121,37 @@ impl Kind {
     /// read and watches follow; a kind whose CRD was deleted is left out until it is served
     /// again.
     pub fn all() -> Vec<Kind> {
-        Kind::registered()
-            .into_iter()
-            .filter(|k| k.is_served())
-            .collect()
+        Kind::served().collect()
+    }
+
+    /// [`Kind::all`] without collecting it.
+    pub fn served() -> Kinds {
+        Kinds {
+            next: 0,
+            end: COUNT.load(atomic::Ordering::Acquire),
+            served_only: true,
+        }
     }
 
     /// Every kind registered so far, served or not.
     pub fn registered() -> Vec<Kind> {
-        let mut all = vec![Kind::Secret, Kind::ConfigMap];
-        all.extend(registered().iter().map(|def| Kind(def)));
-        all
+        Kinds {
+            next: 0,
+            end: COUNT.load(atomic::Ordering::Acquire),
+            served_only: false,
+        }
+        .collect()
     }
 
     /// The registered kind `kind` of API group `group` (`""` for the core group), served or
     /// not.
     pub fn lookup(group: &str, kind: &str) -> Option<Kind> {
-        Kind::registered()
-            .into_iter()
-            .find(|k| k.group() == group && k.as_str() == kind)
+        Kinds {
+            next: 0,
+            end: COUNT.load(atomic::Ordering::Acquire),
+            served_only: false,
+        }
+        .find(|k| k.group() == group && k.as_str() == kind)
     }
 
     /// The registered kind named as `--copy-kinds` names it: `Kind` or `Kind.group`.
@@ -123,25 +171,26 @@ impl Kind {
         if let Some(reason) = not_copyable(group, kind) {
             return Err(RegisterError::NotCopyable(reason));
         }
+        let _registering = REGISTERING.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = Kind::lookup(group, kind) {
             return Ok(k);
         }
-        let mut all = registered();
-        if let Some(def) = all.iter().find(|d| d.group == group && d.kind == kind) {
-            return Ok(Kind(def));
-        }
-        if all.len() + 2 >= MAX_KINDS {
+        let index = COUNT.load(atomic::Ordering::Acquire);
+        if index >= MAX_KINDS {
             return Err(RegisterError::TooMany);
         }
         let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
         let def: &'static KindDef = Box::leak(Box::new(KindDef {
-            index: all.len() + 2,
+            index,
             group: leak(group),
             version: leak(version),
             kind: leak(kind),
             plural: leak(plural),
         }));
-        all.push(def);
+        // Set the slot before the count says it is there: readers never see an empty slot
+        // below the count.
+        let _ = SLOTS[index].set(def);
+        COUNT.store(index + 1, atomic::Ordering::Release);
         Ok(Kind(def))
     }
 

@@ -7,7 +7,7 @@ mod meta;
 
 use std::{borrow::Cow, collections::BTreeMap, fmt};
 
-pub use kind::{Kind, MAX_KINDS, RegisterError, not_copyable, split_name};
+pub use kind::{Kind, Kinds, MAX_KINDS, RegisterError, not_copyable, split_name};
 pub use labels::Labels;
 pub use meta::{ListSplitter, Meta, MetaItem, MetaList, MetaListMeta};
 
