@@ -164,9 +164,16 @@ impl Job {
         // created, then labelled a moment later, would get its copies a second late): it runs
         // as soon as it may, and once it has run it schedules a second look of its own
         // (`sync::follow_up::after`). Otherwise the later of the two waits wins.
+        //
+        // A status follow-up waits a moment so that the follow-ups of many jobs become one
+        // (`sync::follow_up::after`): the first one's wait holds, and a trigger of any other
+        // kind is not held back by it.
         self.not_before = match (self.trigger, newer.trigger) {
             (Trigger::SecondLook, Trigger::Admission) => newer.not_before,
             (Trigger::Admission, Trigger::SecondLook) => self.not_before,
+            (Trigger::FollowUp, Trigger::FollowUp) => self.not_before.min(newer.not_before),
+            (Trigger::FollowUp, _) => newer.not_before,
+            (_, Trigger::FollowUp) => self.not_before,
             _ => self.not_before.max(newer.not_before),
         };
         self.retry_at = match (self.retry_at, newer.retry_at) {
@@ -193,6 +200,33 @@ pub fn elapsed_since(since: Instant) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_follow_ups_become_one_without_holding_back_other_triggers() {
+        let now = Instant::now();
+        let later = |ms| {
+            let mut job = Job::new(JobKey::Rule("r".into()), Trigger::FollowUp);
+            job.not_before = Some(now + Duration::from_millis(ms));
+            job
+        };
+        // The first follow-up's wait holds: a storm of them does not postpone the status.
+        let mut job = later(1_000);
+        job.merge(later(1_500));
+        assert_eq!(job.not_before, Some(now + Duration::from_millis(1_000)));
+        // A change of the rule itself runs at once, whichever came first.
+        for newer in [Trigger::Admission, Trigger::Watch, Trigger::Reconciler] {
+            let mut job = later(1_000);
+            job.merge(Job::new(JobKey::Rule("r".into()), newer));
+            assert_eq!(job.not_before, None, "{newer:?}");
+            let mut job = Job::new(JobKey::Rule("r".into()), newer);
+            job.merge(later(1_000));
+            assert_eq!(job.not_before, None, "{newer:?}");
+        }
+        // A follow-up that must run now (a re-check) is not held back by a status one.
+        let mut job = later(1_000);
+        job.merge(Job::new(JobKey::Rule("r".into()), Trigger::FollowUp));
+        assert_eq!(job.not_before, None);
+    }
 
     #[test]
     fn retry_delay_grows_and_caps() {

@@ -127,6 +127,9 @@ pub(super) async fn write_rule_status(
     }
 }
 
+/// How long a CopyRule's status follow-up waits for others to join it (SPEC §2.2).
+const STATUS_SETTLE: Duration = Duration::from_secs(1);
+
 /// How long after an admission-triggered namespace job its second look runs.
 const SECOND_LOOK: Duration = Duration::from_secs(1);
 
@@ -153,12 +156,13 @@ pub(super) fn after(
         .filter(|(_, t)| t.writes() > 0 || !t.conflicts.is_empty() || t.failed > 0)
         .filter_map(|(id, _)| id.copy_rule_name().map(str::to_string))
         .collect();
+    // The status waits a moment: the jobs of a burst of new namespaces (or sources) then
+    // share one rule job, one status write and one Event per rule, instead of one each.
+    let due = Instant::now() + STATUS_SETTLE;
     for name in rules {
-        enqueue(
-            &ctx.queue,
-            &ctx.metrics,
-            Job::new(JobKey::Rule(name), Trigger::FollowUp),
-        );
+        let mut status = Job::new(JobKey::Rule(name), Trigger::FollowUp);
+        status.not_before = Some(due);
+        enqueue(&ctx.queue, &ctx.metrics, status);
     }
     Ok(Outcome::Done)
 }
