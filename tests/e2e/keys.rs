@@ -310,17 +310,9 @@ async fn a_tls_secrets_ca_becomes_a_config_map_in_every_labelled_namespace_and_f
 /// ConfigMap is judged on the source's content, and denied naming the key.
 #[tokio::test]
 async fn a_rule_asking_for_tls_key_in_a_config_map_is_denied_or_refused() {
-    let Some(client_ca) = common::webhook_client_ca() else {
-        eprintln!(
-            "skipped: the cluster under test was not started by scripts/control-plane.sh, so its webhook client CA is unknown"
-        );
+    let Some(t) = Harness::start_with_client_ca().await else {
         return;
     };
-    let t = Harness::start(Options {
-        extra: vec![format!("--client-ca={}", client_ca.display())],
-        ..Default::default()
-    })
-    .await;
     let src = t.namespace("deny-src", &[]).await;
     let dest = t.namespace("deny-dest", &[]).await;
     let (source, ca, _) = tls_secret("ca");

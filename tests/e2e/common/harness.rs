@@ -24,6 +24,23 @@ impl Harness {
         Self::start_in(TestEnv::new().await, opts).await
     }
 
+    /// copyrator started with `--client-ca` set to the CA of the client certificate the test
+    /// API server presents to webhooks: only the API server gets in (SPEC §6.1). `None`, said
+    /// on stderr, when the cluster under test was not started by scripts/control-plane.sh.
+    pub async fn start_with_client_ca() -> Option<Self> {
+        let Some(client_ca) = super::webhook_client_ca() else {
+            eprintln!(
+                "skipped: the cluster under test was not started by scripts/control-plane.sh, so its webhook client CA is unknown"
+            );
+            return None;
+        };
+        let opts = Options {
+            extra: vec![format!("--client-ca={}", client_ca.display())],
+            ..Default::default()
+        };
+        Some(Self::start(opts).await)
+    }
+
     /// copyrator started with `opts` for `env`, prepared beforehand (namespaces that must
     /// exist before copyrator starts, or whose names `opts` carries).
     pub async fn start_in(env: TestEnv, opts: Options) -> Self {
