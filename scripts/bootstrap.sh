@@ -15,7 +15,9 @@ log() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-apt_packages=(etcd-server golang-go rsync golang-github-modern-go-reflect2-dev yamllint python3-venv dpkg-dev)
+# openssl and keytool (openjdk-17-jre-headless) read the truststores back in tests/e2e/keys/.
+apt_packages=(etcd-server golang-go rsync golang-github-modern-go-reflect2-dev yamllint python3-venv dpkg-dev
+  openssl openjdk-17-jre-headless)
 
 need_apt=()
 for p in "${apt_packages[@]}"; do

@@ -1,8 +1,8 @@
-//! A CopyRule that copies a Secret's data into ConfigMaps is judged on content when it is
-//! written (SPEC §3.2): its sources as they are now are read, and the rule is denied, naming
-//! the key, if one of them would put anything but certificates into a ConfigMap. The same
-//! pure check refuses such a copy at apply time, when a source changes later; admission only
-//! says it early.
+//! A CopyRule that copies a Secret's data into ConfigMaps, or makes truststores of a key, is
+//! judged on content when it is written (SPEC §3.2): its sources as they are now are read, and
+//! the rule is denied, naming the key, if one of them would put anything but certificates into
+//! a ConfigMap or a truststore. The same pure check refuses such a copy at apply time, when a
+//! source changes later; admission only says it early.
 //!
 //! The check runs only for reviews over a connection whose client certificate `--client-ca`
 //! verified (the API server): its answer says whether a named Secret's key holds more than
@@ -22,32 +22,34 @@ use crate::{
     model::{Kind, ObjectKey, Payload},
     rules::{Rule, SourceMatch},
 };
+use copyrator_core::transform::Refused;
 
 /// Sources of a selector read per review.
 const MAX_SOURCES: usize = 16;
 /// How long the reads may take before the review is answered without them.
 const DEADLINE: Duration = Duration::from_secs(1);
 
-/// The warning for a rule that moves a Secret's data into ConfigMaps when its sources cannot be
+/// The warning for a rule whose sources' content is judged (`needs_check`) when they cannot be
 /// read at admission (the review did not come over a verified connection).
-pub const UNCHECKED_WARNING: &str = "the sources' content is checked when copies are made: a copy that would put anything but PEM certificates into a ConfigMap is refused then, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
+pub const UNCHECKED_WARNING: &str = "the sources' content is checked when copies are made: a copy that would put anything but PEM certificates into a ConfigMap or a truststore is refused then, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
 
-/// Whether `rule` moves a Secret's data into ConfigMaps (the only case with anything to
-/// check).
+/// Whether `rule` moves a Secret's data into ConfigMaps, or makes truststores of a key (the
+/// cases with anything to check).
 pub fn needs_check(rule: &Rule) -> bool {
-    rule.kind == Kind::Secret && rule.target_kind() == Kind::ConfigMap
+    (rule.kind == Kind::Secret && rule.target_kind() == Kind::ConfigMap)
+        || rule.transform.formats.is_some()
 }
 
 /// The denial for `rule` given its sources' payloads now (as [`Payload::for_kind`] keeps a
 /// Secret's): the first source that would put key material into a ConfigMap, and the key.
 pub fn judge(rule: &Rule, sources: &[(ObjectKey, Payload)]) -> Option<String> {
-    let field = if rule.transform.keys.is_some() {
-        "spec.keys"
-    } else {
-        "spec.target.kind"
-    };
     sources.iter().find_map(|(key, payload)| {
         let refused = rule.transform.apply(key.kind, payload).err()?;
+        let field = match refused {
+            Refused::NotTruststore { .. } | Refused::Unencodable { .. } => "spec.target.formats",
+            Refused::NotCertificates { .. } if rule.transform.keys.is_some() => "spec.keys",
+            Refused::NotCertificates { .. } => "spec.target.kind",
+        };
         Some(format!(
             "copyrator: invalid CopyRule: {field}: {} {}: {refused}",
             key.kind,
@@ -67,17 +69,17 @@ impl Advisor {
         let read = async {
             let keys: Vec<ObjectKey> = match &rule.sources {
                 SourceMatch::Name(name) => {
-                    vec![ObjectKey::new(Kind::Secret, &rule.source_namespace, name)]
+                    vec![ObjectKey::new(rule.kind, &rule.source_namespace, name)]
                 }
                 SourceMatch::Selector(selector) => {
                     let selector = marks::not_a_copy(&selector.to_string());
                     self.cluster
                         .list_meta(
-                            Kind::Secret,
+                            rule.kind,
                             Some(&rule.source_namespace),
                             &selector,
                             crate::cluster::Freshness::Cached,
-                            |m| Some(ObjectKey::new(Kind::Secret, m.namespace?, m.name?)),
+                            |m| Some(ObjectKey::new(rule.kind, m.namespace?, m.name?)),
                         )
                         .await
                         .ok()?
@@ -91,7 +93,7 @@ impl Advisor {
                 .into_iter()
                 .zip(reads)
                 .filter_map(|(k, read)| {
-                    let payload = read.ok()??.payload.for_kind(Kind::Secret);
+                    let payload = read.ok()??.payload.for_kind(rule.kind);
                     Some((k, payload))
                 })
                 .collect();
@@ -129,6 +131,7 @@ mod tests {
                 target: Some(TargetSpec {
                     kind: Some("ConfigMap".into()),
                     type_: None,
+                    formats: None,
                 }),
             },
         ))

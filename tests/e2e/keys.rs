@@ -7,6 +7,8 @@
 
 use crate::common;
 
+mod truststores;
+
 use std::time::Duration;
 
 use base64::{Engine, engine::general_purpose::STANDARD};
@@ -86,6 +88,7 @@ fn as_config_map() -> Option<TargetSpec> {
     Some(TargetSpec {
         kind: Some("ConfigMap".into()),
         type_: None,
+        formats: None,
     })
 }
 
@@ -497,6 +500,7 @@ async fn keys_are_renamed_types_and_kinds_changed_and_missing_keys_reported() {
                 target: Some(TargetSpec {
                     kind: None,
                     type_: Some("Opaque".into()),
+                    formats: None,
                 }),
                 ..rule(&src, "ca")
             },
@@ -597,6 +601,7 @@ async fn keys_are_renamed_types_and_kinds_changed_and_missing_keys_reported() {
             target: Some(TargetSpec {
                 kind: Some("Secret".into()),
                 type_: None,
+                formats: None,
             }),
             ..rule(&src, "settings")
         },

@@ -110,6 +110,36 @@ pub struct TargetSpec {
     /// Opaque for a kubernetes.io/tls source copied with only ca.crt.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,
+    /// Truststores made of the copies' PEM certificates, beside them: `pkcs12` and `jks`,
+    /// each under a key of its own (binaryData of a ConfigMap, data of a Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formats: Option<FormatsSpec>,
+}
+
+/// `spec.target.formats`: the copies' certificates as Java and PKCS#12 truststores too.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FormatsSpec {
+    /// The copies' key holding the PEM certificates (its name in the copies). Needed when
+    /// spec.keys lists several keys; the one key otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// A PKCS#12 truststore (password: empty unless given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pkcs12: Option<TruststoreSpec>,
+    /// A Java KeyStore (JKS) truststore (password: `changeit` unless given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jks: Option<TruststoreSpec>,
+}
+
+/// One truststore of `spec.target.formats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TruststoreSpec {
+    /// Its key in the copies, e.g. truststore.p12 or truststore.jks.
+    pub key: String,
+    /// The store's password (its integrity check's key; it protects no secret: a truststore
+    /// holds public certificates). Default: empty for PKCS#12, `changeit` for JKS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
 }
 
 /// `spec.keys` in the CRD: each entry is a string or a `{from, to}` map, which a structural

@@ -525,9 +525,9 @@ fn key_mappings<'a>(
 fn copy_rule_transform(spec: &CopyRuleSpec, kind: Kind) -> Result<Transform, RuleError> {
     let target = spec.target.clone().unwrap_or_default();
     if !kind.is_consentable() {
-        let field = match (&spec.keys, &target.kind, &target.type_) {
-            (Some(_), _, _) => "spec.keys",
-            (None, None, None) => return Ok(Transform::default()),
+        let field = match (&spec.keys, &target.kind, &target.type_, &target.formats) {
+            (Some(_), ..) => "spec.keys",
+            (None, None, None, None) => return Ok(Transform::default()),
             _ => "spec.target",
         };
         return Err(RuleError::new(
@@ -584,10 +584,15 @@ fn copy_rule_transform(spec: &CopyRuleSpec, kind: Kind) -> Result<Transform, Rul
             ));
         }
     }
+    let formats = match &target.formats {
+        Some(spec) => Some(transform::Formats::from_spec(spec, keys.as_deref())?),
+        None => None,
+    };
     Ok(Transform {
         keys,
         kind: (target_kind != kind).then_some(target_kind),
         type_: target.type_,
+        formats,
     })
 }
 

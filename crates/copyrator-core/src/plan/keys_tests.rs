@@ -97,6 +97,7 @@ fn as_config_map() -> Option<TargetSpec> {
     Some(TargetSpec {
         kind: Some("ConfigMap".into()),
         type_: None,
+        formats: None,
     })
 }
 
@@ -264,6 +265,7 @@ fn renamed_keys_and_a_new_type_and_the_missing_keys_said_once_per_claim() {
         Some(TargetSpec {
             kind: None,
             type_: Some("Opaque".into()),
+            formats: None,
         }),
     );
     let actions = plan(&f.world, &Scope::All, &BTreeMap::new(), &f.contents);

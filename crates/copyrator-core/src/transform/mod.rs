@@ -4,12 +4,16 @@
 //! namespace's copy shares the result, `content::CopyTemplate`).
 
 pub mod certificates;
+mod jks;
+mod pkcs12_store;
+pub mod truststores;
 
 use std::collections::BTreeMap;
 
 use base64::{Engine, engine::general_purpose::STANDARD};
 
 pub use certificates::{NotCertificates, only_certificates};
+pub use truststores::Formats;
 
 use crate::model::{Kind, Payload};
 
@@ -30,6 +34,8 @@ pub struct Transform {
     pub kind: Option<Kind>,
     /// The copies' Secret type, when it is not the source's.
     pub type_: Option<String>,
+    /// Truststores of the copies' certificates beside them (`spec.target.formats`).
+    pub formats: Option<Formats>,
 }
 
 /// A source's payload as a rule's copies carry it.
@@ -49,6 +55,14 @@ pub enum Refused {
         "key {key} {why}: a Secret's data is copied into a ConfigMap only when it is PEM certificates and nothing else"
     )]
     NotCertificates { key: String, why: NotCertificates },
+    /// The key a rule makes truststores of is not certificates only (SPEC §3.2).
+    #[error(
+        "key {key} {why}: truststores are made of a key holding PEM certificates and nothing else"
+    )]
+    NotTruststore { key: String, why: NotCertificates },
+    /// A truststore could not be encoded (not seen: its inputs are checked before).
+    #[error("the truststore {key} could not be encoded")]
+    Unencodable { key: String },
 }
 
 /// One value of a Secret or ConfigMap, as the API carries it.
@@ -62,7 +76,7 @@ enum Value<'a> {
 impl Transform {
     /// Whether the copies are the source's payload as it is.
     pub fn is_identity(&self) -> bool {
-        self.keys.is_none() && self.kind.is_none() && self.type_.is_none()
+        self.keys.is_none() && self.kind.is_none() && self.type_.is_none() && self.formats.is_none()
     }
 
     /// The kind of the copies of a `source` kind's object.
@@ -144,6 +158,9 @@ impl Transform {
                     data.insert(to.clone(), text);
                 }
             }
+        }
+        if let Some(formats) = &self.formats {
+            formats.add_to(target, &mut data, &mut binary)?;
         }
         // The API server drops empty maps: a copy holding `data: {}` would read back without
         // it, and never match its hash.
@@ -260,6 +277,7 @@ mod tests {
             keys: keys(&[("ca.crt", "ca.crt")]),
             kind: Some(Kind::ConfigMap),
             type_: None,
+            formats: None,
         };
         let shaped = t.apply(Kind::Secret, &p).unwrap();
         assert_eq!(
@@ -284,6 +302,7 @@ mod tests {
                 keys: keys(&[("ca.crt", "ca.crt"), ("tls.key", "key.pem")]),
                 kind: Some(Kind::ConfigMap),
                 type_: None,
+                formats: None,
             },
         ] {
             let refused = t.apply(Kind::Secret, &p).unwrap_err();
@@ -312,6 +331,7 @@ mod tests {
             keys: keys(&[("ca.crt", "ca.crt")]),
             kind: Some(Kind::ConfigMap),
             type_: None,
+            formats: None,
         };
         assert!(matches!(
             t.apply(Kind::Secret, &odd),
@@ -326,6 +346,7 @@ mod tests {
             keys: keys(&[("ca.crt", "ca.crt"), ("tls.crt", "server.pem"), ("x", "y")]),
             kind: None,
             type_: Some("Opaque".into()),
+            formats: None,
         };
         let shaped = t.apply(Kind::Secret, &p).unwrap();
         let data = shaped.payload.data.as_ref().unwrap();

@@ -78,6 +78,7 @@ fn the_inline_annotation_selects_and_renames_keys() {
             ]),
             kind: None,
             type_: None,
+            formats: None,
         }
     );
     assert_eq!(rule.target_kind(), Kind::Secret);
@@ -108,6 +109,7 @@ fn a_copy_rule_asks_for_keys_kind_and_type() {
     s.target = Some(TargetSpec {
         kind: Some("ConfigMap".into()),
         type_: None,
+        formats: None,
     });
     let rule = parse(s.clone()).unwrap();
     assert_eq!(rule.target_kind(), Kind::ConfigMap);
@@ -123,6 +125,7 @@ fn a_copy_rule_asks_for_keys_kind_and_type() {
     s.target = Some(TargetSpec {
         kind: Some("Secret".into()),
         type_: Some("Opaque".into()),
+        formats: None,
     });
     let rule = parse(s).unwrap();
     assert_eq!(rule.transform.kind, None);
@@ -167,6 +170,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
                 s.target = Some(TargetSpec {
                     kind: Some("NetworkPolicy".into()),
                     type_: None,
+                    formats: None,
                 })
             }),
         ),
@@ -176,6 +180,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
                 s.target = Some(TargetSpec {
                     kind: Some("ConfigMap".into()),
                     type_: Some("Opaque".into()),
+                    formats: None,
                 })
             }),
         ),
@@ -185,6 +190,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
                 s.target = Some(TargetSpec {
                     kind: None,
                     type_: Some(crate::model::SERVICE_ACCOUNT_TOKEN_TYPE.into()),
+                    formats: None,
                 })
             }),
         ),
@@ -195,6 +201,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
                 s.target = Some(TargetSpec {
                     kind: Some("ConfigMap".into()),
                     type_: None,
+                    formats: None,
                 });
             }),
         ),

@@ -87,6 +87,9 @@ impl Shape {
         if let Some(type_) = &t.type_ {
             out.push_str(&format!(", of type {type_}"));
         }
+        if let Some(formats) = &t.formats {
+            out.push_str(&format!(", with truststores {}", formats.describe()));
+        }
         if !self.missing.is_empty() {
             out.push_str(&format!("; the source lacks {}", self.missing.join(", ")));
         }

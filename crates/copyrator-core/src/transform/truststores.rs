@@ -1,0 +1,268 @@
+//! Truststore formats (SPEC §3.2, `spec.target.formats`): a rule's copies carry, beside the key
+//! holding PEM certificates, the same certificates as a PKCS#12 and/or a JKS truststore. The
+//! stores are pure functions of the set of certificates and the password, so a resync of an
+//! unchanged source makes the same bytes, the same content hash, and writes nothing.
+
+use std::{collections::BTreeMap, fmt};
+
+use base64::{Engine, engine::general_purpose::STANDARD};
+use sha2::{Digest, Sha256};
+use x509_parser::{parse_x509_certificate, pem::Pem};
+
+use super::{
+    KeyMapping, NotCertificates, Refused, is_valid_key, jks, only_certificates, pkcs12_store,
+};
+use crate::{
+    copyrule::{FormatsSpec, TruststoreSpec},
+    model::Kind,
+    rules::RuleError,
+};
+
+/// The password of a JKS store when none is given (trust-manager's and Java's default).
+pub const JKS_DEFAULT_PASSWORD: &str = "changeit";
+/// The password of a PKCS#12 store when none is given (trust-manager's default).
+pub const PKCS12_DEFAULT_PASSWORD: &str = "";
+
+/// The truststores a rule's copies carry, and of which key's certificates.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Formats {
+    /// The copies' key (its name in the copies) holding the PEM certificates.
+    pub from: String,
+    pub pkcs12: Option<Store>,
+    pub jks: Option<Store>,
+}
+
+/// One truststore: its key in the copies and its password.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Store {
+    pub key: String,
+    pub password: Password,
+}
+
+/// A store's password. It guards no secret (a truststore holds public certificates) but is
+/// kept out of `Debug` output all the same, as anything called a password should be.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Password(pub String);
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(..)")
+    }
+}
+
+/// One certificate of a truststore, with what the stores say about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustedCert {
+    /// Its name in the stores: the subject's common name, made safe, and the start of its
+    /// SHA-256 fingerprint (`my-ca-3f2a9c1d0b7e4a55`), so it is readable, and unique and
+    /// stable for the certificate.
+    pub alias: String,
+    /// The certificate, DER.
+    pub der: Vec<u8>,
+    /// Its notBefore in milliseconds since the epoch: the JKS entry's date (a date of the
+    /// certificate, not of the write, so the bytes do not change with the clock).
+    pub not_before_ms: i64,
+}
+
+impl Formats {
+    /// The formats `spec` asks for, on copies carrying `keys` (spec.keys; the formats need
+    /// them to know which key holds the certificates and that no store's key is taken).
+    pub fn from_spec(spec: &FormatsSpec, keys: Option<&[KeyMapping]>) -> Result<Self, RuleError> {
+        const FIELD: &str = "spec.target.formats";
+        let Some(keys) = keys else {
+            return Err(RuleError::new(
+                FIELD,
+                "needs spec.keys: the key holding the certificates and every key of the copies must be known",
+            ));
+        };
+        if spec.pkcs12.is_none() && spec.jks.is_none() {
+            return Err(RuleError::new(
+                FIELD,
+                "names no format: set pkcs12, jks or both",
+            ));
+        }
+        let from = match (&spec.from, keys) {
+            (Some(from), _) if keys.iter().any(|k| &k.to == from) => from.clone(),
+            (Some(from), _) => {
+                return Err(RuleError::new(
+                    "spec.target.formats.from",
+                    format!("{from:?} is not a key of the copies (spec.keys names them)"),
+                ));
+            }
+            (None, [only]) => only.to.clone(),
+            (None, _) => {
+                return Err(RuleError::new(
+                    "spec.target.formats.from",
+                    "is needed when spec.keys lists several keys: name the copies' key holding the certificates",
+                ));
+            }
+        };
+        let store = |name: &str, spec: &Option<TruststoreSpec>, default: &str| {
+            let Some(spec) = spec else {
+                return Ok(None);
+            };
+            let field = format!("{FIELD}.{name}");
+            if !is_valid_key(&spec.key) {
+                return Err(RuleError::new(
+                    format!("{field}.key"),
+                    format!(
+                        "{:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')",
+                        spec.key
+                    ),
+                ));
+            }
+            if keys.iter().any(|k| k.to == spec.key) {
+                return Err(RuleError::new(
+                    format!("{field}.key"),
+                    format!(
+                        "{:?} is already a key of the copies; a truststore needs a key of its own",
+                        spec.key
+                    ),
+                ));
+            }
+            let password = spec.password.clone().unwrap_or_else(|| default.to_string());
+            // PKCS#12 passwords are BMPStrings (UTF-16 without surrogates), and JKS's are
+            // Java chars: a character beyond U+FFFF cannot be said the same way in both.
+            if password.chars().any(|c| c as u32 > 0xFFFF) || password.chars().count() > 128 {
+                return Err(RuleError::new(
+                    format!("{field}.password"),
+                    "must be at most 128 characters, none beyond U+FFFF",
+                ));
+            }
+            Ok(Some(Store {
+                key: spec.key.clone(),
+                password: Password(password),
+            }))
+        };
+        let pkcs12 = store("pkcs12", &spec.pkcs12, PKCS12_DEFAULT_PASSWORD)?;
+        let jks = store("jks", &spec.jks, JKS_DEFAULT_PASSWORD)?;
+        if let (Some(p), Some(j)) = (&pkcs12, &jks)
+            && p.key == j.key
+        {
+            return Err(RuleError::new(
+                "spec.target.formats.jks.key",
+                format!("{:?} is also the pkcs12 store's key", j.key),
+            ));
+        }
+        Ok(Formats { from, pkcs12, jks })
+    }
+
+    /// The stores' keys in the copies, in words: `truststore.p12 (PKCS#12), truststore.jks
+    /// (JKS) of ca.crt`.
+    pub fn describe(&self) -> String {
+        let stores: Vec<String> = [(&self.pkcs12, "PKCS#12"), (&self.jks, "JKS")]
+            .into_iter()
+            .filter_map(|(s, name)| s.as_ref().map(|s| format!("{} ({name})", s.key)))
+            .collect();
+        format!("{} of {}", stores.join(", "), self.from)
+    }
+
+    /// Adds the truststores to a shaped payload of `target` kind (`data` and `binary` as
+    /// [`super::Transform::apply`] builds them), made of the certificates of its key
+    /// [`Formats::from`]. Nothing is added when the copies lack that key (the source lacks
+    /// it, which is reported as a missing key); a value that is not PEM certificates and
+    /// nothing else is refused.
+    pub fn add_to(
+        &self,
+        target: Kind,
+        data: &mut BTreeMap<String, String>,
+        binary: &mut BTreeMap<String, String>,
+    ) -> Result<(), Refused> {
+        let refused = |why| Refused::NotTruststore {
+            key: self.from.clone(),
+            why,
+        };
+        // A Secret's data is base64, a ConfigMap's data text and its binaryData base64.
+        let secret = target == Kind::Secret;
+        let decode = |b64: &String| {
+            STANDARD
+                .decode(b64)
+                .map_err(|_| refused(NotCertificates::NotText))
+        };
+        let pem = match (data.get(&self.from), binary.get(&self.from)) {
+            (Some(b64), _) if secret => decode(b64)?,
+            (Some(text), _) => text.as_bytes().to_vec(),
+            (None, Some(b64)) => decode(b64)?,
+            (None, None) => return Ok(()),
+        };
+        let certs = trusted_certificates(&pem).map_err(refused)?;
+        let pkcs12 = self.pkcs12.as_ref().map(|store| {
+            let bytes = pkcs12_store::truststore(&certs, &store.password.0).ok();
+            (store, bytes)
+        });
+        let jks = self.jks.as_ref().map(|store| {
+            let bytes = jks::truststore(&certs, &store.password.0).ok();
+            (store, bytes)
+        });
+        for (store, bytes) in pkcs12.into_iter().chain(jks) {
+            let bytes = bytes.ok_or_else(|| Refused::Unencodable {
+                key: store.key.clone(),
+            })?;
+            let value = STANDARD.encode(bytes);
+            if secret {
+                data.insert(store.key.clone(), value);
+            } else {
+                binary.insert(store.key.clone(), value);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The certificates of `pem` (PEM certificates and nothing else, as the PEM rule judges it),
+/// each once, in the order of their aliases: the stores depend on the set of certificates,
+/// not on their order or repetitions in the PEM.
+pub fn trusted_certificates(pem: &[u8]) -> Result<Vec<TrustedCert>, NotCertificates> {
+    only_certificates(pem)?;
+    let mut out: BTreeMap<String, TrustedCert> = BTreeMap::new();
+    for block in Pem::iter_from_buffer(pem) {
+        let block = block.map_err(|_| NotCertificates::BadCertificate)?;
+        let (_, cert) =
+            parse_x509_certificate(&block.contents).map_err(|_| NotCertificates::BadCertificate)?;
+        let fingerprint = Sha256::digest(&block.contents);
+        let hex: String = fingerprint[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let name = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .map(alias_part)
+            .unwrap_or_default();
+        let alias = if name.is_empty() {
+            hex
+        } else {
+            format!("{name}-{hex}")
+        };
+        let not_before_ms = cert.validity().not_before.timestamp().saturating_mul(1000);
+        out.entry(alias.clone()).or_insert(TrustedCert {
+            alias,
+            der: block.contents,
+            not_before_ms,
+        });
+    }
+    Ok(out.into_values().collect())
+}
+
+/// A common name as part of an alias: lower case (JKS lower-cases aliases when it loads a
+/// store), letters, digits, `.`, `_` and `-` only, at most 64 characters.
+fn alias_part(cn: &str) -> String {
+    let mapped: String = cn
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    mapped.trim_matches('-').to_string()
+}
+
+#[cfg(test)]
+mod tests;
