@@ -18,6 +18,7 @@ use common::{Process, TestEnv, eventually};
 use copyrator::copyrule::CopyRule;
 use k8s_openapi::{
     api::{
+        authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
         coordination::v1::Lease,
         core::v1::{ConfigMap, Event, Secret},
         rbac::v1::PolicyRule,
@@ -1318,6 +1319,29 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
     env.track_copy_rule(&rule_name);
 
     let token = service_account_token(&env.client, &ns, &fullname).await;
+    // The API server authorizes from caches of the RBAC objects, filled by watches of their
+    // own: a binding helm just made can be missing from them for a moment. This test is about
+    // what the chart grants, so it starts copyrator once both kinds of binding are seen.
+    authorized(
+        &env.client,
+        &ns,
+        &fullname,
+        ("list", "", "secrets", None, None),
+    )
+    .await;
+    authorized(
+        &env.client,
+        &ns,
+        &fullname,
+        (
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            Some(&ns),
+            Some(&fullname),
+        ),
+    )
+    .await;
     // The source namespace is trusted, as the chart's trustedNamespaces value would say.
     let mut copyrator = copyrator_as(&token, &ns, &fullname, &source_ns);
     copyrator.wait_ready().await;
@@ -1445,6 +1469,49 @@ async fn copyrator_does_its_job_under_the_charts_service_account() {
 /// certificate flags the chart renders (its own certificate in `<fullname>-webhook-certs`, the
 /// CA published into the `<fullname>` webhook configurations), the chart's Lease and the Pod
 /// name a replica of the release would have.
+/// Waits until the API server's authorizer allows ServiceAccount `namespace/name` `verb` on
+/// `(group, resource)` (in `in_ns`, of name `named`, when given), by SubjectAccessReview.
+async fn authorized(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    (verb, group, resource, in_ns, named): (&str, &str, &str, Option<&str>, Option<&str>),
+) {
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{namespace}:{name}")),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: in_ns.map(str::to_string),
+                name: named.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    eventually(
+        Duration::from_secs(10),
+        &format!("{verb} {resource} authorized for the chart's ServiceAccount"),
+        || {
+            let (reviews, review) = (reviews.clone(), review.clone());
+            async move {
+                let answer = reviews.create(&PostParams::default(), &review).await.ok()?;
+                answer.status?.allowed.then_some(())
+            }
+        },
+    )
+    .await;
+}
+
 fn copyrator_as(token: &str, namespace: &str, fullname: &str, trusted_namespaces: &str) -> Process {
     let (dir, ca) = common::test_certs();
     let kubeconfig_file = dir.path().join("kubeconfig");
