@@ -17,7 +17,9 @@
 //! The top-level modules depend on each other in one direction only (`layering.rs`):
 //! `freshness` and `queue` know nothing of `cluster`, `sync` or `pipeline`.
 
-pub use copyrator_core::{content, copyrule, marks, model, plan, rules, selector, tenancy};
+pub use copyrator_core::{
+    bundle, content, copyrule, marks, model, plan, rules, selector, tenancy, transform,
+};
 
 pub mod admission;
 pub mod app;

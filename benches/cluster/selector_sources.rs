@@ -89,6 +89,8 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
             api_version: None,
             kind: copyrator::model::Kind::ConfigMap.as_str().into(),
             source_namespace: src.clone(),
+            sources: None,
+            drop_expired: false,
             source_name: None,
             source_selector: Some(selector(&key, "copy-me")),
             namespace_selector: Some(selector(&key, "target")),

@@ -87,6 +87,8 @@ impl Advisor {
                         .take(MAX_SOURCES)
                         .collect()
                 }
+                // A bundle leaves out what is not certificates, at apply time (SPEC §3.2).
+                SourceMatch::Bundle(_) => Vec::new(),
             };
             let reads = futures::future::join_all(keys.iter().map(|k| self.cluster.get(k))).await;
             let sources: Vec<(ObjectKey, Payload)> = keys
@@ -117,6 +119,8 @@ mod tests {
                 api_version: None,
                 kind: "Secret".into(),
                 source_namespace: "platform".into(),
+                sources: None,
+                drop_expired: false,
                 source_name: Some("ca".into()),
                 source_selector: None,
                 namespace_selector: None,
@@ -129,6 +133,7 @@ mod tests {
                 read_only: false,
                 keys: keys.map(|k| k.into_iter().map(|k| KeySpec::Name(k.into())).collect()),
                 target: Some(TargetSpec {
+                    key: None,
                     kind: Some("ConfigMap".into()),
                     type_: None,
                     formats: None,

@@ -60,12 +60,12 @@ impl Found {
         self.existing.keys().map(|k| k.namespace.clone()).collect()
     }
 
-    /// Sources the managed copies name.
+    /// Sources the managed copies name (a bundle's copies name their rule, no object).
     pub fn sources(&self) -> BTreeSet<ObjectKey> {
         self.existing
             .values()
             .filter_map(|e| match e {
-                Existing::Managed(m) => Some(m.source.clone()),
+                Existing::Managed(m) if !m.source.is_bundle() => Some(m.source.clone()),
                 _ => None,
             })
             .collect()
@@ -177,7 +177,8 @@ pub async fn unlabelled_rule_sources(
             .rules()
             .rules
             .iter()
-            .filter(|r| r.id.copy_rule_name().is_some())
+            // A bundle's sources are labelled by its rule's job.
+            .filter(|r| r.id.copy_rule_name().is_some() && r.bundle().is_none())
     };
     let groups: BTreeSet<(Kind, String)> = copy_rules()
         .map(|r| (r.kind, r.source_namespace.clone()))

@@ -44,13 +44,26 @@ pub struct SourceSelector {
 pub fn wanted<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Vec<SourceSelector> {
     let mut out: Vec<SourceSelector> = rules
         .into_iter()
-        .filter_map(|r| match &r.sources {
-            SourceMatch::Selector(sel) => Some(SourceSelector {
+        .flat_map(|r| match &r.sources {
+            SourceMatch::Selector(sel) => vec![SourceSelector {
                 kind: r.kind,
                 namespace: r.source_namespace.clone(),
                 selector: sel.to_string(),
-            }),
-            SourceMatch::Name(_) => None,
+            }],
+            SourceMatch::Name(_) => Vec::new(),
+            // A bundle's selector entries: a new match wakes the bundle (SPEC §3.2).
+            SourceMatch::Bundle(b) => b
+                .sources
+                .iter()
+                .filter_map(|s| match &s.select {
+                    crate::bundle::BundleSelect::Selector(sel) => Some(SourceSelector {
+                        kind: s.kind,
+                        namespace: s.namespace.clone(),
+                        selector: sel.to_string(),
+                    }),
+                    crate::bundle::BundleSelect::Name(_) => None,
+                })
+                .collect(),
         })
         .collect();
     out.sort();
@@ -223,6 +236,8 @@ mod tests {
             api_version: None,
             kind: Kind::ConfigMap.as_str().into(),
             source_namespace: ns.into(),
+            sources: None,
+            drop_expired: false,
             source_name: selector.is_none().then(|| "one".to_string()),
             source_selector: selector.map(|(k, v)| LabelSelector {
                 match_labels: Some([(k.to_string(), v.to_string())].into()),

@@ -311,7 +311,11 @@ impl Dispatcher {
             rules.extend(
                 copy_rules
                     .iter()
-                    .filter(|r| r.selects_source(source))
+                    // A bundle reading it reaches the bundle's namespaces (SPEC §3.2).
+                    .filter(|r| {
+                        r.selects_source(source)
+                            || r.bundle().is_some_and(|b| b.follows(&source.key))
+                    })
                     .cloned(),
             );
         }

@@ -137,6 +137,8 @@ mod tests {
                 api_version: None,
                 kind: Kind::Secret.as_str().into(),
                 source_namespace: "platform".into(),
+                sources: None,
+                drop_expired: false,
                 source_name: Some("cred".into()),
                 source_selector: None,
                 namespace_selector: None,

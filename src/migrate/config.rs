@@ -365,6 +365,8 @@ fn copy_rule(
             api_version: (!kind.group().is_empty()).then(|| kind.api_version()),
             kind: kind.as_str().into(),
             source_namespace: intent.source.namespace.clone(),
+            sources: None,
+            drop_expired: false,
             source_name: Some(intent.source.name.clone()),
             source_selector: None,
             namespace_selector,

@@ -109,6 +109,11 @@ pub mod reason {
     pub const KEY_MATERIAL: &str = "KeyMaterialRefused";
     /// A source lacks keys its rule asks for (SPEC §3.2).
     pub const MISSING_KEYS: &str = "MissingKeys";
+    /// A source of a bundle gives no certificate and is left out (SPEC §3.2, Bundles).
+    pub const LEFT_OUT: &str = "BundleSourceLeftOut";
+    /// No source of a bundle admitted into a namespace gives a certificate: its copy there
+    /// is left as it is (SPEC §3.2, Bundles).
+    pub const BUNDLE_EMPTY: &str = "BundleEmpty";
 }
 
 #[derive(Clone)]

@@ -35,6 +35,8 @@ pub struct Tally {
     pub conflicts: Vec<CopyConflict>,
     /// Keys the rule asks for that its sources lack, by source (`<namespace>/<name>`).
     pub missing_keys: BTreeMap<String, BTreeSet<String>>,
+    /// Sources of a bundle left out of it: (source, key, why).
+    pub left_out: BTreeSet<(String, String, String)>,
 }
 
 impl Tally {
@@ -56,6 +58,7 @@ impl Tally {
         for (source, keys) in other.missing_keys {
             self.missing_keys.entry(source).or_default().extend(keys);
         }
+        self.left_out.extend(other.left_out);
     }
 }
 
@@ -116,6 +119,13 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
                     .or_default()
                     .extend(keys.iter().cloned());
             }
+            Action::LeftOut { by, key, why } => {
+                out.entry(by.rule.clone()).or_default().left_out.insert((
+                    by.source.to_string(),
+                    key.clone(),
+                    why.to_string(),
+                ));
+            }
             _ => {}
         }
     }
@@ -162,6 +172,7 @@ pub async fn publish(
                     ConflictReason::HeldByHigherTier(_) => "higher_precedence",
                     ConflictReason::ServiceAccountToken => "service_account_token",
                     ConflictReason::Refused(_) => "key_material",
+                    ConflictReason::EmptyBundle => "empty_bundle",
                 };
                 metrics
                     .conflicts
@@ -170,6 +181,7 @@ pub async fn publish(
                 let event_reason = match why {
                     ConflictReason::ServiceAccountToken => reason::SA_TOKEN,
                     ConflictReason::Refused(_) => reason::KEY_MATERIAL,
+                    ConflictReason::EmptyBundle => reason::BUNDLE_EMPTY,
                     _ => reason::CONFLICT,
                 };
                 if let Some(source) = untrusted_source(world, by) {
@@ -189,6 +201,8 @@ pub async fn publish(
                         ConflictReason::Refused(_) => {
                             "a Secret's data is copied into a ConfigMap only as PEM certificates"
                         }
+                        // Bundles are CopyRules, never an untrusted inline rule.
+                        ConflictReason::EmptyBundle => "no certificate to copy",
                     };
                     anonymous.insert((source.clone(), event_reason, summary.to_string()));
                     continue;
@@ -207,6 +221,13 @@ pub async fn publish(
                 };
                 if let Some(regarding) = regarding(world, by) {
                     events.warning(&regarding, event_reason, note).await;
+                }
+            }
+            (Action::LeftOut { by, key, why }, _) => {
+                // Names only, on the CopyRule (an administrator's object, SPEC §9.5).
+                let note = format!("{} key {key} is left out of the bundle: {why}", by.source);
+                if let Some(regarding) = regarding(world, by) {
+                    events.warning(&regarding, reason::LEFT_OUT, note).await;
                 }
             }
             (Action::MissingKeys { by, keys }, _) => {

@@ -7,7 +7,7 @@ use k8s_openapi::{
 
 use super::Tally;
 use crate::{
-    copyrule::{CopyRule, CopyRuleStatus, MissingKeys},
+    copyrule::{CopyRule, CopyRuleStatus, LeftOutSource, MissingKeys},
     plan::World,
     rules::{Rule, RuleError, SourceMatch},
 };
@@ -77,6 +77,10 @@ pub fn rule_status(
                     let keys = keys.iter().cloned().collect::<Vec<_>>().join(", ");
                     message.push_str(&format!("; {source} has no key {keys}"));
                 }
+                // Nor is a bundle's source that gives no certificate (SPEC §3.2).
+                for (source, key, why) in &tally.left_out {
+                    message.push_str(&format!("; {source} key {key} left out: {why}"));
+                }
                 (true, "Synced", message, source)
             }
         }
@@ -120,6 +124,15 @@ pub fn rule_status(
                 keys: keys.iter().cloned().collect(),
             })
             .collect(),
+        left_out: tally
+            .left_out
+            .iter()
+            .map(|(source, key, reason)| LeftOutSource {
+                source: source.clone(),
+                key: key.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
         last_sync_time: Some(Time(now)),
         last_verified_time: verified
             .map(Time)
@@ -157,6 +170,8 @@ mod tests {
                 api_version: None,
                 kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: "src".into(),
+                sources: None,
+                drop_expired: false,
                 source_name: Some("cm".into()),
                 source_selector: None,
                 namespace_selector: None,

@@ -505,6 +505,12 @@ pub(super) async fn read_sources(
     contents: &mut Contents,
     keys: &[ObjectKey],
 ) {
+    // A bundle's stand-in source is read as its sources (SPEC §3.2, Bundles).
+    let (bundles, keys): (Vec<&ObjectKey>, Vec<&ObjectKey>) =
+        keys.iter().partition(|k| k.is_bundle());
+    for key in bundles {
+        read_bundle(ctx, world, contents, key).await;
+    }
     let mut read = Vec::new();
     // Sources listed at a version whose payload a GET returned before need no GET now.
     let mut misses = Vec::new();
@@ -543,6 +549,28 @@ pub(super) async fn read_sources(
         read.push((key.clone(), info));
     }
     world.set_sources(read);
+}
+
+/// Reads the sources of the bundle `key` stands for into `contents`; when one cannot be
+/// read, the bundle is unreadable (its copies are skipped, and its rule's job retried).
+async fn read_bundle(ctx: &Context, world: &mut World, contents: &mut Contents, key: &ObjectKey) {
+    let Some(bundle) = world
+        .rules()
+        .copy_rule(&key.name)
+        .and_then(|r| r.bundle())
+        .cloned()
+    else {
+        return;
+    };
+    match super::bundles::read(ctx, &bundle).await {
+        Ok(inputs) => {
+            contents.bundles.insert(key.clone(), Arc::new(inputs));
+        }
+        Err(e) => {
+            tracing::debug!(bundle = %key, error = %e, "a source of the bundle is unreadable; its copies are skipped");
+            world.unreadable_mut().sources.insert(key.clone());
+        }
+    }
 }
 
 pub(super) fn remember_payload(

@@ -3,6 +3,7 @@
 //! (`converge`), then report and queue follow-ups (`follow_up`). One file per kind of job in
 //! `jobs/`.
 
+mod bundles;
 pub mod context;
 mod converge;
 mod follow_up;
@@ -64,6 +65,8 @@ pub enum Outcome {
 /// Runs one job.
 pub async fn run(ctx: &Context, job: &Job) -> Result<Outcome, SyncError> {
     match &job.key {
+        // A bundle's copies name their CopyRule as their source: their job is the rule's.
+        JobKey::Source(key) if key.is_bundle() => jobs::rule::run(ctx, job, &key.name).await,
         JobKey::Source(key) => jobs::source::run(ctx, job, key).await,
         JobKey::Namespace(name) => jobs::namespace::run(ctx, job, name).await,
         JobKey::Copy(key) => jobs::copy::run(ctx, job, key).await,

@@ -25,6 +25,10 @@ pub(super) async fn adopt_rule_sources(
 ) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
     let infos: Vec<SourceInfo> = match &rule.sources {
+        SourceMatch::Bundle(bundle) => {
+            label_bundle_sources(ctx, bundle, fresh).await?;
+            return Ok(());
+        }
         SourceMatch::Name(name) => {
             let key = ObjectKey::new(rule.kind, &rule.source_namespace, name);
             cluster
@@ -59,6 +63,76 @@ pub(super) async fn adopt_rule_sources(
     Ok(())
 }
 
+/// A bundle's sources get the opt-in label, so that their changes reach the sources webhook
+/// and watch, whose source jobs wake the bundle ([`wake_bundles`]). They are not its rule's
+/// sources: none joins the world.
+async fn label_bundle_sources(
+    ctx: &Context,
+    bundle: &crate::bundle::Bundle,
+    fresh: Freshness,
+) -> Result<(), ApiError> {
+    let cluster = &ctx.cluster;
+    for source in &bundle.sources {
+        let infos: Vec<SourceInfo> = match &source.select {
+            crate::bundle::BundleSelect::Name(name) => {
+                let key = ObjectKey::new(source.kind, &source.namespace, name);
+                cluster
+                    .get_meta(&key)
+                    .await?
+                    .and_then(|m| SourceInfo::from_meta(source.kind, &m))
+                    .into_iter()
+                    .collect()
+            }
+            crate::bundle::BundleSelect::Selector(sel) => {
+                cluster
+                    .list_meta(
+                        source.kind,
+                        Some(&source.namespace),
+                        &marks::not_a_copy(&sel.to_string()),
+                        fresh,
+                        |m| SourceInfo::from_meta(source.kind, &m),
+                    )
+                    .await?
+            }
+        };
+        for info in infos
+            .iter()
+            .filter(|i| source.selects(i) && !i.deleting)
+            .take(crate::bundle::MAX_SELECTED)
+        {
+            label_source(ctx, info).await;
+        }
+    }
+    Ok(())
+}
+
+/// The CopyRules whose bundles read `key` get a job (SPEC §3.2, Bundles): a change of one of
+/// its sources (created, updated, deleted, relabelled) reaches every copy of the bundle.
+pub(super) fn wake_bundles(ctx: &Context, rules: &[Rule], key: &ObjectKey) {
+    for rule in rules {
+        if let (Some(bundle), Some(name)) = (rule.bundle(), rule.id.copy_rule_name())
+            && bundle.follows(key)
+        {
+            crate::queue::enqueue(
+                &ctx.queue,
+                &ctx.metrics,
+                crate::queue::job::Job::new(
+                    crate::queue::job::JobKey::Rule(name.to_string()),
+                    crate::queue::job::Trigger::FollowUp,
+                ),
+            );
+        }
+    }
+}
+
+/// Whether a bundle reads `info` (its opt-in label then asks for no rule of its own).
+fn read_by_a_bundle(world: &World, info: &SourceInfo) -> bool {
+    world.rules().rules.iter().any(|r| {
+        r.bundle()
+            .is_some_and(|b| b.sources.iter().any(|s| s.selects(info)))
+    })
+}
+
 pub(super) async fn label_source(ctx: &Context, info: &SourceInfo) {
     if info.labels.get(marks::SOURCE_LABEL).map(String::as_str) == Some("true") {
         return;
@@ -84,7 +158,8 @@ pub(super) async fn warn_about_source(ctx: &Context, world: &World, info: &Sourc
         return;
     }
     let labelled = info.labels.get(marks::SOURCE_LABEL).map(String::as_str) == Some("true");
-    if labelled && world.rules().for_source(info).next().is_none() {
+    if labelled && world.rules().for_source(info).next().is_none() && !read_by_a_bundle(world, info)
+    {
         ctx.events
             .warning(
                 &regarding,

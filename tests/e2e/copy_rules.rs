@@ -26,6 +26,8 @@ fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
         api_version: None,
         kind: kind.as_str().into(),
         source_namespace: source_ns.into(),
+        sources: None,
+        drop_expired: false,
         source_name: None,
         source_selector: None,
         namespace_selector: None,

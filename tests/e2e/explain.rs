@@ -373,6 +373,8 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
                 api_version: None,
                 kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),
+                sources: None,
+                drop_expired: false,
                 source_name: Some("ca".into()),
                 source_selector: None,
                 namespace_selector: None,

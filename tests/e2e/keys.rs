@@ -65,6 +65,8 @@ fn rule(source_ns: &str, source: &str) -> CopyRuleSpec {
         api_version: None,
         kind: "Secret".into(),
         source_namespace: source_ns.into(),
+        sources: None,
+        drop_expired: false,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: None,
@@ -86,6 +88,7 @@ fn keys(names: &[&str]) -> Option<Vec<KeySpec>> {
 
 fn as_config_map() -> Option<TargetSpec> {
     Some(TargetSpec {
+        key: None,
         kind: Some("ConfigMap".into()),
         type_: None,
         formats: None,
@@ -498,6 +501,7 @@ async fn keys_are_renamed_types_and_kinds_changed_and_missing_keys_reported() {
                     KeySpec::Name("extra.pem".into()),
                 ]),
                 target: Some(TargetSpec {
+                    key: None,
                     kind: None,
                     type_: Some("Opaque".into()),
                     formats: None,
@@ -599,6 +603,7 @@ async fn keys_are_renamed_types_and_kinds_changed_and_missing_keys_reported() {
             kind: "ConfigMap".into(),
             namespaces: vec![dest.clone()],
             target: Some(TargetSpec {
+                key: None,
                 kind: Some("Secret".into()),
                 type_: None,
                 formats: None,

@@ -184,6 +184,8 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
         api_version: None,
         kind: Kind::Secret.as_str().into(),
         source_namespace: src.clone(),
+        sources: None,
+        drop_expired: false,
         source_name: Some("mirror".into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {

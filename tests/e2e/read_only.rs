@@ -63,6 +63,8 @@ async fn only_copyrator_changes_a_read_only_copy_and_namespace_deletion_is_never
                 api_version: None,
                 kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),
+                sources: None,
+                drop_expired: false,
                 source_name: Some("ca".into()),
                 source_selector: None,
                 namespace_selector: None,

@@ -131,8 +131,14 @@ impl Marks {
                 self.deletion_policy.as_str().to_string(),
             ),
         ];
-        // Only where it differs: the marks of every other copy stay what they were.
-        if self.source.kind != self.kind {
+        // Only where it differs: the marks of every other copy stay what they were. A
+        // bundle's copies name their rule as their source (SPEC §3.2, Bundles).
+        if self.source.is_bundle() {
+            annotations.push((
+                marks::SOURCE_KIND_ANNOTATION,
+                marks::BUNDLE_SOURCE_KIND.into(),
+            ));
+        } else if self.source.kind != self.kind {
             annotations.push((marks::SOURCE_KIND_ANNOTATION, self.source.kind.name()));
         }
         annotations

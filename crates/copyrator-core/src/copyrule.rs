@@ -36,7 +36,9 @@ pub struct CopyRuleSpec {
     /// Kind of the source objects: Secret, ConfigMap, or another namespaced kind copyrator is
     /// allowed to copy (`--copy-kinds`), e.g. NetworkPolicy.
     pub kind: String,
-    /// Namespace of the source objects. Never a target of this rule.
+    /// Namespace of the source objects. Never a target of this rule. Required, except for a
+    /// bundle (`sources`), whose sources each name their own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source_namespace: String,
     /// Name of the one source object. Exactly one of sourceName and sourceSelector is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +46,16 @@ pub struct CopyRuleSpec {
     /// Every object of `kind` in sourceNamespace matching this selector is a source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_selector: Option<LabelSelector>,
+    /// A bundle, instead of sourceNamespace, sourceName and sourceSelector: the PEM
+    /// certificates of one key of each of these Secrets and ConfigMaps, deduplicated and in a
+    /// stable order, in the one key `target.key` of the copies named `targetName`. A source's
+    /// certificates reach a namespace only when its namespace is trusted or the target
+    /// namespace accepts copies from it (copyrator.io/accept-from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<BundleSourceSpec>>,
+    /// With `sources`: certificates past their notAfter are left out of the bundle.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drop_expired: bool,
     /// Namespaces whose labels match receive copies. `{}` selects every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
@@ -100,9 +112,28 @@ pub enum KeySpec {
     },
 }
 
+/// One source of a bundle: a key of a Secret or ConfigMap holding PEM certificates, of the
+/// object named, or of every object the selector matches in the namespace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BundleSourceSpec {
+    /// Secret or ConfigMap.
+    pub kind: String,
+    pub namespace: String,
+    /// Exactly one of name and selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// The key holding the certificates.
+    pub key: String,
+}
+
 /// What the copies are, when not what the source is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TargetSpec {
+    /// For a bundle (`sources`): the key of the copies that holds the certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// Secret or ConfigMap (default: the source's kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -227,6 +258,10 @@ pub struct CopyRuleStatus {
     /// Keys of spec.keys a source lacks: its copies are made without them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_keys: Vec<MissingKeys>,
+    /// Sources of a bundle left out of it: missing, or their key missing or not PEM
+    /// certificates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOutSource>,
     /// When copyrator last finished syncing this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
@@ -242,6 +277,15 @@ pub struct MissingKeys {
     /// The source, as `<namespace>/<name>`.
     pub source: String,
     pub keys: Vec<String>,
+}
+
+/// A source of a bundle left out of it, and why.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub struct LeftOutSource {
+    /// The source, as `<Kind> <namespace>/<name>`.
+    pub source: String,
+    pub key: String,
+    pub reason: String,
 }
 
 /// A target a rule could not write.

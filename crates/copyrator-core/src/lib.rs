@@ -3,6 +3,7 @@
 //! no API client, so purity is a fact the compiler checks, and the product's rules (SPEC §2-4,
 //! §9) are tested here without any server.
 
+pub mod bundle;
 pub mod content;
 pub mod copyrule;
 pub mod marks;

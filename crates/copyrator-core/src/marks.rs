@@ -42,6 +42,9 @@ pub const SOURCE_ANNOTATION: &str = "copyrator.io/source";
 /// certificates, SPEC §3.2): the source's kind, as `--copy-kinds` names kinds. Absent, the
 /// source is of the copy's own kind.
 pub const SOURCE_KIND_ANNOTATION: &str = "copyrator.io/source-kind";
+/// The `copyrator.io/source-kind` of a bundle's copies (SPEC §3.2, Bundles): their
+/// `copyrator.io/source` is `copyrule/<name>`, the CopyRule that combines their sources.
+pub const BUNDLE_SOURCE_KIND: &str = "CopyRule";
 /// Annotation on copies: hash of the copied content (payload and carried metadata).
 pub const CONTENT_HASH_ANNOTATION: &str = "copyrator.io/content-hash";
 /// Annotation on copies: the rule that made the copy (`inline` or `copyrule/<name>`).

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
+    bundle::{self, Bundle, BundleSelect, BundleSource},
     copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec, DeletionPolicy, KeySpec},
     marks,
     model::{Kind, NamespaceInfo, ObjectKey, SERVICE_ACCOUNT_TOKEN_TYPE, SourceInfo},
@@ -53,6 +54,9 @@ impl std::fmt::Display for RuleId {
 pub enum SourceMatch {
     Name(String),
     Selector(Selector),
+    /// A bundle (SPEC §3.2): the certificates of several sources, of any namespace, combined
+    /// into one key; none of them is a source of the rule's copies, the rule itself is.
+    Bundle(Box<Bundle>),
 }
 
 /// How a rule's own namespace clauses (explicit names, selector, exclusions) judge one
@@ -134,7 +138,16 @@ impl Rule {
             && match &self.sources {
                 SourceMatch::Name(name) => &source.key.name == name,
                 SourceMatch::Selector(sel) => sel.matches(&source.labels),
+                SourceMatch::Bundle(_) => false,
             }
+    }
+
+    /// The rule's bundle, when it is one.
+    pub fn bundle(&self) -> Option<&Bundle> {
+        match &self.sources {
+            SourceMatch::Bundle(b) => Some(b),
+            _ => None,
+        }
     }
 
     /// Whether `source` is copied by this rule: an inline rule belongs to exactly its own
@@ -198,6 +211,11 @@ impl Rule {
         match &self.sources {
             SourceMatch::Name(name) => format!("{}/{}", self.source_namespace, name),
             SourceMatch::Selector(sel) => format!("{}/{{{}}}", self.source_namespace, sel),
+            SourceMatch::Bundle(b) => format!(
+                "bundle of {} source{}",
+                b.sources.len(),
+                if b.sources.len() == 1 { "" } else { "s" }
+            ),
         }
     }
 
@@ -352,6 +370,21 @@ impl Rule {
     pub fn from_copy_rule(rule: &CopyRule) -> Result<Rule, RuleError> {
         let name = rule.metadata.name.clone().unwrap_or_default();
         let spec = &rule.spec;
+        if spec.sources.is_some() {
+            return bundle_rule(rule, name);
+        }
+        if spec.drop_expired {
+            return Err(RuleError::new(
+                "spec.dropExpired",
+                "is only for bundles (spec.sources)",
+            ));
+        }
+        if spec.target.as_ref().is_some_and(|t| t.key.is_some()) {
+            return Err(RuleError::new(
+                "spec.target.key",
+                "is only for bundles (spec.sources); spec.keys selects and renames the keys of other copies",
+            ));
+        }
         let kind = copy_rule_kind(spec)?;
         if !selector::is_dns_label(&spec.source_namespace) {
             return Err(RuleError::new(
@@ -457,6 +490,213 @@ impl Rule {
 
 /// Most keys one rule may list.
 pub const MAX_KEYS: usize = 256;
+
+/// Validates a CopyRule with `spec.sources` (a bundle, SPEC §3.2) and converts it: the
+/// fields of a one-source rule are refused, each source and the target checked.
+fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleError> {
+    let spec = &rule.spec;
+    let not_with = |field: &str| {
+        RuleError::new(
+            field,
+            "is not allowed with spec.sources: a bundle names each source's namespace, object and key in spec.sources",
+        )
+    };
+    if !spec.source_namespace.is_empty() {
+        return Err(not_with("spec.sourceNamespace"));
+    }
+    if spec.source_name.is_some() {
+        return Err(not_with("spec.sourceName"));
+    }
+    if spec.source_selector.is_some() {
+        return Err(not_with("spec.sourceSelector"));
+    }
+    if spec.keys.is_some() {
+        return Err(not_with("spec.keys"));
+    }
+    if spec.image_pull_secret {
+        return Err(RuleError::new(
+            "spec.imagePullSecret",
+            "is not for bundles: a bundle's copies hold certificates",
+        ));
+    }
+    if spec.api_version.as_deref().is_some_and(|v| v != "v1") {
+        return Err(RuleError::new(
+            "spec.apiVersion",
+            "a bundle's copies are Secrets or ConfigMaps (v1)",
+        ));
+    }
+    let target = spec.target.clone().unwrap_or_default();
+    let kind = match target.kind.as_deref().unwrap_or(spec.kind.as_str()) {
+        "Secret" => Kind::Secret,
+        "ConfigMap" => Kind::ConfigMap,
+        other => {
+            return Err(RuleError::new(
+                if target.kind.is_some() {
+                    "spec.target.kind"
+                } else {
+                    "spec.kind"
+                },
+                format!("{other:?}: a bundle's copies are a Secret or a ConfigMap"),
+            ));
+        }
+    };
+    let Some(key) = target.key.clone() else {
+        return Err(RuleError::new(
+            "spec.target.key",
+            "is required for a bundle: the key of the copies that holds the certificates",
+        ));
+    };
+    if !transform::is_valid_key(&key) {
+        return Err(RuleError::new(
+            "spec.target.key",
+            format!(
+                "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
+            ),
+        ));
+    }
+    if let Some(type_) = &target.type_ {
+        if kind != Kind::Secret {
+            return Err(RuleError::new(
+                "spec.target.type",
+                "is only for copies that are Secrets (a ConfigMap has no type)",
+            ));
+        }
+        if type_ == SERVICE_ACCOUNT_TOKEN_TYPE || type_.is_empty() || type_.len() > 253 {
+            return Err(RuleError::new(
+                "spec.target.type",
+                format!("{type_:?} is not a Secret type a bundle can be (Opaque, ...)"),
+            ));
+        }
+    }
+    let Some(target_name) = spec.target_name.clone() else {
+        return Err(RuleError::new(
+            "spec.targetName",
+            "is required for a bundle: the name of its copies",
+        ));
+    };
+    if !selector::is_dns_subdomain(&target_name) {
+        return Err(RuleError::new(
+            "spec.targetName",
+            format!("{target_name:?} is not a valid object name"),
+        ));
+    }
+    let entries = spec.sources.as_deref().unwrap_or_default();
+    if entries.is_empty() || entries.len() > bundle::MAX_SOURCES {
+        return Err(RuleError::new(
+            "spec.sources",
+            format!(
+                "lists {} sources; a bundle takes 1 to {}",
+                entries.len(),
+                bundle::MAX_SOURCES
+            ),
+        ));
+    }
+    let mut sources = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let field = |f: &str| format!("spec.sources[{i}].{f}");
+        let kind = match entry.kind.as_str() {
+            "Secret" => Kind::Secret,
+            "ConfigMap" => Kind::ConfigMap,
+            other => {
+                return Err(RuleError::new(
+                    field("kind"),
+                    format!("{other:?}: a bundle's sources are Secrets or ConfigMaps"),
+                ));
+            }
+        };
+        if !selector::is_dns_label(&entry.namespace) {
+            return Err(RuleError::new(
+                field("namespace"),
+                format!("{:?} is not a valid namespace name", entry.namespace),
+            ));
+        }
+        let select = match (&entry.name, &entry.selector) {
+            (Some(n), None) if selector::is_dns_subdomain(n) => BundleSelect::Name(n.clone()),
+            (Some(n), None) => {
+                return Err(RuleError::new(
+                    field("name"),
+                    format!("{n:?} is not a valid object name"),
+                ));
+            }
+            (None, Some(sel)) => BundleSelect::Selector(
+                Selector::from_label_selector(sel)
+                    .map_err(|e| RuleError::new(field("selector"), e.to_string()))?,
+            ),
+            _ => {
+                return Err(RuleError::new(
+                    field("name"),
+                    "exactly one of name and selector is required",
+                ));
+            }
+        };
+        if !transform::is_valid_key(&entry.key) {
+            return Err(RuleError::new(
+                field("key"),
+                format!("{:?} is not a valid key", entry.key),
+            ));
+        }
+        sources.push(BundleSource {
+            kind,
+            namespace: entry.namespace.clone(),
+            select,
+            key: entry.key.clone(),
+        });
+    }
+    let namespace_selector = spec
+        .namespace_selector
+        .as_ref()
+        .map(Selector::from_label_selector)
+        .transpose()
+        .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?;
+    let namespaces = namespace_set("spec.namespaces", &spec.namespaces)?;
+    let exclude_namespaces = namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?;
+    if namespace_selector.is_none() && namespaces.is_empty() {
+        return Err(RuleError::new(
+            "spec.namespaceSelector",
+            "one of spec.namespaceSelector or spec.namespaces is required (use namespaceSelector: {} for every namespace)",
+        ));
+    }
+    let created = rule
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .unwrap_or_default();
+    let owner = SourceInfo {
+        key: ObjectKey::bundle(kind, &name),
+        uid: rule.metadata.uid.clone().unwrap_or_default(),
+        resource_version: String::new(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        created,
+        deleting: false,
+        dropped: None,
+    };
+    Ok(Rule {
+        id: RuleId::CopyRule(name),
+        kind,
+        // No namespace: every namespace may receive the bundle, the sources' own included.
+        source_namespace: String::new(),
+        sources: SourceMatch::Bundle(Box::new(Bundle {
+            sources,
+            key,
+            type_: target.type_,
+            drop_expired: spec.drop_expired,
+            owner,
+        })),
+        namespace_selector,
+        namespaces,
+        exclude_namespaces,
+        target_name: Some(target_name),
+        deletion_policy: spec.deletion_policy,
+        conflict_policy: spec.conflict_policy,
+        created,
+        tier: Tier::CopyRule,
+        image_pull_secret: false,
+        read_only: spec.read_only,
+        transform: Transform::default(),
+    })
+}
 
 /// The keys of the inline annotation `copyrator.io/keys`: `ca.crt,tls.crt=server.pem`.
 fn inline_keys(raw: &str) -> Result<Vec<KeyMapping>, RuleError> {
@@ -890,6 +1130,8 @@ mod tests {
             api_version: None,
             kind: "ConfigMap".into(),
             source_namespace: "platform".into(),
+            sources: None,
+            drop_expired: false,
             source_name: Some("shared".into()),
             source_selector: None,
             namespace_selector: Some(LabelSelector {

@@ -60,12 +60,14 @@ pub(in crate::sync) async fn run(
     if let Some(rule) = &rule {
         adopt_rule_sources(ctx, &mut world, rule, fresh).await?;
         load::load_target_namespaces(cluster, &mut world, [rule], fresh).await?;
-        let uids: BTreeSet<String> = world
+        let mut uids: BTreeSet<String> = world
             .sources()
             .values()
             .filter(|s| rule.applies_to(s))
             .map(|s| s.uid.clone())
             .collect();
+        // A bundle's copies carry its rule's uid (SPEC §3.2, Bundles).
+        uids.extend(rule.bundle().map(|b| b.owner.uid.clone()));
         load::copies_of_sources(cluster, rule.target_kind(), &uids, fresh, &mut found).await?;
     }
     if rule.is_none() || job.full_scan {

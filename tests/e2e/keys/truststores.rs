@@ -32,12 +32,12 @@ fn store(key: &str) -> Option<TruststoreSpec> {
 fn with_truststores(from: Option<&str>) -> Option<TargetSpec> {
     Some(TargetSpec {
         kind: Some("ConfigMap".into()),
-        type_: None,
         formats: Some(FormatsSpec {
             from: from.map(str::to_string),
             pkcs12: store("truststore.p12"),
             jks: store("truststore.jks"),
         }),
+        ..Default::default()
     })
 }
 

@@ -39,14 +39,33 @@ impl ObjectKey {
         crate::selector::is_dns_label(&self.namespace) && self.kind.is_valid_name(&self.name)
     }
 
-    /// `<namespace>/<name>`, the form of the `copyrator.io/source` annotation.
+    /// `<namespace>/<name>`, the form of the `copyrator.io/source` annotation; for a bundle's
+    /// stand-in, `copyrule/<name>`.
     pub fn namespaced_name(&self) -> String {
+        if self.is_bundle() {
+            return format!("copyrule/{}", self.name);
+        }
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// What stands for the source of a bundle's copies of `kind` (SPEC §3.2, Bundles): the
+    /// CopyRule `rule` itself. Its namespace is empty, which no object's is, so it is never
+    /// read, listed or written as an object.
+    pub fn bundle(kind: Kind, rule: impl Into<String>) -> Self {
+        Self::new(kind, "", rule)
+    }
+
+    /// Whether this is a bundle's stand-in source ([`ObjectKey::bundle`]).
+    pub fn is_bundle(&self) -> bool {
+        self.namespace.is_empty()
     }
 }
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_bundle() {
+            return write!(f, "CopyRule {} (bundle)", self.name);
+        }
         write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
     }
 }

@@ -20,6 +20,9 @@ pub enum ConflictReason {
     /// The rule's transform refuses the source's payload: key material for a ConfigMap
     /// (SPEC §3.2).
     Refused(crate::transform::Refused),
+    /// No source of the bundle admitted into the namespace gives a certificate: a bundle is
+    /// never written empty, the copy there is left as it is (SPEC §3.2, Bundles).
+    EmptyBundle,
 }
 
 impl std::fmt::Display for ConflictReason {
@@ -43,6 +46,9 @@ impl std::fmt::Display for ConflictReason {
                 f.write_str("service-account token Secrets are never copied")
             }
             ConflictReason::Refused(refused) => write!(f, "{refused}"),
+            ConflictReason::EmptyBundle => f.write_str(
+                "no source of the bundle that this namespace takes certificates from holds one; the copy is left as it is",
+            ),
         }
     }
 }
@@ -109,6 +115,13 @@ pub enum Action {
     MissingKeys {
         by: ClaimRef,
         keys: Vec<String>,
+    },
+    /// Not about one target: a source of a bundle (`by.source`, its `key`) gives no
+    /// certificate and is left out of it (SPEC §3.2, Bundles). Once per bundle and plan.
+    LeftOut {
+        by: ClaimRef,
+        key: String,
+        why: crate::bundle::LeftOut,
     },
 }
 

@@ -130,6 +130,32 @@ impl ManagedCopy {
         let source = annotations
             .get(marks::SOURCE_ANNOTATION)
             .ok_or(MarksError::MissingSource)?;
+        // A bundle's copy names its CopyRule as its source (SPEC §3.2, Bundles): the same
+        // rule in both annotations, or the marks do not parse.
+        if annotations
+            .get(marks::SOURCE_KIND_ANNOTATION)
+            .map(String::as_str)
+            == Some(marks::BUNDLE_SOURCE_KIND)
+        {
+            let rule = annotations
+                .get(marks::RULE_ANNOTATION)
+                .ok_or(MarksError::MissingRule)?;
+            let name = match rule.strip_prefix("copyrule/") {
+                Some(name) if selector::is_dns_subdomain(name) => name,
+                _ => return Err(MarksError::BadRule),
+            };
+            if !kind.is_consentable() || source != rule {
+                return Err(MarksError::BadSource);
+            }
+            return Ok(Self::parsed(
+                ObjectKey::bundle(kind, name),
+                RuleId::CopyRule(name.into()),
+                labels,
+                annotations,
+                resource_version,
+                deleting,
+            ));
+        }
         // A copy of another kind than its source's says so (SPEC §3.2); only Secrets and
         // ConfigMaps are made of each other.
         let source_kind = match annotations.get(marks::SOURCE_KIND_ANNOTATION) {
@@ -155,7 +181,26 @@ impl ManagedCopy {
                 _ => return Err(MarksError::BadRule),
             },
         };
-        Ok(Self {
+        Ok(Self::parsed(
+            source,
+            rule,
+            labels,
+            annotations,
+            resource_version,
+            deleting,
+        ))
+    }
+
+    /// A copy of `source` by `rule`, the rest of its marks as they are.
+    fn parsed(
+        source: ObjectKey,
+        rule: RuleId,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        resource_version: String,
+        deleting: bool,
+    ) -> Self {
+        Self {
             resource_version,
             marks: Arc::new(CopyMarks {
                 source,
@@ -172,7 +217,7 @@ impl ManagedCopy {
             }),
             actual_hash: None,
             deleting,
-        })
+        }
     }
 
     /// The tier of the rule recorded on the copy, judged by today's trust policy.
@@ -206,6 +251,9 @@ pub enum Existing {
 #[derive(Clone, Debug, Default)]
 pub struct Contents {
     pub payloads: HashMap<ObjectKey, Arc<Payload>>,
+    /// What the sources of bundles gave, by the bundle's stand-in source
+    /// ([`ObjectKey::bundle`]): read per job, like a transformed claim's payload.
+    pub bundles: HashMap<ObjectKey, Arc<crate::bundle::BundleInputs>>,
     /// Hashes remembered for (source, resourceVersion): lets a steady-state pass decide "in
     /// sync" without reading the source's payload.
     pub known_hashes: HashMap<ObjectKey, String>,

@@ -57,6 +57,8 @@ fn tls(keys: &[KeySpec], target: Option<TargetSpec>) -> Tls {
             api_version: None,
             kind: "Secret".into(),
             source_namespace: "platform".into(),
+            sources: None,
+            drop_expired: false,
             source_name: Some("ca".into()),
             source_selector: None,
             namespace_selector: None,
@@ -95,6 +97,7 @@ fn key(name: &str) -> KeySpec {
 
 fn as_config_map() -> Option<TargetSpec> {
     Some(TargetSpec {
+        key: None,
         kind: Some("ConfigMap".into()),
         type_: None,
         formats: None,
@@ -263,6 +266,7 @@ fn renamed_keys_and_a_new_type_and_the_missing_keys_said_once_per_claim() {
             key("extra.pem"),
         ],
         Some(TargetSpec {
+            key: None,
             kind: None,
             type_: Some("Opaque".into()),
             formats: None,

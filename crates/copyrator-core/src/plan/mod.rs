@@ -8,7 +8,7 @@ pub mod explain;
 mod world;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::Arc,
 };
 
@@ -36,8 +36,13 @@ struct Shared<'w> {
     refs: HashMap<(&'w RuleId, &'w ObjectKey), ClaimRef>,
     templates: HashMap<(&'w RuleId, &'w ObjectKey), Result<Arc<CopyTemplate>, Refused>>,
     /// What the claims' templates said once each, beside the targets' actions: keys their
-    /// sources lack ([`Action::MissingKeys`]).
+    /// sources lack ([`Action::MissingKeys`]), sources a bundle left out ([`Action::LeftOut`]).
     reports: Vec<Action>,
+    /// Bundles' copies, by rule and the inputs admitted into the target's namespace: targets
+    /// that admit the same sources share one payload. `None`: no certificate.
+    bundles: HashMap<(&'w RuleId, Vec<usize>), Option<Arc<CopyTemplate>>>,
+    /// Bundles whose left-out sources were reported in this plan.
+    bundles_reported: HashSet<&'w RuleId>,
 }
 
 impl<'w> Shared<'w> {
@@ -71,6 +76,52 @@ impl<'w> Shared<'w> {
         }
         self.templates.insert(key, made.clone());
         made
+    }
+
+    /// The template of a bundle claim's copy in `target`'s namespace, made once per set of
+    /// admitted sources; the bundle's left-out sources reported once per plan. A source's
+    /// certificates go where its namespace is trusted, where the target namespace accepts
+    /// copies from it, and into its own namespace (SPEC §3.2, §9).
+    fn bundle_template(
+        &mut self,
+        world: &World,
+        target: &ObjectKey,
+        claim: &Claim<'w>,
+        bundle: &crate::bundle::Bundle,
+        inputs: &crate::bundle::BundleInputs,
+    ) -> Option<Arc<CopyTemplate>> {
+        if self.bundles_reported.insert(&claim.rule.id) {
+            for (input, why) in inputs.left_out() {
+                self.reports.push(Action::LeftOut {
+                    by: ClaimRef::new(claim.rule.id.clone(), input.source.clone()),
+                    key: input.key.clone(),
+                    why,
+                });
+            }
+        }
+        let trust = &world.policy().trust;
+        let ns = world.namespaces().get(&target.namespace);
+        let admitted = inputs.admitted(|from| {
+            trust.is_trusted(from)
+                || from == target.namespace
+                || ns.is_some_and(|ns| crate::tenancy::accepts_from(ns, from))
+        });
+        self.bundles
+            .entry((&claim.rule.id, admitted))
+            .or_insert_with_key(|(_, admitted)| {
+                let pem = inputs.combine(admitted, bundle.drop_expired)?;
+                let payload = crate::bundle::payload(
+                    claim.rule.target_kind(),
+                    &bundle.key,
+                    bundle.type_.as_deref(),
+                    pem,
+                );
+                // The identity transform: refused never.
+                CopyTemplate::new(claim.rule, claim.source, &Arc::new(payload))
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone()
     }
 }
 
@@ -234,7 +285,9 @@ fn plan_target<'w>(
             reason: ConflictReason::OwnedBy(shared.by(&winner)),
         })
         .collect();
-    actions.push(plan_winner(target, winner, existing, contents, shared));
+    actions.push(plan_winner(
+        world, target, winner, existing, contents, shared,
+    ));
     actions
 }
 
@@ -262,6 +315,7 @@ fn winner<'w>(
 }
 
 fn plan_winner<'w>(
+    world: &World,
     target: &ObjectKey,
     claim: Claim<'w>,
     existing: &Existing,
@@ -269,28 +323,46 @@ fn plan_winner<'w>(
     shared: &mut Shared<'w>,
 ) -> Action {
     let by = shared.by(&claim);
-    let payload = contents.payloads.get(&claim.source.key);
-    if payload.is_some_and(|p| p.is_service_account_token()) {
-        return Action::Conflict {
-            target: target.clone(),
-            by,
-            reason: ConflictReason::ServiceAccountToken,
-        };
-    }
     let need_source = || Action::NeedSource {
         target: target.clone(),
         source: claim.source.key.clone(),
     };
-    // One template per (rule, source): every target shares its payload and content hash.
-    let template = match payload.map(|p| shared.template(&claim, p)).transpose() {
-        Ok(template) => template,
-        // Key material for a ConfigMap (SPEC §3.2): nothing written, the copy there as it was.
-        Err(refused) => {
+    let template = if let Some(bundle) = claim.rule.bundle() {
+        // A bundle (SPEC §3.2): its sources' certificates admitted here, never an empty copy.
+        let Some(inputs) = contents.bundles.get(&claim.source.key) else {
+            return need_source();
+        };
+        match shared.bundle_template(world, target, &claim, bundle, inputs) {
+            Some(t) => Some(t),
+            None => {
+                return Action::Conflict {
+                    target: target.clone(),
+                    by,
+                    reason: ConflictReason::EmptyBundle,
+                };
+            }
+        }
+    } else {
+        let payload = contents.payloads.get(&claim.source.key);
+        if payload.is_some_and(|p| p.is_service_account_token()) {
             return Action::Conflict {
                 target: target.clone(),
                 by,
-                reason: ConflictReason::Refused(refused),
+                reason: ConflictReason::ServiceAccountToken,
             };
+        }
+        // One template per (rule, source): every target shares its payload and content hash.
+        match payload.map(|p| shared.template(&claim, p)).transpose() {
+            Ok(template) => template,
+            // Key material for a ConfigMap (SPEC §3.2): nothing written, the copy there as it
+            // was.
+            Err(refused) => {
+                return Action::Conflict {
+                    target: target.clone(),
+                    by,
+                    reason: ConflictReason::Refused(refused),
+                };
+            }
         }
     };
     let build = |template: &Arc<CopyTemplate>| {
@@ -308,7 +380,7 @@ fn plan_winner<'w>(
             // from the payload itself (its hash depends on the rule).
             let desired_hash = match payload {
                 Some(t) => Some(t.marks.content_hash.clone()),
-                None if claim.rule.transform.is_identity() => {
+                None if claim.rule.transform.is_identity() && claim.rule.bundle().is_none() => {
                     contents.known_hashes.get(&claim.source.key).cloned()
                 }
                 None => None,
@@ -399,6 +471,8 @@ fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Ac
     }
 }
 
+#[cfg(test)]
+mod bundle_tests;
 #[cfg(test)]
 mod keys_tests;
 #[cfg(test)]

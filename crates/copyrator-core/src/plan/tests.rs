@@ -181,6 +181,7 @@ fn summary(actions: &[Action]) -> Vec<String> {
                     ConflictReason::HeldByHigherTier(_) => "held".to_string(),
                     ConflictReason::ServiceAccountToken => "sa-token".to_string(),
                     ConflictReason::Refused(r) => format!("refused: {r}"),
+                    ConflictReason::EmptyBundle => "empty bundle".to_string(),
                 }
             ),
             Action::NeedSource { source, .. } => format!("need {}", source.namespaced_name()),
@@ -188,6 +189,7 @@ fn summary(actions: &[Action]) -> Vec<String> {
             Action::MissingKeys { by, keys } => {
                 format!("missing {} {}", by.rule.mark(), keys.join(","))
             }
+            Action::LeftOut { by, key, .. } => format!("left out {} {key}", by.source),
         })
         .collect()
 }
@@ -205,6 +207,8 @@ fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
         api_version: None,
         kind: kind.as_str().into(),
         source_namespace: "default".into(),
+        sources: None,
+        drop_expired: false,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {
@@ -1208,7 +1212,9 @@ fn target_of(a: &Action) -> ObjectKey {
         | Action::Conflict { target, .. }
         | Action::NeedSource { target, .. }
         | Action::Skip { target, .. } => target.clone(),
-        Action::MissingKeys { .. } => panic!("not about one target: {a:?}"),
+        Action::MissingKeys { .. } | Action::LeftOut { .. } => {
+            panic!("not about one target: {a:?}")
+        }
     }
 }
 

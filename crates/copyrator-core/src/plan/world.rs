@@ -272,12 +272,19 @@ impl World {
             .collect();
         let mut out = Claims::default();
         for rule in &self.rules.rules {
-            // A source a cap holds back makes no claim (its copies stay as they are).
-            let sources: Vec<&SourceInfo> = self
-                .sources
-                .values()
-                .filter(|s| !s.deleting && !self.unreadable.capped.contains(&s.key))
-                .filter(|s| rule.applies_to(s))
+            // A source a cap holds back makes no claim (its copies stay as they are). A
+            // bundle's copies have one stand-in source, the rule itself (SPEC §3.2).
+            let sources: Vec<&SourceInfo> = match rule.bundle() {
+                Some(bundle) => vec![&bundle.owner],
+                None => self
+                    .sources
+                    .values()
+                    .filter(|s| !s.deleting && !self.unreadable.capped.contains(&s.key))
+                    .filter(|s| rule.applies_to(s))
+                    .collect(),
+            };
+            let sources: Vec<&SourceInfo> = sources
+                .into_iter()
                 .filter(|s| {
                     names.as_ref().is_none_or(|names| {
                         names.contains(&(rule.target_kind(), rule.target_name(&s.key.name)))

@@ -32,9 +32,15 @@ pub enum NotCertificates {
 /// The number of certificates in `value` when it is PEM holding nothing but certificates
 /// (whitespace between blocks allowed).
 pub fn only_certificates(value: &[u8]) -> Result<usize, NotCertificates> {
+    certificate_ders(value).map(|ders| ders.len())
+}
+
+/// The DER of each certificate in `value`, in order, when it is PEM holding nothing but
+/// certificates (the same judgement as [`only_certificates`]; bundles combine them).
+pub fn certificate_ders(value: &[u8]) -> Result<Vec<Vec<u8>>, NotCertificates> {
     let text = std::str::from_utf8(value).map_err(|_| NotCertificates::NotText)?;
     let mut rest = text.trim_start();
-    let mut count = 0;
+    let mut ders = Vec::new();
     while !rest.is_empty() {
         let first = rest.lines().next().unwrap_or_default().trim_end();
         if first != BEGIN {
@@ -52,16 +58,16 @@ pub fn only_certificates(value: &[u8]) -> Result<usize, NotCertificates> {
         if block.trim_end().lines().last().map(str::trim_end) != Some(END) {
             return Err(NotCertificates::OutsideBlocks);
         }
-        match parse_x509_certificate(&pem.contents) {
-            Ok(([], _)) => count += 1,
-            _ => return Err(NotCertificates::BadCertificate),
+        if !matches!(parse_x509_certificate(&pem.contents), Ok(([], _))) {
+            return Err(NotCertificates::BadCertificate);
         }
+        ders.push(pem.contents);
         rest = rest.get(used..).unwrap_or_default().trim_start();
     }
-    if count == 0 {
+    if ders.is_empty() {
         return Err(NotCertificates::Empty);
     }
-    Ok(count)
+    Ok(ders)
 }
 
 #[cfg(test)]

@@ -42,6 +42,8 @@ fn spec(kind: &str) -> CopyRuleSpec {
         api_version: None,
         kind: kind.into(),
         source_namespace: "platform".into(),
+        sources: None,
+        drop_expired: false,
         source_name: Some("ca".into()),
         source_selector: None,
         namespace_selector: None,
@@ -107,6 +109,7 @@ fn a_copy_rule_asks_for_keys_kind_and_type() {
         },
     ]);
     s.target = Some(TargetSpec {
+        key: None,
         kind: Some("ConfigMap".into()),
         type_: None,
         formats: None,
@@ -123,6 +126,7 @@ fn a_copy_rule_asks_for_keys_kind_and_type() {
     );
     // The source's own kind as target is no change of kind.
     s.target = Some(TargetSpec {
+        key: None,
         kind: Some("Secret".into()),
         type_: Some("Opaque".into()),
         formats: None,
@@ -168,6 +172,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
             "spec.target.kind",
             Box::new(|s| {
                 s.target = Some(TargetSpec {
+                    key: None,
                     kind: Some("NetworkPolicy".into()),
                     type_: None,
                     formats: None,
@@ -178,6 +183,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
             "spec.target.type",
             Box::new(|s| {
                 s.target = Some(TargetSpec {
+                    key: None,
                     kind: Some("ConfigMap".into()),
                     type_: Some("Opaque".into()),
                     formats: None,
@@ -188,6 +194,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
             "spec.target.type",
             Box::new(|s| {
                 s.target = Some(TargetSpec {
+                    key: None,
                     kind: None,
                     type_: Some(crate::model::SERVICE_ACCOUNT_TOKEN_TYPE.into()),
                     formats: None,
@@ -199,6 +206,7 @@ fn what_a_copy_rule_cannot_ask_is_denied_naming_the_field() {
             Box::new(|s| {
                 s.image_pull_secret = true;
                 s.target = Some(TargetSpec {
+                    key: None,
                     kind: Some("ConfigMap".into()),
                     type_: None,
                     formats: None,

@@ -184,7 +184,7 @@ pub(super) fn no_source(
                 rule.target_name(name),
             )),
         ),
-        SourceMatch::Selector(_) => (None, None),
+        SourceMatch::Selector(_) | SourceMatch::Bundle(_) => (None, None),
     };
     let copy = copy_state(target.as_ref().and_then(|t| existing.get(t)), None, None);
     let (verdict, message) = match world.targeting(rule, ns) {
@@ -203,6 +203,7 @@ pub(super) fn no_source(
                     "no {} in {} matches spec.sourceSelector \"{sel}\"",
                     rule.kind, rule.source_namespace
                 ),
+                SourceMatch::Bundle(_) => "the bundle has no source".to_string(),
             },
         ),
     };

@@ -167,6 +167,7 @@ impl Verdict {
             Verdict::Conflict(ConflictReason::HeldByHigherTier(_)) => "HeldByRetainedCopy",
             Verdict::Conflict(ConflictReason::ServiceAccountToken) => "ServiceAccountToken",
             Verdict::Conflict(ConflictReason::Refused(_)) => "KeyMaterialRefused",
+            Verdict::Conflict(ConflictReason::EmptyBundle) => "BundleEmpty",
             Verdict::Skipped(_) => "Skipped",
             Verdict::SourceNotFound => "SourceNotFound",
             Verdict::NoRuleWants(_) => "NoRuleWantsCopy",
@@ -351,6 +352,9 @@ fn index(actions: Vec<Action>) -> Decided {
                 planned.missing.insert(by.clone(), keys.clone());
                 continue;
             }
+            // What a bundle's sources gave is not explained (SPEC §11: its copy's source is
+            // its CopyRule).
+            Action::LeftOut { .. } => continue,
         };
         match claim {
             Some(key) => {

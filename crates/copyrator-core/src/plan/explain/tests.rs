@@ -64,6 +64,8 @@ fn rule_spec(source: &str) -> CopyRuleSpec {
         api_version: None,
         kind: "Secret".into(),
         source_namespace: "platform".into(),
+        sources: None,
+        drop_expired: false,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {

@@ -226,9 +226,11 @@ fn spec(keys: &[&str], formats: FormatsSpec) -> CopyRuleSpec {
             .then(|| keys.iter().map(|k| KeySpec::Name(k.to_string())).collect()),
         target: Some(TargetSpec {
             kind: Some("ConfigMap".into()),
-            type_: None,
             formats: Some(formats),
+            ..Default::default()
         }),
+        sources: None,
+        drop_expired: false,
     }
 }
 

@@ -1,0 +1,230 @@
+//! The planner with bundles (SPEC §3.2, Bundles): one claim per target whose stand-in source is
+//! the CopyRule, a payload per set of sources admitted into the namespace (trust, consent),
+//! never an empty copy, and marks that parse back to the same claim.
+
+use super::*;
+use crate::{
+    bundle::{BundleInput, BundleInputs, LeftOut, certificates},
+    content::object_hash,
+    copyrule::{BundleSourceSpec, CopyRule, CopyRuleSpec, TargetSpec},
+    marks,
+    model::{Kind, NamespaceInfo},
+    tenancy::{NamespacePatterns, TrustPolicy},
+    transform::certificates::tests::ca,
+};
+
+fn owner() -> ObjectKey {
+    ObjectKey::bundle(Kind::ConfigMap, "trust")
+}
+
+fn target(ns: &str) -> ObjectKey {
+    ObjectKey::new(Kind::ConfigMap, ns, "ca-bundle")
+}
+
+fn entry(ns: &str, name: &str) -> BundleSourceSpec {
+    BundleSourceSpec {
+        kind: "Secret".into(),
+        namespace: ns.into(),
+        name: Some(name.into()),
+        selector: None,
+        key: "ca.crt".into(),
+    }
+}
+
+/// A bundle `trust` of `platform/root` (trusted) and `tenant/extra` (not), into team-a (which
+/// accepts copies from tenant) and team-b (which does not).
+fn world() -> World {
+    let mut rule = CopyRule::new(
+        "trust",
+        CopyRuleSpec {
+            api_version: None,
+            kind: "ConfigMap".into(),
+            source_namespace: String::new(),
+            sources: Some(vec![entry("platform", "root"), entry("tenant", "extra")]),
+            drop_expired: false,
+            source_name: None,
+            source_selector: None,
+            namespace_selector: None,
+            namespaces: vec!["team-a".into(), "team-b".into()],
+            exclude_namespaces: vec![],
+            target_name: Some("ca-bundle".into()),
+            deletion_policy: Default::default(),
+            conflict_policy: Default::default(),
+            image_pull_secret: false,
+            read_only: false,
+            keys: None,
+            target: Some(TargetSpec {
+                key: Some("ca-bundle.pem".into()),
+                ..Default::default()
+            }),
+        },
+    );
+    rule.metadata.uid = Some("uid-trust".into());
+    let policy = Policy {
+        trust: TrustPolicy {
+            trusted_namespaces: NamespacePatterns::parse("platform").unwrap(),
+        },
+        ..Default::default()
+    };
+    let mut world = World::from_parts(policy, [], vec![rule]);
+    world.insert_namespaces(
+        [("team-a", Some("tenant")), ("team-b", None)].map(|(n, accept)| NamespaceInfo {
+            name: n.into(),
+            resource_version: "1".into(),
+            labels: Default::default(),
+            accept_from: accept.map(Into::into),
+            terminating: false,
+        }),
+    );
+    world
+}
+
+fn input(ns: &str, name: &str, read: Result<&str, LeftOut>) -> BundleInput {
+    BundleInput {
+        source: ObjectKey::new(Kind::Secret, ns, name),
+        key: "ca.crt".into(),
+        read: read.map(|pem| certificates(pem.as_bytes()).unwrap()),
+    }
+}
+
+fn with_inputs(inputs: Vec<BundleInput>) -> Contents {
+    let mut contents = Contents::default();
+    contents.bundles.insert(
+        owner(),
+        Arc::new(BundleInputs {
+            inputs,
+            read_at: 1_900_000_000,
+        }),
+    );
+    contents
+}
+
+fn pem_of(copy: &DesiredCopy) -> String {
+    copy.object().payload.data.unwrap()["ca-bundle.pem"].clone()
+}
+
+#[test]
+fn a_bundle_is_read_through_its_rule_and_each_namespace_gets_the_sources_it_takes() {
+    let world = world();
+    // Nothing read yet: every target asks for the bundle's sources, by the rule's stand-in.
+    let actions = plan(&world, &Scope::All, &BTreeMap::new(), &Contents::default());
+    assert_eq!(actions.len(), 2, "{actions:?}");
+    assert!(
+        actions
+            .iter()
+            .all(|a| matches!(a, Action::NeedSource { source, .. } if *source == owner())),
+        "{actions:?}"
+    );
+    let (root, _) = ca("root");
+    let (extra, _) = ca("extra");
+    let contents = with_inputs(vec![
+        input("platform", "root", Ok(&root)),
+        input("tenant", "extra", Ok(&extra)),
+    ]);
+    let actions = plan(&world, &Scope::All, &BTreeMap::new(), &contents);
+    let copies: BTreeMap<ObjectKey, &DesiredCopy> = actions
+        .iter()
+        .map(|a| match a {
+            Action::Create { copy, by } => {
+                assert_eq!(by.source, owner());
+                (copy.key.clone(), copy.as_ref())
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let a = pem_of(copies[&target("team-a")]);
+    let b = pem_of(copies[&target("team-b")]);
+    // team-a consents to tenant: both certificates; team-b only the trusted one.
+    assert_eq!(crate::transform::only_certificates(a.as_bytes()), Ok(2));
+    assert_eq!(crate::transform::only_certificates(b.as_bytes()), Ok(1));
+    let body = |pem: &str| pem.lines().nth(1).unwrap().to_string();
+    assert!(!b.contains(&body(&extra)[..40]), "{b}");
+    assert_ne!(
+        copies[&target("team-a")].marks().content_hash,
+        copies[&target("team-b")].marks().content_hash
+    );
+
+    // The marks name the rule, and parse back to a copy the same claim owns: in sync.
+    let existing: BTreeMap<ObjectKey, Existing> = copies
+        .values()
+        .map(|copy| {
+            let object = copy.object();
+            let meta = &object.metadata;
+            let annotations = meta.annotations.as_ref().unwrap();
+            assert_eq!(annotations[marks::SOURCE_ANNOTATION], "copyrule/trust");
+            assert_eq!(annotations[marks::SOURCE_KIND_ANNOTATION], "CopyRule");
+            assert_eq!(
+                meta.labels.as_ref().unwrap()[marks::SOURCE_UID_LABEL],
+                "uid-trust"
+            );
+            let mut m = ManagedCopy::from_marks(
+                Kind::ConfigMap,
+                meta.labels.as_ref().unwrap(),
+                annotations,
+                "5".into(),
+                false,
+            )
+            .unwrap();
+            assert_eq!(m.source, owner());
+            m.actual_hash = Some(object_hash(Kind::ConfigMap, &object));
+            (copy.key.clone(), Existing::Managed(m))
+        })
+        .collect();
+    let actions = plan(&world, &Scope::All, &existing, &contents);
+    assert!(
+        actions.iter().all(|a| matches!(a, Action::InSync { .. })),
+        "{actions:?}"
+    );
+    // A copy's own job (one target) finds the bundle's claim on it: restored, never orphaned.
+    let mut edited = existing.clone();
+    if let Some(Existing::Managed(m)) = edited.get_mut(&target("team-b")) {
+        m.actual_hash = Some("sha256:edited".into());
+    }
+    let actions = plan(&world, &Scope::Target(target("team-b")), &edited, &contents);
+    assert!(
+        matches!(&actions[..], [Action::Update { copy, .. }] if copy.key == target("team-b")),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_bundle_with_no_certificate_to_give_is_never_written_and_says_why() {
+    let world = world();
+    let (extra, _) = ca("extra");
+    // The trusted source is gone; the tenant's goes only to team-a.
+    let contents = with_inputs(vec![
+        input("platform", "root", Err(LeftOut::SourceNotFound)),
+        input("tenant", "extra", Ok(&extra)),
+    ]);
+    let actions = plan(&world, &Scope::All, &BTreeMap::new(), &contents);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Create { copy, .. } if copy.key == target("team-a"))),
+        "{actions:?}"
+    );
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Conflict { target: t, reason: ConflictReason::EmptyBundle, .. }
+                if *t == target("team-b")
+        )),
+        "{actions:?}"
+    );
+    let left: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::LeftOut { by, key, why } => Some((by.source.clone(), key.clone(), *why)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        left,
+        [(
+            ObjectKey::new(Kind::Secret, "platform", "root"),
+            "ca.crt".to_string(),
+            LeftOut::SourceNotFound
+        )],
+        "said once per plan, not per target"
+    );
+}
