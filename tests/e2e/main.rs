@@ -6,6 +6,7 @@
 mod common;
 
 mod bootstrap;
+mod bundles;
 mod cert_rotation;
 mod copy_edits;
 mod copy_rules;
