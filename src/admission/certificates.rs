@@ -116,21 +116,10 @@ mod tests {
         Rule::from_copy_rule(&CopyRule::new(
             "ca-bundle",
             CopyRuleSpec {
-                api_version: None,
                 kind: "Secret".into(),
                 source_namespace: "platform".into(),
-                sources: None,
-                drop_expired: false,
                 source_name: Some("ca".into()),
-                source_selector: None,
-                namespace_selector: None,
                 namespaces: vec!["team-a".into()],
-                exclude_namespaces: vec![],
-                target_name: None,
-                deletion_policy: Default::default(),
-                conflict_policy: Default::default(),
-                image_pull_secret: false,
-                read_only: false,
                 keys: keys.map(|k| k.into_iter().map(|k| KeySpec::Name(k.into())).collect()),
                 target: Some(TargetSpec {
                     key: None,
@@ -138,6 +127,7 @@ mod tests {
                     type_: None,
                     formats: None,
                 }),
+                ..Default::default()
             },
         ))
         .unwrap()

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// Copies one object (or every one of its kind matching a selector) from a source namespace
 /// into the namespaces the rule selects, and keeps the copies identical to the source.
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "copyrator.io",
     version = "v1alpha1",

@@ -37,26 +37,16 @@ fn world() -> World {
     let mut rule = CopyRule::new(
         "trust",
         CopyRuleSpec {
-            api_version: None,
             kind: "ConfigMap".into(),
             source_namespace: String::new(),
             sources: Some(vec![entry("platform", "root"), entry("tenant", "extra")]),
-            drop_expired: false,
-            source_name: None,
-            source_selector: None,
-            namespace_selector: None,
             namespaces: vec!["team-a".into(), "team-b".into()],
-            exclude_namespaces: vec![],
             target_name: Some("ca-bundle".into()),
-            deletion_policy: Default::default(),
-            conflict_policy: Default::default(),
-            image_pull_secret: false,
-            read_only: false,
-            keys: None,
             target: Some(TargetSpec {
                 key: Some("ca-bundle.pem".into()),
                 ..Default::default()
             }),
+            ..Default::default()
         },
     );
     rule.metadata.uid = Some("uid-trust".into());

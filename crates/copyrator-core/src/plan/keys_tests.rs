@@ -54,23 +54,14 @@ fn tls(keys: &[KeySpec], target: Option<TargetSpec>) -> Tls {
     let rule = CopyRule::new(
         "ca-bundle",
         CopyRuleSpec {
-            api_version: None,
             kind: "Secret".into(),
             source_namespace: "platform".into(),
-            sources: None,
-            drop_expired: false,
             source_name: Some("ca".into()),
-            source_selector: None,
-            namespace_selector: None,
             namespaces: vec!["team-a".into(), "team-b".into()],
-            exclude_namespaces: vec![],
             target_name: Some("ca-bundle".into()),
-            deletion_policy: Default::default(),
-            conflict_policy: Default::default(),
-            image_pull_secret: false,
-            read_only: false,
             keys: Some(keys.to_vec()),
             target,
+            ..Default::default()
         },
     );
     let mut world = World::from_parts(Policy::default(), [source], vec![rule]);

@@ -39,23 +39,11 @@ fn mapping(from: &str, to: &str) -> KeyMapping {
 
 fn spec(kind: &str) -> CopyRuleSpec {
     CopyRuleSpec {
-        api_version: None,
         kind: kind.into(),
         source_namespace: "platform".into(),
-        sources: None,
-        drop_expired: false,
         source_name: Some("ca".into()),
-        source_selector: None,
-        namespace_selector: None,
         namespaces: vec!["team-a".into()],
-        exclude_namespaces: vec![],
-        target_name: None,
-        deletion_policy: Default::default(),
-        conflict_policy: Default::default(),
-        image_pull_secret: false,
-        read_only: false,
-        keys: None,
-        target: None,
+        ..Default::default()
     }
 }
 

@@ -209,19 +209,10 @@ fn a_key_that_is_not_certificates_makes_no_store_and_a_missing_one_none_at_all()
 
 fn spec(keys: &[&str], formats: FormatsSpec) -> CopyRuleSpec {
     CopyRuleSpec {
-        api_version: None,
         kind: "Secret".into(),
         source_namespace: "platform".into(),
         source_name: Some("ca".into()),
-        source_selector: None,
-        namespace_selector: None,
         namespaces: vec!["team-a".into()],
-        exclude_namespaces: vec![],
-        target_name: None,
-        deletion_policy: Default::default(),
-        conflict_policy: Default::default(),
-        image_pull_secret: false,
-        read_only: false,
         keys: (!keys.is_empty())
             .then(|| keys.iter().map(|k| KeySpec::Name(k.to_string())).collect()),
         target: Some(TargetSpec {
@@ -229,8 +220,7 @@ fn spec(keys: &[&str], formats: FormatsSpec) -> CopyRuleSpec {
             formats: Some(formats),
             ..Default::default()
         }),
-        sources: None,
-        drop_expired: false,
+        ..Default::default()
     }
 }
 
