@@ -546,27 +546,9 @@ fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleError> {
             "is required for a bundle: the key of the copies that holds the certificates",
         ));
     };
-    if !transform::is_valid_key(&key) {
-        return Err(RuleError::new(
-            "spec.target.key",
-            format!(
-                "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
-            ),
-        ));
-    }
+    check_key("spec.target.key", &key)?;
     if let Some(type_) = &target.type_ {
-        if kind != Kind::Secret {
-            return Err(RuleError::new(
-                "spec.target.type",
-                "is only for copies that are Secrets (a ConfigMap has no type)",
-            ));
-        }
-        if type_ == SERVICE_ACCOUNT_TOKEN_TYPE || type_.is_empty() || type_.len() > 253 {
-            return Err(RuleError::new(
-                "spec.target.type",
-                format!("{type_:?} is not a Secret type a bundle can be (Opaque, ...)"),
-            ));
-        }
+        check_secret_type(kind, type_)?;
     }
     let Some(target_name) = spec.target_name.clone() else {
         return Err(RuleError::new(
@@ -737,14 +719,7 @@ fn key_mappings<'a>(
     for (from, to) in entries {
         let to = to.unwrap_or(from);
         for key in [from, to] {
-            if !transform::is_valid_key(key) {
-                return Err(RuleError::new(
-                    field,
-                    format!(
-                        "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
-                    ),
-                ));
-            }
+            check_key(field, key)?;
         }
         if out.iter().any(|k| k.to == to) {
             return Err(RuleError::new(
@@ -800,29 +775,7 @@ fn copy_rule_transform(spec: &CopyRuleSpec, kind: Kind) -> Result<Transform, Rul
         }
     };
     if let Some(type_) = &target.type_ {
-        if target_kind != Kind::Secret {
-            return Err(RuleError::new(
-                "spec.target.type",
-                "is only for copies that are Secrets (a ConfigMap has no type)",
-            ));
-        }
-        if type_.is_empty()
-            || type_.len() > 253
-            || !type_
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
-        {
-            return Err(RuleError::new(
-                "spec.target.type",
-                format!("{type_:?} is not a Secret type (Opaque, kubernetes.io/tls, ...)"),
-            ));
-        }
-        if type_ == SERVICE_ACCOUNT_TOKEN_TYPE {
-            return Err(RuleError::new(
-                "spec.target.type",
-                "service-account token Secrets are never made by copyrator",
-            ));
-        }
+        check_secret_type(target_kind, type_)?;
     }
     let formats = match &target.formats {
         Some(spec) => Some(transform::Formats::from_spec(spec, keys.as_deref())?),
@@ -1080,6 +1033,49 @@ impl RuleSet {
             .iter()
             .find(|r| r.id.copy_rule_name() == Some(name))
     }
+}
+
+/// `key` as a key of the copies: what the API server accepts, else the denial at `field`.
+pub(crate) fn check_key(field: impl Into<String>, key: &str) -> Result<(), RuleError> {
+    if transform::is_valid_key(key) {
+        Ok(())
+    } else {
+        Err(RuleError::new(
+            field,
+            format!(
+                "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
+            ),
+        ))
+    }
+}
+
+/// `spec.target.type` for copies of `kind`: only Secrets have a type, one the API server
+/// accepts, and never a service-account token's.
+fn check_secret_type(kind: Kind, type_: &str) -> Result<(), RuleError> {
+    if kind != Kind::Secret {
+        return Err(RuleError::new(
+            "spec.target.type",
+            "is only for copies that are Secrets (a ConfigMap has no type)",
+        ));
+    }
+    if type_.is_empty()
+        || type_.len() > 253
+        || !type_
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+    {
+        return Err(RuleError::new(
+            "spec.target.type",
+            format!("{type_:?} is not a Secret type (Opaque, kubernetes.io/tls, ...)"),
+        ));
+    }
+    if type_ == SERVICE_ACCOUNT_TOKEN_TYPE {
+        return Err(RuleError::new(
+            "spec.target.type",
+            "service-account token Secrets are never made by copyrator",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

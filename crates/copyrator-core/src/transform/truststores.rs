@@ -9,9 +9,7 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use sha2::{Digest, Sha256};
 use x509_parser::{parse_x509_certificate, pem::Pem};
 
-use super::{
-    KeyMapping, NotCertificates, Refused, is_valid_key, jks, only_certificates, pkcs12_store,
-};
+use super::{KeyMapping, NotCertificates, Refused, jks, only_certificates, pkcs12_store};
 use crate::{
     copyrule::{FormatsSpec, TruststoreSpec},
     model::Kind,
@@ -102,15 +100,7 @@ impl Formats {
                 return Ok(None);
             };
             let field = format!("{FIELD}.{name}");
-            if !is_valid_key(&spec.key) {
-                return Err(RuleError::new(
-                    format!("{field}.key"),
-                    format!(
-                        "{:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')",
-                        spec.key
-                    ),
-                ));
-            }
+            crate::rules::check_key(format!("{field}.key"), &spec.key)?;
             if keys.iter().any(|k| k.to == spec.key) {
                 return Err(RuleError::new(
                     format!("{field}.key"),
