@@ -16,6 +16,7 @@ use crate::{
     plan::{Action, ClaimRef, World},
     queue::job::{Job, JobKey, Trigger},
     sync::context::Context,
+    transform::OPAQUE,
 };
 
 /// What a Pod gate sync of one namespace came to.
@@ -109,12 +110,19 @@ pub(super) async fn readiness(
                 }
             }
             (Action::InSync { target, by }, _) if target.namespace == namespace && asks(by) => {
-                to_check.push(target.clone());
+                match in_sync_type(ctx, world, target, by) {
+                    Some(type_) if is_pull_secret_type(type_.as_deref()) => {
+                        pull_secrets.insert(target.name.clone());
+                    }
+                    Some(_) => log_not_a_pull_secret(target),
+                    None => to_check.push(target.clone()),
+                }
             }
             _ => {}
         }
     }
-    // A copy in sync was not read in full: its type decides whether it can be a pull secret.
+    // A copy in sync whose type is not known from memory: read it, its type decides whether
+    // it can be a pull secret.
     for target in to_check {
         match ctx.cluster.get(&target).await {
             Ok(Some(copy)) if is_pull_secret_type(copy.payload.type_.as_deref()) => {
@@ -130,6 +138,41 @@ pub(super) async fn readiness(
     Some(Ready {
         pull_secrets: pull_secrets.into_iter().collect(),
     })
+}
+
+/// The type of a copy found in sync, when it is known without reading the copy: in sync means
+/// the copy holds what its rule makes of its source's current version (the content hash covers
+/// the type), so its type is the rule's target type, or the source's own, known while that
+/// version's payload is in the source cache (a namespace job's second look finds the copies it
+/// just wrote in sync, and reading each again cost a GET per new namespace). `None`: not
+/// known, read the copy.
+fn in_sync_type(
+    ctx: &Context,
+    world: &World,
+    target: &ObjectKey,
+    by: &ClaimRef,
+) -> Option<Option<String>> {
+    if target.kind != Kind::Secret {
+        return Some(None);
+    }
+    let rule = world.rules().get(&by.rule)?;
+    if let Some(type_) = &rule.transform.type_ {
+        return Some(Some(type_.clone()));
+    }
+    if by.source.kind != Kind::Secret {
+        return Some(Some(OPAQUE.to_string()));
+    }
+    let version = &world.sources().get(&by.source)?.resource_version;
+    if version.is_empty() {
+        return None;
+    }
+    let (payload, _) = ctx
+        .caches
+        .source_payloads
+        .get(&(by.source.clone(), version.clone()))?;
+    Some(Some(
+        payload.type_.clone().unwrap_or_else(|| OPAQUE.to_string()),
+    ))
 }
 
 fn is_pull_secret_type(type_: Option<&str>) -> bool {

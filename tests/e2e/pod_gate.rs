@@ -264,6 +264,47 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
     t.finish().await;
 }
 
+/// A namespace job finds the pull secret it just wrote in sync when it looks again, and knows
+/// its type from the rule and the source's version it copied: new namespaces' Pods get the
+/// pull secret, and no copy is read back to learn its type (one GET per new namespace
+/// before).
+#[tokio::test]
+async fn a_new_namespace_pull_secret_is_injected_without_reading_it_back() {
+    let t = Harness::start(Options::default()).await;
+    let key = t.name("noread");
+    let src = t.namespace("noread-src", &[]).await;
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &format!("{key}=on"), true),
+        )
+        .await
+        .unwrap();
+    let probe = t.namespace("noread-probe", &[]).await;
+    service_account(&t.client, &probe).await;
+    wait_for_pod_gate(&t.client, &probe, || t.metric(DRY_RUN_PODS)).await;
+
+    const READS: &str = "copyrator_api_requests_total{verb=\"get\",resource=\"secrets\"}";
+    let before = t.metric(READS).await;
+    for i in 0..3 {
+        let ns = t.namespace(&format!("noread-{i}"), &[(&key, "on")]).await;
+        service_account(&t.client, &ns).await;
+        t.wait_for::<k8s_openapi::api::core::v1::Secret>(&ns, "registry", "copied", |_| true)
+            .await;
+        // The namespace job's second look has run once its namespace is recorded settled; a
+        // Pod created before that is answered by the gate's own sync, which looks the same way.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let p = create_pod(&t.client, &ns, &pod("app", &[], None)).await;
+        assert_eq!(pull_secret_names(&p), ["registry"], "in {ns}");
+    }
+    let reads = t.metric(READS).await - before;
+    assert_eq!(
+        reads, 0.0,
+        "Secrets read while three namespaces were set up"
+    );
+    t.finish().await;
+}
+
 /// A Lease in `ns` named `name`, held for an hour by another replica: a copyrator started
 /// with it follows, so neither its watches nor its reconciler make copies on their own (the
 /// Pod gate answers on every replica).
