@@ -607,6 +607,13 @@ pub struct WebhooksArgs {
     /// Webhook timeout in seconds (1-5).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=5))]
     pub timeout_seconds: i32,
+
+    /// Kinds copied besides Secret and ConfigMap, as `serve --copy-kinds` names them
+    /// (`Kind` or `Kind.group`): the sources and read-only webhooks cover them too. No
+    /// cluster is asked: the resource (plural) is derived from the kind as Kubernetes does
+    /// for regular names; give it after `=` when it is not (`Octopus.example.com=octopi`).
+    #[arg(long, value_delimiter = ',')]
+    pub copy_kinds: Vec<String>,
 }
 
 fn parse_namespace_patterns(s: &str) -> Result<NamespacePatterns, String> {

@@ -79,6 +79,8 @@ fn main() -> ExitCode {
                     .map_err(|e| anyhow::anyhow!("reading --ca-bundle {}: {e}", path.display()))?,
                 None => Vec::new(),
             };
+            copyrator::cluster::kinds::register_offline(&args.copy_kinds)
+                .map_err(anyhow::Error::msg)?;
             let yaml = manifests::webhooks_yaml(&WebhookOptions {
                 name: args.name,
                 target,

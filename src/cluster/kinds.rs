@@ -141,6 +141,45 @@ pub async fn register_for_cli(client: &Client, flags: &[String]) {
     }
 }
 
+/// For `manifests webhooks`, which asks no cluster: registers the kinds of `--copy-kinds`
+/// written `Kind[.group][=resource]`. The resource (the plural) is derived from the kind as
+/// Kubernetes does for regular names (`NetworkPolicy` -> `networkpolicies`); a custom resource
+/// whose plural is irregular names it after `=`. The version is left open (`*` in the
+/// webhook rules of a named group; `v1` for the core group), as `serve` matches every version
+/// of a kind (`matchPolicy: Equivalent`).
+pub fn register_offline(list: &[String]) -> Result<Vec<Kind>, String> {
+    let mut kinds = Vec::new();
+    for entry in list.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let (name, resource) = match entry.split_once('=') {
+            Some((name, resource)) => (name, Some(resource)),
+            None => (entry, None),
+        };
+        let Some(parsed) = parse(&[name.to_string()])?.into_iter().next() else {
+            continue; // Secret or ConfigMap: always there.
+        };
+        let plural = match resource {
+            Some(r) if copyrator_core::selector::is_dns_label(r) => r.to_string(),
+            Some(r) => {
+                return Err(format!(
+                    "--copy-kinds: {r:?} is not a resource name (the plural, e.g. networkpolicies)"
+                ));
+            }
+            None => {
+                kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                    &parsed.group,
+                    "v1",
+                    &parsed.kind,
+                ))
+                .plural
+            }
+        };
+        let kind = Kind::register(&parsed.group, "v1", &parsed.kind, &plural)
+            .map_err(|e| format!("--copy-kinds: {parsed}: {e}"))?;
+        kinds.push(kind);
+    }
+    Ok(kinds)
+}
+
 /// Whether `kind` is still served (its group and version list its resource).
 pub async fn served(client: &Client, kind: Kind) -> Result<bool, kube::Error> {
     let gv = kube::core::GroupVersion::gv(kind.group(), kind.version());
@@ -178,5 +217,31 @@ mod tests {
         );
         assert!(parse(&list("Net/Policy")).is_err());
         assert!(parse(&list("X.Not_A_Group")).is_err());
+    }
+
+    #[test]
+    fn manifests_register_kinds_with_derived_or_given_plurals() {
+        let list = |s: &str| s.split(',').map(String::from).collect::<Vec<_>>();
+        let kinds = register_offline(&list(
+            "Secret,NetworkPolicy.networking.k8s.io,ResourceQuota,Octopus.example.com=octopi",
+        ))
+        .unwrap();
+        assert_eq!(
+            kinds
+                .iter()
+                .map(|k| (k.group(), k.plural()))
+                .collect::<Vec<_>>(),
+            [
+                ("networking.k8s.io", "networkpolicies"),
+                ("", "resourcequotas"),
+                ("example.com", "octopi"),
+            ]
+        );
+        assert!(register_offline(&list("Pod")).is_err());
+        assert!(
+            register_offline(&list("Widget.example.com=Not_Plural"))
+                .unwrap_err()
+                .contains("not a resource name")
+        );
     }
 }

@@ -10,11 +10,7 @@ use super::{
     rule_set, rules_of,
 };
 use crate::helm_chart::support::{
-    container_arg, find, find_named, parse_yaml_stream, render, render_fails,
-};
-use copyrator::{
-    manifests::{self, WebhookOptions, WebhookTarget},
-    model::Kind,
+    binary_webhooks_with, container_arg, find, find_named, render, render_fails,
 };
 
 const NETWORK_POLICY: &str =
@@ -245,38 +241,21 @@ fn copy_kinds_and_role_names_are_checked() {
 }
 
 /// The sources and read-only webhooks cover every kind copied, as `copyrator manifests
-/// webhooks` renders them for the kinds registered in its process (one rule per API group).
-/// (The command has no flag for kinds, which discovery resolves: the kinds are registered here
-/// as `serve` registers them. nextest runs each test in its own process.)
+/// webhooks --copy-kinds` prints them (one rule per API group).
 #[test]
 fn webhooks_cover_copy_kinds_as_copyrator_renders_them() {
-    for (group, version, kind, plural) in [
-        (
-            "networking.k8s.io",
-            "v1",
-            "NetworkPolicy",
-            "networkpolicies",
-        ),
-        ("", "v1", "LimitRange", "limitranges"),
-        (
-            "rbac.authorization.k8s.io",
-            "v1",
-            "RoleBinding",
-            "rolebindings",
-        ),
-    ] {
-        Kind::register(group, version, kind, plural).expect("a kind copyrator can copy");
-    }
-    let expected = manifests::webhooks_yaml(&WebhookOptions {
-        name: "demo-copyrator".into(),
-        target: WebhookTarget::service("platform-system/demo-copyrator").unwrap(),
-        ca_bundle: Vec::new(),
-        exclude_namespaces: vec!["kube-system".into()],
-        timeout_seconds: 3,
-    })
-    .unwrap();
-    let expected = parse_yaml_stream(&expected);
-    let expected = find(&expected, "ValidatingWebhookConfiguration");
+    let (expected, _) = binary_webhooks_with(
+        "platform-system/demo-copyrator",
+        "demo-copyrator",
+        b"",
+        3,
+        "kube-system",
+        &[
+            "--copy-kinds",
+            "NetworkPolicy.networking.k8s.io,LimitRange,RoleBinding.rbac.authorization.k8s.io",
+        ],
+    );
+    let expected = &expected;
     let docs = with_kinds(&[NETWORK_POLICY, LIMIT_RANGE, ROLE_BINDING], &[]);
     let rendered = find(&docs, "ValidatingWebhookConfiguration");
     assert_eq!(rendered["webhooks"], expected["webhooks"]);

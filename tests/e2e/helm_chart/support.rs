@@ -194,6 +194,25 @@ pub fn binary_webhooks(
     timeout_seconds: u32,
     exclude_namespaces: &str,
 ) -> (Value, Value) {
+    binary_webhooks_with(
+        service,
+        name,
+        ca_pem,
+        timeout_seconds,
+        exclude_namespaces,
+        &[],
+    )
+}
+
+/// [`binary_webhooks`] with more arguments (`--copy-kinds ...`).
+pub fn binary_webhooks_with(
+    service: &str,
+    name: &str,
+    ca_pem: &[u8],
+    timeout_seconds: u32,
+    exclude_namespaces: &str,
+    extra: &[&str],
+) -> (Value, Value) {
     let ca = temp_file(ca_pem);
     let mut command = Command::new(env!("CARGO_BIN_EXE_copyrator"));
     command.args(["manifests", "webhooks", "--service", service]);
@@ -205,6 +224,7 @@ pub fn binary_webhooks(
         .args(["--name", name, "--timeout-seconds"])
         .arg(timeout_seconds.to_string())
         .args(["--exclude-namespaces", exclude_namespaces])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
