@@ -259,6 +259,8 @@ pub enum Peer {
     /// Kyverno ClusterPolicies whose generate rules clone an object into Namespaces
     /// (`clusterpolicies.kyverno.io`).
     Kyverno,
+    /// cert-manager trust-manager Bundles (`bundles.trust.cert-manager.io`).
+    TrustManager,
 }
 
 /// Output of `migrate`.
@@ -272,7 +274,8 @@ pub enum MigrateOutput {
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// The peer whose annotations (or, for kyverno, ClusterPolicies) are translated.
+    /// The peer whose annotations (kyverno: ClusterPolicies; trust-manager: Bundles) are
+    /// translated.
     #[arg(long)]
     pub from: Peer,
 
@@ -301,8 +304,14 @@ pub struct MigrateArgs {
     #[arg(short = 'o', long, value_enum, default_value = "kubectl")]
     pub output: MigrateOutput,
 
+    /// trust-manager's trust namespace (its `--trust-namespace`), where its Bundles' sources
+    /// are read from.
+    #[arg(long, default_value = "cert-manager")]
+    pub trust_namespace: String,
+
     /// Take over the peer's existing copies (adds copyrator's ownership marks) when their
-    /// peer annotations name the same source. Writes to the cluster. Not for kyverno.
+    /// peer annotations name the same source. Writes to the cluster. Not for kyverno or
+    /// trust-manager.
     #[arg(long)]
     pub adopt: bool,
 

@@ -5,14 +5,15 @@
 //! CopyRule for a source of an untrusted namespace is commented out unless asked otherwise:
 //! it would turn a tenant's wish into a cluster administrator's decision (SPEC §12.1). A
 //! Kyverno ClusterPolicy is already the administrators' decision: it becomes CopyRules only,
-//! in force.
+//! in force. So does a trust-manager Bundle, a CopyRule already ([`PeerRule`]), with a note when
+//! its trust namespace is not trusted (its copies would hold nothing).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use sha2::{Digest, Sha256};
 
-use super::peers::{Intent, Translation};
+use super::peers::{Intent, PeerRule, Translation};
 use crate::{
     cli::Peer,
     copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec, DeletionPolicy},
@@ -134,6 +135,11 @@ pub fn build(
             .push(intent);
     }
     let mut rule_names = BTreeSet::new();
+    for peer_rule in translation.rules {
+        config
+            .items
+            .push(peer_rule_item(peer_rule, &mut rule_names, options));
+    }
     for (source, intents) in by_source {
         let configured = sources.get(&source).is_some_and(|s| {
             s.annotations.contains_key(marks::NAMESPACES_ANNOTATION)
@@ -207,6 +213,46 @@ pub fn build(
         }
     }
     config
+}
+
+/// A peer's CopyRule as printed: in force (the peer's object was the administrators' own), its
+/// name unique, with what copyrator needs to fill it (a bundle takes a source's certificates
+/// only where its namespace is trusted or consented to, SPEC §3.2).
+fn peer_rule_item(
+    peer_rule: PeerRule,
+    taken: &mut BTreeSet<String>,
+    options: &Options<'_>,
+) -> Item {
+    let PeerRule {
+        mut rule,
+        source_namespace,
+        mut notes,
+    } = peer_rule;
+    let base = rule.metadata.name.clone().unwrap_or_default();
+    rule.metadata.name = Some(unique_name(&base, taken));
+    notes.push(
+        "CopyRules are trusted: creating one needs the copyrator-admin ClusterRole".to_string(),
+    );
+    let ns = &source_namespace;
+    if !options.policy.trust.is_trusted(ns) {
+        notes.push(format!(
+            "{ns} is not a trusted namespace: a bundle puts a source's certificates only into \
+             namespaces that trust its namespace or accept copies from it, so until then these \
+             copies get no certificate of {ns} (except in {ns} itself). Run copyrator with \
+             --trusted-namespaces including {ns} (Helm value trustedNamespaces), as {peer} \
+             trusted it for every namespace, or annotate each target namespace: kubectl \
+             annotate namespace TARGET {accept}={ns}. If the running copyrator trusts {ns}, \
+             give migrate the same --trusted-namespaces",
+            peer = peer_name(options.peer),
+            accept = marks::ACCEPT_FROM_ANNOTATION,
+        ));
+    }
+    Item {
+        change: Change::CopyRule(Box::new(rule)),
+        intents: Vec::new(),
+        notes,
+        commented_out: false,
+    }
 }
 
 /// Adds `intent` to the source's inline rule if one rule can say both (one selector at most).
@@ -422,6 +468,7 @@ pub fn peer_name(peer: Peer) -> &'static str {
         Peer::Replicator => "replicator",
         Peer::Kubed => "kubed",
         Peer::Kyverno => "kyverno",
+        Peer::TrustManager => "trust-manager",
     }
 }
 

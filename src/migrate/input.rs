@@ -1,6 +1,6 @@
 //! What `migrate` reads: the Secrets and ConfigMaps that carry a peer's keys (for Kyverno,
-//! its ClusterPolicies), and the namespaces, from the cluster (metadata only, policies whole)
-//! or from manifest files.
+//! its ClusterPolicies; for trust-manager, its Bundles), and the namespaces, from the cluster
+//! (metadata only, policies and Bundles whole) or from manifest files.
 
 use std::path::PathBuf;
 
@@ -18,31 +18,64 @@ use crate::{
     model::{Kind, Meta, NamespaceInfo, SourceInfo},
 };
 
-/// Objects with the peer's keys, Kyverno policies, and today's namespaces.
+/// Objects with the peer's keys, the peer's own objects, and today's namespaces.
 pub struct Read {
     pub objects: Vec<SourceInfo>,
-    /// Kyverno ClusterPolicy (and, from files, Policy) documents, as read.
-    pub policies: Vec<Value>,
+    /// Kyverno ClusterPolicy (and, from files, Policy) documents, or trust-manager Bundles, as
+    /// read.
+    pub documents: Vec<Value>,
     pub namespaces: Vec<NamespaceInfo>,
 }
 
 impl Read {
-    pub fn configured(&self) -> peers::Configured<'_> {
+    pub fn configured<'a>(&'a self, trust_namespace: &'a str) -> peers::Configured<'a> {
         peers::Configured {
             objects: &self.objects,
-            policies: &self.policies,
+            documents: &self.documents,
             namespaces: &self.namespaces,
+            trust_namespace,
         }
     }
 }
 
+/// The peers configured by objects of their own: the API group and kind of those, and what
+/// their CRD is called when it is missing.
+fn own_kind(peer: Peer) -> Option<OwnKind> {
+    match peer {
+        Peer::Kyverno => Some(OwnKind {
+            group: "kyverno.io",
+            kind: "ClusterPolicy",
+            resource: "clusterpolicies.kyverno.io",
+            peer: "Kyverno",
+            what: "Kyverno policy",
+        }),
+        Peer::TrustManager => Some(OwnKind {
+            group: "trust.cert-manager.io",
+            kind: "Bundle",
+            resource: "bundles.trust.cert-manager.io",
+            peer: "trust-manager",
+            what: "trust-manager Bundle",
+        }),
+        Peer::Reflector | Peer::Replicator | Peer::Kubed => None,
+    }
+}
+
+struct OwnKind {
+    group: &'static str,
+    kind: &'static str,
+    /// `plural.group`, as the CRD is named.
+    resource: &'static str,
+    peer: &'static str,
+    what: &'static str,
+}
+
 /// From the cluster: every Secret and ConfigMap, page by page, keeping those with the peer's
-/// keys; for Kyverno, its ClusterPolicies instead.
+/// keys; for Kyverno and trust-manager, their own objects instead.
 pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read> {
     let mut objects = Vec::new();
-    let mut policies = Vec::new();
-    let kinds = if peer == Peer::Kyverno {
-        policies = cluster_policies(cluster.client()).await?;
+    let mut documents = Vec::new();
+    let kinds = if let Some(own) = own_kind(peer) {
+        documents = list_all(cluster.client(), &own).await?;
         Vec::new()
     } else {
         vec![Kind::Secret, Kind::ConfigMap]
@@ -63,60 +96,62 @@ pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read>
         .context("listing namespaces")?;
     Ok(Read {
         objects,
-        policies,
+        documents,
         namespaces,
     })
 }
 
-/// Every Kyverno ClusterPolicy, in the version the API server prefers (`kyverno.io/v1`, or
-/// `v2beta1`; the translation reads both). No such CRD is an error that says so.
-async fn cluster_policies(client: &kube::Client) -> anyhow::Result<Vec<Value>> {
+/// Every cluster-scoped object of the peer's own kind, in the version the API server prefers
+/// (Kyverno's `kyverno.io/v1` or `v2beta1`; the translation reads both). No such CRD is an
+/// error that says so.
+async fn list_all(client: &kube::Client, own: &OwnKind) -> anyhow::Result<Vec<Value>> {
     let not_installed = || {
         anyhow::anyhow!(
-            "the API server serves no clusterpolicies.kyverno.io: Kyverno's ClusterPolicy CRD \
-             is not installed in this cluster, so there is no Kyverno policy to migrate (read \
-             policies from files with -f)"
+            "the API server serves no {}: {}'s {} CRD is not installed in this cluster, so \
+             there is no {} to migrate (read them from files with -f)",
+            own.resource,
+            own.peer,
+            own.kind,
+            own.what,
         )
     };
-    let group = match discovery::group(client, KYVERNO_GROUP).await {
+    let group = match discovery::group(client, own.group).await {
         Ok(group) => group,
         Err(kube::Error::Discovery(_)) => return Err(not_installed()),
         Err(kube::Error::Api(s)) if s.code == 404 => return Err(not_installed()),
-        Err(e) => return Err(e).context("discovering the kyverno.io API group"),
+        Err(e) => {
+            return Err(e).with_context(|| format!("discovering the {} API group", own.group));
+        }
     };
-    let (resource, _) = group
-        .recommended_kind("ClusterPolicy")
-        .ok_or_else(not_installed)?;
+    let (resource, _) = group.recommended_kind(own.kind).ok_or_else(not_installed)?;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let mut policies = Vec::new();
+    let mut documents = Vec::new();
     let mut params = ListParams::default().limit(500);
     loop {
         let page = api
             .list(&params)
             .await
-            .context("listing clusterpolicies.kyverno.io")?;
+            .with_context(|| format!("listing {}", resource.plural))?;
         for item in page.items {
-            let mut doc = serde_json::to_value(item).context("a ClusterPolicy")?;
+            let mut doc = serde_json::to_value(item).with_context(|| format!("a {}", own.kind))?;
             // List items need not repeat their kind; the translation reads it.
             doc["apiVersion"] = resource.api_version.clone().into();
             doc["kind"] = resource.kind.clone().into();
-            policies.push(doc);
+            documents.push(doc);
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => break,
         }
     }
-    Ok(policies)
+    Ok(documents)
 }
-
-const KYVERNO_GROUP: &str = "kyverno.io";
 
 /// From manifest files (`-` is stdin): every document, `kind: List` items included.
 pub fn from_files(files: &[PathBuf], peer: Peer) -> anyhow::Result<Read> {
     let mut read = Read {
         objects: Vec::new(),
-        policies: Vec::new(),
+        documents: Vec::new(),
         namespaces: Vec::new(),
     };
     for file in files {
@@ -153,9 +188,12 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
         .and_then(Value::as_str)
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group);
-    if peer == Peer::Kyverno && group == KYVERNO_GROUP && matches!(kind, "ClusterPolicy" | "Policy")
+    // Kyverno's namespaced Policy too, to say why it is not migrated.
+    if let Some(own) = own_kind(peer)
+        && group == own.group
+        && (kind == own.kind || (peer == Peer::Kyverno && kind == "Policy"))
     {
-        read.policies.push(doc);
+        read.documents.push(doc);
         return Ok(());
     }
     let Some(metadata) = doc.get("metadata") else {
@@ -193,7 +231,7 @@ mod tests {
     fn empty() -> Read {
         Read {
             objects: Vec::new(),
-            policies: Vec::new(),
+            documents: Vec::new(),
             namespaces: Vec::new(),
         }
     }
@@ -216,7 +254,7 @@ mod tests {
         let mut read = empty();
         add(&mut read, list.clone(), Peer::Kyverno).unwrap();
         let names: Vec<&str> = read
-            .policies
+            .documents
             .iter()
             .filter_map(|p| p["metadata"]["name"].as_str())
             .collect();
@@ -225,6 +263,34 @@ mod tests {
 
         let mut read = empty();
         add(&mut read, list, Peer::Reflector).unwrap();
-        assert!(read.policies.is_empty());
+        assert!(read.documents.is_empty());
+    }
+
+    #[test]
+    fn trust_manager_bundles_are_read_and_other_peers_ignore_them() {
+        let list = json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {"apiVersion": "trust.cert-manager.io/v1alpha1", "kind": "Bundle",
+                 "metadata": {"name": "ca-bundle"}, "spec": {"sources": []}},
+                {"apiVersion": "example.com/v1", "kind": "Bundle",
+                 "metadata": {"name": "not-trust-manager"}},
+                {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                 "metadata": {"name": "sync-secrets"}},
+            ],
+        });
+        let mut read = empty();
+        add(&mut read, list.clone(), Peer::TrustManager).unwrap();
+        let names: Vec<&str> = read
+            .documents
+            .iter()
+            .filter_map(|d| d["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["ca-bundle"]);
+
+        let mut read = empty();
+        add(&mut read, list, Peer::Kyverno).unwrap();
+        assert_eq!(read.documents.len(), 1, "only the ClusterPolicy");
     }
 }

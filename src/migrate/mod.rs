@@ -1,5 +1,6 @@
-//! `copyrator migrate --from reflector|replicator|kubed|kyverno` (SPEC §12): reads what the
-//! peer's annotations (Kyverno: its ClusterPolicies) ask for (`input`, `peers`), prints the
+//! `copyrator migrate --from reflector|replicator|kubed|kyverno|trust-manager` (SPEC §12):
+//! reads what the peer's annotations (Kyverno: its ClusterPolicies; trust-manager: its
+//! Bundles) ask for (`input`, `peers`), prints the
 //! copyrator configuration that asks the same (`config`, `render`), and with `--adopt` takes
 //! over the peer's copies of the same sources (`adopt`).
 
@@ -27,6 +28,15 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
              Kyverno's copies as conflicts and leaves them alone until they are gone"
         );
     }
+    // Likewise trust-manager's: they name their Bundle, and a bundle's copies have no one
+    // source to be adopted for.
+    if args.adopt && args.from == Peer::TrustManager {
+        anyhow::bail!(
+            "--adopt is not available with --from trust-manager: trust-manager's copies name \
+             their Bundle, not a source. Apply the printed CopyRules; copyrator reports \
+             trust-manager's copies as conflicts and leaves them alone until they are gone"
+        );
+    }
     let policy = args.policy.policy();
     let cluster = if args.files.is_empty() {
         Some(cli_cluster(
@@ -39,11 +49,12 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         Some(cluster) => input::from_cluster(cluster, args.from).await?,
         None => input::from_files(&args.files, args.from)?,
     };
-    let mut translation = peers::translate(args.from, &read.configured());
+    let mut translation = peers::translate(args.from, &read.configured(&args.trust_namespace));
     if !args.namespaces.is_empty() {
         let keep = |ns: &String| args.namespaces.contains(ns);
         translation.intents.retain(|i| keep(&i.source.namespace));
         translation.copies.retain(|c| keep(&c.source.namespace));
+        translation.rules.retain(|r| keep(&r.source_namespace));
         translation.skipped.retain(|s| keep(&s.source_namespace));
     }
     let sources: BTreeMap<_, _> = read

@@ -63,8 +63,8 @@ pub fn kubectl(config: &Config, peer: Peer) -> anyhow::Result<String> {
 /// manifest to apply: `kubectl apply` would drop the fields it leaves out, the data first),
 /// each with the `kubectl patch` command that applies it; CopyRules as manifests.
 pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
-    let apply = if peer == Peer::Kyverno {
-        // Kyverno's configuration becomes CopyRules only.
+    let apply = if matches!(peer, Peer::Kyverno | Peer::TrustManager) {
+        // Kyverno's and trust-manager's configuration becomes CopyRules only.
         "kubectl apply -f (CopyRules only)"
     } else {
         "documents of kind Secret or ConfigMap are MERGE PATCHES of the existing sources: \n\
@@ -139,6 +139,18 @@ fn header(config: &Config, peer: Peer, apply: &str) -> String {
 
 /// What to do once the configuration is applied.
 fn afterwards(peer: Peer) -> String {
+    if peer == Peer::TrustManager {
+        // trust-manager's targets carry no copyrator marks, and an owner reference to their
+        // Bundle: the garbage collector deletes them with it.
+        return "# trust-manager's copies (named after their Bundle, owned by it) are objects copyrator does\n\
+                # not own: it reports them as conflicts and leaves them alone. Then delete each migrated\n\
+                # Bundle: the garbage collector deletes its copies with it, and copyrator writes its own at\n\
+                # its next full resync (--resync-interval). For them at once, delete the Bundles first and\n\
+                # apply this right after (a short gap). copyrator labels the Bundles' sources\n\
+                # copyrator.io/source=true itself, to follow their changes. Check with\n\
+                # `copyrator explain namespace NAMESPACE`.\n"
+            .to_string();
+    }
     if peer == Peer::Kyverno {
         // Kyverno's copies carry no copyrator marks: conflicts until they are gone.
         return "# Kyverno's copies are objects copyrator does not own: it reports them as conflicts and\n\

@@ -1,16 +1,20 @@
 //! What a peer's configuration asks for, in copyrator's terms (pure): each source's targets
-//! ([`Intent`]), and which objects are the peer's copies of which source ([`PeerCopy`]). One
-//! module per peer; the regular-expression namespace lists two of them share are expanded here.
+//! ([`Intent`]), whole CopyRules where the peer's object already is one ([`PeerRule`]: a
+//! trust-manager Bundle), and which objects are the peer's copies of which source
+//! ([`PeerCopy`]). One module per peer; the regular-expression namespace lists two of them
+//! share are expanded here.
 
 mod kubed;
 mod kyverno;
 mod reflector;
 mod replicator;
+mod trust_manager;
 
 use std::collections::BTreeSet;
 
 use crate::{
     cli::Peer,
+    copyrule::CopyRule,
     model::{NamespaceInfo, ObjectKey, SourceInfo},
     selector::{self, Selector},
 };
@@ -67,10 +71,23 @@ pub struct PeerCopy {
     pub source: ObjectKey,
 }
 
+/// A CopyRule a peer's object says whole (a trust-manager Bundle: several sources, one
+/// target key), printed as it is, in force: the peer's object was the cluster
+/// administrators' own.
+#[derive(Clone, Debug)]
+pub struct PeerRule {
+    pub rule: CopyRule,
+    /// The namespace its sources are read from (for `migrate -n` and the trust note).
+    pub source_namespace: String,
+    /// What the reader of the output must know: what was left out, and why.
+    pub notes: Vec<String>,
+}
+
 /// A peer's configuration over a set of objects.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Translation {
     pub intents: Vec<Intent>,
+    pub rules: Vec<PeerRule>,
     pub copies: Vec<PeerCopy>,
     /// Objects with the peer's annotations that give nothing to migrate, and why.
     pub skipped: Vec<Skipped>,
@@ -84,13 +101,15 @@ pub struct Skipped {
     pub note: String,
 }
 
-/// What a peer is configured with: annotations on `objects`, or (Kyverno) `policies`, the
-/// ClusterPolicy documents as read.
+/// What a peer is configured with: annotations on `objects`, or `documents`, the peer's own
+/// objects as read (Kyverno's ClusterPolicies, trust-manager's Bundles).
 pub struct Configured<'a> {
     pub objects: &'a [SourceInfo],
-    pub policies: &'a [serde_json::Value],
+    pub documents: &'a [serde_json::Value],
     /// Today's namespaces (for the regular-expression and wildcard lists).
     pub namespaces: &'a [NamespaceInfo],
+    /// trust-manager's trust namespace, where its Bundles' sources are.
+    pub trust_namespace: &'a str,
 }
 
 /// Translates `peer`'s configuration.
@@ -99,35 +118,46 @@ pub fn translate(peer: Peer, read: &Configured<'_>) -> Translation {
         Peer::Reflector => reflector::translate(read.objects, read.namespaces),
         Peer::Replicator => replicator::translate(read.objects, read.namespaces),
         Peer::Kubed => kubed::translate(read.objects),
-        Peer::Kyverno => kyverno::translate(read.policies, read.namespaces),
+        Peer::Kyverno => kyverno::translate(read.documents, read.namespaces),
+        Peer::TrustManager => trust_manager::translate(read.documents, read.trust_namespace),
     }
 }
 
 /// The source `object` is a copy of, by `peer`'s annotations or labels on it. Kyverno's
-/// copies name the policy and rule that made them, not the source.
+/// copies name the policy and rule that made them, trust-manager's their Bundle, not the
+/// source.
 pub fn source_named_by(peer: Peer, object: &SourceInfo) -> Option<ObjectKey> {
     match peer {
         Peer::Reflector => reflector::source_named_by(object),
         Peer::Replicator => replicator::source_named_by(object),
         Peer::Kubed => kubed::source_named_by(object),
-        Peer::Kyverno => None,
+        Peer::Kyverno | Peer::TrustManager => None,
     }
 }
 
-/// Whether `object` carries any of `peer`'s keys (Kyverno's configuration is not on the
-/// objects: none does).
+/// Whether `object` carries any of `peer`'s keys (Kyverno's and trust-manager's
+/// configuration is not on the objects: none does).
 pub fn is_peers(peer: Peer, object: &SourceInfo) -> bool {
     let prefix = match peer {
         Peer::Reflector => "reflector.v1.k8s.emberstack.com/",
         Peer::Replicator => "replicator.v1.mittwald.de/",
         Peer::Kubed => "kubed.appscode.com/",
-        Peer::Kyverno => return false,
+        Peer::Kyverno | Peer::TrustManager => return false,
     };
     object
         .annotations
         .keys()
         .chain(object.labels.keys())
         .any(|k| k.starts_with(prefix))
+}
+
+/// An explicit `null` (an empty YAML key) reads as the default, as the API server reads it.
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
 }
 
 /// `namespace/name` of an object of `kind`, as the peers write references.

@@ -11,8 +11,9 @@ fn translate(peer: Peer, objects: &[SourceInfo], namespaces: &[NamespaceInfo]) -
         peer,
         &Configured {
             objects,
-            policies: &[],
+            documents: &[],
             namespaces,
+            trust_namespace: "cert-manager",
         },
     )
 }

@@ -11,10 +11,10 @@ mod matching;
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Intent, Skipped, Translation, merge};
+use super::{Intent, Skipped, Translation, merge, nullable};
 use crate::model::{Kind, NamespaceInfo, ObjectKey};
 
 /// The one variable a generate rule triggered by a Namespace may name its target with: the
@@ -411,15 +411,6 @@ struct CloneFrom {
     name: Option<String>,
     #[serde(flatten)]
     other: BTreeMap<String, Value>,
-}
-
-/// An explicit `null` (an empty YAML key) reads as the default, as the API server reads it.
-fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 #[cfg(test)]

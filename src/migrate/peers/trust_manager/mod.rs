@@ -1,0 +1,390 @@
+//! trust-manager. A `Bundle` (`trust.cert-manager.io/v1alpha1`, cluster-scoped) combines the
+//! certificates of Secrets and ConfigMaps of trust-manager's trust namespace into a ConfigMap
+//! and/or Secret named after it in the namespaces its selector matches: a CopyRule with
+//! `sources` already (SPEC §3.2, Bundles), one per target kind. What a CopyRule cannot say
+//! (inline certificates, the default CAs, every key of a source, truststores, the targets'
+//! extra labels and annotations) is left out and said in the rule's notes, never dropped; a
+//! Bundle left with no source or no target gives no CopyRule, and the reason.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{PeerRule, Skipped, Translation, nullable};
+use crate::{
+    bundle::MAX_SOURCES,
+    copyrule::{BundleSourceSpec, CopyRule, CopyRuleSpec, TargetSpec},
+    rules::Rule,
+    selector::{self, Selector},
+    transform,
+};
+
+pub(super) fn translate(documents: &[Value], trust_namespace: &str) -> Translation {
+    let mut out = Translation::default();
+    for doc in documents {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let translated = Bundle::deserialize(doc)
+            .map_err(|e| format!("not a Bundle migrate can read ({e})"))
+            .and_then(|bundle| translate_bundle(&bundle, trust_namespace));
+        match translated {
+            Ok(rules) => out.rules.extend(rules),
+            Err(reason) => out.skipped.push(Skipped {
+                source_namespace: trust_namespace.to_string(),
+                note: format!("trust-manager Bundle {name:?}: {reason}; not migrated"),
+            }),
+        }
+    }
+    out
+}
+
+/// A Bundle's CopyRules (one per target kind), or why it has none.
+fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRule>, String> {
+    let name = &bundle.metadata.name;
+    if !selector::is_dns_subdomain(name) {
+        return Err(format!(
+            "{name:?} is not a valid name for its copies, which trust-manager names after it"
+        ));
+    }
+    let spec = &bundle.spec;
+    let mut left_out: Vec<String> = spec
+        .other
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(field, _)| format!("spec.{field}: migrate does not know it; left out"))
+        .collect();
+    let mut sources = Vec::new();
+    for (i, raw) in spec.sources.iter().enumerate() {
+        match source(i, raw, name, trust_namespace) {
+            Ok(Some(found)) => sources.push(found),
+            Ok(None) => {}
+            Err(note) => left_out.push(note),
+        }
+    }
+    let target = &spec.target;
+    let mut said = vec![format!("from trust-manager Bundle {name}")];
+    let namespace_selector = match &target.namespace_selector {
+        None => {
+            said.push(
+                "no namespaceSelector: every namespace, as trust-manager did, except \
+                 copyrator's --exclude-namespaces"
+                    .into(),
+            );
+            LabelSelector::default()
+        }
+        Some(sel) => {
+            Selector::from_label_selector(sel).map_err(|e| {
+                format!("target.namespaceSelector is not a selector copyrator can read ({e})")
+            })?;
+            sel.clone()
+        }
+    };
+    if let Some(formats) = &target.additional_formats {
+        left_out.push(formats_note(formats));
+    }
+    left_out.extend(
+        target
+            .other
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(field, _)| format!("target.{field}: migrate does not know it; left out")),
+    );
+    let targets: Vec<(&str, &TargetTemplate)> = [
+        ("ConfigMap", target.config_map.as_ref()),
+        ("Secret", target.secret.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(kind, t)| t.map(|t| (kind, t)))
+    .collect();
+    if targets.is_empty() {
+        return Err(
+            "target names neither a configMap nor a secret: trust-manager writes nothing".into(),
+        );
+    }
+    if sources.is_empty() {
+        left_out.insert(0, "no source copyrator can read".into());
+        return Err(left_out.join("; "));
+    }
+    if sources.len() > MAX_SOURCES {
+        return Err(format!(
+            "{} sources; a CopyRule bundle takes at most {MAX_SOURCES}: split it in two Bundles \
+             with copies of different names, or label the sources and list a selector",
+            sources.len()
+        ));
+    }
+    let mut rules = Vec::new();
+    let mut failed = Vec::new();
+    for (kind, template) in &targets {
+        let mut notes = said.clone();
+        if targets.len() == 2 {
+            notes.push(format!(
+                "trust-manager wrote both a ConfigMap and a Secret {name}: two CopyRules, this \
+                 one for the {kind}"
+            ));
+        }
+        notes.extend(left_out.iter().cloned());
+        let field = format!("target.{}", lower_camel(kind));
+        let Some(key) = template
+            .key
+            .as_deref()
+            .filter(|k| transform::is_valid_key(k))
+        else {
+            failed.push(format!("{field}.key is missing or not a valid key"));
+            continue;
+        };
+        if template.metadata.as_ref().is_some_and(|m| !m.is_null()) {
+            notes.push(format!(
+                "{field}.metadata: copyrator's copies carry only its own labels and \
+                 annotations; left out"
+            ));
+        }
+        let rule = CopyRule::new(
+            &format!("trust-manager-{name}-{}", kind.to_ascii_lowercase()),
+            CopyRuleSpec {
+                kind: kind.to_string(),
+                sources: Some(sources.clone()),
+                target_name: Some(name.clone()),
+                target: Some(TargetSpec {
+                    key: Some(key.to_string()),
+                    ..Default::default()
+                }),
+                namespace_selector: Some(namespace_selector.clone()),
+                ..Default::default()
+            },
+        );
+        // What migrate prints, copyrator accepts: checked as admission checks it.
+        if let Err(e) = Rule::from_copy_rule(&rule) {
+            failed.push(format!("its {kind} CopyRule would be invalid ({e})"));
+            continue;
+        }
+        rules.push(PeerRule {
+            rule,
+            source_namespace: trust_namespace.to_string(),
+            notes,
+        });
+    }
+    if rules.is_empty() {
+        return Err(failed.join("; "));
+    }
+    if let Some(rule) = rules.first_mut() {
+        rule.notes.extend(failed);
+    }
+    Ok(rules)
+}
+
+/// One entry of `spec.sources` as a CopyRule bundle source (`None`: it adds nothing, as
+/// `useDefaultCAs: false`), or the note saying why it is left out.
+fn source(
+    i: usize,
+    raw: &Value,
+    bundle: &str,
+    trust_namespace: &str,
+) -> Result<Option<BundleSourceSpec>, String> {
+    let at = format!("sources[{i}]");
+    let entry =
+        Source::deserialize(raw).map_err(|e| format!("{at}: cannot be read ({e}); left out"))?;
+    let (kind, reference) = match (
+        &entry.config_map,
+        &entry.secret,
+        &entry.in_line,
+        entry.use_default_cas,
+    ) {
+        (Some(r), None, None, None | Some(false)) => ("ConfigMap", r),
+        (None, Some(r), None, None | Some(false)) => ("Secret", r),
+        (None, None, Some(_), None | Some(false)) => {
+            return Err(format!(
+                "{at}.inLine: copyrator copies certificates only from Secrets and ConfigMaps; \
+                 put them in a ConfigMap in {trust_namespace} (kubectl -n {trust_namespace} \
+                 create configmap {bundle}-inline --from-file=ca.crt=FILE) and add {{kind: \
+                 ConfigMap, namespace: {trust_namespace}, name: {bundle}-inline, key: ca.crt}} \
+                 to spec.sources; left out"
+            ));
+        }
+        (None, None, None, Some(true)) => {
+            return Err(format!(
+                "{at}.useDefaultCAs: copyrator ships no package of public CAs; put the ones \
+                 wanted (e.g. Debian's /etc/ssl/certs/ca-certificates.crt) in a ConfigMap in \
+                 {trust_namespace} and add it to spec.sources; left out"
+            ));
+        }
+        (None, None, None, _) if entry.other.is_empty() => return Ok(None),
+        _ => {
+            let fields: Vec<&str> = [
+                ("configMap", entry.config_map.is_some()),
+                ("secret", entry.secret.is_some()),
+                ("inLine", entry.in_line.is_some()),
+                ("useDefaultCAs", entry.use_default_cas == Some(true)),
+            ]
+            .into_iter()
+            .filter_map(|(f, set)| set.then_some(f))
+            .chain(entry.other.keys().map(String::as_str))
+            .collect();
+            return Err(format!(
+                "{at} has {}, not exactly one of configMap, secret, inLine and useDefaultCAs; \
+                 left out",
+                fields.join(", ")
+            ));
+        }
+    };
+    let at = format!("{at}.{}", lower_camel(kind));
+    if let Some(field) = reference.other.keys().next() {
+        return Err(format!("{at}.{field}: migrate does not know it; left out"));
+    }
+    let what = reference.name.as_deref().map_or_else(
+        || format!("{at} ({kind}s by selector)"),
+        |n| format!("{at} ({kind} {n})"),
+    );
+    if reference.include_all_keys == Some(true) {
+        return Err(format!(
+            "{what}: includeAllKeys: a CopyRule bundle source names one key; list the source \
+             once per key; left out"
+        ));
+    }
+    let Some(key) = reference.key.clone() else {
+        return Err(format!("{what}: no key; left out"));
+    };
+    if !transform::is_valid_key(&key) {
+        return Err(format!("{what}: {key:?} is not a valid key; left out"));
+    }
+    let (name, selector) = match (&reference.name, &reference.selector) {
+        (Some(name), None) if selector::is_dns_subdomain(name) => (Some(name.clone()), None),
+        (None, Some(sel)) => match Selector::from_label_selector(sel) {
+            Ok(_) => (None, Some(sel.clone())),
+            Err(e) => {
+                return Err(format!(
+                    "{what}: its selector cannot be read ({e}); left out"
+                ));
+            }
+        },
+        _ => {
+            return Err(format!(
+                "{what}: not exactly one valid name or selector; left out"
+            ));
+        }
+    };
+    Ok(Some(BundleSourceSpec {
+        kind: kind.to_string(),
+        namespace: trust_namespace.to_string(),
+        name,
+        selector,
+        key,
+    }))
+}
+
+/// `additionalFormats`, left out: a CopyRule's truststores (`spec.target.formats`) are made of
+/// one source's key, not of a bundle.
+fn formats_note(formats: &AdditionalFormats) -> String {
+    let mut stores = Vec::new();
+    if let Some(jks) = &formats.jks {
+        stores.push(format!("jks (key {})", jks.key.as_deref().unwrap_or("?")));
+    }
+    if let Some(p12) = &formats.pkcs12 {
+        let mut store = format!("pkcs12 (key {}", p12.key.as_deref().unwrap_or("?"));
+        if let Some(profile) = &p12.profile {
+            // copyrator's PKCS#12 has one shape (SPEC §3.2), none of trust-manager's profiles.
+            store.push_str(&format!(
+                ", profile {profile}, which copyrator does not make"
+            ));
+        }
+        store.push(')');
+        stores.push(store);
+    }
+    format!(
+        "target.additionalFormats {}: copyrator makes truststores (spec.target.formats) of \
+         one source's copies, not of a bundle; left out",
+        stores.join(", ")
+    )
+}
+
+/// `ConfigMap` → `configMap`, as trust-manager names its fields.
+fn lower_camel(kind: &str) -> String {
+    let mut chars = kind.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_lowercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+// The parts of a Bundle migrate reads. Each level keeps the fields it does not name in
+// `other`, so that a field migrate does not understand is reported rather than ignored.
+
+#[derive(Debug, Deserialize)]
+struct Bundle {
+    metadata: BundleMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    spec: BundleSpec,
+}
+
+#[derive(Debug, Deserialize)]
+struct BundleMeta {
+    #[serde(default, deserialize_with = "nullable")]
+    name: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct BundleSpec {
+    /// Read one by one, so that one source migrate cannot read does not hide the others.
+    #[serde(default, deserialize_with = "nullable")]
+    sources: Vec<Value>,
+    #[serde(default, deserialize_with = "nullable")]
+    target: BundleTarget,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Source {
+    config_map: Option<SourceRef>,
+    secret: Option<SourceRef>,
+    in_line: Option<String>,
+    #[serde(rename = "useDefaultCAs")]
+    use_default_cas: Option<bool>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SourceRef {
+    name: Option<String>,
+    selector: Option<LabelSelector>,
+    key: Option<String>,
+    include_all_keys: Option<bool>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleTarget {
+    config_map: Option<TargetTemplate>,
+    secret: Option<TargetTemplate>,
+    additional_formats: Option<AdditionalFormats>,
+    namespace_selector: Option<LabelSelector>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TargetTemplate {
+    key: Option<String>,
+    /// Labels and annotations trust-manager put on its targets.
+    metadata: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AdditionalFormats {
+    jks: Option<Store>,
+    pkcs12: Option<Store>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Store {
+    key: Option<String>,
+    profile: Option<String>,
+}
+
+#[cfg(test)]
+mod tests;

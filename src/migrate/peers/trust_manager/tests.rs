@@ -1,0 +1,445 @@
+//! trust-manager Bundles as their users write them, translated: what becomes a CopyRule bundle,
+//! and what is left out and said, with the Bundle it is of.
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    cli::Peer,
+    migrate::{
+        config::{self, Change},
+        render,
+    },
+    plan::Policy,
+    tenancy::{NamespacePatterns, TrustPolicy},
+};
+
+const TRUST: &str = "cert-manager";
+
+/// A Bundle named `name` with `spec`.
+fn bundle(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "trust.cert-manager.io/v1alpha1",
+        "kind": "Bundle",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+fn translate_one(doc: Value) -> Translation {
+    translate(&[doc], TRUST)
+}
+
+/// The one CopyRule of a Bundle that gives one, and its notes.
+fn only_rule(t: &Translation) -> (&CopyRuleSpec, String, String) {
+    assert_eq!(t.rules.len(), 1, "{t:#?}");
+    assert!(t.skipped.is_empty(), "{:?}", t.skipped);
+    let rule = &t.rules[0];
+    (
+        &rule.rule.spec,
+        rule.rule.metadata.name.clone().unwrap_or_default(),
+        rule.notes.join("\n"),
+    )
+}
+
+fn named(kind: &str, name: &str, key: &str) -> BundleSourceSpec {
+    BundleSourceSpec {
+        kind: kind.into(),
+        namespace: TRUST.into(),
+        name: Some(name.into()),
+        selector: None,
+        key: key.into(),
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        match_expressions: None,
+    }
+}
+
+#[test]
+fn configmap_and_secret_sources_become_bundle_sources_in_the_trust_namespace() {
+    let t = translate_one(bundle(
+        "ca-bundle",
+        json!({
+            "sources": [
+                {"secret": {"name": "root-ca", "key": "ca.crt"}},
+                {"configMap": {"name": "corp-ca", "key": "ca.pem"}},
+                {"configMap": {"selector": {"matchLabels": {"trust": "yes"}}, "key": "root.pem"}},
+            ],
+            "target": {
+                "configMap": {"key": "trust-bundle.pem"},
+                "namespaceSelector": {"matchLabels": {"trust": "enabled"}},
+            },
+        }),
+    ));
+    let (spec, name, notes) = only_rule(&t);
+    assert_eq!(name, "trust-manager-ca-bundle-configmap");
+    assert_eq!(t.rules[0].source_namespace, TRUST);
+    assert_eq!(spec.kind, "ConfigMap");
+    assert_eq!(
+        spec.sources.as_deref().unwrap(),
+        [
+            named("Secret", "root-ca", "ca.crt"),
+            named("ConfigMap", "corp-ca", "ca.pem"),
+            BundleSourceSpec {
+                kind: "ConfigMap".into(),
+                namespace: TRUST.into(),
+                name: None,
+                selector: Some(labels(&[("trust", "yes")])),
+                key: "root.pem".into(),
+            },
+        ]
+    );
+    assert_eq!(
+        spec.target_name.as_deref(),
+        Some("ca-bundle"),
+        "named after the Bundle"
+    );
+    assert_eq!(
+        spec.target.as_ref().and_then(|t| t.key.as_deref()),
+        Some("trust-bundle.pem")
+    );
+    assert_eq!(
+        spec.namespace_selector,
+        Some(labels(&[("trust", "enabled")]))
+    );
+    assert!(
+        !spec.drop_expired,
+        "trust-manager keeps expired certificates"
+    );
+    assert!(
+        notes.contains("from trust-manager Bundle ca-bundle"),
+        "{notes}"
+    );
+    assert!(!notes.contains("left out"), "{notes}");
+}
+
+#[test]
+fn the_trust_namespace_is_the_one_given() {
+    let doc = bundle(
+        "b",
+        json!({
+            "sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}],
+            "target": {"configMap": {"key": "ca.pem"}},
+        }),
+    );
+    let t = translate(&[doc], "trust");
+    assert_eq!(t.rules[0].source_namespace, "trust");
+    let sources = t.rules[0].rule.spec.sources.as_deref().unwrap();
+    assert_eq!(sources[0].namespace, "trust");
+}
+
+#[test]
+fn no_namespace_selector_is_every_namespace() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}],
+            "target": {"configMap": {"key": "ca.pem"}},
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
+    assert_eq!(spec.namespace_selector, Some(LabelSelector::default()));
+    assert!(
+        notes.contains("every namespace, as trust-manager did"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn a_secret_target_is_a_secret_bundle() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}],
+            "target": {"secret": {"key": "ca.pem"}},
+        }),
+    ));
+    let (spec, name, _) = only_rule(&t);
+    assert_eq!(name, "trust-manager-b-secret");
+    assert_eq!(spec.kind, "Secret");
+    assert_eq!(spec.target.as_ref().unwrap().key.as_deref(), Some("ca.pem"));
+}
+
+#[test]
+fn both_targets_are_two_copy_rules_and_say_so() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}],
+            "target": {"configMap": {"key": "ca.pem"}, "secret": {"key": "bundle.pem"}},
+        }),
+    ));
+    let rules: Vec<(&str, &str, Option<&str>)> = t
+        .rules
+        .iter()
+        .map(|r| {
+            (
+                r.rule.metadata.name.as_deref().unwrap(),
+                r.rule.spec.kind.as_str(),
+                r.rule.spec.target.as_ref().and_then(|t| t.key.as_deref()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("trust-manager-b-configmap", "ConfigMap", Some("ca.pem")),
+            ("trust-manager-b-secret", "Secret", Some("bundle.pem")),
+        ]
+    );
+    for rule in &t.rules {
+        let notes = rule.notes.join("\n");
+        assert!(
+            notes.contains("both a ConfigMap and a Secret b: two CopyRules"),
+            "{notes}"
+        );
+    }
+}
+
+#[test]
+fn inline_certificates_are_said_with_where_to_put_them() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [
+                {"secret": {"name": "root-ca", "key": "ca.crt"}},
+                {"inLine": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+            ],
+            "target": {"configMap": {"key": "ca.pem"}},
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
+    assert_eq!(spec.sources.as_ref().unwrap().len(), 1);
+    assert!(
+        notes.contains("sources[1].inLine")
+            && notes.contains("put them in a ConfigMap in cert-manager")
+            && notes.contains("{kind: ConfigMap, namespace: cert-manager, name: b-inline"),
+        "{notes}"
+    );
+    assert!(
+        !notes.contains("MIIB"),
+        "the certificate is not repeated: {notes}"
+    );
+}
+
+#[test]
+fn default_cas_are_said() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [
+                {"useDefaultCAs": true},
+                {"useDefaultCAs": false},
+                {"secret": {"name": "root-ca", "key": "ca.crt"}},
+            ],
+            "target": {"configMap": {"key": "ca.pem"}},
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
+    assert_eq!(spec.sources.as_ref().unwrap().len(), 1);
+    assert!(
+        notes.contains("sources[0].useDefaultCAs: copyrator ships no package of public CAs"),
+        "{notes}"
+    );
+    assert!(
+        !notes.contains("sources[1]"),
+        "false asks for nothing: {notes}"
+    );
+}
+
+#[test]
+fn include_all_keys_is_said() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [
+                {"secret": {"name": "root-ca", "key": "ca.crt"}},
+                {"configMap": {"name": "many", "includeAllKeys": true}},
+            ],
+            "target": {"configMap": {"key": "ca.pem"}},
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
+    assert_eq!(spec.sources.as_ref().unwrap().len(), 1);
+    assert!(
+        notes.contains("sources[1].configMap (ConfigMap many): includeAllKeys"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn additional_formats_and_a_pkcs12_profile_are_said() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}],
+            "target": {
+                "configMap": {"key": "ca.pem"},
+                "additionalFormats": {
+                    "jks": {"key": "bundle.jks", "password": "changeit"},
+                    "pkcs12": {"key": "bundle.p12", "profile": "Modern2023"},
+                },
+            },
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
+    assert_eq!(spec.target.as_ref().unwrap().formats, None);
+    assert!(
+        notes.contains("target.additionalFormats jks (key bundle.jks), pkcs12 (key bundle.p12, profile Modern2023, which copyrator does not make)"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn target_metadata_and_unknown_fields_are_said() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [{"secret": {"name": "root-ca", "key": "ca.crt", "future": 1}},
+                        {"secret": {"name": "other", "key": "ca.crt"}}],
+            "target": {
+                "configMap": {"key": "ca.pem", "metadata": {"labels": {"app": "x"}}},
+                "somethingNew": true,
+            },
+            "alsoNew": {},
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
+    assert_eq!(
+        spec.sources.as_deref().unwrap(),
+        [named("Secret", "other", "ca.crt")]
+    );
+    for said in [
+        "target.configMap.metadata",
+        "target.somethingNew",
+        "spec.alsoNew",
+        "sources[0].secret.future",
+    ] {
+        assert!(notes.contains(said), "{said}: {notes}");
+    }
+}
+
+#[test]
+fn a_bundle_copyrator_cannot_read_a_source_of_gives_no_rule_and_the_reasons() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [{"useDefaultCAs": true}, {"inLine": "x"}],
+            "target": {"configMap": {"key": "ca.pem"}},
+        }),
+    ));
+    assert!(t.rules.is_empty(), "{t:#?}");
+    assert_eq!(t.skipped.len(), 1);
+    let note = &t.skipped[0].note;
+    assert!(
+        note.starts_with("trust-manager Bundle \"b\": no source copyrator can read")
+            && note.contains("useDefaultCAs")
+            && note.contains("inLine")
+            && note.ends_with("not migrated"),
+        "{note}"
+    );
+    assert_eq!(t.skipped[0].source_namespace, TRUST);
+
+    let no_target = translate_one(bundle(
+        "c",
+        json!({"sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}], "target": {}}),
+    ));
+    assert!(no_target.rules.is_empty());
+    assert!(
+        no_target.skipped[0]
+            .note
+            .contains("target names neither a configMap nor a secret"),
+        "{:?}",
+        no_target.skipped
+    );
+
+    let unreadable = translate(
+        &[json!({"kind": "Bundle", "metadata": {"name": "d"}, "spec": 3})],
+        TRUST,
+    );
+    assert!(unreadable.rules.is_empty());
+    assert!(
+        unreadable.skipped[0]
+            .note
+            .contains("not a Bundle migrate can read"),
+        "{:?}",
+        unreadable.skipped
+    );
+}
+
+fn policy(trusted: &str) -> Policy {
+    Policy {
+        trust: TrustPolicy {
+            trusted_namespaces: NamespacePatterns::parse(trusted).unwrap(),
+        },
+        ..Default::default()
+    }
+}
+
+fn configured(t: Translation, policy: &Policy) -> config::Config {
+    config::build(
+        t,
+        &Default::default(),
+        &config::Options {
+            peer: Peer::TrustManager,
+            policy,
+            copy_rules: false,
+            trust_sources: false,
+        },
+    )
+}
+
+#[test]
+fn copy_rules_are_printed_in_force_and_an_untrusted_trust_namespace_is_said() {
+    let doc = || {
+        bundle(
+            "b",
+            json!({
+                "sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}],
+                "target": {"configMap": {"key": "ca.pem"}},
+            }),
+        )
+    };
+    let untrusted = configured(translate_one(doc()), &policy("team-*"));
+    assert_eq!(untrusted.items.len(), 1);
+    let item = &untrusted.items[0];
+    assert!(!item.commented_out, "a Bundle was the administrators' own");
+    assert!(matches!(item.change, Change::CopyRule(_)));
+    let notes = item.notes.join("\n");
+    assert!(
+        notes.contains("cert-manager is not a trusted namespace")
+            && notes.contains("--trusted-namespaces including cert-manager"),
+        "{notes}"
+    );
+    let trusted = configured(translate_one(doc()), &policy("cert-manager"));
+    assert!(
+        !trusted.items[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("not a trusted namespace")),
+        "{:?}",
+        trusted.items[0].notes
+    );
+
+    // Both outputs carry it in force, the manifests as a CopyRule to apply.
+    let script = render::kubectl(&untrusted, Peer::TrustManager).unwrap();
+    assert!(
+        script.contains("\nkubectl apply -f - <<'EOF'\napiVersion: copyrator.io/v1alpha1"),
+        "{script}"
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&render::manifests(&untrusted, Peer::TrustManager).unwrap())
+            .unwrap();
+    let rules: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "CopyRule").collect();
+    assert_eq!(rules.len(), 1, "{docs:?}");
+    assert_eq!(rules[0]["spec"]["targetName"], "b");
+}
