@@ -2,7 +2,8 @@
 //! copyrator configuration that, applied as printed, makes the same copies; `--adopt` takes
 //! over the peer's copies of the same source and leaves every other object byte for byte.
 //! A tenant's source never becomes a CopyRule in force, nor has its copies adopted by one,
-//! unless the administrator says `--trust-sources`. Kyverno's clone policies become CopyRules.
+//! unless the administrator says `--trust-sources`. Kyverno's clone policies become CopyRules,
+//! trust-manager's Bundles bundle CopyRules.
 //! The peers themselves do not run here: their copies are made as they make them (the same
 //! annotations and labels).
 
@@ -945,4 +946,169 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
         out.stdout
     );
     t.cleanup().await;
+}
+
+const BUNDLE_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: bundles.trust.cert-manager.io
+spec:
+  group: trust.cert-manager.io
+  scope: Cluster
+  names:
+    kind: Bundle
+    listKind: BundleList
+    plural: bundles
+    singular: bundle
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// A trust-manager Bundle as the docs write one (`NAME`, `LABEL` filled in by the test): a
+/// Secret's and a ConfigMap's certificates, and inline ones copyrator cannot copy.
+const BUNDLE: &str = r#"
+apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata:
+  name: NAME
+spec:
+  sources:
+  - secret:
+      name: root-ca
+      key: ca.crt
+  - configMap:
+      name: corp-ca
+      key: ca.pem
+  - inLine: |
+      -----BEGIN CERTIFICATE-----
+      MIIB
+      -----END CERTIFICATE-----
+  target:
+    configMap:
+      key: trust-bundle.pem
+    namespaceSelector:
+      matchLabels:
+        LABEL: "on"
+"#;
+
+/// The certificates of a PEM text, each as its base64 body on one line.
+fn pem_bodies(pem: &str) -> std::collections::BTreeSet<String> {
+    pem.split("-----END CERTIFICATE-----")
+        .filter_map(|block| block.split("-----BEGIN CERTIFICATE-----").nth(1))
+        .map(|body| body.split_whitespace().collect())
+        .collect()
+}
+
+/// The only test that installs trust-manager's Bundle CRD (a stand-in for trust-manager's own,
+/// which the API server serves the same way), so no other test sees it come and go.
+#[tokio::test]
+async fn trust_manager_bundles_become_bundle_copy_rules() {
+    let t = Harness::start(Options::default()).await;
+    let trust = t.namespace("tm-trust", &[]).await;
+    let label = t.name("tm");
+    let dest = t.namespace("tm-dest", &[(&label, "on")]).await;
+    let other = t.namespace("tm-other", &[]).await;
+    let (root, corp) = (ca_cert("root"), ca_cert("corp"));
+    create(
+        &t,
+        &trust,
+        secret("root-ca", &[], &[], &[("ca.crt", &root), ("tls.key", "x")]),
+    )
+    .await;
+    t.config_maps(&trust)
+        .create(
+            &PostParams::default(),
+            &config_map("corp-ca", &[], &[], &[("ca.pem", &corp)]),
+        )
+        .await
+        .unwrap();
+
+    let crd = ["crd", "bundles.trust.cert-manager.io"];
+    // Left over by an aborted run of this test, it would hold other runs' Bundles.
+    let gone = kubectl(
+        &["delete", crd[0], crd[1], "--ignore-not-found", "--wait"],
+        "",
+    )
+    .await;
+    assert!(gone.success, "{}", gone.stderr);
+    let installed = kubectl(&["apply", "-f", "-"], BUNDLE_CRD).await;
+    assert!(installed.success, "{}", installed.stderr);
+    let established = kubectl(
+        &[
+            "wait",
+            "--for=condition=established",
+            "crd/bundles.trust.cert-manager.io",
+            "--timeout=20s",
+        ],
+        "",
+    )
+    .await;
+    assert!(established.success, "{}", established.stderr);
+    let name = t.name("ca-bundle");
+    let bundle = BUNDLE.replace("NAME", &name).replace("LABEL", &label);
+    // kubectl learns of the new resource through discovery, which may lag a moment.
+    eventually(CONVERGE, "the Bundle created", || async {
+        kubectl(&["apply", "-f", "-"], &bundle)
+            .await
+            .success
+            .then_some(())
+    })
+    .await;
+
+    let out = run_copyrator(&[
+        "migrate",
+        "--from",
+        "trust-manager",
+        "--trust-namespace",
+        &trust,
+        "--trusted-namespaces",
+        &trust,
+        "-o",
+        "yaml",
+    ])
+    .await;
+    let removed = kubectl(&["delete", crd[0], crd[1], "--wait"], "").await;
+    assert!(removed.success, "{}", removed.stderr);
+    assert!(out.success, "{}", out.stderr);
+    let yaml = &out.stdout;
+    let rule = format!("trust-manager-{name}-configmap");
+    assert!(
+        yaml.contains(&format!("# CopyRule {rule} (trust-manager)"))
+            && yaml.contains("sources[2].inLine: copyrator copies certificates only from"),
+        "{yaml}"
+    );
+    // The API server and copyrator's admission take the CopyRule as printed.
+    apply(&t, yaml).await;
+
+    // The bundle copy, named after the Bundle, in the selected namespace only.
+    let want = pem_bodies(&format!("{root}{corp}"));
+    let copy = t
+        .wait_for::<ConfigMap>(&dest, &name, "the bundle copy", |cm| {
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("trust-bundle.pem"))
+                .is_some_and(|pem| pem_bodies(pem) == want)
+        })
+        .await;
+    assert_eq!(
+        copy.data.unwrap_or_default().keys().collect::<Vec<_>>(),
+        ["trust-bundle.pem"],
+        "the certificates only, nothing else of the sources"
+    );
+    assert!(
+        t.config_maps(&other)
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_none(),
+        "{other}"
+    );
+    t.finish().await;
 }

@@ -30,7 +30,7 @@ pub use copyrator::{Copyrator, Options};
 pub use env::{TestEnv, kubeconfig, webhook_client_ca};
 pub use harness::Harness;
 pub use http::{free_port, http_get, metric_value};
-pub use objects::{Data, config_map, holding, secret, secret_value};
+pub use objects::{Data, ca_cert, config_map, holding, secret, secret_value};
 pub use pods::{create_pod, pod, pull_secret_names, registry_secret, service_account};
 pub use process::Process;
 pub use tls::{WebhookClient, test_certs, try_webhook_tls, webhook_tls};

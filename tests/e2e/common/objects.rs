@@ -91,3 +91,14 @@ pub fn holding<K: Data>(key: &str, want: &str) -> impl Fn(&K) -> bool {
     let (key, want) = (key.to_string(), want.to_string());
     move |o| o.value(&key).as_deref() == Some(want.as_str())
 }
+
+/// A self-signed CA certificate with common name `name`, PEM, made now.
+pub fn ca_cert(name: &str) -> String {
+    let key = rcgen::KeyPair::generate().expect("a key pair");
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).expect("a name");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.self_signed(&key).expect("a certificate").pem()
+}
