@@ -1038,6 +1038,25 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
     )
     .await;
     assert!(gone.success, "{}", gone.stderr);
+    let out = run_copyrator(&["migrate", "--from", "trust-manager"]).await;
+    assert!(
+        !out.success
+            && out
+                .stderr
+                .contains("trust-manager's Bundle CRD is not installed"),
+        "{}",
+        out.stderr
+    );
+    // trust-manager's copies name their Bundle: --adopt is refused before anything is read.
+    let out = run_copyrator(&["migrate", "--from", "trust-manager", "--adopt"]).await;
+    assert!(
+        !out.success
+            && out
+                .stderr
+                .contains("--adopt is not available with --from trust-manager"),
+        "{}",
+        out.stderr
+    );
     let installed = kubectl(&["apply", "-f", "-"], BUNDLE_CRD).await;
     assert!(installed.success, "{}", installed.stderr);
     let established = kubectl(
