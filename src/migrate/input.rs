@@ -60,6 +60,10 @@ fn own_kind(peer: Peer) -> Option<OwnKind> {
     }
 }
 
+/// The API group of trust-manager's ClusterBundle (its successor of Bundle): read from files
+/// to be reported, not migrated.
+pub(super) const CLUSTER_BUNDLE_GROUP: &str = "trust-manager.io";
+
 struct OwnKind {
     group: &'static str,
     kind: &'static str,
@@ -188,10 +192,14 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
         .and_then(Value::as_str)
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group);
-    // Kyverno's namespaced Policy too, to say why it is not migrated.
+    // Kyverno's namespaced Policy and trust-manager's newer ClusterBundle too, to say why
+    // they are not migrated.
     if let Some(own) = own_kind(peer)
-        && group == own.group
-        && (kind == own.kind || (peer == Peer::Kyverno && kind == "Policy"))
+        && ((group == own.group
+            && (kind == own.kind || (peer == Peer::Kyverno && kind == "Policy")))
+            || (peer == Peer::TrustManager
+                && group == CLUSTER_BUNDLE_GROUP
+                && kind == "ClusterBundle"))
     {
         read.documents.push(doc);
         return Ok(());
@@ -278,6 +286,8 @@ mod tests {
                  "metadata": {"name": "not-trust-manager"}},
                 {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
                  "metadata": {"name": "sync-secrets"}},
+                {"apiVersion": "trust-manager.io/v1alpha2", "kind": "ClusterBundle",
+                 "metadata": {"name": "newer"}},
             ],
         });
         let mut read = empty();
@@ -287,7 +297,8 @@ mod tests {
             .iter()
             .filter_map(|d| d["metadata"]["name"].as_str())
             .collect();
-        assert_eq!(names, ["ca-bundle"]);
+        // The ClusterBundle to be reported as not migrated.
+        assert_eq!(names, ["ca-bundle", "newer"]);
 
         let mut read = empty();
         add(&mut read, list, Peer::Kyverno).unwrap();

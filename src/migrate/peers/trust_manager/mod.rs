@@ -25,6 +25,16 @@ pub(super) fn translate(documents: &[Value], trust_namespace: &str) -> Translati
     let mut out = Translation::default();
     for doc in documents {
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        if doc["kind"] == "ClusterBundle" {
+            out.skipped.push(Skipped {
+                source_namespace: trust_namespace.to_string(),
+                note: format!(
+                    "trust-manager ClusterBundle {name:?} ({}): only Bundles (trust.cert-manager.io/v1alpha1) are migrated; write its CopyRule by hand as for a Bundle (README, coming from trust-manager); not migrated",
+                    doc["apiVersion"].as_str().unwrap_or_default()
+                ),
+            });
+            continue;
+        }
         let translated = Bundle::deserialize(doc)
             .map_err(|e| format!("not a Bundle migrate can read ({e})"))
             .and_then(|bundle| translate_bundle(&bundle, trust_namespace));
