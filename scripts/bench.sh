@@ -9,10 +9,16 @@
 #   scripts/bench.sh --no-memory            all phases but memory (5,000 namespaces, 50,000
 #                                           Secrets) and resync, which runs on its load
 #   scripts/bench.sh --phase NAME[,NAME]    only these phases (repeatable): big-payload,
-#                                           selector-sources, new-namespace, fanout, restore,
-#                                           watch-triggers, admission, pod-gate,
+#                                           selector-sources, new-namespace, fanout, bundle,
+#                                           restore, watch-triggers, admission, pod-gate,
 #                                           apiserver-profile, memory, resync, scale,
 #                                           tenant-sources, bootstrap; always in that order
+#   scripts/bench.sh --phase bundle         a CopyRule bundling one Secret of 100 CA
+#                                           certificates into a ConfigMap in 500 namespaces
+#                                           (--fanout): the source updated -> every copy,
+#                                           beside a plain client replacing 500 ConfigMaps of
+#                                           the same size; API calls and CPU per round (in the
+#                                           default run, ~1 min)
 #   scripts/bench.sh --phase scale          the scale curve (~5 min): 1,000 -> 5,000 -> 20,000
 #                                           namespaces with 10 and 100 rules, an update fanned
 #                                           out to 5,000, fits and extrapolation to 50,000. It
@@ -38,7 +44,8 @@
 #   scripts/bench.sh --no-scale             the default run without the scale curve
 #   scripts/bench.sh --no-tenant-sources    the default run without tenant-sources
 #   scripts/bench.sh --no-bootstrap         the default run without bootstrap
-#   scripts/bench.sh --fanout N             namespaces in the fan-out phase (500; 100 --quick)
+#   scripts/bench.sh --fanout N             namespaces in the fanout and bundle phases (500;
+#                                           100 --quick)
 #
 # The arguments go to the cluster benchmark (benches/cluster/, `cargo bench --bench cluster --
 # --help`); --out is set by this script.

@@ -272,20 +272,23 @@ async fn fanout_rounds(
 
 /// "raw: ... ; copyrator: ..." CPU per update round, by process.
 fn cpu_note(r: &Rounds) -> String {
-    let per_round = |cpu: &[Duration; 4], rounds: usize| {
-        let total: Duration = cpu.iter().sum();
-        let parts: Vec<String> = CPU_PARTS
-            .iter()
-            .zip(cpu)
-            .map(|(name, d)| format!("{name} {}", ms(*d / rounds as u32)))
-            .collect();
-        format!("{} (total {})", parts.join(", "), ms(total / rounds as u32))
-    };
     format!(
         "raw: {}; copyrator: {}",
-        per_round(&r.raw_update_cpu, r.raw_updates.len().max(1)),
-        per_round(&r.cr_update_cpu, r.cr_updates.len().max(1))
+        cpu_per_round(&r.raw_update_cpu, r.raw_updates.len()),
+        cpu_per_round(&r.cr_update_cpu, r.cr_updates.len())
     )
+}
+
+/// CPU per round by process (CPU_PARTS), from `cpu` summed over `rounds`.
+pub fn cpu_per_round(cpu: &[Duration; 4], rounds: usize) -> String {
+    let rounds = rounds.max(1) as u32;
+    let total: Duration = cpu.iter().sum();
+    let parts: Vec<String> = CPU_PARTS
+        .iter()
+        .zip(cpu)
+        .map(|(name, d)| format!("{name} {}", ms(*d / rounds)))
+        .collect();
+    format!("{} (total {})", parts.join(", "), ms(total / rounds))
 }
 
 /// The quiet time before each round: as long as copyrator's write bucket takes to fill again
@@ -309,7 +312,13 @@ fn rate_limit_note(r: &Rounds) -> String {
     )
 }
 
-fn fanout_row(report: &mut Report, figure: &str, cr: &[Duration], raw: &[Duration], target: &str) {
+pub fn fanout_row(
+    report: &mut Report,
+    figure: &str,
+    cr: &[Duration],
+    raw: &[Duration],
+    target: &str,
+) {
     let median = |v: &[Duration]| {
         let mut v = v.to_vec();
         v.sort();

@@ -12,6 +12,10 @@
 //!   creating the same Secret right after the namespace;
 //! - fanout: source create / update with N matching namespaces -> every copy observed;
 //!   baseline: a plain kube-rs client writing N Secrets at the same concurrency;
+//! - bundle: one CopyRule bundling a Secret of 100 CA certificates into a ConfigMap in N
+//!   namespaces (`--fanout`): the source updated (one certificate replaced) -> every copy
+//!   observed with it; baseline: a plain client replacing N ConfigMaps of the same size at the
+//!   same concurrency; copyrator's API calls, jobs and CPU per update round;
 //! - restore: a copy deleted or edited by hand -> restored (watch event of the copy back);
 //! - watch-triggers: new namespaces one at a time and source updates fanned out, with the
 //!   webhooks registered and then with their configurations deleted (the watches alone):
@@ -50,6 +54,7 @@ mod common;
 mod admission;
 mod big_payload;
 mod bootstrap;
+mod bundle;
 mod fanout;
 mod list_cost;
 mod measure;
@@ -88,7 +93,7 @@ struct Args {
     /// Also write the report (Markdown) to FILE.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Namespaces in the fan-out phase [default: 500, 100 with --quick].
+    /// Namespaces in the fan-out and bundle phases [default: 500, 100 with --quick].
     #[arg(long, value_name = "N")]
     fanout: Option<usize>,
     /// Phases to run (repeatable, or comma-separated), always in the order of the possible
@@ -118,6 +123,8 @@ enum Phase {
     NewNamespace,
     /// Namespace storm; source created / updated -> N copies
     Fanout,
+    /// One 100-certificate bundle source updated -> N ConfigMap copies, beside a plain client
+    Bundle,
     /// Copies deleted or edited by hand -> restored
     Restore,
     /// New namespaces and source updates with the webhooks registered, then deleted
@@ -434,6 +441,9 @@ async fn long_run(report: &mut Report, sz: &Sizes, phases: &BTreeSet<Phase>) {
     }
     if phases.contains(&Phase::Fanout) {
         fanout::run(report, &lr, sz.fanout).await;
+    }
+    if phases.contains(&Phase::Bundle) {
+        bundle::run(report, &lr, sz.fanout).await;
     }
     if phases.contains(&Phase::Restore) {
         restore::run(report, &lr, sz.restore).await;

@@ -292,7 +292,7 @@ pub fn call_breakdown_per(before: &str, after: &str, n: usize) -> String {
 
 /// The samples of the counter family `name` that grew between two scrapes: their labels
 /// (`{verb="get",...}`) and by how much.
-fn counter_deltas(name: &str, before: &str, after: &str) -> Vec<(String, f64)> {
+pub fn counter_deltas(name: &str, before: &str, after: &str) -> Vec<(String, f64)> {
     let prefix = format!("{name}{{");
     after
         .lines()
