@@ -3,6 +3,7 @@
 //! persisted yet, unreadable sources), asserted on the objects the API ends up holding and the
 //! requests it received. The happy paths and the real API server are the end-to-end tests'.
 
+mod bundle_reads;
 pub(crate) mod fake_api;
 mod indexed_reads;
 mod prefetch;
