@@ -308,6 +308,43 @@ pub async fn run(report: &mut Report, lr: &LongRun, n: usize) {
         cpu_per_round(&r.raw_cpu, rounds),
         cpu_per_round(&r.cr_cpu, rounds),
     ));
+    clean_up(lr, &target, &source, written).await;
+}
+
+/// Leaves the cluster as the fan-out phase does for the phases after it (restore, memory,
+/// resync): the rule and its copies gone, the source and the plain client's ConfigMaps too.
+async fn clean_up(lr: &LongRun, target: &str, source: &str, written: Vec<ConfigMap>) {
+    let LongRun { env, client, p, .. } = lr;
+    let _ = env.rules().delete(target, &Default::default()).await;
+    let _ = env
+        .secrets(&lr.src)
+        .delete(source, &Default::default())
+        .await;
+    stream::iter(written)
+        .for_each_concurrent(CONCURRENCY, |cm| async move {
+            let ns = cm.namespace().unwrap_or_default();
+            let _ = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                .delete(&cm.name_any(), &Default::default())
+                .await;
+        })
+        .await;
+    let copies = Api::<ConfigMap>::all(client.clone());
+    let by_name = kube::api::ListParams::default().fields(&format!("metadata.name={target}"));
+    crate::common::eventually(
+        Duration::from_secs(120),
+        "the bundle's copies deleted with its rule",
+        || async {
+            copies
+                .list_metadata(&by_name)
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    wait_quiet(p).await;
 }
 
 /// The plain client's `n` ConfigMaps holding `text`, created `CONCURRENCY` at a time; the time
