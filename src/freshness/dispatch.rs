@@ -360,6 +360,12 @@ impl Dispatcher {
         let Some(watched) = feed.watched(meta) else {
             return;
         };
+        // A CopyRule event that changed no spec (its status, which copyrator writes after a
+        // burst of namespace jobs) changes no namespace's answer: forgetting every namespace
+        // then made the Pods of settled namespaces wait for a sync of their own.
+        if feed == Feed::CopyRules && kept.trigger.is_none() {
+            return;
+        }
         match (
             &kept.reach,
             kept.foreign || !matches!(feed, Feed::Copies(_)),

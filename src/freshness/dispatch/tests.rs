@@ -591,6 +591,34 @@ fn a_copy_rules_spec_change_queues_its_job_its_status_does_not() {
     assert_eq!(job(&rig2), expected, "deleted while the watch was away");
 }
 
+#[test]
+fn a_copy_rules_status_write_keeps_the_pod_gates_memory_its_spec_change_does_not() {
+    let rig = rig();
+    let rule = |rv: &str, generation: i64| Meta {
+        name: Some("ca".into()),
+        resource_version: Some(rv.into()),
+        generation: Some(generation),
+        ..Default::default()
+    };
+    let mut seeding = rig.dispatcher.seeding(Feed::CopyRules);
+    rig.dispatcher.listed(&mut seeding, rule("1", 1));
+    rig.dispatcher.seeded(seeding);
+    settled(&rig, "team-a");
+    rig.dispatcher
+        .event(Feed::CopyRules, Change::Modified, &rule("2", 1));
+    assert!(
+        rig.ready.get("team-a").is_some(),
+        "a status write: same generation"
+    );
+    rig.dispatcher
+        .event(Feed::CopyRules, Change::Modified, &rule("3", 2));
+    assert!(rig.ready.get("team-a").is_none(), "its spec changed");
+    settled(&rig, "team-a");
+    rig.dispatcher
+        .event(Feed::CopyRules, Change::Deleted, &rule("4", 2));
+    assert!(rig.ready.get("team-a").is_none(), "deleted");
+}
+
 fn rig_after_relist_without_the_rule() -> Rig {
     let rig = rig();
     let rule = Meta {
