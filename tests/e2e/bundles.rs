@@ -2,9 +2,11 @@
 //! several Secrets and ConfigMaps into one key of its copies; the copies follow a source
 //! deleted and created again without ever being emptied, follow a CA rotation step by step,
 //! take a tenant's certificate only where the namespace consents, and resyncs of an unchanged
-//! bundle write nothing.
+//! bundle write nothing. Its truststores: `bundles/truststores.rs`.
 
 use crate::common;
+
+mod truststores;
 
 use std::{
     collections::BTreeSet,

@@ -7,7 +7,7 @@
 
 use crate::common;
 
-mod truststores;
+pub(crate) mod truststores;
 
 use std::time::Duration;
 

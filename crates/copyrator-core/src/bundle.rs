@@ -12,7 +12,7 @@ use x509_parser::parse_x509_certificate;
 use crate::{
     model::{Kind, ObjectKey, Payload, SourceInfo},
     selector::Selector,
-    transform::{NotCertificates, certificates::certificate_ders},
+    transform::{Formats, NotCertificates, Refused, certificates::certificate_ders},
 };
 
 /// A CopyRule's bundle, validated.
@@ -25,6 +25,8 @@ pub struct Bundle {
     pub type_: Option<String>,
     /// Certificates past their notAfter are left out.
     pub drop_expired: bool,
+    /// Truststores of the certificates beside them (`spec.target.formats`, made of `key`).
+    pub formats: Option<crate::transform::Formats>,
     /// What stands for the source of the copies in their marks and claims: the rule itself
     /// ([`ObjectKey::bundle`], the rule's uid as `source-uid`).
     pub owner: SourceInfo,
@@ -195,8 +197,26 @@ impl BundleInputs {
 }
 
 /// The payload of a bundle's copies of `kind`: `pem` under `key` (base64 in a Secret, of
-/// `type_` or Opaque).
-pub fn payload(kind: Kind, key: &str, type_: Option<&str>, pem: String) -> Payload {
+/// `type_` or Opaque), and the truststores of `formats` beside it.
+pub fn payload(
+    kind: Kind,
+    key: &str,
+    type_: Option<&str>,
+    pem: String,
+    formats: Option<&Formats>,
+) -> Result<Payload, Refused> {
+    let mut payload = pem_payload(kind, key, type_, pem);
+    if let Some(formats) = formats {
+        let mut data = payload.data.take().unwrap_or_default();
+        let mut binary = BTreeMap::new();
+        formats.add_to(kind, &mut data, &mut binary)?;
+        payload.data = Some(data);
+        payload.binary_data = (!binary.is_empty()).then_some(binary);
+    }
+    Ok(payload)
+}
+
+fn pem_payload(kind: Kind, key: &str, type_: Option<&str>, pem: String) -> Payload {
     if kind == Kind::Secret {
         Payload {
             type_: Some(type_.unwrap_or(crate::transform::OPAQUE).to_string()),

@@ -550,6 +550,11 @@ fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleError> {
     if let Some(type_) = &target.type_ {
         check_secret_type(kind, type_)?;
     }
+    let formats = target
+        .formats
+        .as_ref()
+        .map(|f| transform::Formats::for_bundle(f, &key))
+        .transpose()?;
     let Some(target_name) = spec.target_name.clone() else {
         return Err(RuleError::new(
             "spec.targetName",
@@ -664,6 +669,7 @@ fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleError> {
             key,
             type_: target.type_,
             drop_expired: spec.drop_expired,
+            formats,
             owner,
         })),
         namespace_selector,

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
 
 /// A self-signed CA certificate whose subject is `CN=<cn>`, PEM, made now.
-fn named_ca(cn: &str) -> String {
+pub(crate) fn named_ca(cn: &str) -> String {
     let key = rcgen::KeyPair::generate().unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -42,7 +42,7 @@ fn with_truststores(from: Option<&str>) -> Option<TargetSpec> {
 }
 
 /// Runs a tool, and returns what it printed (stdout and stderr); panics when it fails.
-fn run(program: &str, args: &[&str]) -> String {
+pub(crate) fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
         .args(args)
         .output()
@@ -56,7 +56,7 @@ fn run(program: &str, args: &[&str]) -> String {
     said
 }
 
-fn binary(cm: &ConfigMap, key: &str) -> Option<Vec<u8>> {
+pub(crate) fn binary(cm: &ConfigMap, key: &str) -> Option<Vec<u8>> {
     cm.binary_data.as_ref()?.get(key).map(|b| b.0.clone())
 }
 

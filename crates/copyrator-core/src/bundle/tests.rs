@@ -150,9 +150,9 @@ fn no_certificate_admitted_means_no_bundle() {
 
 #[test]
 fn a_bundle_payload_is_the_pem_as_text_in_a_config_map_and_base64_in_a_secret() {
-    let cm = payload(Kind::ConfigMap, "ca.pem", None, "PEM".into());
+    let cm = payload(Kind::ConfigMap, "ca.pem", None, "PEM".into(), None).unwrap();
     assert_eq!(cm.data.unwrap()["ca.pem"], "PEM");
-    let secret = payload(Kind::Secret, "ca.pem", None, "PEM".into());
+    let secret = payload(Kind::Secret, "ca.pem", None, "PEM".into(), None).unwrap();
     assert_eq!(secret.type_.as_deref(), Some("Opaque"));
     assert_eq!(secret.data.unwrap()["ca.pem"], STANDARD.encode("PEM"));
 }
@@ -268,5 +268,44 @@ mod validation {
             ..Default::default()
         });
         assert_eq!(field(one), "spec.target.key");
+    }
+
+    #[test]
+    fn a_bundle_makes_its_stores_of_its_one_key() {
+        let with = |formats: serde_json::Value| {
+            let mut s = spec();
+            s.target = Some(
+                serde_json::from_value(serde_json::json!({
+                    "key": "ca-bundle.pem", "formats": formats,
+                }))
+                .unwrap(),
+            );
+            Rule::from_copy_rule(&CopyRule::new("trust", s))
+        };
+        let stores = serde_json::json!({"pkcs12": {"key": "truststore.p12"},
+            "jks": {"key": "truststore.jks", "password": "s3cret"}});
+        let rule = with(stores.clone()).unwrap();
+        let formats = rule.bundle().unwrap().formats.clone().unwrap();
+        assert_eq!(formats.from, "ca-bundle.pem", "from: target.key by default");
+        assert_eq!(formats.pkcs12.unwrap().password.0, "");
+        assert_eq!(formats.jks.unwrap().password.0, "s3cret");
+        let mut named = stores.clone();
+        named["from"] = "ca-bundle.pem".into();
+        assert!(with(named).is_ok(), "from may name target.key");
+
+        let mut other = stores.clone();
+        other["from"] = "ca.crt".into();
+        let e = with(other).unwrap_err();
+        assert_eq!(e.field, "spec.target.formats.from");
+        assert!(e.message.contains("one key"), "{e}");
+        let taken = serde_json::json!({"jks": {"key": "ca-bundle.pem"}});
+        assert_eq!(
+            with(taken).unwrap_err().field,
+            "spec.target.formats.jks.key"
+        );
+        assert_eq!(
+            with(serde_json::json!({})).unwrap_err().field,
+            "spec.target.formats"
+        );
     }
 }

@@ -2,11 +2,13 @@
 //! the CopyRule, a payload per set of sources admitted into the namespace (trust, consent),
 //! never an empty copy, and marks that parse back to the same claim.
 
+use base64::{Engine, engine::general_purpose::STANDARD};
+
 use super::*;
 use crate::{
     bundle::{BundleInput, BundleInputs, LeftOut, certificates},
     content::object_hash,
-    copyrule::{BundleSourceSpec, CopyRule, CopyRuleSpec, TargetSpec},
+    copyrule::{BundleSourceSpec, CopyRule, CopyRuleSpec, FormatsSpec, TargetSpec, TruststoreSpec},
     marks,
     model::{Kind, NamespaceInfo},
     tenancy::{NamespacePatterns, TrustPolicy},
@@ -34,6 +36,10 @@ fn entry(ns: &str, name: &str) -> BundleSourceSpec {
 /// A bundle `trust` of `platform/root` (trusted) and `tenant/extra` (not), into team-a (which
 /// accepts copies from tenant) and team-b (which does not).
 fn world() -> World {
+    world_with(None)
+}
+
+fn world_with(formats: Option<FormatsSpec>) -> World {
     let mut rule = CopyRule::new(
         "trust",
         CopyRuleSpec {
@@ -44,6 +50,7 @@ fn world() -> World {
             target_name: Some("ca-bundle".into()),
             target: Some(TargetSpec {
                 key: Some("ca-bundle.pem".into()),
+                formats,
                 ..Default::default()
             }),
             ..Default::default()
@@ -217,4 +224,57 @@ fn a_bundle_with_no_certificate_to_give_is_never_written_and_says_why() {
         )],
         "said once per plan, not per target"
     );
+}
+
+#[test]
+fn a_bundles_stores_hold_the_certificates_its_namespace_takes() {
+    let store = |key: &str| {
+        Some(TruststoreSpec {
+            key: key.into(),
+            password: None,
+        })
+    };
+    let world = world_with(Some(FormatsSpec {
+        from: None,
+        pkcs12: store("truststore.p12"),
+        jks: store("truststore.jks"),
+    }));
+    let (root, _) = ca("root");
+    let (extra, _) = ca("extra");
+    let contents = with_inputs(vec![
+        input("platform", "root", Ok(&root)),
+        input("tenant", "extra", Ok(&extra)),
+    ]);
+    let copies = |contents: &Contents| -> BTreeMap<ObjectKey, crate::model::Payload> {
+        plan(&world, &Scope::All, &BTreeMap::new(), contents)
+            .into_iter()
+            .map(|a| match a {
+                Action::Create { copy, .. } => (copy.key.clone(), copy.object().payload),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let first = copies(&contents);
+    // A JKS store counts its entries after its magic and version.
+    let jks_entries = |p: &crate::model::Payload| {
+        let jks = STANDARD
+            .decode(&p.binary_data.as_ref().unwrap()["truststore.jks"])
+            .unwrap();
+        u32::from_be_bytes(jks[8..12].try_into().unwrap())
+    };
+    let (a, b) = (&first[&target("team-a")], &first[&target("team-b")]);
+    assert_eq!(jks_entries(a), 2, "team-a takes tenant's certificate too");
+    assert_eq!(jks_entries(b), 1);
+    assert!(
+        b.binary_data
+            .as_ref()
+            .unwrap()
+            .contains_key("truststore.p12")
+    );
+    // Per target, deterministic: the sources read in another order make the same bytes.
+    let again = copies(&with_inputs(vec![
+        input("tenant", "extra", Ok(&extra)),
+        input("platform", "root", Ok(&root)),
+    ]));
+    assert_eq!(first, again);
 }

@@ -28,6 +28,9 @@ use crate::{
     transform::Refused,
 };
 
+/// A bundle's copy template for the sources one namespace takes, or why none is written.
+type BundleTemplate = Result<Arc<CopyTemplate>, ConflictReason>;
+
 /// What the targets of one claim (rule, source) share within one plan: the claim's
 /// [`ClaimRef`] and the copy template. Made once per claim, not per target: a full resync plans
 /// one action per copy (SPEC §5), keyed by reference so a lookup copies no string.
@@ -39,8 +42,8 @@ struct Shared<'w> {
     /// sources lack ([`Action::MissingKeys`]), sources a bundle left out ([`Action::LeftOut`]).
     reports: Vec<Action>,
     /// Bundles' copies, by rule and the inputs admitted into the target's namespace: targets
-    /// that admit the same sources share one payload. `None`: no certificate.
-    bundles: HashMap<(&'w RuleId, Vec<usize>), Option<Arc<CopyTemplate>>>,
+    /// that admit the same sources share one payload, or why none is written.
+    bundles: HashMap<(&'w RuleId, Vec<usize>), BundleTemplate>,
     /// Bundles whose left-out sources were reported in this plan.
     bundles_reported: HashSet<&'w RuleId>,
 }
@@ -89,7 +92,7 @@ impl<'w> Shared<'w> {
         claim: &Claim<'w>,
         bundle: &crate::bundle::Bundle,
         inputs: &crate::bundle::BundleInputs,
-    ) -> Option<Arc<CopyTemplate>> {
+    ) -> BundleTemplate {
         if self.bundles_reported.insert(&claim.rule.id) {
             for (input, why) in inputs.left_out() {
                 self.reports.push(Action::LeftOut {
@@ -109,17 +112,21 @@ impl<'w> Shared<'w> {
         self.bundles
             .entry((&claim.rule.id, admitted))
             .or_insert_with_key(|(_, admitted)| {
-                let pem = inputs.combine(admitted, bundle.drop_expired)?;
+                let pem = inputs
+                    .combine(admitted, bundle.drop_expired)
+                    .ok_or(ConflictReason::EmptyBundle)?;
                 let payload = crate::bundle::payload(
                     claim.rule.target_kind(),
                     &bundle.key,
                     bundle.type_.as_deref(),
                     pem,
-                );
+                    bundle.formats.as_ref(),
+                )
+                .map_err(ConflictReason::Refused)?;
                 // The identity transform: refused never.
                 CopyTemplate::new(claim.rule, claim.source, &Arc::new(payload))
-                    .ok()
                     .map(Arc::new)
+                    .map_err(ConflictReason::Refused)
             })
             .clone()
     }
@@ -333,12 +340,12 @@ fn plan_winner<'w>(
             return need_source();
         };
         match shared.bundle_template(world, target, &claim, bundle, inputs) {
-            Some(t) => Some(t),
-            None => {
+            Ok(t) => Some(t),
+            Err(reason) => {
                 return Action::Conflict {
                     target: target.clone(),
                     by,
-                    reason: ConflictReason::EmptyBundle,
+                    reason,
                 };
             }
         }

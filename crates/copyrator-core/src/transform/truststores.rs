@@ -73,12 +73,6 @@ impl Formats {
                 "needs spec.keys: the key holding the certificates and every key of the copies must be known",
             ));
         };
-        if spec.pkcs12.is_none() && spec.jks.is_none() {
-            return Err(RuleError::new(
-                FIELD,
-                "names no format: set pkcs12, jks or both",
-            ));
-        }
         let from = match (&spec.from, keys) {
             (Some(from), _) if keys.iter().any(|k| &k.to == from) => from.clone(),
             (Some(from), _) => {
@@ -95,13 +89,40 @@ impl Formats {
                 ));
             }
         };
+        let copied: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();
+        Self::with_stores(spec, from, &copied)
+    }
+
+    /// The formats `spec` asks for on the copies of a bundle, whose one key is `key`
+    /// (`spec.target.key`): the stores are made of it, and `from` may only name it.
+    pub fn for_bundle(spec: &FormatsSpec, key: &str) -> Result<Self, RuleError> {
+        if let Some(from) = spec.from.as_deref().filter(|from| *from != key) {
+            return Err(RuleError::new(
+                "spec.target.formats.from",
+                format!(
+                    "{from:?} is not spec.target.key ({key:?}): a bundle's copies hold one key, the one its stores are made of (leave from out)"
+                ),
+            ));
+        }
+        Self::with_stores(spec, key.to_string(), &[key])
+    }
+
+    /// The stores of `spec`, made of the copies' key `from`, beside the copies' keys `copied`.
+    fn with_stores(spec: &FormatsSpec, from: String, copied: &[&str]) -> Result<Self, RuleError> {
+        const FIELD: &str = "spec.target.formats";
+        if spec.pkcs12.is_none() && spec.jks.is_none() {
+            return Err(RuleError::new(
+                FIELD,
+                "names no format: set pkcs12, jks or both",
+            ));
+        }
         let store = |name: &str, spec: &Option<TruststoreSpec>, default: &str| {
             let Some(spec) = spec else {
                 return Ok(None);
             };
             let field = format!("{FIELD}.{name}");
             crate::rules::check_key(format!("{field}.key"), &spec.key)?;
-            if keys.iter().any(|k| k.to == spec.key) {
+            if copied.contains(&spec.key.as_str()) {
                 return Err(RuleError::new(
                     format!("{field}.key"),
                     format!(
