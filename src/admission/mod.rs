@@ -348,7 +348,7 @@ async fn handle(
             Endpoint::Namespaces => namespaces::review(&request),
             Endpoint::Sources => sources::review(&request, &state.policy),
             Endpoint::Copies => copies::review(&request),
-            Endpoint::Rules => rules::review(&request),
+            Endpoint::Rules => rules::review(&request, &state.policy),
             Endpoint::Pods => pods::review(&request),
             Endpoint::ReadOnly => {
                 read_only::review(&request, state.own_username.as_deref(), |ns| {

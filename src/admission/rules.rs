@@ -9,12 +9,13 @@ use super::{
 };
 use crate::{
     copyrule::{CopyRule, CopyRuleSpec},
+    plan::Policy,
     queue::job::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
     selector,
 };
 
-pub fn review(req: &Request<'_>) -> Verdict {
+pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
     if req.name.is_empty() && req.operation != Operation::Create {
         return Verdict::allow();
     }
@@ -33,6 +34,19 @@ pub fn review(req: &Request<'_>) -> Verdict {
                 Ok(parsed) => parsed,
                 Err(e) => return Verdict::deny(format!("copyrator: invalid CopyRule: {e}")),
             };
+            // A store's password is read only from the platform's own namespaces (SPEC §3.2,
+            // Bundles); the planner checks again, trust may change with a restart.
+            if let Some(from) = parsed
+                .bundle()
+                .into_iter()
+                .flat_map(|b| b.password_refs())
+                .find(|r| !policy.trust.is_trusted(&r.namespace))
+            {
+                return Verdict::deny(format!(
+                    "copyrator: invalid CopyRule: spec.target.formats: a store's passwordSecretRef names namespace {}, which is not trusted (--trusted-namespaces): a password is read only from a trusted namespace",
+                    from.namespace
+                ));
+            }
             // A Secret's data for ConfigMaps is judged on what its sources hold now.
             let check = super::certificates::needs_check(&parsed).then(|| Box::new(parsed));
             let name = rule

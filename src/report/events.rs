@@ -114,6 +114,9 @@ pub mod reason {
     /// No source of a bundle admitted into a namespace gives a certificate: its copy there
     /// is left as it is (SPEC §3.2, Bundles).
     pub const BUNDLE_EMPTY: &str = "BundleEmpty";
+    /// A truststore's password cannot be read from its Secret: the copy is left as it is
+    /// (SPEC §3.2, Bundles).
+    pub const NO_PASSWORD: &str = "TruststorePasswordUnavailable";
 }
 
 #[derive(Clone)]

@@ -18,6 +18,7 @@ use crate::{
     model::ObjectKey,
     plan::{Action, ClaimRef, ConflictReason, World},
     rules::{Capped, RuleId},
+    transform::Refused,
 };
 
 /// Per-rule tally of one job's outcomes (or of a resync's chunks, summed: [`Tally::absorb`]).
@@ -171,6 +172,7 @@ pub async fn publish(
                     ConflictReason::OwnedBy(_) => "other_rule",
                     ConflictReason::HeldByHigherTier(_) => "higher_precedence",
                     ConflictReason::ServiceAccountToken => "service_account_token",
+                    ConflictReason::Refused(Refused::NoPassword { .. }) => "truststore_password",
                     ConflictReason::Refused(_) => "key_material",
                     ConflictReason::EmptyBundle => "empty_bundle",
                 };
@@ -180,6 +182,7 @@ pub async fn publish(
                     .inc();
                 let event_reason = match why {
                     ConflictReason::ServiceAccountToken => reason::SA_TOKEN,
+                    ConflictReason::Refused(Refused::NoPassword { .. }) => reason::NO_PASSWORD,
                     ConflictReason::Refused(_) => reason::KEY_MATERIAL,
                     ConflictReason::EmptyBundle => reason::BUNDLE_EMPTY,
                     _ => reason::CONFLICT,
@@ -213,6 +216,10 @@ pub async fn publish(
                             "{} is a service-account token Secret; it is never copied",
                             by.source.namespaced_name()
                         )
+                    }
+                    // Names only: the Secret and its key, never the value.
+                    ConflictReason::Refused(Refused::NoPassword { .. }) => {
+                        format!("{target} not written: {why}; the copy there is left as it is")
                     }
                     ConflictReason::Refused(refused) => {
                         format!("{target} not written from {}: {refused}", by.source)

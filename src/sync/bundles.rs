@@ -3,7 +3,8 @@
 //! bundle's sources are few: one GET each per job, and one label-selected LIST of metadata per
 //! selector entry, from the watch cache. Nothing of them is kept between jobs; no watch of
 //! every Secret is added (a selector entry's new matches are seen by its selector watch,
-//! `cluster::selectors`).
+//! `cluster::selectors`). The Secrets its stores' passwords are in are read the same way, one
+//! GET each, and only in trusted namespaces.
 
 use crate::{
     bundle::{self, Bundle, BundleInput, BundleInputs, BundleSelect, LeftOut, MAX_SELECTED},
@@ -13,6 +14,11 @@ use crate::{
     sync::context::Context,
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
+use copyrator_core::transform::{
+    PasswordMissing, PasswordRef,
+    truststores::{Password, is_store_password},
+};
+use std::collections::BTreeMap;
 
 /// Reads what every source of `bundle` holds now.
 pub(super) async fn read(ctx: &Context, bundle: &Bundle) -> Result<BundleInputs, ApiError> {
@@ -46,6 +52,7 @@ pub(super) async fn read(ctx: &Context, bundle: &Bundle) -> Result<BundleInputs,
         }
     }
     let objects = futures::future::try_join_all(keys.iter().map(|(k, _)| cluster.get(k))).await?;
+    let passwords = read_passwords(ctx, bundle).await?;
     let read_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -58,7 +65,52 @@ pub(super) async fn read(ctx: &Context, bundle: &Bundle) -> Result<BundleInputs,
             source,
         })
         .collect();
-    Ok(BundleInputs { inputs, read_at })
+    Ok(BundleInputs {
+        inputs,
+        read_at,
+        passwords,
+    })
+}
+
+/// The stores' passwords of `bundle`, each read from its Secret if that is in a trusted
+/// namespace (a CopyRule is no way to read any Secret's value into a store's integrity key,
+/// SPEC §3.2). The values are never logged.
+async fn read_passwords(
+    ctx: &Context,
+    bundle: &Bundle,
+) -> Result<BTreeMap<PasswordRef, Result<Password, PasswordMissing>>, ApiError> {
+    let trust = &ctx.settings.policy.trust;
+    let mut out = BTreeMap::new();
+    for from in bundle.password_refs() {
+        if out.contains_key(from) {
+            continue;
+        }
+        let read = if trust.is_trusted(&from.namespace) {
+            let key = ObjectKey::new(Kind::Secret, &from.namespace, &from.name);
+            password_of(ctx.cluster.get(&key).await?.as_ref(), &from.key)
+        } else {
+            Err(PasswordMissing::Untrusted)
+        };
+        out.insert(from.clone(), read);
+    }
+    Ok(out)
+}
+
+/// The password a Secret holds under `key`: its bytes as they are (UTF-8, no trimming).
+fn password_of(secret: Option<&Object>, key: &str) -> Result<Password, PasswordMissing> {
+    let secret = secret.ok_or(PasswordMissing::SecretNotFound)?;
+    let b64 = secret
+        .payload
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .ok_or(PasswordMissing::NoKey)?;
+    let bytes = STANDARD.decode(b64).map_err(|_| PasswordMissing::Invalid)?;
+    let text = String::from_utf8(bytes).map_err(|_| PasswordMissing::Invalid)?;
+    if !is_store_password(&text) {
+        return Err(PasswordMissing::Invalid);
+    }
+    Ok(Password(text))
 }
 
 /// The certificates `obj` (of `kind`) holds under `key`, or why it gives none. A copy is no

@@ -103,6 +103,22 @@ async fn label_bundle_sources(
             label_source(ctx, info).await;
         }
     }
+    // The stores' password Secrets too (trusted namespaces only, where they are read), so
+    // that a changed password re-makes the stores as a changed source does.
+    for from in bundle.password_refs() {
+        if !ctx.settings.policy.trust.is_trusted(&from.namespace) {
+            continue;
+        }
+        let key = ObjectKey::new(crate::model::Kind::Secret, &from.namespace, &from.name);
+        if let Some(info) = cluster
+            .get_meta(&key)
+            .await?
+            .and_then(|m| SourceInfo::from_meta(key.kind, &m))
+            .filter(|i| !i.deleting)
+        {
+            label_source(ctx, &info).await;
+        }
+    }
     Ok(())
 }
 
@@ -128,8 +144,9 @@ pub(super) fn wake_bundles(ctx: &Context, rules: &[Rule], key: &ObjectKey) {
 /// Whether a bundle reads `info` (its opt-in label then asks for no rule of its own).
 fn read_by_a_bundle(world: &World, info: &SourceInfo) -> bool {
     world.rules().rules.iter().any(|r| {
-        r.bundle()
-            .is_some_and(|b| b.sources.iter().any(|s| s.selects(info)))
+        r.bundle().is_some_and(|b| {
+            b.sources.iter().any(|s| s.selects(info)) || b.reads_password_of(&info.key)
+        })
     })
 }
 

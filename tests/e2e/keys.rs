@@ -117,7 +117,7 @@ fn ready(s: &CopyRuleStatus) -> Option<(&str, &str)> {
 }
 
 /// Events about CopyRule `rule` with `reason` (they live in kube-system, SPEC §9.5).
-async fn rule_events(env: &TestEnv, rule: &str, reason: &str) -> Vec<Event> {
+pub(crate) async fn rule_events(env: &TestEnv, rule: &str, reason: &str) -> Vec<Event> {
     env.api::<Event>("kube-system")
         .list(&ListParams::default())
         .await

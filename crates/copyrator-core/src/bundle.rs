@@ -12,7 +12,10 @@ use x509_parser::parse_x509_certificate;
 use crate::{
     model::{Kind, ObjectKey, Payload, SourceInfo},
     selector::Selector,
-    transform::{Formats, NotCertificates, Refused, certificates::certificate_ders},
+    transform::{
+        Formats, NotCertificates, PasswordMissing, PasswordRef, Refused,
+        certificates::certificate_ders, truststores::Password,
+    },
 };
 
 /// A CopyRule's bundle, validated.
@@ -82,7 +85,20 @@ impl Bundle {
     /// Whether a change of the object `key` can change the bundle: it is named, or of the
     /// kind and namespace of a selector entry (it may start or stop matching it, or go).
     pub fn follows(&self, key: &ObjectKey) -> bool {
-        self.sources.iter().any(|s| s.may_select(key))
+        self.sources.iter().any(|s| s.may_select(key)) || self.reads_password_of(key)
+    }
+
+    /// Whether `key` is a Secret a store's password is read from.
+    pub fn reads_password_of(&self, key: &ObjectKey) -> bool {
+        key.kind == Kind::Secret
+            && self
+                .password_refs()
+                .any(|r| r.namespace == key.namespace && r.name == key.name)
+    }
+
+    /// The Secrets its stores' passwords are read from.
+    pub fn password_refs(&self) -> impl Iterator<Item = &PasswordRef> {
+        self.formats.iter().flat_map(|f| f.password_refs())
     }
 }
 
@@ -144,6 +160,9 @@ pub struct BundleInputs {
     pub inputs: Vec<BundleInput>,
     /// Seconds since the epoch.
     pub read_at: i64,
+    /// The stores' passwords read from Secrets, or why one could not be (never logged: the
+    /// Debug of a [`Password`] hides it).
+    pub passwords: BTreeMap<PasswordRef, Result<Password, PasswordMissing>>,
 }
 
 impl BundleInputs {

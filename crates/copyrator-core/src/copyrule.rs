@@ -164,6 +164,7 @@ pub struct FormatsSpec {
 
 /// One truststore of `spec.target.formats`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct TruststoreSpec {
     /// Its key in the copies, e.g. truststore.p12 or truststore.jks.
     pub key: String,
@@ -171,6 +172,19 @@ pub struct TruststoreSpec {
     /// holds public certificates). Default: empty for PKCS#12, `changeit` for JKS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// The store's password from a key of a Secret in a trusted namespace, instead of
+    /// `password` (bundles only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<PasswordSecretRef>,
+}
+
+/// A key of a Secret holding a truststore's password.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PasswordSecretRef {
+    /// A trusted namespace (`--trusted-namespaces`).
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
 }
 
 /// `spec.keys` in the CRD: each entry is a string or a `{from, to}` map, which a structural

@@ -1,15 +1,21 @@
 //! Truststore formats on a bundle (SPEC §3.2), end to end: one CopyRule makes a CA bundle of
 //! two sources into PEM, JKS and PKCS#12 in a namespace, the stores read back by `keytool` and
-//! `openssl` holding both certificates, unchanged across resyncs.
+//! `openssl` holding both certificates, unchanged across resyncs; a store's password taken
+//! from a Secret in a trusted namespace opens it, a changed password re-makes it, and a
+//! missing one leaves the copy as it was, said in status and an Event.
 
 use super::{KEY, named, selecting};
 use crate::{
     common::*,
-    keys::truststores::{binary, named_ca, run},
+    keys::{
+        rule_events,
+        truststores::{binary, named_ca, run},
+    },
 };
-use copyrator::copyrule::CopyRuleSpec;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::PostParams;
+use base64::{Engine, engine::general_purpose::STANDARD};
+use copyrator::copyrule::{CopyRule, CopyRuleSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// A temporary file holding `bytes`, and its path.
@@ -117,6 +123,146 @@ async fn a_bundle_of_two_sources_comes_as_pem_jks_and_pkcs12() {
     assert_eq!(
         after.metadata.resource_version, version,
         "two resyncs left the copy as it was"
+    );
+    t.finish().await;
+}
+
+/// Whether `keytool` opens the JKS store `bytes` with `password` (and lists `cn` in it).
+fn jks_opens(bytes: Vec<u8>, password: &str, cn: &str) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(&dir, "truststore.jks", bytes);
+    let out = std::process::Command::new("keytool")
+        .args(["-list", "-v", "-keystore", &path, "-storepass", password])
+        .output()
+        .expect("keytool runs");
+    out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&format!("CN={cn}"))
+}
+
+#[tokio::test]
+async fn a_store_password_from_a_secret_opens_the_store_and_follows_the_secret() {
+    let env = TestEnv::new().await;
+    let platform = env.namespace("pw-platform", &[]).await;
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![format!("--trusted-namespaces={platform}")],
+            ..Default::default()
+        },
+    )
+    .await;
+    let label = t.name("pw-bundle");
+    let dest = t.namespace("pw-dest", &[(&label, "on")]).await;
+    let cn = t.name("Password Test CA");
+    t.secrets(&platform)
+        .create(
+            &PostParams::default(),
+            &secret("root", &[], &[], &[("ca.crt", &named_ca(&cn))]),
+        )
+        .await
+        .unwrap();
+    t.secrets(&platform)
+        .create(
+            &PostParams::default(),
+            &secret("store-password", &[], &[], &[("jks", "first-pass")]),
+        )
+        .await
+        .unwrap();
+    let spec = |ns: &str| -> CopyRuleSpec {
+        serde_json::from_value(json!({
+            "kind": "ConfigMap",
+            "sources": [named("Secret", &platform, "root", "ca.crt")],
+            "targetName": "ca-bundle",
+            "target": {"key": KEY, "formats": {"jks": {"key": "truststore.jks",
+                "passwordSecretRef": {"namespace": ns, "name": "store-password", "key": "jks"}}}},
+            "namespaceSelector": selecting(&label),
+        }))
+        .unwrap()
+    };
+    // A password read from a namespace that is not trusted is denied.
+    let err = t
+        .rules()
+        .create(
+            &PostParams::default(),
+            &CopyRule::new(&t.name("pw-untrusted"), spec(&dest)),
+        )
+        .await
+        .expect_err("denied");
+    assert!(err.to_string().contains("not trusted"), "{err}");
+
+    let name = t.copy_rule("pw-bundle", spec(&platform)).await;
+    let jks = |c: &ConfigMap| binary(c, "truststore.jks");
+    let cm = t
+        .wait_for::<ConfigMap>(&dest, "ca-bundle", "the JKS store", |c| jks(c).is_some())
+        .await;
+    let first = jks(&cm).unwrap();
+    assert!(
+        jks_opens(first.clone(), "first-pass", &cn),
+        "the Secret's password opens it"
+    );
+    assert!(
+        !jks_opens(first.clone(), "changeit", &cn),
+        "the default does not"
+    );
+
+    // A new password: the store is made again under it. (Once copyrator is idle: no job of
+    // the rule's own creation is left to make it.)
+    t.quiescent().await;
+    let secrets = t.secrets(&platform);
+    let set_password = |value: serde_json::Value| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "store-password",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"jks": value}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_password(json!(STANDARD.encode("second-pass"))).await;
+    let cm = t
+        .wait_for::<ConfigMap>(&dest, "ca-bundle", "the store made again", |c| {
+            jks(c).is_some_and(|b| b != first)
+        })
+        .await;
+    assert!(jks_opens(jks(&cm).unwrap(), "second-pass", &cn));
+
+    // The key gone: no store under a wrong password; the copy stays, the rule says why.
+    t.quiescent().await;
+    let version = t
+        .config_maps(&dest)
+        .get("ca-bundle")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    set_password(serde_json::Value::Null).await;
+    let _: Secret = secrets.get("store-password").await.unwrap();
+    t.wait_for::<CopyRule>("", &name, "the conflict in status", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.conflicts.iter().any(|c| {
+                c.namespace == dest && c.reason.contains("store-password key jks has no such key")
+            })
+        })
+    })
+    .await;
+    eventually(
+        CONVERGE,
+        "a TruststorePasswordUnavailable Event",
+        || async {
+            (!rule_events(&t, &name, "TruststorePasswordUnavailable")
+                .await
+                .is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    let cm = t.config_maps(&dest).get("ca-bundle").await.unwrap();
+    assert_eq!(
+        cm.metadata.resource_version, version,
+        "the copy is left as it was"
     );
     t.finish().await;
 }

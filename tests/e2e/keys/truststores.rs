@@ -26,6 +26,7 @@ fn store(key: &str) -> Option<TruststoreSpec> {
     Some(TruststoreSpec {
         key: key.into(),
         password: None,
+        ..Default::default()
     })
 }
 

@@ -40,6 +40,7 @@ fn inputs(list: Vec<BundleInput>) -> BundleInputs {
     BundleInputs {
         inputs: list,
         read_at: 1_900_000_000,
+        passwords: Default::default(),
     }
 }
 
@@ -307,5 +308,33 @@ mod validation {
             with(serde_json::json!({})).unwrap_err().field,
             "spec.target.formats"
         );
+
+        // A password from a Secret: the ref is kept, to be read per job.
+        let from_secret = serde_json::json!({"jks": {"key": "truststore.jks",
+            "passwordSecretRef": {"namespace": "platform", "name": "pw", "key": "jks"}}});
+        let rule = with(from_secret.clone()).unwrap();
+        let bundle = rule.bundle().unwrap();
+        let refs: Vec<_> = bundle.password_refs().map(|r| r.to_string()).collect();
+        assert_eq!(refs, ["Secret platform/pw key jks"]);
+        let secret = crate::model::ObjectKey::new(crate::model::Kind::Secret, "platform", "pw");
+        assert!(bundle.follows(&secret), "its changes wake the bundle");
+        // Not with password; names that are valid.
+        let mut both = from_secret.clone();
+        both["jks"]["password"] = "changeit".into();
+        let e = with(both).unwrap_err();
+        assert_eq!(e.field, "spec.target.formats.jks.passwordSecretRef");
+        assert!(e.message.contains("not both"), "{e}");
+        for (field, bad) in [
+            ("namespace", "Not_A_Namespace"),
+            ("name", "a b"),
+            ("key", "a/b"),
+        ] {
+            let mut wrong = from_secret.clone();
+            wrong["jks"]["passwordSecretRef"][field] = bad.into();
+            assert_eq!(
+                with(wrong).unwrap_err().field,
+                format!("spec.target.formats.jks.passwordSecretRef.{field}")
+            );
+        }
     }
 }

@@ -13,6 +13,7 @@ use crate::{
     model::{Kind, NamespaceInfo},
     tenancy::{NamespacePatterns, TrustPolicy},
     transform::certificates::tests::ca,
+    transform::{PasswordMissing, PasswordRef, Refused, truststores::Password},
 };
 
 fn owner() -> ObjectKey {
@@ -85,12 +86,20 @@ fn input(ns: &str, name: &str, read: Result<&str, LeftOut>) -> BundleInput {
 }
 
 fn with_inputs(inputs: Vec<BundleInput>) -> Contents {
+    with_passwords(inputs, Default::default())
+}
+
+fn with_passwords(
+    inputs: Vec<BundleInput>,
+    passwords: BTreeMap<PasswordRef, Result<Password, PasswordMissing>>,
+) -> Contents {
     let mut contents = Contents::default();
     contents.bundles.insert(
         owner(),
         Arc::new(BundleInputs {
             inputs,
             read_at: 1_900_000_000,
+            passwords,
         }),
     );
     contents
@@ -232,6 +241,7 @@ fn a_bundles_stores_hold_the_certificates_its_namespace_takes() {
         Some(TruststoreSpec {
             key: key.into(),
             password: None,
+            ..Default::default()
         })
     };
     let world = world_with(Some(FormatsSpec {
@@ -277,4 +287,90 @@ fn a_bundles_stores_hold_the_certificates_its_namespace_takes() {
         input("platform", "root", Ok(&root)),
     ]));
     assert_eq!(first, again);
+}
+
+/// The JKS store of the copy `action` creates, if it creates one.
+fn created_jks(action: &Action) -> Option<(ObjectKey, String)> {
+    match action {
+        Action::Create { copy, .. } => Some((
+            copy.key.clone(),
+            copy.object().payload.binary_data?["truststore.jks"].clone(),
+        )),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_store_password_from_a_secret_is_read_from_a_trusted_namespace_or_nothing_is_written() {
+    let from = |ns: &str| crate::copyrule::PasswordSecretRef {
+        namespace: ns.into(),
+        name: "store-password".into(),
+        key: "jks".into(),
+    };
+    let formats = |ns: &str| FormatsSpec {
+        from: None,
+        pkcs12: None,
+        jks: Some(TruststoreSpec {
+            key: "truststore.jks".into(),
+            password_secret_ref: Some(from(ns)),
+            ..Default::default()
+        }),
+    };
+    let key = |ns: &str| PasswordRef {
+        namespace: ns.into(),
+        name: "store-password".into(),
+        key: "jks".into(),
+    };
+    let (root, _) = ca("root");
+    let inputs = || vec![input("platform", "root", Ok(&root))];
+    let plan_with = |world: &World, ns: &str, read: Result<&str, PasswordMissing>| {
+        let read = read.map(|p| Password(p.into()));
+        let contents = with_passwords(inputs(), [(key(ns), read)].into());
+        plan(world, &Scope::All, &BTreeMap::new(), &contents)
+    };
+
+    let trusted = world_with(Some(formats("platform")));
+    let first = plan_with(&trusted, "platform", Ok("one"));
+    let stores: Vec<_> = first.iter().filter_map(created_jks).collect();
+    assert_eq!(stores.len(), 2, "{first:?}");
+    // Another password, other bytes: a changed Secret re-makes the stores.
+    let second = plan_with(&trusted, "platform", Ok("two"));
+    let again: Vec<_> = second.iter().filter_map(created_jks).collect();
+    assert_ne!(stores, again);
+
+    // A Secret or key that is not there: no store under a wrong password, no copy at all.
+    let missing = plan_with(&trusted, "platform", Err(PasswordMissing::NoKey));
+    assert_eq!(missing.len(), 2, "{missing:?}");
+    for action in &missing {
+        let Action::Conflict { reason, .. } = action else {
+            panic!("{action:?}");
+        };
+        assert!(
+            matches!(reason, ConflictReason::Refused(Refused::NoPassword { why: PasswordMissing::NoKey, store, .. })
+                if store == "truststore.jks"),
+            "{reason:?}"
+        );
+        let said = reason.to_string();
+        assert!(
+            said.contains("Secret platform/store-password key jks has no such key"),
+            "{said}"
+        );
+    }
+
+    // A namespace that is not trusted: refused, even had its Secret been read.
+    let untrusted = world_with(Some(formats("tenant")));
+    let refused = plan_with(&untrusted, "tenant", Ok("one"));
+    assert!(
+        refused.iter().all(|a| matches!(
+            a,
+            Action::Conflict {
+                reason: ConflictReason::Refused(Refused::NoPassword {
+                    why: PasswordMissing::Untrusted,
+                    ..
+                }),
+                ..
+            }
+        )),
+        "{refused:?}"
+    );
 }

@@ -115,12 +115,31 @@ impl<'w> Shared<'w> {
                 let pem = inputs
                     .combine(admitted, bundle.drop_expired)
                     .ok_or(ConflictReason::EmptyBundle)?;
+                // A password only from a trusted namespace's Secret, whatever was read
+                // (trust can change between the read and the plan).
+                let formats = bundle
+                    .formats
+                    .as_ref()
+                    .map(|f| {
+                        f.with_passwords(|from| {
+                            if !trust.is_trusted(&from.namespace) {
+                                return Err(crate::transform::PasswordMissing::Untrusted);
+                            }
+                            inputs
+                                .passwords
+                                .get(from)
+                                .cloned()
+                                .unwrap_or(Err(crate::transform::PasswordMissing::NotRead))
+                        })
+                    })
+                    .transpose()
+                    .map_err(ConflictReason::Refused)?;
                 let payload = crate::bundle::payload(
                     claim.rule.target_kind(),
                     &bundle.key,
                     bundle.type_.as_deref(),
                     pem,
-                    bundle.formats.as_ref(),
+                    formats.as_ref(),
                 )
                 .map_err(ConflictReason::Refused)?;
                 // The identity transform: refused never.

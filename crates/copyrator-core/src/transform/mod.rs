@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use base64::{Engine, engine::general_purpose::STANDARD};
 
 pub use certificates::{NotCertificates, only_certificates};
-pub use truststores::Formats;
+pub use truststores::{Formats, PasswordMissing, PasswordRef};
 
 use crate::model::{Kind, Payload};
 
@@ -63,6 +63,14 @@ pub enum Refused {
     /// A truststore could not be encoded (not seen: its inputs are checked before).
     #[error("the truststore {key} could not be encoded")]
     Unencodable { key: String },
+    /// A truststore's password is to be read from a Secret, and cannot be: no store is made
+    /// under another password (SPEC §3.2, Bundles).
+    #[error("the password of the truststore {store}: {from} {why}")]
+    NoPassword {
+        store: String,
+        from: Box<truststores::PasswordRef>,
+        why: truststores::PasswordMissing,
+    },
 }
 
 /// One value of a Secret or ConfigMap, as the API carries it.

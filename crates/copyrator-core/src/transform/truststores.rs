@@ -34,7 +34,52 @@ pub struct Formats {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Store {
     pub key: String,
+    /// The password, when it is written in the rule (or the default).
     pub password: Password,
+    /// Where the password is read from instead (`passwordSecretRef`): until it is read, the
+    /// store cannot be made.
+    pub password_from: Option<PasswordRef>,
+}
+
+/// A key of a Secret in a trusted namespace holding a store's password.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PasswordRef {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+impl fmt::Display for PasswordRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Secret {}/{} key {}",
+            self.namespace, self.name, self.key
+        )
+    }
+}
+
+/// Why a store's password could not be read from its Secret. Said in fixed words: nothing of
+/// a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PasswordMissing {
+    #[error("is not in a trusted namespace (--trusted-namespaces)")]
+    Untrusted,
+    #[error("does not exist")]
+    SecretNotFound,
+    #[error("has no such key")]
+    NoKey,
+    #[error("is no store password (UTF-8, at most 128 characters, none beyond U+FFFF)")]
+    Invalid,
+    #[error("was not read")]
+    NotRead,
+}
+
+/// Whether `password` can be a store's: PKCS#12 passwords are BMPStrings (UTF-16 without
+/// surrogates) and JKS's are Java chars, so a character beyond U+FFFF cannot be said the
+/// same way in both.
+pub fn is_store_password(password: &str) -> bool {
+    !password.chars().any(|c| c as u32 > 0xFFFF) && password.chars().count() <= 128
 }
 
 /// A store's password. It guards no secret (a truststore holds public certificates) but is
@@ -90,7 +135,7 @@ impl Formats {
             }
         };
         let copied: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();
-        Self::with_stores(spec, from, &copied)
+        Self::with_stores(spec, from, &copied, false)
     }
 
     /// The formats `spec` asks for on the copies of a bundle, whose one key is `key`
@@ -104,11 +149,17 @@ impl Formats {
                 ),
             ));
         }
-        Self::with_stores(spec, key.to_string(), &[key])
+        Self::with_stores(spec, key.to_string(), &[key], true)
     }
 
-    /// The stores of `spec`, made of the copies' key `from`, beside the copies' keys `copied`.
-    fn with_stores(spec: &FormatsSpec, from: String, copied: &[&str]) -> Result<Self, RuleError> {
+    /// The stores of `spec`, made of the copies' key `from`, beside the copies' keys `copied`;
+    /// `bundle`: passwords may be read from Secrets.
+    fn with_stores(
+        spec: &FormatsSpec,
+        from: String,
+        copied: &[&str],
+        bundle: bool,
+    ) -> Result<Self, RuleError> {
         const FIELD: &str = "spec.target.formats";
         if spec.pkcs12.is_none() && spec.jks.is_none() {
             return Err(RuleError::new(
@@ -132,17 +183,21 @@ impl Formats {
                 ));
             }
             let password = spec.password.clone().unwrap_or_else(|| default.to_string());
-            // PKCS#12 passwords are BMPStrings (UTF-16 without surrogates), and JKS's are
-            // Java chars: a character beyond U+FFFF cannot be said the same way in both.
-            if password.chars().any(|c| c as u32 > 0xFFFF) || password.chars().count() > 128 {
+            if !is_store_password(&password) {
                 return Err(RuleError::new(
                     format!("{field}.password"),
                     "must be at most 128 characters, none beyond U+FFFF",
                 ));
             }
+            let password_from = spec
+                .password_secret_ref
+                .as_ref()
+                .map(|r| password_ref(&format!("{field}.passwordSecretRef"), r, spec, bundle))
+                .transpose()?;
             Ok(Some(Store {
                 key: spec.key.clone(),
                 password: Password(password),
+                password_from,
             }))
         };
         let pkcs12 = store("pkcs12", &spec.pkcs12, PKCS12_DEFAULT_PASSWORD)?;
@@ -156,6 +211,34 @@ impl Formats {
             ));
         }
         Ok(Formats { from, pkcs12, jks })
+    }
+
+    /// The Secrets the stores' passwords are read from.
+    pub fn password_refs(&self) -> impl Iterator<Item = &PasswordRef> {
+        [&self.pkcs12, &self.jks]
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.password_from.as_ref())
+    }
+
+    /// These formats with every password read from a Secret given by `read`: the formats
+    /// [`Formats::add_to`] can make. A password that cannot be read refuses the copy: a store
+    /// is never made under another password than the one asked for.
+    pub fn with_passwords(
+        &self,
+        read: impl Fn(&PasswordRef) -> Result<Password, PasswordMissing>,
+    ) -> Result<Formats, Refused> {
+        let mut out = self.clone();
+        for store in [&mut out.pkcs12, &mut out.jks].into_iter().flatten() {
+            if let Some(from) = store.password_from.take() {
+                store.password = read(&from).map_err(|why| Refused::NoPassword {
+                    store: store.key.clone(),
+                    from: Box::new(from.clone()),
+                    why,
+                })?;
+            }
+        }
+        Ok(out)
     }
 
     /// The stores' keys in the copies, in words: `truststore.p12 (PKCS#12), truststore.jks
@@ -197,6 +280,19 @@ impl Formats {
             (None, None) => return Ok(()),
         };
         let certs = trusted_certificates(&pem).map_err(refused)?;
+        // Passwords not read yet ([`Formats::with_passwords`]): no store under a wrong one.
+        if let Some(store) = [&self.pkcs12, &self.jks]
+            .into_iter()
+            .flatten()
+            .find(|s| s.password_from.is_some())
+            && let Some(from) = &store.password_from
+        {
+            return Err(Refused::NoPassword {
+                store: store.key.clone(),
+                from: Box::new(from.clone()),
+                why: PasswordMissing::NotRead,
+            });
+        }
         let pkcs12 = self.pkcs12.as_ref().map(|store| {
             let bytes = pkcs12_store::truststore(&certs, &store.password.0).ok();
             (store, bytes)
@@ -218,6 +314,46 @@ impl Formats {
         }
         Ok(())
     }
+}
+
+/// A store's `passwordSecretRef`, checked: only on a bundle, not with `password`, of a valid
+/// namespace, name and key.
+fn password_ref(
+    field: &str,
+    r: &crate::copyrule::PasswordSecretRef,
+    spec: &TruststoreSpec,
+    bundle: bool,
+) -> Result<PasswordRef, RuleError> {
+    if !bundle {
+        return Err(RuleError::new(
+            field,
+            "is only for bundles (spec.sources) for now; write the password in the rule",
+        ));
+    }
+    if spec.password.is_some() {
+        return Err(RuleError::new(
+            field,
+            "is not allowed with password: give the password or the Secret holding it, not both",
+        ));
+    }
+    if !crate::selector::is_dns_label(&r.namespace) {
+        return Err(RuleError::new(
+            format!("{field}.namespace"),
+            format!("{:?} is not a valid namespace name", r.namespace),
+        ));
+    }
+    if !crate::selector::is_dns_subdomain(&r.name) {
+        return Err(RuleError::new(
+            format!("{field}.name"),
+            format!("{:?} is not a valid object name", r.name),
+        ));
+    }
+    crate::rules::check_key(format!("{field}.key"), &r.key)?;
+    Ok(PasswordRef {
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+        key: r.key.clone(),
+    })
 }
 
 /// The certificates of `pem` (PEM certificates and nothing else, as the PEM rule judges it),

@@ -166,6 +166,9 @@ impl Verdict {
             Verdict::Conflict(ConflictReason::OwnedBy(_)) => "NameTaken",
             Verdict::Conflict(ConflictReason::HeldByHigherTier(_)) => "HeldByRetainedCopy",
             Verdict::Conflict(ConflictReason::ServiceAccountToken) => "ServiceAccountToken",
+            Verdict::Conflict(ConflictReason::Refused(crate::transform::Refused::NoPassword {
+                ..
+            })) => "TruststorePasswordUnavailable",
             Verdict::Conflict(ConflictReason::Refused(_)) => "KeyMaterialRefused",
             Verdict::Conflict(ConflictReason::EmptyBundle) => "BundleEmpty",
             Verdict::Skipped(_) => "Skipped",

@@ -37,10 +37,12 @@ fn both(from: &str) -> Formats {
         pkcs12: Some(Store {
             key: "truststore.p12".into(),
             password: Password(PKCS12_DEFAULT_PASSWORD.into()),
+            password_from: None,
         }),
         jks: Some(Store {
             key: "truststore.jks".into(),
             password: Password(JKS_DEFAULT_PASSWORD.into()),
+            password_from: None,
         }),
     }
 }
@@ -228,6 +230,7 @@ fn store(key: &str) -> Option<TruststoreSpec> {
     Some(TruststoreSpec {
         key: key.into(),
         password: None,
+        ..Default::default()
     })
 }
 
@@ -273,7 +276,7 @@ fn bad_formats_are_denied_naming_the_field() {
         pkcs12: store("truststore.p12"),
         jks: None,
     };
-    let cases: Vec<(&[&str], FormatsSpec, &str)> = vec![
+    let mut cases: Vec<(&[&str], FormatsSpec, &str)> = vec![
         (&[], ok(), "spec.target.formats"),
         (
             &["ca.crt"],
@@ -322,12 +325,30 @@ fn bad_formats_are_denied_naming_the_field() {
                 jks: Some(TruststoreSpec {
                     key: "truststore.jks".into(),
                     password: Some("\u{1F512}".into()),
+                    ..Default::default()
                 }),
                 ..ok()
             },
             "spec.target.formats.jks.password",
         ),
     ];
+    // A password from a Secret is for bundles only, for now.
+    cases.push((
+        &["ca.crt"],
+        FormatsSpec {
+            jks: Some(TruststoreSpec {
+                key: "truststore.jks".into(),
+                password_secret_ref: Some(crate::copyrule::PasswordSecretRef {
+                    namespace: "platform".into(),
+                    name: "pw".into(),
+                    key: "jks".into(),
+                }),
+                ..Default::default()
+            }),
+            ..ok()
+        },
+        "spec.target.formats.jks.passwordSecretRef",
+    ));
     for (keys, formats, field) in cases {
         let s = spec(keys, formats);
         let e = Rule::from_copy_rule(&CopyRule::new("r", s.clone())).unwrap_err();
