@@ -2,8 +2,8 @@
 //! certificates of Secrets and ConfigMaps of trust-manager's trust namespace into a ConfigMap
 //! and/or Secret named after it in the namespaces its selector matches: a CopyRule with
 //! `sources` already (SPEC §3.2, Bundles), one per target kind. What a CopyRule cannot say
-//! (inline certificates, the default CAs, every key of a source, truststores, the targets'
-//! extra labels and annotations) is left out and said in the rule's notes, never dropped; a
+//! (inline certificates, the default CAs, every key of a source, a PKCS#12 profile, the
+//! targets' extra labels and annotations) is left out and said in the rule's notes, never dropped; a
 //! Bundle left with no source or no target gives no CopyRule, and the reason.
 
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{PeerRule, Skipped, Translation, nullable};
 use crate::{
     bundle::MAX_SOURCES,
-    copyrule::{BundleSourceSpec, CopyRule, CopyRuleSpec, TargetSpec},
+    copyrule::{BundleSourceSpec, CopyRule, CopyRuleSpec, FormatsSpec, TargetSpec, TruststoreSpec},
     rules::Rule,
     selector::{self, Selector},
     transform,
@@ -90,9 +90,12 @@ fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRu
             sel.clone()
         }
     };
-    if let Some(formats) = &target.additional_formats {
-        left_out.push(formats_note(formats));
-    }
+    let (formats, formats_notes) = target
+        .additional_formats
+        .as_ref()
+        .map(formats)
+        .unwrap_or_default();
+    left_out.extend(formats_notes);
     left_out.extend(
         target
             .other
@@ -149,21 +152,34 @@ fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRu
                  annotations; left out"
             ));
         }
-        let rule = CopyRule::new(
-            &format!("trust-manager-{name}-{}", kind.to_ascii_lowercase()),
-            CopyRuleSpec {
-                kind: kind.to_string(),
-                sources: Some(sources.clone()),
-                target_name: Some(name.clone()),
-                target: Some(TargetSpec {
-                    key: Some(key.to_string()),
+        let make = |formats: Option<FormatsSpec>| {
+            CopyRule::new(
+                &format!("trust-manager-{name}-{}", kind.to_ascii_lowercase()),
+                CopyRuleSpec {
+                    kind: kind.to_string(),
+                    sources: Some(sources.clone()),
+                    target_name: Some(name.clone()),
+                    target: Some(TargetSpec {
+                        key: Some(key.to_string()),
+                        formats,
+                        ..Default::default()
+                    }),
+                    namespace_selector: Some(namespace_selector.clone()),
                     ..Default::default()
-                }),
-                namespace_selector: Some(namespace_selector.clone()),
-                ..Default::default()
-            },
-        );
-        // What migrate prints, copyrator accepts: checked as admission checks it.
+                },
+            )
+        };
+        let mut rule = make(formats.clone());
+        // What migrate prints, copyrator accepts: checked as admission checks it. Truststores
+        // it would refuse (a store's key the same as the PEM's) are left out and said.
+        if formats.is_some()
+            && let Err(e) = Rule::from_copy_rule(&rule)
+        {
+            notes.push(format!(
+                "target.additionalFormats: the truststores would make the CopyRule invalid                  ({e}); left out"
+            ));
+            rule = make(None);
+        }
         if let Err(e) = Rule::from_copy_rule(&rule) {
             failed.push(format!("its {kind} CopyRule would be invalid ({e})"));
             continue;
@@ -282,29 +298,41 @@ fn source(
     }))
 }
 
-/// `additionalFormats`, left out: a CopyRule's truststores (`spec.target.formats`) are made of
-/// one source's key, not of a bundle.
-fn formats_note(formats: &AdditionalFormats) -> String {
-    let mut stores = Vec::new();
-    if let Some(jks) = &formats.jks {
-        stores.push(format!("jks (key {})", jks.key.as_deref().unwrap_or("?")));
-    }
-    if let Some(p12) = &formats.pkcs12 {
-        let mut store = format!("pkcs12 (key {}", p12.key.as_deref().unwrap_or("?"));
-        if let Some(profile) = &p12.profile {
-            // copyrator's PKCS#12 has one shape (SPEC §3.2), none of trust-manager's profiles.
-            store.push_str(&format!(
-                ", profile {profile}, which copyrator does not make"
+/// `additionalFormats` as the CopyRule's truststores (`spec.target.formats`, made of the
+/// bundle's PEM; the passwords' defaults are trust-manager's: `changeit` for JKS, empty for
+/// PKCS#12), and what is left out of them: a store without a key, a PKCS#12 `profile`
+/// (copyrator's PKCS#12 has one shape, SPEC §3.2).
+fn formats(formats: &AdditionalFormats) -> (Option<FormatsSpec>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut store = |name: &str, store: &Option<Store>| -> Option<TruststoreSpec> {
+        let store = store.as_ref()?;
+        let Some(key) = store.key.as_deref().filter(|k| transform::is_valid_key(k)) else {
+            notes.push(format!(
+                "target.additionalFormats.{name}.key is missing or not a valid key; that store \
+                 is left out"
+            ));
+            return None;
+        };
+        if let Some(profile) = &store.profile {
+            notes.push(format!(
+                "target.additionalFormats.{name}.profile {profile}: copyrator makes one kind of \
+                 PKCS#12 (SPEC 3.2), not trust-manager's profiles; left out"
             ));
         }
-        store.push(')');
-        stores.push(store);
-    }
-    format!(
-        "target.additionalFormats {}: copyrator makes truststores (spec.target.formats) of \
-         one source's copies, not of a bundle; left out",
-        stores.join(", ")
-    )
+        Some(TruststoreSpec {
+            key: key.to_string(),
+            password: store.password.clone(),
+            password_secret_ref: None,
+        })
+    };
+    let jks = store("jks", &formats.jks);
+    let pkcs12 = store("pkcs12", &formats.pkcs12);
+    let spec = (jks.is_some() || pkcs12.is_some()).then_some(FormatsSpec {
+        from: None,
+        pkcs12,
+        jks,
+    });
+    (spec, notes)
 }
 
 /// `ConfigMap` → `configMap`, as trust-manager names its fields.
@@ -393,6 +421,8 @@ struct AdditionalFormats {
 #[derive(Debug, Deserialize)]
 struct Store {
     key: Option<String>,
+    /// The store's password; absent, trust-manager's default, which is copyrator's too.
+    password: Option<String>,
     profile: Option<String>,
 }
 

@@ -277,7 +277,7 @@ fn include_all_keys_is_said() {
 }
 
 #[test]
-fn additional_formats_and_a_pkcs12_profile_are_said() {
+fn additional_formats_become_truststores_and_a_pkcs12_profile_is_said() {
     let t = translate_one(bundle(
         "b",
         json!({
@@ -285,16 +285,47 @@ fn additional_formats_and_a_pkcs12_profile_are_said() {
             "target": {
                 "configMap": {"key": "ca.pem"},
                 "additionalFormats": {
-                    "jks": {"key": "bundle.jks", "password": "changeit"},
+                    "jks": {"key": "bundle.jks", "password": "s3cret"},
                     "pkcs12": {"key": "bundle.p12", "profile": "Modern2023"},
                 },
             },
         }),
     ));
     let (spec, _, notes) = only_rule(&t);
+    let formats = spec.target.as_ref().unwrap().formats.as_ref().unwrap();
+    assert_eq!(formats.from, None, "the bundle's key");
+    let jks = formats.jks.as_ref().unwrap();
+    assert_eq!(
+        (jks.key.as_str(), jks.password.as_deref()),
+        ("bundle.jks", Some("s3cret"))
+    );
+    let p12 = formats.pkcs12.as_ref().unwrap();
+    assert_eq!(
+        (p12.key.as_str(), p12.password.as_deref()),
+        ("bundle.p12", None)
+    );
+    assert!(
+        notes.contains("target.additionalFormats.pkcs12.profile Modern2023"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn a_store_on_the_pem_key_is_left_out_and_said() {
+    let t = translate_one(bundle(
+        "b",
+        json!({
+            "sources": [{"secret": {"name": "root-ca", "key": "ca.crt"}}],
+            "target": {
+                "configMap": {"key": "ca.pem"},
+                "additionalFormats": {"jks": {"key": "ca.pem"}},
+            },
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
     assert_eq!(spec.target.as_ref().unwrap().formats, None);
     assert!(
-        notes.contains("target.additionalFormats jks (key bundle.jks), pkcs12 (key bundle.p12, profile Modern2023, which copyrator does not make)"),
+        notes.contains("the truststores would make the CopyRule invalid"),
         "{notes}"
     );
 }
