@@ -8,10 +8,10 @@
 
 use crate::{
     bundle::{self, Bundle, BundleInput, BundleInputs, BundleSelect, LeftOut, MAX_SELECTED},
-    cluster::{ApiError, Freshness},
+    cluster::{ApiError, Cluster, Freshness},
     marks,
     model::{Kind, Object, ObjectKey, SourceInfo},
-    sync::context::Context,
+    tenancy::TrustPolicy,
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
 use copyrator_core::transform::{
@@ -20,9 +20,15 @@ use copyrator_core::transform::{
 };
 use std::collections::BTreeMap;
 
-/// Reads what every source of `bundle` holds now.
-pub(super) async fn read(ctx: &Context, bundle: &Bundle) -> Result<BundleInputs, ApiError> {
-    let cluster = &ctx.cluster;
+/// Reads what every source of `bundle` holds now, and its stores' passwords under `trust`;
+/// selector entries' matches listed `fresh` (a job: the watch cache; `explain`: etcd, which
+/// reads each entry on its own with this, and the passwords once).
+pub(crate) async fn read(
+    cluster: &Cluster,
+    trust: &TrustPolicy,
+    bundle: &Bundle,
+    fresh: Freshness,
+) -> Result<BundleInputs, ApiError> {
     let mut keys: Vec<(ObjectKey, &str)> = Vec::new();
     for source in &bundle.sources {
         match &source.select {
@@ -37,7 +43,7 @@ pub(super) async fn read(ctx: &Context, bundle: &Bundle) -> Result<BundleInputs,
                         source.kind,
                         Some(&source.namespace),
                         &marks::not_a_copy(&sel.to_string()),
-                        Freshness::Cached,
+                        fresh,
                         |m| {
                             SourceInfo::from_meta(source.kind, &m)
                                 .filter(|s| !s.is_copy())
@@ -52,7 +58,7 @@ pub(super) async fn read(ctx: &Context, bundle: &Bundle) -> Result<BundleInputs,
         }
     }
     let objects = futures::future::try_join_all(keys.iter().map(|(k, _)| cluster.get(k))).await?;
-    let passwords = read_passwords(ctx, bundle).await?;
+    let passwords = read_passwords(cluster, trust, bundle).await?;
     let read_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -75,11 +81,11 @@ pub(super) async fn read(ctx: &Context, bundle: &Bundle) -> Result<BundleInputs,
 /// The stores' passwords of `bundle`, each read from its Secret if that is in a trusted
 /// namespace (a CopyRule is no way to read any Secret's value into a store's integrity key,
 /// SPEC §3.2). The values are never logged.
-async fn read_passwords(
-    ctx: &Context,
+pub(crate) async fn read_passwords(
+    cluster: &Cluster,
+    trust: &TrustPolicy,
     bundle: &Bundle,
 ) -> Result<BTreeMap<PasswordRef, Result<Password, PasswordMissing>>, ApiError> {
-    let trust = &ctx.settings.policy.trust;
     let mut out = BTreeMap::new();
     for from in bundle.password_refs() {
         if out.contains_key(from) {
@@ -87,7 +93,7 @@ async fn read_passwords(
         }
         let read = if trust.is_trusted(&from.namespace) {
             let key = ObjectKey::new(Kind::Secret, &from.namespace, &from.name);
-            password_of(ctx.cluster.get(&key).await?.as_ref(), &from.key)
+            password_of(cluster.get(&key).await?.as_ref(), &from.key)
         } else {
             Err(PasswordMissing::Untrusted)
         };

@@ -562,7 +562,8 @@ async fn read_bundle(ctx: &Context, world: &mut World, contents: &mut Contents, 
     else {
         return;
     };
-    match super::bundles::read(ctx, &bundle).await {
+    let trust = &ctx.settings.policy.trust;
+    match super::bundles::read(&ctx.cluster, trust, &bundle, Freshness::Cached).await {
         Ok(inputs) => {
             contents.bundles.insert(key.clone(), Arc::new(inputs));
         }

@@ -3,7 +3,7 @@
 //! (`converge`), then report and queue follow-ups (`follow_up`). One file per kind of job in
 //! `jobs/`.
 
-mod bundles;
+pub(crate) mod bundles;
 pub mod context;
 mod converge;
 mod follow_up;
