@@ -2,7 +2,8 @@
 //! makes (`cluster::load`), from etcd (a one-off command wants the latest state, not the
 //! watch cache's), and every target read in full, so that "in sync" means what the copy
 //! really holds and a name held by an object copyrator does not manage is seen before any
-//! write would find it.
+//! write would find it. A bundle's sources are read as a job reads them (`sync::bundles`),
+//! one entry of `spec.sources` at a time, so that each object read is known by its entry.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -13,13 +14,18 @@ use anyhow::{Context as _, anyhow};
 use futures::{StreamExt, stream};
 
 use crate::{
+    bundle::Bundle,
     cluster::{
         Cluster, Freshness,
         load::{self, Found},
     },
     model::{Kind, Object, ObjectKey, SourceInfo},
-    plan::{Contents, Existing, Policy, World},
+    plan::{
+        Contents, Existing, Policy, World,
+        explain::{BundleReads, Bundles},
+    },
     rules::{self, SourceMatch},
+    sync::bundles,
 };
 
 /// Reads at once.
@@ -32,6 +38,8 @@ pub struct Inputs {
     pub contents: Contents,
     /// Sources that ask for copies without the opt-in label.
     pub unlabelled: Vec<SourceInfo>,
+    /// The sources of the bundles explained, per entry (also in `contents`, flattened).
+    pub bundles: Bundles,
 }
 
 /// Everything that could put a copy into namespace `name`. Fails if it does not exist.
@@ -77,13 +85,18 @@ pub async fn for_namespace(
             .iter()
             .map(|s| ObjectKey::new(s.key.kind, name, &s.key.name)),
     );
-    let contents = read_payloads(cluster, &mut world, sources).await;
+    // A bundle's stand-in source is read as its sources (SPEC §3.2, Bundles).
+    let (stand_ins, sources): (BTreeSet<ObjectKey>, BTreeSet<ObjectKey>) =
+        sources.into_iter().partition(ObjectKey::is_bundle);
+    let mut contents = read_payloads(cluster, &mut world, sources).await;
+    let bundles = read_bundles(cluster, &mut world, &mut contents, stand_ins).await;
     let existing = read_targets(cluster, targets).await?;
     Ok(Inputs {
         world,
         existing,
         contents,
         unlabelled,
+        bundles,
     })
 }
 
@@ -116,13 +129,26 @@ pub async fn for_source(
             .await
             .context("listing copyrator's copies")?;
     }
-    found.retain(|_, e| matches!(e, Existing::Managed(m) if &m.source == key));
+    // The bundles that read it: their copies name their rule (SPEC §3.2, Bundles), and are
+    // Secrets or ConfigMaps, as a bundle's sources are: listed above.
+    let stand_ins: BTreeSet<ObjectKey> = world
+        .rules()
+        .rules
+        .iter()
+        .filter_map(|r| r.bundle())
+        .filter(|b| b.sources.iter().any(|e| e.selects(&info)))
+        .map(|b| b.owner.key.clone())
+        .collect();
+    found.retain(|_, e| {
+        matches!(e, Existing::Managed(m) if &m.source == key || stand_ins.contains(&m.source))
+    });
     let mut targets: BTreeSet<ObjectKey> = found.existing.keys().cloned().collect();
-    claimed(&world, &mut targets, |s| s == key);
+    claimed(&world, &mut targets, |s| s == key || stand_ins.contains(s));
     let mut contents = Contents::default();
     contents
         .payloads
         .insert(key.clone(), payload(key.kind, &source));
+    let bundles = read_bundles(cluster, &mut world, &mut contents, stand_ins).await;
     let existing = read_targets(cluster, targets).await?;
     let unlabelled = if rules::ignored_annotations(&info).is_empty() {
         Vec::new()
@@ -134,6 +160,7 @@ pub async fn for_source(
         existing,
         contents,
         unlabelled,
+        bundles,
     })
 }
 
@@ -199,6 +226,61 @@ async fn read_payloads(
         }
     }
     contents
+}
+
+/// The sources of the bundles `stand_ins` stand for, read as a job reads them
+/// ([`crate::sync::bundles::read`]) but one entry of `spec.sources` at a time (together, and
+/// without the stores, whose passwords are read once), from etcd: what each entry matched is
+/// then known. A bundle whose sources cannot be read is unreadable to the planner, as in a job.
+async fn read_bundles(
+    cluster: &Cluster,
+    world: &mut World,
+    contents: &mut Contents,
+    stand_ins: BTreeSet<ObjectKey>,
+) -> Bundles {
+    let mut out = Bundles::new();
+    let trust = world.policy().trust.clone();
+    for key in stand_ins {
+        let Some(bundle) = world
+            .rules()
+            .copy_rule(&key.name)
+            .and_then(|r| r.bundle())
+            .cloned()
+        else {
+            continue;
+        };
+        let trust = &trust;
+        let entries = bundle.sources.iter().map(|entry| {
+            let one = Bundle {
+                sources: vec![entry.clone()],
+                formats: None,
+                ..bundle.clone()
+            };
+            async move { bundles::read(cluster, trust, &one, Freshness::Consistent).await }
+        });
+        let read = tokio::try_join!(
+            futures::future::try_join_all(entries),
+            bundles::read_passwords(cluster, trust, &bundle)
+        );
+        match read {
+            Ok((read, passwords)) => {
+                let reads = BundleReads {
+                    read_at: read.iter().map(|r| r.read_at).min().unwrap_or_default(),
+                    entries: read.into_iter().map(|r| r.inputs).collect(),
+                    passwords,
+                };
+                contents
+                    .bundles
+                    .insert(key.clone(), Arc::new(reads.inputs()));
+                out.insert(key, reads);
+            }
+            Err(e) => {
+                eprintln!("copyrator: cannot read the sources of {key}: {e}");
+                world.unreadable_mut().sources.insert(key);
+            }
+        }
+    }
+    out
 }
 
 fn payload(kind: Kind, obj: &Object) -> Arc<crate::model::Payload> {

@@ -72,6 +72,7 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         &inputs.existing,
         &inputs.contents,
         &inputs.unlabelled,
+        &inputs.bundles,
     );
     let about: BTreeSet<events::About> = explanation
         .findings

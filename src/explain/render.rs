@@ -11,8 +11,9 @@ use super::{
     policy::Resolved,
 };
 use crate::{
+    bundle::BundleSelect,
     model::{NamespaceInfo, ObjectKey, SourceInfo},
-    plan::explain::{Explanation, Finding, Focus, Planned, Shape},
+    plan::explain::{BundleSources, Explanation, Finding, Focus, Planned, Shape},
     rules::RuleId,
     tenancy::Tier,
 };
@@ -170,7 +171,10 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
                 } else {
                     f.source
                         .as_ref()
-                        .map(|s| format!("{} {}", s.kind, s.namespaced_name()))
+                        .map(|s| match s.is_bundle() {
+                            true => format!("CopyRule {}", s.name),
+                            false => format!("{} {}", s.kind, s.namespaced_name()),
+                        })
                         .unwrap_or_else(|| "-".into())
                 },
                 f.target
@@ -200,6 +204,7 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
     if !view.explanation.not_selected.is_empty() {
         out.push('\n');
     }
+    out.push_str(&bundle_sections(findings));
     if view
         .verified
         .values()
@@ -225,6 +230,57 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
                 },
                 e.message
             ));
+        }
+    }
+    out
+}
+
+/// Each bundle copy's sources, below the table: every entry of `spec.sources`, the objects it
+/// read and whether each is taken into the copy in that namespace, or left out and why.
+fn bundle_sections(findings: &[Finding]) -> String {
+    let mut out = String::new();
+    for f in findings {
+        let (Some(b), Some(target)) = (&f.bundle, &f.target) else {
+            continue;
+        };
+        let certs = match b.certificates {
+            Some(1) => "1 certificate".to_string(),
+            Some(n) => format!("{n} certificates"),
+            None => "sources not read".to_string(),
+        };
+        out.push_str(&format!(
+            "\nBundle {} in {}: {} {} (key {}, {certs})\n",
+            rule_name(&f.rule),
+            target.namespace,
+            target.kind,
+            target.name,
+            b.key
+        ));
+        for e in &b.entries {
+            out.push_str(&format!(
+                "  {} {} {} key {}\n",
+                e.entry.kind,
+                e.entry.namespace,
+                match &e.entry.select {
+                    BundleSelect::Name(name) => format!("name {name}"),
+                    BundleSelect::Selector(sel) => format!("selector \"{sel}\""),
+                },
+                e.entry.key
+            ));
+            match &e.objects {
+                None => out.push_str("    (not read)\n"),
+                Some(objects) if objects.is_empty() => out.push_str("    (matches nothing)\n"),
+                Some(objects) => {
+                    for o in objects {
+                        out.push_str(&format!(
+                            "    {} {}: {}\n",
+                            o.source.kind,
+                            o.source.namespaced_name(),
+                            o.describe(&target.namespace)
+                        ));
+                    }
+                }
+            }
         }
     }
     out
@@ -325,7 +381,12 @@ struct ObjectOut {
 impl From<&ObjectKey> for ObjectOut {
     fn from(k: &ObjectKey) -> Self {
         Self {
-            kind: k.kind.as_str(),
+            // A bundle copy's source is its CopyRule, as its marks say (SPEC §3.2, Bundles).
+            kind: if k.is_bundle() {
+                "CopyRule"
+            } else {
+                k.kind.as_str()
+            },
             namespace: k.namespace.clone(),
             name: k.name.clone(),
         }
@@ -387,6 +448,86 @@ struct FindingOut {
     /// What the copy holds of its source when not all of it as it is (SPEC §3.2); null
     /// otherwise.
     transform: Option<TransformOut>,
+    /// A bundle's copy: its sources, and which give it certificates here; null otherwise.
+    bundle: Option<BundleOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleOut {
+    /// The copy's key holding the certificates.
+    key: String,
+    /// Certificates the copy holds in this namespace; null when the sources were not read.
+    certificates: Option<usize>,
+    /// One per entry of `spec.sources` (for `explain source`: the entries that read it).
+    sources: Vec<BundleEntryOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleEntryOut {
+    kind: &'static str,
+    namespace: String,
+    /// Null for a selector entry.
+    name: Option<String>,
+    /// Null for a named entry.
+    selector: Option<String>,
+    key: String,
+    /// The objects it read; null when not read.
+    objects: Option<Vec<BundleObjectOut>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleObjectOut {
+    kind: &'static str,
+    namespace: String,
+    name: String,
+    /// Whether its certificates are in the copy here.
+    taken: bool,
+    /// `Taken`, `NotTrusted`, `SourceNotFound`, `KeyNotFound` or `NotCertificates`.
+    reason: &'static str,
+    message: String,
+    /// How many certificates its key holds; null when it holds none that can be taken.
+    certificates: Option<usize>,
+}
+
+fn bundle_out(b: &BundleSources, namespace: &str) -> BundleOut {
+    BundleOut {
+        key: b.key.clone(),
+        certificates: b.certificates,
+        sources: b
+            .entries
+            .iter()
+            .map(|e| BundleEntryOut {
+                kind: e.entry.kind.as_str(),
+                namespace: e.entry.namespace.clone(),
+                name: match &e.entry.select {
+                    BundleSelect::Name(n) => Some(n.clone()),
+                    BundleSelect::Selector(_) => None,
+                },
+                selector: match &e.entry.select {
+                    BundleSelect::Name(_) => None,
+                    BundleSelect::Selector(s) => Some(s.to_string()),
+                },
+                key: e.entry.key.clone(),
+                objects: e.objects.as_ref().map(|objects| {
+                    objects
+                        .iter()
+                        .map(|o| BundleObjectOut {
+                            kind: o.source.kind.as_str(),
+                            namespace: o.source.namespace.clone(),
+                            name: o.source.name.clone(),
+                            taken: o.taken(),
+                            reason: o.code(),
+                            message: o.describe(namespace),
+                            certificates: o.read.ok(),
+                        })
+                        .collect()
+                }),
+            })
+            .collect(),
+    }
 }
 
 #[derive(Serialize)]
@@ -515,6 +656,10 @@ pub fn report(view: &View<'_>) -> Report {
                     .map(|t| t.to_string()),
                 last_verified_by: view.verified.get(&f.rule).and_then(|v| v.by()),
                 transform: f.shape.as_ref().map(transform_out),
+                bundle: f.bundle.as_ref().and_then(|b| {
+                    let ns = f.target.as_ref()?.namespace.as_str();
+                    Some(bundle_out(b, ns))
+                }),
             })
             .collect(),
         not_selected: view
@@ -540,6 +685,127 @@ mod tests {
             vec!["long".to_string(), "x".to_string(), "tail".to_string()],
         ];
         assert_eq!(columns(&rows), "A     BB  C\nlong  x   tail\n");
+    }
+
+    /// A bundle copy in team-b: a trusted source taken, a tenant's selector match left out
+    /// by trust, a named source lacking its key.
+    fn bundle_finding() -> Finding {
+        use crate::{
+            bundle::{BundleSource, LeftOut},
+            model::Kind,
+            plan::explain::{CopyState, EntryFinding, ObjectFinding, Verdict},
+            rules::Selection,
+            selector::Selector,
+        };
+        let secret = |ns: &str, n: &str| ObjectKey::new(Kind::Secret, ns, n);
+        let entry = |ns: &str, select, objects| EntryFinding {
+            entry: BundleSource {
+                kind: Kind::Secret,
+                namespace: ns.into(),
+                select,
+                key: "ca.crt".into(),
+            },
+            objects,
+        };
+        let object = |source, trusted, read| ObjectFinding {
+            source,
+            trusted,
+            read,
+        };
+        Finding {
+            rule: RuleId::CopyRule("trust".into()),
+            tier: Some(Tier::CopyRule),
+            source: Some(ObjectKey::bundle(Kind::ConfigMap, "trust")),
+            target: Some(ObjectKey::new(Kind::ConfigMap, "team-b", "ca-bundle")),
+            verdict: Verdict::Applies {
+                selection: Selection::Listed,
+                action: Planned::Nothing,
+            },
+            copy: CopyState::InSync,
+            message: "listed".into(),
+            shape: None,
+            bundle: Some(BundleSources {
+                key: "ca-bundle.pem".into(),
+                certificates: Some(2),
+                entries: vec![
+                    entry(
+                        "platform",
+                        BundleSelect::Name("root".into()),
+                        Some(vec![object(secret("platform", "root"), true, Ok(2))]),
+                    ),
+                    entry(
+                        "tenant",
+                        BundleSelect::Selector(Selector::parse("ca=on").unwrap()),
+                        Some(vec![object(secret("tenant", "mine"), false, Ok(1))]),
+                    ),
+                    entry(
+                        "platform",
+                        BundleSelect::Name("bare".into()),
+                        Some(vec![object(
+                            secret("platform", "bare"),
+                            true,
+                            Err(LeftOut::NoKey),
+                        )]),
+                    ),
+                ],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_bundle_copys_sources_are_listed_below_the_table() {
+        let text = bundle_sections(&[bundle_finding()]);
+        assert_eq!(
+            text,
+            "\nBundle copyrule/trust in team-b: ConfigMap ca-bundle (key ca-bundle.pem, 2 certificates)
+  Secret platform name root key ca.crt
+    Secret platform/root: taken: 2 certificates
+  Secret tenant selector \"ca=on\" key ca.crt
+    Secret tenant/mine: left out: tenant is not a trusted namespace (--trusted-namespaces) and team-b does not accept copies from it (copyrator.io/accept-from)
+  Secret platform name bare key ca.crt
+    Secret platform/bare: left out: the source has no such key
+"
+        );
+    }
+
+    #[test]
+    fn a_bundle_copys_sources_are_in_the_json() {
+        let out = serde_json::to_value(bundle_out(
+            bundle_finding().bundle.as_ref().unwrap(),
+            "team-b",
+        ))
+        .unwrap();
+        assert_eq!(out["key"], "ca-bundle.pem");
+        assert_eq!(out["certificates"], 2);
+        let sources = out["sources"].as_array().unwrap();
+        assert_eq!(sources[0]["name"], "root");
+        assert_eq!(sources[0]["selector"], serde_json::Value::Null);
+        assert_eq!(sources[1]["selector"], "ca=on");
+        let objects: Vec<(&str, bool, &str, serde_json::Value)> = sources
+            .iter()
+            .flat_map(|s| s["objects"].as_array().unwrap())
+            .map(|o| {
+                (
+                    o["name"].as_str().unwrap(),
+                    o["taken"].as_bool().unwrap(),
+                    o["reason"].as_str().unwrap(),
+                    o["certificates"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            objects,
+            [
+                ("root", true, "Taken", 2.into()),
+                ("mine", false, "NotTrusted", 1.into()),
+                ("bare", false, "KeyNotFound", serde_json::Value::Null),
+            ]
+        );
+        let source: ObjectOut = (&ObjectKey::bundle(crate::model::Kind::ConfigMap, "t")).into();
+        assert_eq!(
+            source.kind, "CopyRule",
+            "a bundle copy's source is its rule"
+        );
     }
 
     #[test]

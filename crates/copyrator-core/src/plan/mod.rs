@@ -103,12 +103,7 @@ impl<'w> Shared<'w> {
             }
         }
         let trust = &world.policy().trust;
-        let ns = world.namespaces().get(&target.namespace);
-        let admitted = inputs.admitted(|from| {
-            trust.is_trusted(from)
-                || from == target.namespace
-                || ns.is_some_and(|ns| crate::tenancy::accepts_from(ns, from))
-        });
+        let admitted = inputs.admitted(|from| world.bundle_admits(&target.namespace, from));
         self.bundles
             .entry((&claim.rule.id, admitted))
             .or_insert_with_key(|(_, admitted)| {

@@ -210,6 +210,19 @@ impl World {
         }
     }
 
+    /// Whether a bundle source in namespace `from` gives its certificates to the copy in
+    /// `target_namespace` (SPEC §3.2, §9): `from` is trusted, the target namespace accepts
+    /// copies from it, or it is the target's own. The one place this is decided: the planner
+    /// and the explanations both ask it.
+    pub fn bundle_admits(&self, target_namespace: &str, from: &str) -> bool {
+        self.policy.trust.is_trusted(from)
+            || from == target_namespace
+            || self
+                .namespaces
+                .get(target_namespace)
+                .is_some_and(|ns| crate::tenancy::accepts_from(ns, from))
+    }
+
     /// Every target some rule wants, with the claims on it in precedence order (the rules
     /// are sorted by tier, age and id), split by whether the namespace consents.
     pub fn claims(&self) -> Claims<'_> {

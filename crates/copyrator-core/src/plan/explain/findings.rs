@@ -101,6 +101,7 @@ pub(super) fn judge(
         copy: state,
         message,
         shape,
+        bundle: None,
     }
 }
 
@@ -216,6 +217,7 @@ pub(super) fn no_source(
         copy,
         message,
         shape: Shape::of(rule, None),
+        bundle: None,
     }
 }
 
@@ -241,6 +243,7 @@ pub(super) fn missing_namespaces<'a>(
             copy: CopyState::Missing,
             message: format!("{n} is listed in {} but does not exist", fields(rule).0),
             shape: Shape::of(rule, None),
+            bundle: None,
         })
 }
 
@@ -274,6 +277,7 @@ pub(super) fn orphan(action: &Action, existing: &BTreeMap<ObjectKey, Existing>) 
              is no longer selected): {fate}"
         ),
         shape: None,
+        bundle: None,
     })
 }
 
@@ -296,6 +300,7 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
             copy: CopyState::Missing,
             message: format!("invalid configuration, ignored: {err}"),
             shape: None,
+            bundle: None,
         });
     let copy_rules = set
         .invalid_copy_rules
@@ -317,6 +322,7 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
             copy: CopyState::Missing,
             message: format!("invalid configuration, ignored: {err}"),
             shape: None,
+            bundle: None,
         });
     sources.chain(copy_rules).collect()
 }
@@ -368,6 +374,7 @@ pub(super) fn not_opted_in(
             ),
             verdict: Verdict::NotOptedIn(ignored),
             shape: None,
+            bundle: None,
         });
     }
     out

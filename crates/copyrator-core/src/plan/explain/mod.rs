@@ -14,6 +14,7 @@ use crate::{
     tenancy::Tier,
     transform::Transform,
 };
+pub use bundles::{BundleReads, BundleSources, Bundles, EntryFinding, ObjectFinding};
 use findings::{invalid, judge, missing_namespaces, no_source, not_opted_in, orphan};
 
 /// What is being explained.
@@ -51,6 +52,8 @@ pub struct Finding {
     pub message: String,
     /// What the copy holds of its source, when not all of it as it is (SPEC §3.2).
     pub shape: Option<Shape>,
+    /// A bundle's copy: its sources, and which give it certificates in this namespace.
+    pub bundle: Option<BundleSources>,
 }
 
 /// What a rule's copies carry of their source's payload, and as what (SPEC §3.2).
@@ -263,33 +266,56 @@ pub(super) struct Decided {
 
 /// Explains `focus` from the same inputs a job plans from. `unlabelled`: sources that carry
 /// inline-rule annotations without the opt-in label (see [`crate::rules::ignored_annotations`]).
+/// `bundles`: the sources of the bundles explained, as read per entry (the planner's
+/// `contents.bundles` are the same, flattened); a bundle not there is shown unread.
 pub fn explain(
     world: &World,
     focus: &Focus,
     existing: &BTreeMap<ObjectKey, Existing>,
     contents: &Contents,
     unlabelled: &[SourceInfo],
+    bundles: &Bundles,
 ) -> Explanation {
     let scope = match focus {
         Focus::Namespace(ns) => Scope::Namespace(ns.clone()),
         Focus::Source(key) => Scope::Source(key.clone()),
     };
-    let planned = index(plan(world, &scope, existing, contents));
+    let mut actions = plan(world, &scope, existing, contents);
+    // A source's bundles: their copies name the rule, not the source (SPEC §3.2, Bundles).
+    if let Focus::Source(key) = focus {
+        for rule in &world.rules().rules {
+            if let Some(bundle) = rule.bundle()
+                && reads_source(world, bundle, key)
+            {
+                let scope = Scope::Source(bundle.owner.key.clone());
+                actions.extend(plan(world, &scope, existing, contents));
+            }
+        }
+    }
+    let planned = index(actions);
     let mut out = Explanation::default();
     let namespaces: Vec<&NamespaceInfo> = match focus {
         Focus::Namespace(ns) => world.namespaces().get(ns).into_iter().collect(),
         Focus::Source(_) => world.namespaces().values().collect(),
     };
     for rule in &world.rules().rules {
-        let sources: Vec<&SourceInfo> = world
-            .sources()
-            .values()
-            .filter(|s| !s.deleting && rule.applies_to(s))
-            .filter(|s| match focus {
-                Focus::Source(key) => &s.key == key,
-                Focus::Namespace(_) => true,
-            })
-            .collect();
+        let sources: Vec<&SourceInfo> = match (rule.bundle(), focus) {
+            // A bundle's copies have one source, the rule's stand-in.
+            (Some(bundle), Focus::Namespace(_)) => vec![&bundle.owner],
+            (Some(bundle), Focus::Source(key)) if reads_source(world, bundle, key) => {
+                vec![&bundle.owner]
+            }
+            (Some(_), Focus::Source(_)) => Vec::new(),
+            (None, _) => world
+                .sources()
+                .values()
+                .filter(|s| !s.deleting && rule.applies_to(s))
+                .filter(|s| match focus {
+                    Focus::Source(key) => &s.key == key,
+                    Focus::Namespace(_) => true,
+                })
+                .collect(),
+        };
         if sources.is_empty() {
             if let Focus::Namespace(_) = focus {
                 out.findings.extend(
@@ -314,9 +340,25 @@ pub fn explain(
                     *out.not_selected.entry(rule.id.clone()).or_default() += 1;
                     continue;
                 }
-                out.findings.push(judge(
-                    rule, source, ns, target, targeting, &planned, existing,
-                ));
+                let mut finding = judge(rule, source, ns, target, targeting, &planned, existing);
+                if let Some(bundle) = rule.bundle() {
+                    let only = match focus {
+                        Focus::Source(key) => Some(key),
+                        Focus::Namespace(_) => None,
+                    };
+                    let shown = bundles::sources_in(
+                        world,
+                        bundle,
+                        &ns.name,
+                        bundles.get(&source.key),
+                        only,
+                    );
+                    if finding.target.is_some() && matches!(targeting, Targeting::Wanted(_)) {
+                        finding.message = format!("{}; {}", finding.message, shown.summary());
+                    }
+                    finding.bundle = Some(shown);
+                }
+                out.findings.push(finding);
             }
             if let Focus::Source(_) = focus {
                 out.findings.extend(missing_namespaces(world, rule, source));
@@ -329,6 +371,15 @@ pub fn explain(
     out.findings
         .extend(not_opted_in(world, focus, unlabelled, existing));
     out
+}
+
+/// Whether `bundle` reads the source `key`: named by an entry, or matched by a selector entry
+/// (by the labels the world knows it by).
+fn reads_source(world: &World, bundle: &crate::bundle::Bundle, key: &ObjectKey) -> bool {
+    match world.sources().get(key) {
+        Some(source) => bundle.sources.iter().any(|e| e.selects(source)),
+        None => false,
+    }
 }
 
 fn index(actions: Vec<Action>) -> Decided {
@@ -355,8 +406,7 @@ fn index(actions: Vec<Action>) -> Decided {
                 planned.missing.insert(by.clone(), keys.clone());
                 continue;
             }
-            // What a bundle's sources gave is not explained (SPEC §11: its copy's source is
-            // its CopyRule).
+            // Said per target, from the bundle's sources as read (`bundles::sources_in`).
             Action::LeftOut { .. } => continue,
         };
         match claim {
@@ -377,6 +427,9 @@ fn index(actions: Vec<Action>) -> Decided {
     planned
 }
 
+#[cfg(test)]
+mod bundle_tests;
+mod bundles;
 mod findings;
 #[cfg(test)]
 mod tests;

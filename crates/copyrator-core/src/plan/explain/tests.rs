@@ -154,6 +154,7 @@ impl Case {
             &self.existing,
             &self.contents,
             &self.unlabelled,
+            &Bundles::new(),
         )
     }
 
