@@ -488,3 +488,158 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
     p.terminate();
     env.cleanup().await;
 }
+
+/// A self-signed CA certificate, PEM, made now.
+fn ca_pem(name: &str) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.self_signed(&key).unwrap().pem()
+}
+
+/// Each object a bundle finding shows: (name, reason, taken, certificates).
+fn bundle_objects(f: &Value) -> Vec<(String, String, bool, Value)> {
+    f["bundle"]["sources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no bundle sources: {f}"))
+        .iter()
+        .flat_map(|s| s["objects"].as_array().cloned().unwrap_or_default())
+        .map(|o| {
+            (
+                o["name"].as_str().unwrap().to_string(),
+                o["reason"].as_str().unwrap().to_string(),
+                o["taken"].as_bool().unwrap(),
+                o["certificates"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn explain_shows_which_sources_a_bundle_copy_takes_and_why_it_leaves_others_out() {
+    let env = TestEnv::new().await;
+    let platform = env.namespace("exb-platform", &[]).await;
+    let trusted = format!("--trusted-namespaces={platform}");
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![trusted.clone()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let label = t.name("exb");
+    let tenant = t.namespace("exb-tenant", &[]).await;
+    // Selected by the bundle; accepts no copies from the tenant.
+    let team = t.namespace("exb-team", &[(&label, "on")]).await;
+    create(
+        &t,
+        &platform,
+        secret("root", &[], &[], &[("ca.crt", &ca_pem("root"))]),
+    )
+    .await;
+    create(&t, &platform, secret("bare", &[], &[], &[("other", "x")])).await;
+    create(
+        &t,
+        &tenant,
+        secret("extra", &[], &[], &[("ca.crt", &ca_pem("extra"))]),
+    )
+    .await;
+    let entry = |ns: &str, name: &str| json!({"kind": "Secret", "namespace": ns, "name": name, "key": "ca.crt"});
+    let spec: CopyRuleSpec = serde_json::from_value(json!({
+        "kind": "ConfigMap",
+        "sources": [entry(&platform, "root"), entry(&tenant, "extra"), entry(&platform, "bare")],
+        "targetName": "ca-bundle",
+        "target": {"key": "ca-bundle.pem"},
+        "namespaceSelector": {"matchLabels": {label.as_str(): "on"}},
+    }))
+    .unwrap();
+    let rule = t.copy_rule("exb", spec).await;
+    t.wait_for::<k8s_openapi::api::core::v1::ConfigMap>(
+        &team,
+        "ca-bundle",
+        "the bundle copy",
+        |cm| {
+            cm.data
+                .as_ref()
+                .is_some_and(|d| d.contains_key("ca-bundle.pem"))
+        },
+    )
+    .await;
+
+    let out = run_copyrator(&["explain", "namespace", &team, "-o", "json", &trusted]).await;
+    assert!(out.success, "explain failed: {}", out.stderr);
+    let report = out.json();
+    let f = finding(&report, &format!("/{rule}"), &team);
+    assert_eq!(f["source"]["kind"], "CopyRule", "{f}");
+    assert_eq!(verdict(f), v("SelectorMatches", "InSync", "None", true));
+    assert_eq!(f["bundle"]["key"], "ca-bundle.pem");
+    assert_eq!(f["bundle"]["certificates"], 1, "{f}");
+    assert_eq!(
+        f["bundle"]["sources"].as_array().unwrap().len(),
+        3,
+        "one per entry of spec.sources: {f}"
+    );
+    assert_eq!(
+        bundle_objects(f),
+        [
+            ("root".to_string(), "Taken".to_string(), true, json!(1)),
+            (
+                "extra".to_string(),
+                "NotTrusted".to_string(),
+                false,
+                json!(1)
+            ),
+            (
+                "bare".to_string(),
+                "KeyNotFound".to_string(),
+                false,
+                Value::Null
+            ),
+        ]
+    );
+
+    // The tenant's source: the bundle's copy in team, where trust leaves it out.
+    let out = run_copyrator(&[
+        "explain",
+        "source",
+        &format!("secret/{tenant}/extra"),
+        "-o",
+        "json",
+        &trusted,
+    ])
+    .await;
+    assert!(out.success, "explain failed: {}", out.stderr);
+    let report = out.json();
+    let f = finding(&report, &format!("/{rule}"), &team);
+    assert_eq!(
+        bundle_objects(f),
+        [(
+            "extra".to_string(),
+            "NotTrusted".to_string(),
+            false,
+            json!(1)
+        )]
+    );
+
+    // The table lists the sources below the findings.
+    let table = run_copyrator(&["explain", "namespace", &team, &trusted]).await;
+    assert!(table.success, "{}", table.stderr);
+    assert!(
+        table
+            .stdout
+            .contains(&format!("Bundle copyrule/{rule} in {team}"))
+            && table
+                .stdout
+                .contains(&format!("Secret {platform}/root: taken: 1 certificate"))
+            && table.stdout.contains(&format!(
+                "Secret {tenant}/extra: left out: {tenant} is not a trusted namespace"
+            ))
+            && table.stdout.contains(&format!(
+                "Secret {platform}/bare: left out: the source has no such key"
+            )),
+        "{}",
+        table.stdout
+    );
+    t.finish().await;
+}
