@@ -186,6 +186,21 @@ fn a_bundle_copy_shows_each_source_taken_or_left_out_in_its_namespace() {
         ]
     );
     assert_eq!(f.bundle.as_ref().unwrap().certificates, Some(2));
+
+    // A namespace the rule does not select: no copy, so no sources to show.
+    let mut world = world;
+    world.insert_namespaces([NamespaceInfo {
+        name: "team-c".into(),
+        resource_version: "1".into(),
+        labels: Default::default(),
+        accept_from: None,
+        terminating: false,
+    }]);
+    let focus = Focus::Namespace("team-c".into());
+    let c = explain(&world, &focus, &BTreeMap::new(), &contents, &[], &bundles);
+    let f = one(&c);
+    assert!(matches!(f.verdict, Verdict::NotSelected(_)), "{f:#?}");
+    assert_eq!(f.bundle, None);
 }
 
 #[test]

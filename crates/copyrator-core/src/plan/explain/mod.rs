@@ -341,7 +341,9 @@ pub fn explain(
                     continue;
                 }
                 let mut finding = judge(rule, source, ns, target, targeting, &planned, existing);
-                if let Some(bundle) = rule.bundle() {
+                // Where the rule wants its copy: elsewhere its sources make nothing (and a
+                // namespace's explanation reads only the bundles that target it).
+                if let (Some(bundle), Targeting::Wanted(_)) = (rule.bundle(), targeting) {
                     let only = match focus {
                         Focus::Source(key) => Some(key),
                         Focus::Namespace(_) => None,
@@ -353,9 +355,7 @@ pub fn explain(
                         bundles.get(&source.key),
                         only,
                     );
-                    if finding.target.is_some() && matches!(targeting, Targeting::Wanted(_)) {
-                        finding.message = format!("{}; {}", finding.message, shown.summary());
-                    }
+                    finding.message = format!("{}; {}", finding.message, shown.summary());
                     finding.bundle = Some(shown);
                 }
                 out.findings.push(finding);
