@@ -34,12 +34,10 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                 Ok(parsed) => parsed,
                 Err(e) => return Verdict::deny(format!("copyrator: invalid CopyRule: {e}")),
             };
-            // A store's password is read only from the platform's own namespaces (SPEC §3.2,
-            // Bundles); the planner checks again, trust may change with a restart.
+            // A store's password is read only from the platform's own namespaces (SPEC §3.2);
+            // the planner checks again, trust may change with a restart.
             if let Some(from) = parsed
-                .bundle()
-                .into_iter()
-                .flat_map(|b| b.password_refs())
+                .password_refs()
                 .find(|r| !policy.trust.is_trusted(&r.namespace))
             {
                 return Verdict::deny(format!(

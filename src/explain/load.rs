@@ -18,6 +18,7 @@ use crate::{
     cluster::{
         Cluster, Freshness,
         load::{self, Found},
+        passwords,
     },
     model::{Kind, Object, ObjectKey, SourceInfo},
     plan::{
@@ -229,9 +230,10 @@ async fn read_payloads(
 }
 
 /// The sources of the bundles `stand_ins` stand for, read as a job reads them
-/// ([`crate::sync::bundles::read`]) but one entry of `spec.sources` at a time (together, and
-/// without the stores, whose passwords are read once), from etcd: what each entry matched is
-/// then known. A bundle whose sources cannot be read is unreadable to the planner, as in a job.
+/// ([`crate::sync::bundles::read`]) but one entry of `spec.sources` at a time (together), from
+/// etcd: what each entry matched is then known. Their stores' passwords are read beside them
+/// into `contents`, as a job reads them (`cluster::passwords`). A bundle whose sources or
+/// passwords cannot be read is unreadable to the planner, as in a job.
 async fn read_bundles(
     cluster: &Cluster,
     world: &mut World,
@@ -241,33 +243,29 @@ async fn read_bundles(
     let mut out = Bundles::new();
     let trust = world.policy().trust.clone();
     for key in stand_ins {
-        let Some(bundle) = world
-            .rules()
-            .copy_rule(&key.name)
-            .and_then(|r| r.bundle())
-            .cloned()
-        else {
+        let Some(rule) = world.rules().copy_rule(&key.name).cloned() else {
             continue;
         };
-        let trust = &trust;
+        let Some(bundle) = rule.bundle() else {
+            continue;
+        };
         let entries = bundle.sources.iter().map(|entry| {
             let one = Bundle {
                 sources: vec![entry.clone()],
-                formats: None,
                 ..bundle.clone()
             };
-            async move { bundles::read(cluster, trust, &one, Freshness::Consistent).await }
+            async move { bundles::read(cluster, &one, Freshness::Consistent).await }
         });
+        let refs: Vec<_> = rule.password_refs().cloned().collect();
         let read = tokio::try_join!(
             futures::future::try_join_all(entries),
-            bundles::read_passwords(cluster, trust, &bundle)
+            passwords::read(cluster, &trust, &refs, &mut contents.passwords)
         );
         match read {
-            Ok((read, passwords)) => {
+            Ok((read, ())) => {
                 let reads = BundleReads {
                     read_at: read.iter().map(|r| r.read_at).min().unwrap_or_default(),
                     entries: read.into_iter().map(|r| r.inputs).collect(),
-                    passwords,
                 };
                 contents
                     .bundles

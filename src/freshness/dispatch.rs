@@ -311,11 +311,9 @@ impl Dispatcher {
             rules.extend(
                 copy_rules
                     .iter()
-                    // A bundle reading it reaches the bundle's namespaces (SPEC §3.2).
-                    .filter(|r| {
-                        r.selects_source(source)
-                            || r.bundle().is_some_and(|b| b.follows(&source.key))
-                    })
+                    // A rule following it (a bundle's source, a store's password) reaches
+                    // the rule's namespaces (SPEC §3.2).
+                    .filter(|r| r.selects_source(source) || r.follows(&source.key))
                     .cloned(),
             );
         }

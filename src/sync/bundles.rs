@@ -3,29 +3,22 @@
 //! bundle's sources are few: one GET each per job, and one label-selected LIST of metadata per
 //! selector entry, from the watch cache. Nothing of them is kept between jobs; no watch of
 //! every Secret is added (a selector entry's new matches are seen by its selector watch,
-//! `cluster::selectors`). The Secrets its stores' passwords are in are read the same way, one
-//! GET each, and only in trusted namespaces.
+//! `cluster::selectors`). Its stores' passwords are read beside them (`cluster::passwords`).
 
 use crate::{
     bundle::{self, Bundle, BundleInput, BundleInputs, BundleSelect, LeftOut, MAX_SELECTED},
     cluster::{ApiError, Cluster, Freshness},
     marks,
     model::{Kind, Object, ObjectKey, SourceInfo},
-    tenancy::TrustPolicy,
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
-use copyrator_core::transform::{
-    PasswordMissing, PasswordRef,
-    truststores::{Password, is_store_password},
-};
-use std::collections::BTreeMap;
 
-/// Reads what every source of `bundle` holds now, and its stores' passwords under `trust`;
-/// selector entries' matches listed `fresh` (a job: the watch cache; `explain`: etcd, which
-/// reads each entry on its own with this, and the passwords once).
+/// Reads what every source of `bundle` holds now, selector entries' matches listed `fresh` (a
+/// job: the watch cache; `explain`: etcd, which reads each entry on its own with this). Its
+/// stores' passwords are not read here: the caller reads them (`cluster::passwords`) into
+/// `Contents.passwords`, as for any rule.
 pub(crate) async fn read(
     cluster: &Cluster,
-    trust: &TrustPolicy,
     bundle: &Bundle,
     fresh: Freshness,
 ) -> Result<BundleInputs, ApiError> {
@@ -58,7 +51,6 @@ pub(crate) async fn read(
         }
     }
     let objects = futures::future::try_join_all(keys.iter().map(|(k, _)| cluster.get(k))).await?;
-    let passwords = read_passwords(cluster, trust, bundle).await?;
     let read_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -71,52 +63,7 @@ pub(crate) async fn read(
             source,
         })
         .collect();
-    Ok(BundleInputs {
-        inputs,
-        read_at,
-        passwords,
-    })
-}
-
-/// The stores' passwords of `bundle`, each read from its Secret if that is in a trusted
-/// namespace (a CopyRule is no way to read any Secret's value into a store's integrity key,
-/// SPEC §3.2). The values are never logged.
-pub(crate) async fn read_passwords(
-    cluster: &Cluster,
-    trust: &TrustPolicy,
-    bundle: &Bundle,
-) -> Result<BTreeMap<PasswordRef, Result<Password, PasswordMissing>>, ApiError> {
-    let mut out = BTreeMap::new();
-    for from in bundle.password_refs() {
-        if out.contains_key(from) {
-            continue;
-        }
-        let read = if trust.is_trusted(&from.namespace) {
-            let key = ObjectKey::new(Kind::Secret, &from.namespace, &from.name);
-            password_of(cluster.get(&key).await?.as_ref(), &from.key)
-        } else {
-            Err(PasswordMissing::Untrusted)
-        };
-        out.insert(from.clone(), read);
-    }
-    Ok(out)
-}
-
-/// The password a Secret holds under `key`: its bytes as they are (UTF-8, no trimming).
-fn password_of(secret: Option<&Object>, key: &str) -> Result<Password, PasswordMissing> {
-    let secret = secret.ok_or(PasswordMissing::SecretNotFound)?;
-    let b64 = secret
-        .payload
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .ok_or(PasswordMissing::NoKey)?;
-    let bytes = STANDARD.decode(b64).map_err(|_| PasswordMissing::Invalid)?;
-    let text = String::from_utf8(bytes).map_err(|_| PasswordMissing::Invalid)?;
-    if !is_store_password(&text) {
-        return Err(PasswordMissing::Invalid);
-    }
-    Ok(Password(text))
+    Ok(BundleInputs { inputs, read_at })
 }
 
 /// The certificates `obj` (of `kind`) holds under `key`, or why it gives none. A copy is no

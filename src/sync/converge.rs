@@ -551,19 +551,24 @@ pub(super) async fn read_sources(
     world.set_sources(read);
 }
 
-/// Reads the sources of the bundle `key` stands for into `contents`; when one cannot be
-/// read, the bundle is unreadable (its copies are skipped, and its rule's job retried).
+/// Reads the sources of the bundle `key` stands for, and its stores' passwords, into
+/// `contents`; when one cannot be read, the bundle is unreadable (its copies are skipped, and
+/// its rule's job retried).
 async fn read_bundle(ctx: &Context, world: &mut World, contents: &mut Contents, key: &ObjectKey) {
-    let Some(bundle) = world
-        .rules()
-        .copy_rule(&key.name)
-        .and_then(|r| r.bundle())
-        .cloned()
-    else {
+    let Some(rule) = world.rules().copy_rule(&key.name).cloned() else {
+        return;
+    };
+    let Some(bundle) = rule.bundle() else {
         return;
     };
     let trust = &ctx.settings.policy.trust;
-    match super::bundles::read(&ctx.cluster, trust, &bundle, Freshness::Cached).await {
+    let refs: Vec<_> = rule.password_refs().cloned().collect();
+    let read = async {
+        crate::cluster::passwords::read(&ctx.cluster, trust, &refs, &mut contents.passwords)
+            .await?;
+        super::bundles::read(&ctx.cluster, bundle, Freshness::Cached).await
+    };
+    match read.await {
         Ok(inputs) => {
             contents.bundles.insert(key.clone(), Arc::new(inputs));
         }

@@ -24,6 +24,9 @@ pub(super) async fn adopt_rule_sources(
     fresh: Freshness,
 ) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
+    // The stores' password Secrets too, so that a changed password re-makes the stores as a
+    // changed source does (SPEC §3.2).
+    label_password_secrets(ctx, rule).await?;
     let infos: Vec<SourceInfo> = match &rule.sources {
         SourceMatch::Bundle(bundle) => {
             label_bundle_sources(ctx, bundle, fresh).await?;
@@ -64,7 +67,7 @@ pub(super) async fn adopt_rule_sources(
 }
 
 /// A bundle's sources get the opt-in label, so that their changes reach the sources webhook
-/// and watch, whose source jobs wake the bundle ([`wake_bundles`]). They are not its rule's
+/// and watch, whose source jobs wake the bundle ([`wake_followers`]). They are not its rule's
 /// sources: none joins the world.
 async fn label_bundle_sources(
     ctx: &Context,
@@ -103,14 +106,20 @@ async fn label_bundle_sources(
             label_source(ctx, info).await;
         }
     }
-    // The stores' password Secrets too (trusted namespaces only, where they are read), so
-    // that a changed password re-makes the stores as a changed source does.
-    for from in bundle.password_refs() {
+    Ok(())
+}
+
+/// The Secrets `rule`'s truststores' passwords are read from get the opt-in label (in trusted
+/// namespaces only, where they are read): their changes reach the sources webhook and watch,
+/// whose source jobs wake the rule ([`wake_followers`]).
+async fn label_password_secrets(ctx: &Context, rule: &Rule) -> Result<(), ApiError> {
+    for from in rule.password_refs() {
         if !ctx.settings.policy.trust.is_trusted(&from.namespace) {
             continue;
         }
         let key = ObjectKey::new(crate::model::Kind::Secret, &from.namespace, &from.name);
-        if let Some(info) = cluster
+        if let Some(info) = ctx
+            .cluster
             .get_meta(&key)
             .await?
             .and_then(|m| SourceInfo::from_meta(key.kind, &m))
@@ -122,12 +131,13 @@ async fn label_bundle_sources(
     Ok(())
 }
 
-/// The CopyRules whose bundles read `key` get a job (SPEC §3.2, Bundles): a change of one of
-/// its sources (created, updated, deleted, relabelled) reaches every copy of the bundle.
-pub(super) fn wake_bundles(ctx: &Context, rules: &[Rule], key: &ObjectKey) {
+/// The CopyRules that follow `key` without copying it get a job (SPEC §3.2): a change of a
+/// bundle's source or of a store's password Secret (created, updated, deleted, relabelled)
+/// reaches every copy of the rule.
+pub(super) fn wake_followers(ctx: &Context, rules: &[Rule], key: &ObjectKey) {
     for rule in rules {
-        if let (Some(bundle), Some(name)) = (rule.bundle(), rule.id.copy_rule_name())
-            && bundle.follows(key)
+        if let Some(name) = rule.id.copy_rule_name()
+            && rule.follows(key)
         {
             crate::queue::enqueue(
                 &ctx.queue,
@@ -141,12 +151,13 @@ pub(super) fn wake_bundles(ctx: &Context, rules: &[Rule], key: &ObjectKey) {
     }
 }
 
-/// Whether a bundle reads `info` (its opt-in label then asks for no rule of its own).
-fn read_by_a_bundle(world: &World, info: &SourceInfo) -> bool {
+/// Whether a rule reads `info` without copying it, as a bundle's source or a store's
+/// password (its opt-in label then asks for no rule of its own).
+fn read_by_a_rule(world: &World, info: &SourceInfo) -> bool {
     world.rules().rules.iter().any(|r| {
-        r.bundle().is_some_and(|b| {
-            b.sources.iter().any(|s| s.selects(info)) || b.reads_password_of(&info.key)
-        })
+        r.bundle()
+            .is_some_and(|b| b.sources.iter().any(|s| s.selects(info)))
+            || r.reads_password_of(&info.key)
     })
 }
 
@@ -175,8 +186,7 @@ pub(super) async fn warn_about_source(ctx: &Context, world: &World, info: &Sourc
         return;
     }
     let labelled = info.labels.get(marks::SOURCE_LABEL).map(String::as_str) == Some("true");
-    if labelled && world.rules().for_source(info).next().is_none() && !read_by_a_bundle(world, info)
-    {
+    if labelled && world.rules().for_source(info).next().is_none() && !read_by_a_rule(world, info) {
         ctx.events
             .warning(
                 &regarding,

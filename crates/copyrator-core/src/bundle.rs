@@ -12,10 +12,7 @@ use x509_parser::parse_x509_certificate;
 use crate::{
     model::{Kind, ObjectKey, Payload, SourceInfo},
     selector::Selector,
-    transform::{
-        Formats, NotCertificates, PasswordMissing, PasswordRef, Refused,
-        certificates::certificate_ders, truststores::Password,
-    },
+    transform::{Formats, NotCertificates, Refused, certificates::certificate_ders},
 };
 
 /// A CopyRule's bundle, validated.
@@ -84,21 +81,10 @@ impl BundleSource {
 impl Bundle {
     /// Whether a change of the object `key` can change the bundle: it is named, or of the
     /// kind and namespace of a selector entry (it may start or stop matching it, or go).
+    /// A Secret its stores' passwords are read from is followed by its rule
+    /// ([`crate::rules::Rule::follows`]).
     pub fn follows(&self, key: &ObjectKey) -> bool {
-        self.sources.iter().any(|s| s.may_select(key)) || self.reads_password_of(key)
-    }
-
-    /// Whether `key` is a Secret a store's password is read from.
-    pub fn reads_password_of(&self, key: &ObjectKey) -> bool {
-        key.kind == Kind::Secret
-            && self
-                .password_refs()
-                .any(|r| r.namespace == key.namespace && r.name == key.name)
-    }
-
-    /// The Secrets its stores' passwords are read from.
-    pub fn password_refs(&self) -> impl Iterator<Item = &PasswordRef> {
-        self.formats.iter().flat_map(|f| f.password_refs())
+        self.sources.iter().any(|s| s.may_select(key))
     }
 }
 
@@ -160,9 +146,6 @@ pub struct BundleInputs {
     pub inputs: Vec<BundleInput>,
     /// Seconds since the epoch.
     pub read_at: i64,
-    /// The stores' passwords read from Secrets, or why one could not be (never logged: the
-    /// Debug of a [`Password`] hides it).
-    pub passwords: BTreeMap<PasswordRef, Result<Password, PasswordMissing>>,
 }
 
 impl BundleInputs {

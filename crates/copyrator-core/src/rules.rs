@@ -150,6 +150,31 @@ impl Rule {
         }
     }
 
+    /// The Secrets its truststores' passwords are read from (`passwordSecretRef`, SPEC §3.2),
+    /// whether it is a bundle or copies its sources' keys.
+    pub fn password_refs(&self) -> impl Iterator<Item = &transform::PasswordRef> {
+        let formats = match &self.sources {
+            SourceMatch::Bundle(b) => b.formats.as_ref(),
+            _ => self.transform.formats.as_ref(),
+        };
+        formats.into_iter().flat_map(|f| f.password_refs())
+    }
+
+    /// Whether `key` is a Secret a store's password is read from.
+    pub fn reads_password_of(&self, key: &ObjectKey) -> bool {
+        key.kind == Kind::Secret
+            && self
+                .password_refs()
+                .any(|r| r.namespace == key.namespace && r.name == key.name)
+    }
+
+    /// Whether a change of `key`, which is none of the sources the rule copies, can change its
+    /// copies: a bundle's source, or a Secret a store's password is read from. Its rule's job
+    /// then plans them again (SPEC §3.2).
+    pub fn follows(&self, key: &ObjectKey) -> bool {
+        self.bundle().is_some_and(|b| b.follows(key)) || self.reads_password_of(key)
+    }
+
     /// Whether `source` is copied by this rule: an inline rule belongs to exactly its own
     /// source; a CopyRule to every source it selects.
     pub fn applies_to(&self, source: &SourceInfo) -> bool {

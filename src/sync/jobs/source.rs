@@ -19,7 +19,7 @@ use crate::{
         converge::{converge, finish_loading, remember_payload},
         follow_up::after,
         persisted::read_persisted,
-        sources::{label_source, wake_bundles, warn_about_source},
+        sources::{label_source, wake_followers, warn_about_source},
     },
 };
 
@@ -40,12 +40,13 @@ pub(in crate::sync) async fn run(
         .as_ref()
         .and_then(|o| SourceInfo::from_meta(key.kind, &(&o.metadata).into()));
     if info.is_none() && cluster.copy_index().any_copy(|m| &m.source == key) == Some(false) {
-        // Not a source and no copy of it: nothing to do but tell the bundles that read it,
+        // Not a source and no copy of it: nothing to do but tell the rules that follow it (bundles, stores'
+        // passwords),
         // as the CopyRules known in memory say (while their watch is down, the next resync
         // does). A review of a source that does not exist (forged, or denied by another
         // webhook) costs this one read (SPEC §9.8).
         if let Some(rules) = cluster.copy_rule_scope().rules() {
-            wake_bundles(ctx, &rules, key);
+            wake_followers(ctx, &rules, key);
         }
         return Ok(Outcome::Done);
     }
@@ -79,7 +80,7 @@ pub(in crate::sync) async fn run(
         copies
     )?;
     world.set_sources([(key.clone(), info.clone())]);
-    wake_bundles(ctx, &world.rules().rules, key);
+    wake_followers(ctx, &world.rules().rules, key);
     let mut contents = Contents::default();
     if let (Some(obj), Some(info)) = (&source, &info) {
         remember_payload(ctx, &mut contents, info, obj);

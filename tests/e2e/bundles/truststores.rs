@@ -7,15 +7,11 @@
 use super::{KEY, named, selecting};
 use crate::{
     common::*,
-    keys::{
-        rule_events,
-        truststores::{binary, named_ca, run},
-    },
+    keys::truststores::{binary, named_ca, run, store_follows_its_password},
 };
-use base64::{Engine, engine::general_purpose::STANDARD};
 use copyrator::copyrule::{CopyRule, CopyRuleSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
 use serde_json::json;
 
 /// A temporary file holding `bytes`, and its path.
@@ -127,17 +123,6 @@ async fn a_bundle_of_two_sources_comes_as_pem_jks_and_pkcs12() {
     t.finish().await;
 }
 
-/// Whether `keytool` opens the JKS store `bytes` with `password` (and lists `cn` in it).
-fn jks_opens(bytes: Vec<u8>, password: &str, cn: &str) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let path = file(&dir, "truststore.jks", bytes);
-    let out = std::process::Command::new("keytool")
-        .args(["-list", "-v", "-keystore", &path, "-storepass", password])
-        .output()
-        .expect("keytool runs");
-    out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&format!("CN={cn}"))
-}
-
 #[tokio::test]
 async fn a_store_password_from_a_secret_opens_the_store_and_follows_the_secret() {
     let env = TestEnv::new().await;
@@ -190,79 +175,6 @@ async fn a_store_password_from_a_secret_opens_the_store_and_follows_the_secret()
     assert!(err.to_string().contains("not trusted"), "{err}");
 
     let name = t.copy_rule("pw-bundle", spec(&platform)).await;
-    let jks = |c: &ConfigMap| binary(c, "truststore.jks");
-    let cm = t
-        .wait_for::<ConfigMap>(&dest, "ca-bundle", "the JKS store", |c| jks(c).is_some())
-        .await;
-    let first = jks(&cm).unwrap();
-    assert!(
-        jks_opens(first.clone(), "first-pass", &cn),
-        "the Secret's password opens it"
-    );
-    assert!(
-        !jks_opens(first.clone(), "changeit", &cn),
-        "the default does not"
-    );
-
-    // A new password: the store is made again under it. (Once copyrator is idle: no job of
-    // the rule's own creation is left to make it.)
-    t.quiescent().await;
-    let secrets = t.secrets(&platform);
-    let set_password = |value: serde_json::Value| {
-        let secrets = secrets.clone();
-        async move {
-            secrets
-                .patch(
-                    "store-password",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"data": {"jks": value}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    set_password(json!(STANDARD.encode("second-pass"))).await;
-    let cm = t
-        .wait_for::<ConfigMap>(&dest, "ca-bundle", "the store made again", |c| {
-            jks(c).is_some_and(|b| b != first)
-        })
-        .await;
-    assert!(jks_opens(jks(&cm).unwrap(), "second-pass", &cn));
-
-    // The key gone: no store under a wrong password; the copy stays, the rule says why.
-    t.quiescent().await;
-    let version = t
-        .config_maps(&dest)
-        .get("ca-bundle")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
-    set_password(serde_json::Value::Null).await;
-    let _: Secret = secrets.get("store-password").await.unwrap();
-    t.wait_for::<CopyRule>("", &name, "the conflict in status", |r| {
-        r.status.as_ref().is_some_and(|s| {
-            s.conflicts.iter().any(|c| {
-                c.namespace == dest && c.reason.contains("store-password key jks has no such key")
-            })
-        })
-    })
-    .await;
-    eventually(
-        CONVERGE,
-        "a TruststorePasswordUnavailable Event",
-        || async {
-            (!rule_events(&t, &name, "TruststorePasswordUnavailable")
-                .await
-                .is_empty())
-            .then_some(())
-        },
-    )
-    .await;
-    let cm = t.config_maps(&dest).get("ca-bundle").await.unwrap();
-    assert_eq!(
-        cm.metadata.resource_version, version,
-        "the copy is left as it was"
-    );
+    store_follows_its_password(&t, &name, &platform, &dest, &cn).await;
     t.finish().await;
 }

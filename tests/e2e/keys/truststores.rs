@@ -4,11 +4,13 @@
 
 use std::process::Command;
 
-use super::{keys, pem_pair, rule};
+use super::{keys, pem_pair, rule, rule_events};
 use crate::common::*;
+use base64::{Engine, engine::general_purpose::STANDARD};
 use copyrator::copyrule::{CopyRule, CopyRuleSpec, FormatsSpec, TargetSpec, TruststoreSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
 
 /// A self-signed CA certificate whose subject is `CN=<cn>`, PEM, made now.
 pub(crate) fn named_ca(cn: &str) -> String {
@@ -59,6 +61,19 @@ pub(crate) fn run(program: &str, args: &[&str]) -> String {
 
 pub(crate) fn binary(cm: &ConfigMap, key: &str) -> Option<Vec<u8>> {
     cm.binary_data.as_ref()?.get(key).map(|b| b.0.clone())
+}
+
+/// Whether `keytool` opens the JKS store `bytes` with `password` (and lists `cn` in it).
+pub(crate) fn jks_opens(bytes: Vec<u8>, password: &str, cn: &str) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("truststore.jks");
+    std::fs::write(&path, bytes).unwrap();
+    let path = path.to_str().unwrap();
+    let out = Command::new("keytool")
+        .args(["-list", "-v", "-keystore", path, "-storepass", password])
+        .output()
+        .expect("keytool runs");
+    out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&format!("CN={cn}"))
 }
 
 #[tokio::test]
@@ -239,4 +254,91 @@ async fn a_truststore_of_a_key_that_is_not_certificates_is_denied() {
     );
     assert!(t.rules().get_opt(&name).await.unwrap().is_none());
     t.finish().await;
+}
+
+/// What a CopyRule promises of its JKS store `truststore.jks` in `dest`'s `ca-bundle`, its
+/// password read from the Secret `platform/store-password` (key `jks`, holding `first-pass`),
+/// a bundle or not (SPEC §3.2): that password opens it and the default does not; a new
+/// password makes it again; the key removed leaves the copy as it was, said in the rule's
+/// status and a Warning Event.
+pub(crate) async fn store_follows_its_password(
+    t: &Harness,
+    rule: &str,
+    platform: &str,
+    dest: &str,
+    cn: &str,
+) {
+    let jks = |c: &ConfigMap| binary(c, "truststore.jks");
+    let cm = t
+        .wait_for::<ConfigMap>(dest, "ca-bundle", "the JKS store", |c| jks(c).is_some())
+        .await;
+    let first = jks(&cm).unwrap();
+    assert!(
+        jks_opens(first.clone(), "first-pass", cn),
+        "the Secret's password opens it"
+    );
+    assert!(
+        !jks_opens(first.clone(), "changeit", cn),
+        "the default does not"
+    );
+
+    // A new password: the store is made again under it, no source changed. (Once copyrator
+    // is idle: no job of the rule's own creation is left to make it.)
+    t.quiescent().await;
+    let secrets = t.secrets(platform);
+    let set_password = |value: serde_json::Value| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "store-password",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"jks": value}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_password(json!(STANDARD.encode("second-pass"))).await;
+    let cm = t
+        .wait_for::<ConfigMap>(dest, "ca-bundle", "the store made again", |c| {
+            jks(c).is_some_and(|b| b != first)
+        })
+        .await;
+    assert!(jks_opens(jks(&cm).unwrap(), "second-pass", cn));
+
+    // The key gone: no store under a wrong password; the copy stays, the rule says why.
+    t.quiescent().await;
+    let version = t
+        .config_maps(dest)
+        .get("ca-bundle")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    set_password(serde_json::Value::Null).await;
+    t.wait_for::<CopyRule>("", rule, "the conflict in status", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.conflicts.iter().any(|c| {
+                c.namespace == dest && c.reason.contains("store-password key jks has no such key")
+            })
+        })
+    })
+    .await;
+    eventually(
+        CONVERGE,
+        "a TruststorePasswordUnavailable Event",
+        || async {
+            (!rule_events(t, rule, "TruststorePasswordUnavailable")
+                .await
+                .is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    let cm = t.config_maps(dest).get("ca-bundle").await.unwrap();
+    assert_eq!(
+        cm.metadata.resource_version, version,
+        "the copy is left as it was"
+    );
 }

@@ -40,7 +40,6 @@ fn inputs(list: Vec<BundleInput>) -> BundleInputs {
     BundleInputs {
         inputs: list,
         read_at: 1_900_000_000,
-        passwords: Default::default(),
     }
 }
 
@@ -313,11 +312,10 @@ mod validation {
         let from_secret = serde_json::json!({"jks": {"key": "truststore.jks",
             "passwordSecretRef": {"namespace": "platform", "name": "pw", "key": "jks"}}});
         let rule = with(from_secret.clone()).unwrap();
-        let bundle = rule.bundle().unwrap();
-        let refs: Vec<_> = bundle.password_refs().map(|r| r.to_string()).collect();
+        let refs: Vec<_> = rule.password_refs().map(|r| r.to_string()).collect();
         assert_eq!(refs, ["Secret platform/pw key jks"]);
         let secret = crate::model::ObjectKey::new(crate::model::Kind::Secret, "platform", "pw");
-        assert!(bundle.follows(&secret), "its changes wake the bundle");
+        assert!(rule.follows(&secret), "its changes wake the bundle");
         // Not with password; names that are valid.
         let mut both = from_secret.clone();
         both["jks"]["password"] = "changeit".into();

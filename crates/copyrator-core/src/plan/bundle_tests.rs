@@ -99,9 +99,9 @@ fn with_passwords(
         Arc::new(BundleInputs {
             inputs,
             read_at: 1_900_000_000,
-            passwords,
         }),
     );
+    contents.passwords = passwords;
     contents
 }
 

@@ -257,4 +257,7 @@ pub struct Contents {
     /// Hashes remembered for (source, resourceVersion): lets a steady-state pass decide "in
     /// sync" without reading the source's payload.
     pub known_hashes: HashMap<ObjectKey, String>,
+    /// Truststores' passwords read from Secrets (`passwordSecretRef`), for bundles and
+    /// single-source rules alike: read with the payloads that need them, once per job.
+    pub passwords: crate::transform::ReadPasswords,
 }

@@ -92,6 +92,7 @@ impl<'w> Shared<'w> {
         claim: &Claim<'w>,
         bundle: &crate::bundle::Bundle,
         inputs: &crate::bundle::BundleInputs,
+        passwords: &crate::transform::ReadPasswords,
     ) -> BundleTemplate {
         if self.bundles_reported.insert(&claim.rule.id) {
             for (input, why) in inputs.left_out() {
@@ -110,23 +111,10 @@ impl<'w> Shared<'w> {
                 let pem = inputs
                     .combine(admitted, bundle.drop_expired)
                     .ok_or(ConflictReason::EmptyBundle)?;
-                // A password only from a trusted namespace's Secret, whatever was read
-                // (trust can change between the read and the plan).
                 let formats = bundle
                     .formats
                     .as_ref()
-                    .map(|f| {
-                        f.with_passwords(|from| {
-                            if !trust.is_trusted(&from.namespace) {
-                                return Err(crate::transform::PasswordMissing::Untrusted);
-                            }
-                            inputs
-                                .passwords
-                                .get(from)
-                                .cloned()
-                                .unwrap_or(Err(crate::transform::PasswordMissing::NotRead))
-                        })
-                    })
+                    .map(|f| f.with_passwords(trust, passwords))
                     .transpose()
                     .map_err(ConflictReason::Refused)?;
                 let payload = crate::bundle::payload(
@@ -353,7 +341,7 @@ fn plan_winner<'w>(
         let Some(inputs) = contents.bundles.get(&claim.source.key) else {
             return need_source();
         };
-        match shared.bundle_template(world, target, &claim, bundle, inputs) {
+        match shared.bundle_template(world, target, &claim, bundle, inputs, &contents.passwords) {
             Ok(t) => Some(t),
             Err(reason) => {
                 return Action::Conflict {

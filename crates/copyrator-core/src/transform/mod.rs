@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use base64::{Engine, engine::general_purpose::STANDARD};
 
 pub use certificates::{NotCertificates, only_certificates};
-pub use truststores::{Formats, PasswordMissing, PasswordRef};
+pub use truststores::{Formats, PasswordMissing, PasswordRef, ReadPasswords};
 
 use crate::model::{Kind, Payload};
 
@@ -64,7 +64,7 @@ pub enum Refused {
     #[error("the truststore {key} could not be encoded")]
     Unencodable { key: String },
     /// A truststore's password is to be read from a Secret, and cannot be: no store is made
-    /// under another password (SPEC §3.2, Bundles).
+    /// under another password (SPEC §3.2).
     #[error("the password of the truststore {store}: {from} {why}")]
     NoPassword {
         store: String,

@@ -14,6 +14,7 @@ use crate::{
     copyrule::{FormatsSpec, TruststoreSpec},
     model::Kind,
     rules::RuleError,
+    tenancy::TrustPolicy,
 };
 
 /// The password of a JKS store when none is given (trust-manager's and Java's default).
@@ -74,6 +75,10 @@ pub enum PasswordMissing {
     #[error("was not read")]
     NotRead,
 }
+
+/// The stores' passwords a job read from Secrets, or why one could not be (never logged: the
+/// Debug of a [`Password`] hides it).
+pub type ReadPasswords = BTreeMap<PasswordRef, Result<Password, PasswordMissing>>;
 
 /// Whether `password` can be a store's: PKCS#12 passwords are BMPStrings (UTF-16 without
 /// surrogates) and JKS's are Java chars, so a character beyond U+FFFF cannot be said the
@@ -221,17 +226,27 @@ impl Formats {
             .filter_map(|s| s.password_from.as_ref())
     }
 
-    /// These formats with every password read from a Secret given by `read`: the formats
-    /// [`Formats::add_to`] can make. A password that cannot be read refuses the copy: a store
-    /// is never made under another password than the one asked for.
+    /// These formats with every password read from a Secret taken from `read` (what a job
+    /// read, [`ReadPasswords`]): the formats [`Formats::add_to`] can make. A password is taken
+    /// only from a trusted namespace's Secret, whatever was read (trust can change between the
+    /// read and the plan). A password that cannot be had refuses the copy: a store is never
+    /// made under another password than the one asked for.
     pub fn with_passwords(
         &self,
-        read: impl Fn(&PasswordRef) -> Result<Password, PasswordMissing>,
+        trust: &TrustPolicy,
+        read: &ReadPasswords,
     ) -> Result<Formats, Refused> {
         let mut out = self.clone();
         for store in [&mut out.pkcs12, &mut out.jks].into_iter().flatten() {
             if let Some(from) = store.password_from.take() {
-                store.password = read(&from).map_err(|why| Refused::NoPassword {
+                let password = if trust.is_trusted(&from.namespace) {
+                    read.get(&from)
+                        .cloned()
+                        .unwrap_or(Err(PasswordMissing::NotRead))
+                } else {
+                    Err(PasswordMissing::Untrusted)
+                };
+                store.password = password.map_err(|why| Refused::NoPassword {
                     store: store.key.clone(),
                     from: Box::new(from.clone()),
                     why,

@@ -100,7 +100,6 @@ fn read() -> (Bundles, Contents) {
             vec![input("platform", "bare", Err(LeftOut::NoKey))],
         ],
         read_at: 1_900_000_000,
-        passwords: Default::default(),
     };
     let mut contents = Contents::default();
     contents.bundles.insert(owner(), Arc::new(reads.inputs()));

@@ -10,7 +10,6 @@ use crate::{
     bundle::{Bundle, BundleInput, BundleInputs, BundleSource, LeftOut},
     model::ObjectKey,
     plan::World,
-    transform::{PasswordMissing, PasswordRef, truststores::Password},
 };
 
 /// A bundle's sources as read, per entry of its `spec.sources` (in their order): each named
@@ -21,8 +20,6 @@ pub struct BundleReads {
     pub entries: Vec<Vec<BundleInput>>,
     /// Seconds since the epoch (what "expired" is judged against).
     pub read_at: i64,
-    /// The stores' passwords, read once for the bundle.
-    pub passwords: BTreeMap<PasswordRef, Result<Password, PasswordMissing>>,
 }
 
 impl BundleReads {
@@ -31,7 +28,6 @@ impl BundleReads {
         BundleInputs {
             inputs: self.entries.iter().flatten().cloned().collect(),
             read_at: self.read_at,
-            passwords: self.passwords.clone(),
         }
     }
 }
