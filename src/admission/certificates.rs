@@ -49,7 +49,7 @@ pub fn judge(rule: &Rule, sources: &[(ObjectKey, Payload)]) -> Option<String> {
             Refused::NotTruststore { .. } | Refused::Unencodable { .. } => "spec.target.formats",
             Refused::NotCertificates { .. } if rule.transform.keys.is_some() => "spec.keys",
             Refused::NotCertificates { .. } => "spec.target.kind",
-            // Not of the sources' content (and only bundles read passwords from Secrets).
+            // Not of the sources' content: passwords are read by the jobs, not at admission.
             Refused::NoPassword { .. } => return None,
         };
         Some(format!(

@@ -90,6 +90,7 @@ pub async fn for_namespace(
     let (stand_ins, sources): (BTreeSet<ObjectKey>, BTreeSet<ObjectKey>) =
         sources.into_iter().partition(ObjectKey::is_bundle);
     let mut contents = read_payloads(cluster, &mut world, sources).await;
+    read_passwords(cluster, policy, &world, &mut contents).await;
     let bundles = read_bundles(cluster, &mut world, &mut contents, stand_ins).await;
     let existing = read_targets(cluster, targets).await?;
     Ok(Inputs {
@@ -149,6 +150,7 @@ pub async fn for_source(
     contents
         .payloads
         .insert(key.clone(), payload(key.kind, &source));
+    read_passwords(cluster, policy, &world, &mut contents).await;
     let bundles = read_bundles(cluster, &mut world, &mut contents, stand_ins).await;
     let existing = read_targets(cluster, targets).await?;
     let unlabelled = if rules::ignored_annotations(&info).is_empty() {
@@ -279,6 +281,29 @@ async fn read_bundles(
         }
     }
     out
+}
+
+/// The truststores' passwords the single-source rules read from Secrets, as a job reads them
+/// (SPEC §3.2); a bundle's are read with its sources ([`read_bundles`]). One that cannot be
+/// read leaves its copies unexplained, as an unreadable source does.
+async fn read_passwords(
+    cluster: &Cluster,
+    policy: &Policy,
+    world: &World,
+    contents: &mut Contents,
+) {
+    let refs: Vec<_> = world
+        .rules()
+        .rules
+        .iter()
+        .filter(|r| r.bundle().is_none())
+        .flat_map(|r| r.password_refs())
+        .cloned()
+        .collect();
+    let read = passwords::read(cluster, &policy.trust, &refs, &mut contents.passwords);
+    if let Err(e) = read.await {
+        eprintln!("copyrator: cannot read a truststore's password Secret: {e}");
+    }
 }
 
 fn payload(kind: Kind, obj: &Object) -> Arc<crate::model::Payload> {

@@ -514,7 +514,7 @@ pub(super) async fn read_sources(
     let mut read = Vec::new();
     // Sources listed at a version whose payload a GET returned before need no GET now.
     let mut misses = Vec::new();
-    for key in keys {
+    for &key in &keys {
         let listed = world.sources().get(key).map(|s| s.resource_version.clone());
         let cached = listed
             .filter(|rv| !rv.is_empty())
@@ -549,6 +549,50 @@ pub(super) async fn read_sources(
         read.push((key.clone(), info));
     }
     world.set_sources(read);
+    read_passwords(ctx, world, contents, &keys).await;
+}
+
+/// Reads the truststores' passwords the rules copying `keys` take from Secrets (SPEC §3.2),
+/// those this job has not read yet; when one cannot be read, those sources are unreadable
+/// (their copies are skipped, and retried by jobs of their own).
+async fn read_passwords(
+    ctx: &Context,
+    world: &mut World,
+    contents: &mut Contents,
+    keys: &[&ObjectKey],
+) {
+    let sources: Vec<&SourceInfo> = keys
+        .iter()
+        .filter_map(|k| world.sources().get(*k))
+        .collect();
+    let rules: Vec<&crate::rules::Rule> = world
+        .rules()
+        .rules
+        .iter()
+        .filter(|r| r.password_refs().next().is_some())
+        .filter(|r| sources.iter().any(|s| r.applies_to(s)))
+        .collect();
+    if rules.is_empty() {
+        return;
+    }
+    // Collected: an iterator of the rules' refs would be held across the reads.
+    let refs: Vec<_> = rules
+        .iter()
+        .flat_map(|r| r.password_refs())
+        .cloned()
+        .collect();
+    let trust = &ctx.settings.policy.trust;
+    if let Err(e) =
+        crate::cluster::passwords::read(&ctx.cluster, trust, &refs, &mut contents.passwords).await
+    {
+        tracing::debug!(error = %e, "a truststore's password Secret is unreadable; its copies are skipped");
+        let unreadable: Vec<ObjectKey> = sources
+            .iter()
+            .filter(|s| rules.iter().any(|r| r.applies_to(s)))
+            .map(|s| s.key.clone())
+            .collect();
+        world.unreadable_mut().sources.extend(unreadable);
+    }
 }
 
 /// Reads the sources of the bundle `key` stands for, and its stores' passwords, into

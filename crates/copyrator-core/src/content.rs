@@ -175,11 +175,22 @@ impl CopyTemplate {
     /// The copies of `source` (with `payload`, as [`Payload::for_kind`] keeps the source's
     /// kind) that `rule` makes; refused when the rule's transform refuses the payload.
     pub fn new(rule: &Rule, source: &SourceInfo, payload: &Arc<Payload>) -> Result<Self, Refused> {
-        let kind = rule.transform.target_kind(source.key.kind);
-        let (payload, missing_keys) = if rule.transform.is_identity() {
+        Self::shaped_by(rule, &rule.transform, source, payload)
+    }
+
+    /// The copies of `source` that `rule` makes, shaped by `transform`: the rule's own, its
+    /// truststores' passwords read ([`crate::transform::Formats::with_passwords`]).
+    pub fn shaped_by(
+        rule: &Rule,
+        transform: &crate::transform::Transform,
+        source: &SourceInfo,
+        payload: &Arc<Payload>,
+    ) -> Result<Self, Refused> {
+        let kind = transform.target_kind(source.key.kind);
+        let (payload, missing_keys) = if transform.is_identity() {
             (Arc::clone(payload), Vec::new())
         } else {
-            let shaped = rule.transform.apply(source.key.kind, payload)?;
+            let shaped = transform.apply(source.key.kind, payload)?;
             (Arc::new(shaped.payload), shaped.missing)
         };
         let marks = Marks::new(rule, source, copy_hash(kind, source, &payload));

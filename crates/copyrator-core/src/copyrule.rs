@@ -173,7 +173,7 @@ pub struct TruststoreSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
     /// The store's password from a key of a Secret in a trusted namespace, instead of
-    /// `password` (bundles only).
+    /// `password`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<PasswordSecretRef>,
 }

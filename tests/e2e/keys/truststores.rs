@@ -1,13 +1,17 @@
 //! Truststore formats (SPEC §3.2), end to end: a TLS Secret's CA copied as a ConfigMap with
 //! PKCS#12 and JKS truststores beside the PEM, read back by `openssl pkcs12` and Java's
-//! `keytool`, unchanged across resyncs; a rule making a truststore of a private key is denied.
+//! `keytool`, unchanged across resyncs; a rule making a truststore of a private key is denied;
+//! a store's password taken from a Secret in a trusted namespace opens it, and a changed
+//! password re-makes it.
 
 use std::process::Command;
 
 use super::{keys, pem_pair, rule, rule_events};
 use crate::common::*;
 use base64::{Engine, engine::general_purpose::STANDARD};
-use copyrator::copyrule::{CopyRule, CopyRuleSpec, FormatsSpec, TargetSpec, TruststoreSpec};
+use copyrator::copyrule::{
+    CopyRule, CopyRuleSpec, FormatsSpec, PasswordSecretRef, TargetSpec, TruststoreSpec,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -341,4 +345,85 @@ pub(crate) async fn store_follows_its_password(
         cm.metadata.resource_version, version,
         "the copy is left as it was"
     );
+}
+
+#[tokio::test]
+async fn a_store_password_from_a_secret_opens_a_single_source_rules_store_and_follows_it() {
+    let env = TestEnv::new().await;
+    let platform = env.namespace("pw-keys-platform", &[]).await;
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![format!("--trusted-namespaces={platform}")],
+            ..Default::default()
+        },
+    )
+    .await;
+    let dest = t.namespace("pw-keys-dest", &[]).await;
+    // A cert-manager-style TLS Secret whose CA is copied, and the store's password beside it.
+    let cn = t.name("Keys Password CA");
+    let ca = named_ca(&cn);
+    let (server, key) = pem_pair("server");
+    let mut source = secret(
+        "ca",
+        &[],
+        &[],
+        &[("ca.crt", &ca), ("tls.crt", &server), ("tls.key", &key)],
+    );
+    source.type_ = Some("kubernetes.io/tls".into());
+    let secrets = t.secrets(&platform);
+    secrets
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret("store-password", &[], &[], &[("jks", "first-pass")]),
+        )
+        .await
+        .unwrap();
+    let spec = |ns: &str| CopyRuleSpec {
+        namespaces: vec![dest.clone()],
+        target_name: Some("ca-bundle".into()),
+        keys: keys(&["ca.crt"]),
+        target: Some(TargetSpec {
+            kind: Some("ConfigMap".into()),
+            formats: Some(FormatsSpec {
+                from: None,
+                pkcs12: None,
+                jks: Some(TruststoreSpec {
+                    key: "truststore.jks".into(),
+                    password: None,
+                    password_secret_ref: Some(PasswordSecretRef {
+                        namespace: ns.into(),
+                        name: "store-password".into(),
+                        key: "jks".into(),
+                    }),
+                }),
+            }),
+            ..Default::default()
+        }),
+        ..rule(&platform, "ca")
+    };
+    // A password read from a namespace that is not trusted is denied.
+    let err = t
+        .rules()
+        .create(
+            &PostParams::default(),
+            &CopyRule::new(&t.name("pw-keys-untrusted"), spec(&dest)),
+        )
+        .await
+        .expect_err("denied");
+    assert!(err.to_string().contains("not trusted"), "{err}");
+
+    let name = t.copy_rule("pw-keys", spec(&platform)).await;
+    let cm = t
+        .wait_for::<ConfigMap>(&dest, "ca-bundle", "the CA and its JKS store", |c| {
+            binary(c, "truststore.jks").is_some()
+        })
+        .await;
+    assert_eq!(cm.data.as_ref().and_then(|d| d.get("ca.crt")), Some(&ca));
+    store_follows_its_password(&t, &name, &platform, &dest, &cn).await;
+    t.finish().await;
 }

@@ -25,6 +25,11 @@ fn source_key() -> ObjectKey {
 /// A cert-manager-style TLS Secret `platform/ca` (ca.crt, tls.crt, tls.key), namespaces
 /// team-a and team-b, and one CopyRule with `keys` and `target`.
 fn tls(keys: &[KeySpec], target: Option<TargetSpec>) -> Tls {
+    tls_under(Policy::default(), keys, target)
+}
+
+/// [`tls`] under `policy`.
+fn tls_under(policy: Policy, keys: &[KeySpec], target: Option<TargetSpec>) -> Tls {
     let (ca_pem, _) = ca("ca");
     let (tls_pem, key_pem) = ca("server");
     let payload = Payload {
@@ -64,7 +69,7 @@ fn tls(keys: &[KeySpec], target: Option<TargetSpec>) -> Tls {
             ..Default::default()
         },
     );
-    let mut world = World::from_parts(Policy::default(), [source], vec![rule]);
+    let mut world = World::from_parts(policy, [source], vec![rule]);
     world.insert_namespaces(["team-a", "team-b"].map(|n| NamespaceInfo {
         name: n.into(),
         resource_version: "1".into(),
@@ -321,5 +326,133 @@ fn a_rule_that_changes_its_target_kind_deletes_the_copies_of_the_old_kind() {
             )
             .count(),
         2
+    );
+}
+
+/// A JKS store beside the CA, its password from the Secret `platform/store-password` or,
+/// with `inline`, written in the rule.
+fn with_jks(from_secret: bool, inline: Option<&str>) -> Option<TargetSpec> {
+    use crate::copyrule::{FormatsSpec, PasswordSecretRef, TruststoreSpec};
+    Some(TargetSpec {
+        formats: Some(FormatsSpec {
+            from: None,
+            pkcs12: None,
+            jks: Some(TruststoreSpec {
+                key: "truststore.jks".into(),
+                password: inline.map(str::to_string),
+                password_secret_ref: from_secret.then(|| PasswordSecretRef {
+                    namespace: "platform".into(),
+                    name: "store-password".into(),
+                    key: "jks".into(),
+                }),
+            }),
+        }),
+        ..as_config_map().unwrap()
+    })
+}
+
+/// The JKS stores the copies `actions` create hold, by namespace.
+fn created_stores(actions: &[Action]) -> BTreeMap<String, String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Create { copy, .. } => Some((
+                copy.key.namespace.clone(),
+                copy.object().payload.binary_data?["truststore.jks"].clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_single_source_rules_store_password_is_read_from_a_trusted_secret_or_nothing_is_written() {
+    use crate::{
+        tenancy::{NamespacePatterns, TrustPolicy},
+        transform::{PasswordMissing, PasswordRef, truststores::Password},
+    };
+    let trusting = |ns: &str| Policy {
+        trust: TrustPolicy {
+            trusted_namespaces: NamespacePatterns::parse(ns).unwrap(),
+        },
+        ..Default::default()
+    };
+    let from = PasswordRef {
+        namespace: "platform".into(),
+        name: "store-password".into(),
+        key: "jks".into(),
+    };
+    let mut f = tls_under(trusting("platform"), &[key("ca.crt")], with_jks(true, None));
+    let plan_with = |f: &mut Tls, read: Option<Result<&str, PasswordMissing>>| {
+        f.contents.passwords = read
+            .map(|r| (from.clone(), r.map(|p| Password(p.into()))))
+            .into_iter()
+            .collect();
+        plan(&f.world, &Scope::All, &BTreeMap::new(), &f.contents)
+    };
+
+    // Not read yet (a source job has the payload only): read with the payload, then planned.
+    let unread = plan_with(&mut f, None);
+    assert!(
+        unread
+            .iter()
+            .all(|a| matches!(a, Action::NeedSource { source, .. } if *source == source_key())),
+        "{unread:?}"
+    );
+    // Read: the store is the one the rule would make with that password written in it.
+    let one = created_stores(&plan_with(&mut f, Some(Ok("one"))));
+    assert_eq!(one.len(), 2, "{one:?}");
+    let mut inline = tls(&[key("ca.crt")], with_jks(false, Some("one")));
+    inline.contents.payloads = f.contents.payloads.clone();
+    let written = created_stores(&plan(
+        &inline.world,
+        &Scope::All,
+        &BTreeMap::new(),
+        &inline.contents,
+    ));
+    assert_eq!(one, written);
+    // A new password, new stores.
+    let two = created_stores(&plan_with(&mut f, Some(Ok("two"))));
+    assert_ne!(one["team-a"], two["team-a"]);
+
+    // Not there: no store under another password; the targets are conflicts naming the Secret.
+    let missing = plan_with(&mut f, Some(Err(PasswordMissing::SecretNotFound)));
+    assert_eq!(missing.len(), 2, "{missing:?}");
+    for action in &missing {
+        let Action::Conflict { reason, .. } = action else {
+            panic!("{action:?}");
+        };
+        assert_eq!(
+            reason.to_string(),
+            ConflictReason::Refused(Refused::NoPassword {
+                store: "truststore.jks".into(),
+                from: Box::new(from.clone()),
+                why: PasswordMissing::SecretNotFound,
+            })
+            .to_string()
+        );
+        assert!(
+            reason
+                .to_string()
+                .contains("Secret platform/store-password key jks does not exist"),
+            "{reason}"
+        );
+    }
+
+    // Its namespace no longer trusted: refused, whatever was read.
+    let mut untrusted = tls_under(trusting("other"), &[key("ca.crt")], with_jks(true, None));
+    let refused = plan_with(&mut untrusted, Some(Ok("one")));
+    assert!(
+        refused.iter().all(|a| matches!(
+            a,
+            Action::Conflict {
+                reason: ConflictReason::Refused(Refused::NoPassword {
+                    why: PasswordMissing::Untrusted,
+                    ..
+                }),
+                ..
+            }
+        )),
+        "{refused:?}"
     );
 }

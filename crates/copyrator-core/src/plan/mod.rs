@@ -57,17 +57,32 @@ impl<'w> Shared<'w> {
     }
 
     /// The template of `claim`'s copies, made once per plan (the rule's transform applied
-    /// once, whatever the number of targets).
+    /// once, whatever the number of targets), its truststores' passwords taken from
+    /// `contents` (SPEC §3.2).
     fn template(
         &mut self,
         claim: &Claim<'w>,
         payload: &Arc<crate::model::Payload>,
+        trust: &TrustPolicy,
+        contents: &Contents,
     ) -> Result<Arc<CopyTemplate>, Refused> {
         let key = (&claim.rule.id, &claim.source.key);
         if let Some(made) = self.templates.get(&key) {
             return made.clone();
         }
-        let made = CopyTemplate::new(claim.rule, claim.source, payload).map(Arc::new);
+        let made = match &claim.rule.transform.formats {
+            Some(f) if f.password_refs().next().is_some() => f
+                .with_passwords(trust, &contents.passwords)
+                .and_then(|formats| {
+                    let transform = crate::transform::Transform {
+                        formats: Some(formats),
+                        ..claim.rule.transform.clone()
+                    };
+                    CopyTemplate::shaped_by(claim.rule, &transform, claim.source, payload)
+                }),
+            _ => CopyTemplate::new(claim.rule, claim.source, payload),
+        }
+        .map(Arc::new);
         if let Ok(t) = &made
             && !t.missing_keys.is_empty()
         {
@@ -361,8 +376,17 @@ fn plan_winner<'w>(
             };
         }
         // One template per (rule, source): every target shares its payload and content hash.
-        match payload.map(|p| shared.template(&claim, p)).transpose() {
+        let trust = &world.policy().trust;
+        match payload
+            .map(|p| shared.template(&claim, p, trust, contents))
+            .transpose()
+        {
             Ok(template) => template,
+            // A store's password this job has not read yet: read with the payload.
+            Err(Refused::NoPassword {
+                why: crate::transform::PasswordMissing::NotRead,
+                ..
+            }) => return need_source(),
             // Key material for a ConfigMap (SPEC §3.2): nothing written, the copy there as it
             // was.
             Err(refused) => {

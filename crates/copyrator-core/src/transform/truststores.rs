@@ -140,7 +140,7 @@ impl Formats {
             }
         };
         let copied: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();
-        Self::with_stores(spec, from, &copied, false)
+        Self::with_stores(spec, from, &copied)
     }
 
     /// The formats `spec` asks for on the copies of a bundle, whose one key is `key`
@@ -154,17 +154,11 @@ impl Formats {
                 ),
             ));
         }
-        Self::with_stores(spec, key.to_string(), &[key], true)
+        Self::with_stores(spec, key.to_string(), &[key])
     }
 
-    /// The stores of `spec`, made of the copies' key `from`, beside the copies' keys `copied`;
-    /// `bundle`: passwords may be read from Secrets.
-    fn with_stores(
-        spec: &FormatsSpec,
-        from: String,
-        copied: &[&str],
-        bundle: bool,
-    ) -> Result<Self, RuleError> {
+    /// The stores of `spec`, made of the copies' key `from`, beside the copies' keys `copied`.
+    fn with_stores(spec: &FormatsSpec, from: String, copied: &[&str]) -> Result<Self, RuleError> {
         const FIELD: &str = "spec.target.formats";
         if spec.pkcs12.is_none() && spec.jks.is_none() {
             return Err(RuleError::new(
@@ -197,7 +191,7 @@ impl Formats {
             let password_from = spec
                 .password_secret_ref
                 .as_ref()
-                .map(|r| password_ref(&format!("{field}.passwordSecretRef"), r, spec, bundle))
+                .map(|r| password_ref(&format!("{field}.passwordSecretRef"), r, spec))
                 .transpose()?;
             Ok(Some(Store {
                 key: spec.key.clone(),
@@ -331,20 +325,13 @@ impl Formats {
     }
 }
 
-/// A store's `passwordSecretRef`, checked: only on a bundle, not with `password`, of a valid
-/// namespace, name and key.
+/// A store's `passwordSecretRef`, checked: not with `password`, of a valid namespace, name
+/// and key.
 fn password_ref(
     field: &str,
     r: &crate::copyrule::PasswordSecretRef,
     spec: &TruststoreSpec,
-    bundle: bool,
 ) -> Result<PasswordRef, RuleError> {
-    if !bundle {
-        return Err(RuleError::new(
-            field,
-            "is only for bundles (spec.sources) for now; write the password in the rule",
-        ));
-    }
     if spec.password.is_some() {
         return Err(RuleError::new(
             field,

@@ -332,18 +332,14 @@ fn bad_formats_are_denied_naming_the_field() {
             "spec.target.formats.jks.password",
         ),
     ];
-    // A password from a Secret is for bundles only, for now.
+    // A password and the Secret holding one: which is meant is not known.
     cases.push((
         &["ca.crt"],
         FormatsSpec {
             jks: Some(TruststoreSpec {
                 key: "truststore.jks".into(),
-                password_secret_ref: Some(crate::copyrule::PasswordSecretRef {
-                    namespace: "platform".into(),
-                    name: "pw".into(),
-                    key: "jks".into(),
-                }),
-                ..Default::default()
+                password: Some("changeit".into()),
+                password_secret_ref: Some(password_secret("platform")),
             }),
             ..ok()
         },
@@ -354,6 +350,113 @@ fn bad_formats_are_denied_naming_the_field() {
         let e = Rule::from_copy_rule(&CopyRule::new("r", s.clone())).unwrap_err();
         assert_eq!(e.field, field, "{s:?}: {e}");
     }
+}
+
+fn password_secret(namespace: &str) -> crate::copyrule::PasswordSecretRef {
+    crate::copyrule::PasswordSecretRef {
+        namespace: namespace.into(),
+        name: "pw".into(),
+        key: "jks".into(),
+    }
+}
+
+#[test]
+fn a_single_source_rule_takes_a_stores_password_from_a_secret_and_follows_it() {
+    let rule = Rule::from_copy_rule(&CopyRule::new(
+        "r",
+        spec(
+            &["ca.crt"],
+            FormatsSpec {
+                from: None,
+                pkcs12: store("truststore.p12"),
+                jks: Some(TruststoreSpec {
+                    key: "truststore.jks".into(),
+                    password: None,
+                    password_secret_ref: Some(password_secret("platform")),
+                }),
+            },
+        ),
+    ))
+    .unwrap();
+    let refs: Vec<_> = rule.password_refs().map(|r| r.to_string()).collect();
+    assert_eq!(refs, ["Secret platform/pw key jks"]);
+    let secret = |name: &str| crate::model::ObjectKey::new(Kind::Secret, "platform", name);
+    assert!(rule.follows(&secret("pw")), "its changes wake the rule");
+    assert!(!rule.follows(&secret("other")));
+    let config_map = crate::model::ObjectKey::new(Kind::ConfigMap, "platform", "pw");
+    assert!(
+        !rule.follows(&config_map),
+        "a password is only read from a Secret"
+    );
+}
+
+#[test]
+fn a_password_is_taken_only_as_read_and_only_from_a_trusted_namespace() {
+    use crate::tenancy::{NamespacePatterns, TrustPolicy};
+    let formats = |ns: &str| Formats {
+        jks: Some(Store {
+            password_from: Some(PasswordRef {
+                namespace: ns.into(),
+                name: "pw".into(),
+                key: "jks".into(),
+            }),
+            ..both("ca.crt").jks.unwrap()
+        }),
+        ..both("ca.crt")
+    };
+    let trust = TrustPolicy {
+        trusted_namespaces: NamespacePatterns::parse("platform").unwrap(),
+    };
+    let read = |ns: &str, got: Result<&str, PasswordMissing>| -> ReadPasswords {
+        let key = formats(ns).jks.unwrap().password_from.unwrap();
+        [(key, got.map(|p| Password(p.into())))].into()
+    };
+    let why = |r: Result<Formats, Refused>| match r {
+        Err(Refused::NoPassword { why, store, .. }) => {
+            assert_eq!(store, "truststore.jks");
+            why
+        }
+        other => panic!("{other:?}"),
+    };
+
+    let made = formats("platform")
+        .with_passwords(&trust, &read("platform", Ok("s3cret")))
+        .unwrap();
+    let jks = made.jks.unwrap();
+    assert_eq!(jks.password, Password("s3cret".into()));
+    assert_eq!(jks.password_from, None, "the formats can now be made");
+    assert_eq!(
+        made.pkcs12.unwrap().password,
+        Password(PKCS12_DEFAULT_PASSWORD.into()),
+        "the other store keeps its own"
+    );
+    // Not read, not there, untrusted (even had it been read): no store under another password.
+    assert_eq!(
+        why(formats("platform").with_passwords(&trust, &ReadPasswords::new())),
+        PasswordMissing::NotRead
+    );
+    assert_eq!(
+        why(formats("platform")
+            .with_passwords(&trust, &read("platform", Err(PasswordMissing::NoKey)))),
+        PasswordMissing::NoKey
+    );
+    assert_eq!(
+        why(formats("tenant").with_passwords(&trust, &read("tenant", Ok("s3cret")))),
+        PasswordMissing::Untrusted
+    );
+    // The formats as the rule has them cannot be made at all.
+    let mut data = BTreeMap::from([("ca.crt".to_string(), ca("Root"))]);
+    let e = formats("platform").add_to(Kind::ConfigMap, &mut data, &mut BTreeMap::new());
+    assert!(
+        matches!(
+            e,
+            Err(Refused::NoPassword {
+                why: PasswordMissing::NotRead,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
