@@ -559,15 +559,19 @@ fn every_source_event_no_admitted_job_waited_for_queues_the_sources_job() {
     }
 }
 
-#[test]
-fn a_copy_rules_spec_change_queues_its_job_its_status_does_not() {
-    let rig = rig();
-    let rule = |rv: &str, generation: i64| Meta {
+/// CopyRule `ca` at resourceVersion `rv` and `generation` (its spec's version).
+fn rule(rv: &str, generation: i64) -> Meta {
+    Meta {
         name: Some("ca".into()),
         resource_version: Some(rv.into()),
         generation: Some(generation),
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn a_copy_rules_spec_change_queues_its_job_its_status_does_not() {
+    let rig = rig();
     let job = |rig: &Rig| -> Vec<(JobKey, Trigger, bool)> {
         rig.queue
             .snapshot()
@@ -594,12 +598,6 @@ fn a_copy_rules_spec_change_queues_its_job_its_status_does_not() {
 #[test]
 fn a_copy_rules_status_write_keeps_the_pod_gates_memory_its_spec_change_does_not() {
     let rig = rig();
-    let rule = |rv: &str, generation: i64| Meta {
-        name: Some("ca".into()),
-        resource_version: Some(rv.into()),
-        generation: Some(generation),
-        ..Default::default()
-    };
     let mut seeding = rig.dispatcher.seeding(Feed::CopyRules);
     rig.dispatcher.listed(&mut seeding, rule("1", 1));
     rig.dispatcher.seeded(seeding);
