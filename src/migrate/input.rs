@@ -48,6 +48,8 @@ fn own_kind(peer: Peer) -> Option<OwnKind> {
             resource: "clusterpolicies.kyverno.io",
             peer: "Kyverno",
             what: "Kyverno policy",
+            // Namespaced Policies, read to be reported: their generate rules are not migrated.
+            also: &[("kyverno.io", "Policy")],
         }),
         Peer::TrustManager => Some(OwnKind {
             group: "trust.cert-manager.io",
@@ -55,14 +57,15 @@ fn own_kind(peer: Peer) -> Option<OwnKind> {
             resource: "bundles.trust.cert-manager.io",
             peer: "trust-manager",
             what: "trust-manager Bundle",
+            also: &[(CLUSTER_BUNDLE_GROUP, "ClusterBundle")],
         }),
         Peer::Reflector | Peer::Replicator | Peer::Kubed => None,
     }
 }
 
-/// The API group of trust-manager's ClusterBundle (its successor of Bundle): read from files
-/// to be reported, not migrated.
-pub(super) const CLUSTER_BUNDLE_GROUP: &str = "trust-manager.io";
+/// The API group of trust-manager's ClusterBundle (its successor of Bundle): read, from the
+/// cluster or files, to be reported, not migrated.
+const CLUSTER_BUNDLE_GROUP: &str = "trust-manager.io";
 
 struct OwnKind {
     group: &'static str,
@@ -71,6 +74,9 @@ struct OwnKind {
     resource: &'static str,
     peer: &'static str,
     what: &'static str,
+    /// Other kinds (group, kind) of the peer's, read where the API server serves them so that
+    /// what migrate cannot express is reported, not dropped.
+    also: &'static [(&'static str, &'static str)],
 }
 
 /// From the cluster: every Secret and ConfigMap, page by page, keeping those with the peer's
@@ -79,7 +85,7 @@ pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read>
     let mut objects = Vec::new();
     let mut documents = Vec::new();
     let kinds = if let Some(own) = own_kind(peer) {
-        documents = list_all(cluster.client(), &own).await?;
+        documents = own_documents(cluster.client(), &own).await?;
         Vec::new()
     } else {
         vec![Kind::Secret, Kind::ConfigMap]
@@ -105,29 +111,49 @@ pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read>
     })
 }
 
-/// Every cluster-scoped object of the peer's own kind, in the version the API server prefers
-/// (Kyverno's `kyverno.io/v1` or `v2beta1`; the translation reads both). No such CRD is an
-/// error that says so.
-async fn list_all(client: &kube::Client, own: &OwnKind) -> anyhow::Result<Vec<Value>> {
-    let not_installed = || {
-        anyhow::anyhow!(
+/// The peer's own objects: its main kind's and those of `also` the API server serves. No
+/// CRD of any of them is an error that says so.
+async fn own_documents(client: &kube::Client, own: &OwnKind) -> anyhow::Result<Vec<Value>> {
+    let mut documents = Vec::new();
+    let mut served = false;
+    for (group, kind) in std::iter::once((own.group, own.kind)).chain(own.also.iter().copied()) {
+        if let Some(read) = list_all(client, group, kind).await? {
+            documents.extend(read);
+            served = true;
+        }
+    }
+    if !served {
+        anyhow::bail!(
             "the API server serves no {}: {}'s {} CRD is not installed in this cluster, so \
              there is no {} to migrate (read them from files with -f)",
             own.resource,
             own.peer,
             own.kind,
             own.what,
-        )
-    };
-    let group = match discovery::group(client, own.group).await {
+        );
+    }
+    Ok(documents)
+}
+
+/// Every object of `group`'s `kind`, in all namespaces, in the version the API server prefers
+/// (Kyverno's `kyverno.io/v1` or `v2beta1`; the translation reads both); `None` when the API
+/// server serves no such kind.
+async fn list_all(
+    client: &kube::Client,
+    group: &str,
+    kind: &str,
+) -> anyhow::Result<Option<Vec<Value>>> {
+    let group = match discovery::group(client, group).await {
         Ok(group) => group,
-        Err(kube::Error::Discovery(_)) => return Err(not_installed()),
-        Err(kube::Error::Api(s)) if s.code == 404 => return Err(not_installed()),
+        Err(kube::Error::Discovery(_)) => return Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
         Err(e) => {
-            return Err(e).with_context(|| format!("discovering the {} API group", own.group));
+            return Err(e).with_context(|| format!("discovering the {group} API group"));
         }
     };
-    let (resource, _) = group.recommended_kind(own.kind).ok_or_else(not_installed)?;
+    let Some((resource, _)) = group.recommended_kind(kind) else {
+        return Ok(None);
+    };
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let mut documents = Vec::new();
     let mut params = ListParams::default().limit(500);
@@ -137,7 +163,7 @@ async fn list_all(client: &kube::Client, own: &OwnKind) -> anyhow::Result<Vec<Va
             .await
             .with_context(|| format!("listing {}", resource.plural))?;
         for item in page.items {
-            let mut doc = serde_json::to_value(item).with_context(|| format!("a {}", own.kind))?;
+            let mut doc = serde_json::to_value(item).with_context(|| format!("a {kind}"))?;
             // List items need not repeat their kind; the translation reads it.
             doc["apiVersion"] = resource.api_version.clone().into();
             doc["kind"] = resource.kind.clone().into();
@@ -148,7 +174,7 @@ async fn list_all(client: &kube::Client, own: &OwnKind) -> anyhow::Result<Vec<Va
             None => break,
         }
     }
-    Ok(documents)
+    Ok(Some(documents))
 }
 
 /// From manifest files (`-` is stdin): every document, `kind: List` items included.
@@ -192,14 +218,10 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
         .and_then(Value::as_str)
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group);
-    // Kyverno's namespaced Policy and trust-manager's newer ClusterBundle too, to say why
-    // they are not migrated.
+    // The `also` kinds too (Kyverno's namespaced Policy, trust-manager's newer ClusterBundle),
+    // to say why they are not migrated.
     if let Some(own) = own_kind(peer)
-        && ((group == own.group
-            && (kind == own.kind || (peer == Peer::Kyverno && kind == "Policy")))
-            || (peer == Peer::TrustManager
-                && group == CLUSTER_BUNDLE_GROUP
-                && kind == "ClusterBundle"))
+        && ((group, kind) == (own.group, own.kind) || own.also.contains(&(group, kind)))
     {
         read.documents.push(doc);
         return Ok(());

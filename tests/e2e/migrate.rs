@@ -867,27 +867,69 @@ spec:
       openAPIV3Schema:
         type: object
         x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: policies.kyverno.io
+spec:
+  group: kyverno.io
+  scope: Namespaced
+  names:
+    kind: Policy
+    listKind: PolicyList
+    plural: policies
+    singular: policy
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
 "#;
 
-/// The only test that installs Kyverno's ClusterPolicy CRD (a stand-in for Kyverno's own, which
-/// the API server serves the same way), so no other test sees it come and go.
+/// The CRDs of `KYVERNO_CRD`.
+const KYVERNO_CRDS: [&str; 2] = ["clusterpolicies.kyverno.io", "policies.kyverno.io"];
+
+/// A namespaced Kyverno Policy in `SRC` with a clone rule: read from the cluster, reported.
+const KYVERNO_NAMESPACED_POLICY: &str = r#"
+---
+apiVersion: kyverno.io/v1
+kind: Policy
+metadata:
+  name: local-ID
+  namespace: SRC
+spec:
+  rules:
+  - name: clone-config
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+    generate:
+      apiVersion: v1
+      kind: ConfigMap
+      name: copied
+      namespace: SRC
+      synchronize: true
+      clone:
+        namespace: SRC
+        name: shared
+"#;
+
+/// The only test that installs Kyverno's ClusterPolicy and Policy CRDs (stand-ins for
+/// Kyverno's own, which the API server serves the same way), so no other test sees them come
+/// and go.
 #[tokio::test]
 async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
     let t = TestEnv::new().await;
     let id = t.id.clone();
     let src = t.namespace("kvc-src", &[]).await;
-    // Left over by an aborted run of this test, it would hide the first answer.
-    let gone = kubectl(
-        &[
-            "delete",
-            "crd",
-            "clusterpolicies.kyverno.io",
-            "--ignore-not-found",
-            "--wait",
-        ],
-        "",
-    )
-    .await;
+    // Left over by an aborted run of this test, they would hide the first answer.
+    let crds = ["delete", "crd", KYVERNO_CRDS[0], KYVERNO_CRDS[1]];
+    let gone = kubectl(&[&crds[..], &["--ignore-not-found", "--wait"]].concat(), "").await;
     assert!(gone.success, "{}", gone.stderr);
     let out = run_copyrator(&["migrate", "--from", "kyverno"]).await;
     assert!(
@@ -898,18 +940,20 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
 
     let installed = kubectl(&["apply", "-f", "-"], KYVERNO_CRD).await;
     assert!(installed.success, "{}", installed.stderr);
-    let established = kubectl(
-        &[
-            "wait",
-            "--for=condition=established",
-            "crd/clusterpolicies.kyverno.io",
-            "--timeout=20s",
-        ],
-        "",
-    )
-    .await;
-    assert!(established.success, "{}", established.stderr);
-    let policies = KYVERNO_POLICIES
+    for crd in KYVERNO_CRDS {
+        let established = kubectl(
+            &[
+                "wait",
+                "--for=condition=established",
+                &format!("crd/{crd}"),
+                "--timeout=20s",
+            ],
+            "",
+        )
+        .await;
+        assert!(established.success, "{}", established.stderr);
+    }
+    let policies = format!("{KYVERNO_POLICIES}{KYVERNO_NAMESPACED_POLICY}")
         .replace("SANDBOX", "kube-system")
         .replace("SRC", &src)
         .replace("ID", &id);
@@ -923,13 +967,18 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
     .await;
 
     let out = run_copyrator(&["migrate", "--from", "kyverno", "-n", &src, "-o", "yaml"]).await;
-    let removed = kubectl(
-        &["delete", "crd", "clusterpolicies.kyverno.io", "--wait"],
-        "",
-    )
-    .await;
+    let removed = kubectl(&[&crds[..], &["--wait"]].concat(), "").await;
     assert!(removed.success, "{}", removed.stderr);
     assert!(out.success, "{}", out.stderr);
+    // The namespaced Policy, read from the cluster beside the ClusterPolicies, is reported.
+    assert!(
+        out.stdout.contains(&format!("Policy local-{id}"))
+            && out
+                .stdout
+                .contains("a namespaced Policy generates only into its own namespace"),
+        "{}",
+        out.stdout
+    );
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out.stdout).unwrap();
     let rules: Vec<&str> = docs
         .iter()
@@ -969,10 +1018,38 @@ spec:
       openAPIV3Schema:
         type: object
         x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: clusterbundles.trust-manager.io
+spec:
+  group: trust-manager.io
+  scope: Cluster
+  names:
+    kind: ClusterBundle
+    listKind: ClusterBundleList
+    plural: clusterbundles
+    singular: clusterbundle
+  versions:
+  - name: v1alpha2
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
 "#;
 
+/// The CRDs of `BUNDLE_CRD`.
+const BUNDLE_CRDS: [&str; 2] = [
+    "bundles.trust.cert-manager.io",
+    "clusterbundles.trust-manager.io",
+];
+
 /// A trust-manager Bundle as the docs write one (`NAME`, `LABEL` filled in by the test): a
-/// Secret's and a ConfigMap's certificates, and inline ones copyrator cannot copy.
+/// Secret's and a ConfigMap's certificates, and inline ones copyrator cannot copy; and a
+/// ClusterBundle of trust-manager's newer API, which migrate reports and does not migrate.
 const BUNDLE: &str = r#"
 apiVersion: trust.cert-manager.io/v1alpha1
 kind: Bundle
@@ -996,6 +1073,16 @@ spec:
     namespaceSelector:
       matchLabels:
         LABEL: "on"
+---
+apiVersion: trust-manager.io/v1alpha2
+kind: ClusterBundle
+metadata:
+  name: NAME
+spec:
+  sources:
+  - secret:
+      name: root-ca
+      key: ca.crt
 "#;
 
 /// The certificates of a PEM text, each as its base64 body on one line.
@@ -1006,8 +1093,9 @@ fn pem_bodies(pem: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// The only test that installs trust-manager's Bundle CRD (a stand-in for trust-manager's own,
-/// which the API server serves the same way), so no other test sees it come and go.
+/// The only test that installs trust-manager's Bundle and ClusterBundle CRDs (stand-ins for
+/// trust-manager's own, which the API server serves the same way), so no other test sees them
+/// come and go.
 #[tokio::test]
 async fn trust_manager_bundles_become_bundle_copy_rules() {
     let t = Harness::start(Options::default()).await;
@@ -1030,13 +1118,9 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
         .await
         .unwrap();
 
-    let crd = ["crd", "bundles.trust.cert-manager.io"];
-    // Left over by an aborted run of this test, it would hold other runs' Bundles.
-    let gone = kubectl(
-        &["delete", crd[0], crd[1], "--ignore-not-found", "--wait"],
-        "",
-    )
-    .await;
+    let crds = ["delete", "crd", BUNDLE_CRDS[0], BUNDLE_CRDS[1]];
+    // Left over by an aborted run of this test, they would hold other runs' Bundles.
+    let gone = kubectl(&[&crds[..], &["--ignore-not-found", "--wait"]].concat(), "").await;
     assert!(gone.success, "{}", gone.stderr);
     let out = run_copyrator(&["migrate", "--from", "trust-manager"]).await;
     assert!(
@@ -1059,17 +1143,19 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
     );
     let installed = kubectl(&["apply", "-f", "-"], BUNDLE_CRD).await;
     assert!(installed.success, "{}", installed.stderr);
-    let established = kubectl(
-        &[
-            "wait",
-            "--for=condition=established",
-            "crd/bundles.trust.cert-manager.io",
-            "--timeout=20s",
-        ],
-        "",
-    )
-    .await;
-    assert!(established.success, "{}", established.stderr);
+    for crd in BUNDLE_CRDS {
+        let established = kubectl(
+            &[
+                "wait",
+                "--for=condition=established",
+                &format!("crd/{crd}"),
+                "--timeout=20s",
+            ],
+            "",
+        )
+        .await;
+        assert!(established.success, "{}", established.stderr);
+    }
     let name = t.name("ca-bundle");
     let bundle = BUNDLE.replace("NAME", &name).replace("LABEL", &label);
     // kubectl learns of the new resource through discovery, which may lag a moment.
@@ -1093,7 +1179,7 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
         "yaml",
     ])
     .await;
-    let removed = kubectl(&["delete", crd[0], crd[1], "--wait"], "").await;
+    let removed = kubectl(&[&crds[..], &["--wait"]].concat(), "").await;
     assert!(removed.success, "{}", removed.stderr);
     assert!(out.success, "{}", out.stderr);
     let yaml = &out.stdout;
@@ -1101,6 +1187,13 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
     assert!(
         yaml.contains(&format!("# CopyRule {rule} (trust-manager)"))
             && yaml.contains("sources[2].inLine: copyrator copies certificates only from"),
+        "{yaml}"
+    );
+    // The ClusterBundle, read from the cluster beside the Bundle, is reported, not dropped.
+    assert!(
+        yaml.contains(&format!(
+            "ClusterBundle \"{name}\" (trust-manager.io/v1alpha2)"
+        )) && yaml.contains("not migrated"),
         "{yaml}"
     );
     // The API server and copyrator's admission take the CopyRule as printed.
