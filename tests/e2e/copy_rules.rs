@@ -18,7 +18,7 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::LabelSelector,
 };
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
@@ -69,30 +69,6 @@ fn ready(s: &CopyRuleStatus) -> Option<(&str, &str, &str)> {
         .iter()
         .find(|c| c.type_ == "Ready")
         .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
-/// A predicate for the waits: an Event with `reason` about CopyRule `rule`.
-fn about_rule(rule: &str, reason: &str) -> impl Fn(&Event) -> bool {
-    let (rule, reason) = (rule.to_string(), reason.to_string());
-    move |e| {
-        e.regarding.as_ref().is_some_and(|r| {
-            r.kind.as_deref() == Some("CopyRule") && r.name.as_deref() == Some(rule.as_str())
-        }) && e.reason.as_deref() == Some(reason.as_str())
-    }
-}
-
-/// Where Events about CopyRules live (SPEC §9.5): they name target namespaces.
-const RULE_EVENTS: &str = "kube-system";
-
-async fn rule_events(env: &TestEnv, rule: &str, reason: &str) -> Vec<Event> {
-    env.api::<Event>(RULE_EVENTS)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(about_rule(rule, reason))
-        .collect()
 }
 
 /// SPEC §8.2: a Copyrator-style rule copies every matching ConfigMap and follows changes.

@@ -7,6 +7,7 @@
 
 use crate::common;
 
+pub(crate) mod passwords;
 pub(crate) mod truststores;
 
 use std::time::Duration;
@@ -114,21 +115,6 @@ fn ready(s: &CopyRuleStatus) -> Option<(&str, &str)> {
         .iter()
         .find(|c| c.type_ == "Ready")
         .map(|c| (c.status.as_str(), c.reason.as_str()))
-}
-
-/// Events about CopyRule `rule` with `reason` (they live in kube-system, SPEC §9.5).
-pub(crate) async fn rule_events(env: &TestEnv, rule: &str, reason: &str) -> Vec<Event> {
-    env.api::<Event>("kube-system")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(rule)
-                && e.reason.as_deref() == Some(reason)
-        })
-        .collect()
 }
 
 /// Every copy write copyrator counted (creates, updates, deletes).

@@ -7,7 +7,10 @@
 use super::{KEY, named, selecting};
 use crate::{
     common::*,
-    keys::truststores::{binary, named_ca, run, store_follows_its_password},
+    keys::{
+        passwords::store_follows_its_password,
+        truststores::{binary, named_ca, run},
+    },
 };
 use copyrator::copyrule::{CopyRule, CopyRuleSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
