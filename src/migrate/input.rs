@@ -21,8 +21,8 @@ use crate::{
 /// Objects with the peer's keys, the peer's own objects, and today's namespaces.
 pub struct Read {
     pub objects: Vec<SourceInfo>,
-    /// Kyverno ClusterPolicy (and, from files, Policy) documents, or trust-manager Bundles, as
-    /// read.
+    /// Kyverno ClusterPolicy and Policy documents, or trust-manager Bundles and ClusterBundles,
+    /// as read.
     pub documents: Vec<Value>,
     pub namespaces: Vec<NamespaceInfo>,
 }
@@ -63,8 +63,8 @@ fn own_kind(peer: Peer) -> Option<OwnKind> {
     }
 }
 
-/// The API group of trust-manager's ClusterBundle (its successor of Bundle): read, from the
-/// cluster or files, to be reported, not migrated.
+/// The API group of trust-manager's ClusterBundle (its successor of Bundle), read beside
+/// Bundles from the cluster or files.
 const CLUSTER_BUNDLE_GROUP: &str = "trust-manager.io";
 
 struct OwnKind {
@@ -218,8 +218,8 @@ fn add(read: &mut Read, doc: Value, peer: Peer) -> anyhow::Result<()> {
         .and_then(Value::as_str)
         .and_then(|v| v.split_once('/'))
         .map_or("", |(group, _)| group);
-    // The `also` kinds too (Kyverno's namespaced Policy, trust-manager's newer ClusterBundle),
-    // to say why they are not migrated.
+    // The `also` kinds too: Kyverno's namespaced Policy (to say why it is not migrated),
+    // trust-manager's newer ClusterBundle.
     if let Some(own) = own_kind(peer)
         && ((group, kind) == (own.group, own.kind) || own.also.contains(&(group, kind)))
     {

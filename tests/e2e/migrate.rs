@@ -1049,7 +1049,7 @@ const BUNDLE_CRDS: [&str; 2] = [
 
 /// A trust-manager Bundle as the docs write one (`NAME`, `LABEL` filled in by the test): a
 /// Secret's and a ConfigMap's certificates, and inline ones copyrator cannot copy; and a
-/// ClusterBundle of trust-manager's newer API, which migrate reports and does not migrate.
+/// ClusterBundle of trust-manager's newer API (`NAME-cb`) bundling the ConfigMap's.
 const BUNDLE: &str = r#"
 apiVersion: trust.cert-manager.io/v1alpha1
 kind: Bundle
@@ -1077,12 +1077,19 @@ spec:
 apiVersion: trust-manager.io/v1alpha2
 kind: ClusterBundle
 metadata:
-  name: NAME
+  name: NAME-cb
 spec:
-  sources:
-  - secret:
-      name: root-ca
-      key: ca.crt
+  sourceRefs:
+  - kind: ConfigMap
+    name: corp-ca
+    key: ca.pem
+  target:
+    configMap:
+      data:
+      - key: corp.pem
+    namespaceSelector:
+      matchLabels:
+        LABEL: "on"
 "#;
 
 /// The certificates of a PEM text, each as its base64 body on one line.
@@ -1189,11 +1196,11 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
             && yaml.contains("sources[2].inLine: copyrator copies certificates only from"),
         "{yaml}"
     );
-    // The ClusterBundle, read from the cluster beside the Bundle, is reported, not dropped.
+    // The ClusterBundle, read from the cluster beside the Bundle, becomes its own CopyRule.
     assert!(
         yaml.contains(&format!(
-            "ClusterBundle \"{name}\" (trust-manager.io/v1alpha2)"
-        )) && yaml.contains("not migrated"),
+            "# CopyRule trust-manager-{name}-cb-configmap (trust-manager)"
+        )),
         "{yaml}"
     );
     // The API server and copyrator's admission take the CopyRule as printed.
@@ -1214,13 +1221,29 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
         ["trust-bundle.pem"],
         "the certificates only, nothing else of the sources"
     );
-    assert!(
-        t.config_maps(&other)
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none(),
-        "{other}"
-    );
+    // The ClusterBundle's: the ConfigMap's certificate only.
+    let want = pem_bodies(&corp);
+    t.wait_for::<ConfigMap>(
+        &dest,
+        &format!("{name}-cb"),
+        "the ClusterBundle's copy",
+        |cm| {
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("corp.pem"))
+                .is_some_and(|pem| pem_bodies(pem) == want)
+        },
+    )
+    .await;
+    for copy in [name.clone(), format!("{name}-cb")] {
+        assert!(
+            t.config_maps(&other)
+                .get_opt(&copy)
+                .await
+                .unwrap()
+                .is_none(),
+            "{copy} in {other}"
+        );
+    }
     t.finish().await;
 }

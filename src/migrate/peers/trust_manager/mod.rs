@@ -4,7 +4,9 @@
 //! `sources` already (SPEC §3.2, Bundles), one per target kind. What a CopyRule cannot say
 //! (inline certificates, the default CAs, every key of a source, a PKCS#12 profile, the
 //! targets' extra labels and annotations) is left out and said in the rule's notes, never dropped; a
-//! Bundle left with no source or no target gives no CopyRule, and the reason.
+//! Bundle left with no source or no target gives no CopyRule, and the reason. Its successor,
+//! the `ClusterBundle` (`trust-manager.io/v1alpha2`), says the same in other fields and is
+//! translated alike (`cluster_bundle`).
 
 use std::collections::BTreeMap;
 
@@ -23,47 +25,93 @@ use crate::{
 
 pub(super) fn translate(documents: &[Value], trust_namespace: &str) -> Translation {
     let mut out = Translation::default();
+    // trust-manager's own migration makes a ClusterBundle of each Bundle, of the same name:
+    // one CopyRule each, from the one trust-manager follows (the ClusterBundle once it is
+    // marked migrated, the Bundle before).
+    let migrated: BTreeMap<&str, bool> = documents
+        .iter()
+        .filter(|d| d["kind"] == "ClusterBundle")
+        .filter_map(|d| {
+            Some((
+                d["metadata"]["name"].as_str()?,
+                cluster_bundle::is_migrated(d),
+            ))
+        })
+        .collect();
     for doc in documents {
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-        if doc["kind"] == "ClusterBundle" {
+        let cluster = doc["kind"] == "ClusterBundle";
+        let what = if cluster { "ClusterBundle" } else { "Bundle" };
+        let twin = match (cluster, migrated.get(name)) {
+            (false, Some(true)) => Some("the ClusterBundle of the same name, marked migrated"),
+            (true, Some(false)) if has_bundle(documents, name) => {
+                Some("the Bundle of the same name, which trust-manager keeps it equal to")
+            }
+            _ => None,
+        };
+        if let Some(twin) = twin {
             out.skipped.push(Skipped {
                 source_namespace: trust_namespace.to_string(),
-                note: format!(
-                    "trust-manager ClusterBundle {name:?} ({}): only Bundles (trust.cert-manager.io/v1alpha1) are migrated; write its CopyRule by hand as for a Bundle (README, coming from trust-manager); not migrated",
-                    doc["apiVersion"].as_str().unwrap_or_default()
-                ),
+                note: format!("trust-manager {what} {name:?}: migrated from {twin}; not migrated"),
             });
             continue;
         }
-        let translated = Bundle::deserialize(doc)
-            .map_err(|e| format!("not a Bundle migrate can read ({e})"))
-            .and_then(|bundle| translate_bundle(&bundle, trust_namespace));
-        match translated {
+        let parts = if cluster {
+            cluster_bundle::read(doc, trust_namespace)
+        } else {
+            Bundle::deserialize(doc)
+                .map_err(|e| format!("not a Bundle migrate can read ({e})"))
+                .and_then(|bundle| parts_of_bundle(&bundle, trust_namespace))
+        };
+        match parts.and_then(|parts| rules_of(parts, trust_namespace)) {
             Ok(rules) => out.rules.extend(rules),
             Err(reason) => out.skipped.push(Skipped {
                 source_namespace: trust_namespace.to_string(),
-                note: format!("trust-manager Bundle {name:?}: {reason}; not migrated"),
+                note: format!("trust-manager {what} {name:?}: {reason}; not migrated"),
             }),
         }
     }
     out
 }
 
-/// A Bundle's CopyRules (one per target kind), or why it has none.
-fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRule>, String> {
-    let name = &bundle.metadata.name;
-    if !selector::is_dns_subdomain(name) {
-        return Err(format!(
-            "{name:?} is not a valid name for its copies, which trust-manager names after it"
-        ));
-    }
-    let spec = &bundle.spec;
-    let mut left_out: Vec<String> = spec
-        .other
+fn has_bundle(documents: &[Value], name: &str) -> bool {
+    documents
         .iter()
-        .filter(|(_, v)| !v.is_null())
-        .map(|(field, _)| format!("spec.{field}: migrate does not know it; left out"))
-        .collect();
+        .any(|d| d["kind"] == "Bundle" && d["metadata"]["name"] == name)
+}
+
+/// What a Bundle or a ClusterBundle says, as a CopyRule says it: its CopyRules are made of
+/// this ([`rules_of`]), one per target.
+struct Parts {
+    name: String,
+    sources: Vec<BundleSourceSpec>,
+    /// Said in each CopyRule's notes: where it is from, what it does as trust-manager did.
+    said: Vec<String>,
+    /// Left out, said in each CopyRule's notes.
+    left_out: Vec<String>,
+    namespace_selector: LabelSelector,
+    targets: Vec<Target>,
+}
+
+/// One target kind's copy.
+struct Target {
+    kind: &'static str,
+    /// The bundle's PEM's key, or why there is none.
+    key: Result<String, String>,
+    formats: Option<FormatsSpec>,
+    /// The field the truststores came from, for the note when they would make the CopyRule
+    /// invalid.
+    formats_field: String,
+    /// Left out of this target only.
+    notes: Vec<String>,
+}
+
+/// A Bundle's parts, or why it gives no CopyRule.
+fn parts_of_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Parts, String> {
+    let name = &bundle.metadata.name;
+    check_name(name)?;
+    let spec = &bundle.spec;
+    let mut left_out = unknown("spec", &spec.other);
     let mut sources = Vec::new();
     for (i, raw) in spec.sources.iter().enumerate() {
         match source(i, raw, name, trust_namespace) {
@@ -74,42 +122,110 @@ fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRu
     }
     let target = &spec.target;
     let mut said = vec![format!("from trust-manager Bundle {name}")];
-    let namespace_selector = match &target.namespace_selector {
-        None => {
-            said.push(
-                "no namespaceSelector: every namespace, as trust-manager did, except \
-                 copyrator's --exclude-namespaces"
-                    .into(),
-            );
-            LabelSelector::default()
-        }
-        Some(sel) => {
-            Selector::from_label_selector(sel).map_err(|e| {
-                format!("target.namespaceSelector is not a selector copyrator can read ({e})")
-            })?;
-            sel.clone()
-        }
-    };
+    let namespace_selector = namespace_selector(target.namespace_selector.as_ref(), &mut said)?;
     let (formats, formats_notes) = target
         .additional_formats
         .as_ref()
         .map(formats)
         .unwrap_or_default();
     left_out.extend(formats_notes);
-    left_out.extend(
-        target
-            .other
-            .iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(field, _)| format!("target.{field}: migrate does not know it; left out")),
-    );
-    let targets: Vec<(&str, &TargetTemplate)> = [
+    left_out.extend(unknown("target", &target.other));
+    let targets = [
         ("ConfigMap", target.config_map.as_ref()),
         ("Secret", target.secret.as_ref()),
     ]
     .into_iter()
     .filter_map(|(kind, t)| t.map(|t| (kind, t)))
+    .map(|(kind, template)| {
+        let field = format!("target.{}", lower_camel(kind));
+        Target {
+            kind,
+            key: template
+                .key
+                .clone()
+                .filter(|k| transform::is_valid_key(k))
+                .ok_or_else(|| format!("{field}.key is missing or not a valid key")),
+            formats: formats.clone(),
+            formats_field: "target.additionalFormats".into(),
+            notes: template
+                .metadata
+                .as_ref()
+                .is_some_and(|m| !m.is_null())
+                .then(|| metadata_note(&field))
+                .into_iter()
+                .collect(),
+        }
+    })
     .collect();
+    Ok(Parts {
+        name: name.clone(),
+        sources,
+        said,
+        left_out,
+        namespace_selector,
+        targets,
+    })
+}
+
+/// A name trust-manager gives its copies, that copyrator's must be too.
+fn check_name(name: &str) -> Result<(), String> {
+    if selector::is_dns_subdomain(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid name for its copies, which trust-manager names after it"
+        ))
+    }
+}
+
+/// The notes for fields migrate does not know, at `at`.
+fn unknown(at: &str, other: &BTreeMap<String, Value>) -> Vec<String> {
+    other
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(field, _)| format!("{at}.{field}: migrate does not know it; left out"))
+        .collect()
+}
+
+/// `target.namespaceSelector` as the CopyRule's; absent, every namespace (said).
+fn namespace_selector(
+    selector: Option<&LabelSelector>,
+    said: &mut Vec<String>,
+) -> Result<LabelSelector, String> {
+    match selector {
+        None => {
+            said.push(
+                "no namespaceSelector: every namespace, as trust-manager did, except \
+                 copyrator's --exclude-namespaces"
+                    .into(),
+            );
+            Ok(LabelSelector::default())
+        }
+        Some(sel) => {
+            Selector::from_label_selector(sel).map_err(|e| {
+                format!("target.namespaceSelector is not a selector copyrator can read ({e})")
+            })?;
+            Ok(sel.clone())
+        }
+    }
+}
+
+fn metadata_note(field: &str) -> String {
+    format!(
+        "{field}.metadata: copyrator's copies carry only its own labels and annotations; left out"
+    )
+}
+
+/// The CopyRules of `parts` (one per target kind), or why there are none.
+fn rules_of(parts: Parts, trust_namespace: &str) -> Result<Vec<PeerRule>, String> {
+    let Parts {
+        name,
+        sources,
+        said,
+        mut left_out,
+        namespace_selector,
+        targets,
+    } = parts;
     if targets.is_empty() {
         return Err(
             "target names neither a configMap nor a secret: trust-manager writes nothing".into(),
@@ -128,30 +244,25 @@ fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRu
     }
     let mut rules = Vec::new();
     let mut failed = Vec::new();
-    for (kind, template) in &targets {
+    let both = targets.len() == 2;
+    for target in targets {
+        let kind = target.kind;
         let mut notes = said.clone();
-        if targets.len() == 2 {
+        if both {
             notes.push(format!(
                 "trust-manager wrote both a ConfigMap and a Secret {name}: two CopyRules, this \
                  one for the {kind}"
             ));
         }
         notes.extend(left_out.iter().cloned());
-        let field = format!("target.{}", lower_camel(kind));
-        let Some(key) = template
-            .key
-            .as_deref()
-            .filter(|k| transform::is_valid_key(k))
-        else {
-            failed.push(format!("{field}.key is missing or not a valid key"));
-            continue;
+        let key = match target.key {
+            Ok(key) => key,
+            Err(reason) => {
+                failed.push(reason);
+                continue;
+            }
         };
-        if template.metadata.as_ref().is_some_and(|m| !m.is_null()) {
-            notes.push(format!(
-                "{field}.metadata: copyrator's copies carry only its own labels and \
-                 annotations; left out"
-            ));
-        }
+        notes.extend(target.notes);
         let make = |formats: Option<FormatsSpec>| {
             CopyRule::new(
                 &format!("trust-manager-{name}-{}", kind.to_ascii_lowercase()),
@@ -160,7 +271,7 @@ fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRu
                     sources: Some(sources.clone()),
                     target_name: Some(name.clone()),
                     target: Some(TargetSpec {
-                        key: Some(key.to_string()),
+                        key: Some(key.clone()),
                         formats,
                         ..Default::default()
                     }),
@@ -169,14 +280,15 @@ fn translate_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Vec<PeerRu
                 },
             )
         };
-        let mut rule = make(formats.clone());
+        let mut rule = make(target.formats.clone());
         // What migrate prints, copyrator accepts: checked as admission checks it. Truststores
         // it would refuse (a store's key the same as the PEM's) are left out and said.
-        if formats.is_some()
+        if target.formats.is_some()
             && let Err(e) = Rule::from_copy_rule(&rule)
         {
             notes.push(format!(
-                "target.additionalFormats: the truststores would make the CopyRule invalid                  ({e}); left out"
+                "{}: the truststores would make the CopyRule invalid ({e}); left out",
+                target.formats_field
             ));
             rule = make(None);
         }
@@ -219,19 +331,16 @@ fn source(
         (Some(r), None, None, None | Some(false)) => ("ConfigMap", r),
         (None, Some(r), None, None | Some(false)) => ("Secret", r),
         (None, None, Some(_), None | Some(false)) => {
-            return Err(format!(
-                "{at}.inLine: copyrator copies certificates only from Secrets and ConfigMaps; \
-                 put them in a ConfigMap in {trust_namespace} (kubectl -n {trust_namespace} \
-                 create configmap {bundle}-inline --from-file=ca.crt=FILE) and add {{kind: \
-                 ConfigMap, namespace: {trust_namespace}, name: {bundle}-inline, key: ca.crt}} \
-                 to spec.sources; left out"
+            return Err(inline_note(
+                &format!("{at}.inLine"),
+                bundle,
+                trust_namespace,
             ));
         }
         (None, None, None, Some(true)) => {
-            return Err(format!(
-                "{at}.useDefaultCAs: copyrator ships no package of public CAs; put the ones \
-                 wanted (e.g. Debian's /etc/ssl/certs/ca-certificates.crt) in a ConfigMap in \
-                 {trust_namespace} and add it to spec.sources; left out"
+            return Err(default_cas_note(
+                &format!("{at}.useDefaultCAs"),
+                trust_namespace,
             ));
         }
         (None, None, None, _) if entry.other.is_empty() => return Ok(None),
@@ -267,13 +376,34 @@ fn source(
              once per key; left out"
         ));
     }
-    let Some(key) = reference.key.clone() else {
+    reference_source(
+        &what,
+        kind,
+        reference.name.as_ref(),
+        reference.selector.as_ref(),
+        reference.key.as_ref(),
+        trust_namespace,
+    )
+    .map(Some)
+}
+
+/// A source reference (`what` names it in notes) as a CopyRule bundle source, or the note
+/// saying why it is left out.
+fn reference_source(
+    what: &str,
+    kind: &str,
+    name: Option<&String>,
+    selector: Option<&LabelSelector>,
+    key: Option<&String>,
+    trust_namespace: &str,
+) -> Result<BundleSourceSpec, String> {
+    let Some(key) = key.cloned() else {
         return Err(format!("{what}: no key; left out"));
     };
     if !transform::is_valid_key(&key) {
         return Err(format!("{what}: {key:?} is not a valid key; left out"));
     }
-    let (name, selector) = match (&reference.name, &reference.selector) {
+    let (name, selector) = match (name, selector) {
         (Some(name), None) if selector::is_dns_subdomain(name) => (Some(name.clone()), None),
         (None, Some(sel)) => match Selector::from_label_selector(sel) {
             Ok(_) => (None, Some(sel.clone())),
@@ -289,13 +419,32 @@ fn source(
             ));
         }
     };
-    Ok(Some(BundleSourceSpec {
+    Ok(BundleSourceSpec {
         kind: kind.to_string(),
         namespace: trust_namespace.to_string(),
         name,
         selector,
         key,
-    }))
+    })
+}
+
+/// Inline certificates (at `at`) cannot be copied: where to put them instead.
+fn inline_note(at: &str, bundle: &str, trust_namespace: &str) -> String {
+    format!(
+        "{at}: copyrator copies certificates only from Secrets and ConfigMaps; put them in a \
+         ConfigMap in {trust_namespace} (kubectl -n {trust_namespace} create configmap \
+         {bundle}-inline --from-file=ca.crt=FILE) and add {{kind: ConfigMap, namespace: \
+         {trust_namespace}, name: {bundle}-inline, key: ca.crt}} to spec.sources; left out"
+    )
+}
+
+/// The default CAs (asked for at `at`) are not copyrator's to ship: what to do instead.
+fn default_cas_note(at: &str, trust_namespace: &str) -> String {
+    format!(
+        "{at}: copyrator ships no package of public CAs; put the ones wanted (e.g. Debian's \
+         /etc/ssl/certs/ca-certificates.crt) in a ConfigMap in {trust_namespace} and add it to \
+         spec.sources; left out"
+    )
 }
 
 /// `additionalFormats` as the CopyRule's truststores (`spec.target.formats`, made of the
@@ -426,5 +575,6 @@ struct Store {
     profile: Option<String>,
 }
 
+mod cluster_bundle;
 #[cfg(test)]
 mod tests;

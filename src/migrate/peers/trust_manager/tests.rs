@@ -14,6 +14,8 @@ use crate::{
     tenancy::{NamespacePatterns, TrustPolicy},
 };
 
+mod cluster_bundles;
+
 const TRUST: &str = "cert-manager";
 
 /// A Bundle named `name` with `spec`.
@@ -473,21 +475,4 @@ fn copy_rules_are_printed_in_force_and_an_untrusted_trust_namespace_is_said() {
     let rules: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "CopyRule").collect();
     assert_eq!(rules.len(), 1, "{docs:?}");
     assert_eq!(rules[0]["spec"]["targetName"], "b");
-}
-
-#[test]
-fn a_cluster_bundle_is_reported_not_dropped() {
-    let t = translate_one(json!({
-        "apiVersion": "trust-manager.io/v1alpha2",
-        "kind": "ClusterBundle",
-        "metadata": {"name": "corp-trust"},
-        "spec": {"sources": [{"configMap": {"name": "corp-ca", "key": "ca.crt"}}]},
-    }));
-    assert!(t.rules.is_empty(), "{t:#?}");
-    assert_eq!(t.skipped.len(), 1);
-    let note = &t.skipped[0].note;
-    assert!(
-        note.contains("ClusterBundle \"corp-trust\"") && note.contains("not migrated"),
-        "{note}"
-    );
 }
