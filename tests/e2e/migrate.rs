@@ -839,6 +839,37 @@ async fn kyverno_clone_policies_become_copy_rules() {
     t.finish().await;
 }
 
+/// Deletes the CRDs `names` (and waits until they are gone); `if_there`: none need be.
+async fn delete_crds(names: &[&str], if_there: bool) {
+    let mut args = vec!["delete", "crd"];
+    args.extend(names);
+    args.push("--wait");
+    if if_there {
+        args.push("--ignore-not-found");
+    }
+    let out = kubectl(&args, "").await;
+    assert!(out.success, "{}", out.stderr);
+}
+
+/// Applies the CRDs in `manifest` and waits until each of `names` is established.
+async fn install_crds(manifest: &str, names: &[&str]) {
+    let installed = kubectl(&["apply", "-f", "-"], manifest).await;
+    assert!(installed.success, "{}", installed.stderr);
+    for crd in names {
+        let established = kubectl(
+            &[
+                "wait",
+                "--for=condition=established",
+                &format!("crd/{crd}"),
+                "--timeout=20s",
+            ],
+            "",
+        )
+        .await;
+        assert!(established.success, "{}", established.stderr);
+    }
+}
+
 const KYVERNO_CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -928,9 +959,7 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
     let id = t.id.clone();
     let src = t.namespace("kvc-src", &[]).await;
     // Left over by an aborted run of this test, they would hide the first answer.
-    let crds = ["delete", "crd", KYVERNO_CRDS[0], KYVERNO_CRDS[1]];
-    let gone = kubectl(&[&crds[..], &["--ignore-not-found", "--wait"]].concat(), "").await;
-    assert!(gone.success, "{}", gone.stderr);
+    delete_crds(&KYVERNO_CRDS, true).await;
     let out = run_copyrator(&["migrate", "--from", "kyverno"]).await;
     assert!(
         !out.success && out.stderr.contains("ClusterPolicy CRD is not installed"),
@@ -938,21 +967,7 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
         out.stderr
     );
 
-    let installed = kubectl(&["apply", "-f", "-"], KYVERNO_CRD).await;
-    assert!(installed.success, "{}", installed.stderr);
-    for crd in KYVERNO_CRDS {
-        let established = kubectl(
-            &[
-                "wait",
-                "--for=condition=established",
-                &format!("crd/{crd}"),
-                "--timeout=20s",
-            ],
-            "",
-        )
-        .await;
-        assert!(established.success, "{}", established.stderr);
-    }
+    install_crds(KYVERNO_CRD, &KYVERNO_CRDS).await;
     let policies = format!("{KYVERNO_POLICIES}{KYVERNO_NAMESPACED_POLICY}")
         .replace("SANDBOX", "kube-system")
         .replace("SRC", &src)
@@ -967,8 +982,7 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
     .await;
 
     let out = run_copyrator(&["migrate", "--from", "kyverno", "-n", &src, "-o", "yaml"]).await;
-    let removed = kubectl(&[&crds[..], &["--wait"]].concat(), "").await;
-    assert!(removed.success, "{}", removed.stderr);
+    delete_crds(&KYVERNO_CRDS, false).await;
     assert!(out.success, "{}", out.stderr);
     // The namespaced Policy, read from the cluster beside the ClusterPolicies, is reported.
     assert!(
@@ -1125,10 +1139,8 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
         .await
         .unwrap();
 
-    let crds = ["delete", "crd", BUNDLE_CRDS[0], BUNDLE_CRDS[1]];
     // Left over by an aborted run of this test, they would hold other runs' Bundles.
-    let gone = kubectl(&[&crds[..], &["--ignore-not-found", "--wait"]].concat(), "").await;
-    assert!(gone.success, "{}", gone.stderr);
+    delete_crds(&BUNDLE_CRDS, true).await;
     let out = run_copyrator(&["migrate", "--from", "trust-manager"]).await;
     assert!(
         !out.success
@@ -1148,21 +1160,7 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
         "{}",
         out.stderr
     );
-    let installed = kubectl(&["apply", "-f", "-"], BUNDLE_CRD).await;
-    assert!(installed.success, "{}", installed.stderr);
-    for crd in BUNDLE_CRDS {
-        let established = kubectl(
-            &[
-                "wait",
-                "--for=condition=established",
-                &format!("crd/{crd}"),
-                "--timeout=20s",
-            ],
-            "",
-        )
-        .await;
-        assert!(established.success, "{}", established.stderr);
-    }
+    install_crds(BUNDLE_CRD, &BUNDLE_CRDS).await;
     let name = t.name("ca-bundle");
     let bundle = BUNDLE.replace("NAME", &name).replace("LABEL", &label);
     // kubectl learns of the new resource through discovery, which may lag a moment.
@@ -1186,8 +1184,7 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
         "yaml",
     ])
     .await;
-    let removed = kubectl(&[&crds[..], &["--wait"]].concat(), "").await;
-    assert!(removed.success, "{}", removed.stderr);
+    delete_crds(&BUNDLE_CRDS, false).await;
     assert!(out.success, "{}", out.stderr);
     let yaml = &out.stdout;
     let rule = format!("trust-manager-{name}-configmap");
