@@ -257,9 +257,10 @@ pub enum Peer {
     /// appscode kubed / config-syncer (`kubed.appscode.com/*`).
     Kubed,
     /// Kyverno ClusterPolicies whose generate rules clone an object into Namespaces
-    /// (`clusterpolicies.kyverno.io`).
+    /// (`clusterpolicies.kyverno.io`; namespaced Policies are reported).
     Kyverno,
-    /// cert-manager trust-manager Bundles (`bundles.trust.cert-manager.io`).
+    /// cert-manager trust-manager Bundles and ClusterBundles (`bundles.trust.cert-manager.io`,
+    /// `clusterbundles.trust-manager.io`).
     TrustManager,
 }
 
@@ -274,8 +275,8 @@ pub enum MigrateOutput {
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// The peer whose annotations (kyverno: ClusterPolicies; trust-manager: Bundles) are
-    /// translated.
+    /// The peer whose annotations (kyverno: ClusterPolicies; trust-manager: Bundles and
+    /// ClusterBundles) are translated.
     #[arg(long)]
     pub from: Peer,
 
@@ -304,8 +305,8 @@ pub struct MigrateArgs {
     #[arg(short = 'o', long, value_enum, default_value = "kubectl")]
     pub output: MigrateOutput,
 
-    /// trust-manager's trust namespace (its `--trust-namespace`), where its Bundles' sources
-    /// are read from.
+    /// trust-manager's trust namespace (its `--trust-namespace`), where its (Cluster)Bundles'
+    /// sources are read from.
     #[arg(long, default_value = "cert-manager")]
     pub trust_namespace: String,
 

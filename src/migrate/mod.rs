@@ -1,6 +1,6 @@
 //! `copyrator migrate --from reflector|replicator|kubed|kyverno|trust-manager` (SPEC §12):
-//! reads what the peer's annotations (Kyverno: its ClusterPolicies; trust-manager: its
-//! Bundles) ask for (`input`, `peers`), prints the
+//! reads what the peer's annotations (Kyverno: its ClusterPolicies and Policies; trust-manager:
+//! its Bundles and ClusterBundles) ask for (`input`, `peers`), prints the
 //! copyrator configuration that asks the same (`config`, `render`), and with `--adopt` takes
 //! over the peer's copies of the same sources (`adopt`).
 
@@ -28,12 +28,12 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
              Kyverno's copies as conflicts and leaves them alone until they are gone"
         );
     }
-    // Likewise trust-manager's: they name their Bundle, and a bundle's copies have no one
+    // Likewise trust-manager's: they name their (Cluster)Bundle, and a bundle's copies have no one
     // source to be adopted for.
     if args.adopt && args.from == Peer::TrustManager {
         anyhow::bail!(
             "--adopt is not available with --from trust-manager: trust-manager's copies name \
-             their Bundle, not a source. Apply the printed CopyRules; copyrator reports \
+             their Bundle or ClusterBundle, not a source. Apply the printed CopyRules; copyrator reports \
              trust-manager's copies as conflicts and leaves them alone until they are gone"
         );
     }

@@ -141,14 +141,14 @@ fn header(config: &Config, peer: Peer, apply: &str) -> String {
 fn afterwards(peer: Peer) -> String {
     if peer == Peer::TrustManager {
         // trust-manager's targets carry no copyrator marks, and an owner reference to their
-        // Bundle: the garbage collector deletes them with it.
-        return "# trust-manager's copies (named after their Bundle, owned by it) are objects copyrator does\n\
-                # not own: it reports them as conflicts and leaves them alone. Then delete each migrated\n\
-                # Bundle: the garbage collector deletes its copies with it, and copyrator writes its own at\n\
-                # its next full resync (--resync-interval). For them at once, delete the Bundles first and\n\
-                # apply this right after (a short gap). copyrator labels the Bundles' sources\n\
-                # copyrator.io/source=true itself, to follow their changes. Check with\n\
-                # `copyrator explain namespace NAMESPACE`.\n"
+        // Bundle or ClusterBundle: the garbage collector deletes them with it.
+        return "# trust-manager's copies (named after their Bundle or ClusterBundle, owned by it) are\n\
+                # objects copyrator does not own: it reports them as conflicts and leaves them alone.\n\
+                # Then delete each migrated Bundle and ClusterBundle: the garbage collector deletes its\n\
+                # copies with it, and copyrator writes its own at its next full resync\n\
+                # (--resync-interval). For them at once, delete them first and apply this right after\n\
+                # (a short gap). copyrator labels their sources copyrator.io/source=true itself, to\n\
+                # follow their changes. Check with `copyrator explain namespace NAMESPACE`.\n"
             .to_string();
     }
     if peer == Peer::Kyverno {

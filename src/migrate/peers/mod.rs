@@ -108,7 +108,7 @@ pub struct Configured<'a> {
     pub documents: &'a [serde_json::Value],
     /// Today's namespaces (for the regular-expression and wildcard lists).
     pub namespaces: &'a [NamespaceInfo],
-    /// trust-manager's trust namespace, where its Bundles' sources are.
+    /// trust-manager's trust namespace, where its Bundles' and ClusterBundles' sources are.
     pub trust_namespace: &'a str,
 }
 
