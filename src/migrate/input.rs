@@ -112,27 +112,63 @@ pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read>
 }
 
 /// The peer's own objects: its main kind's and those of `also` the API server serves. No
-/// CRD of any of them is an error that says so.
+/// CRD of any of them is an error that says so. An `also` kind this user may not list is said
+/// on stderr and left out: its objects are then not in the output.
 async fn own_documents(client: &kube::Client, own: &OwnKind) -> anyhow::Result<Vec<Value>> {
     let mut documents = Vec::new();
     let mut served = false;
-    for (group, kind) in std::iter::once((own.group, own.kind)).chain(own.also.iter().copied()) {
-        if let Some(read) = list_all(client, group, kind).await? {
-            documents.extend(read);
-            served = true;
+    for (i, (group, kind)) in std::iter::once((own.group, own.kind))
+        .chain(own.also.iter().copied())
+        .enumerate()
+    {
+        match list_all(client, group, kind).await {
+            Ok(Some(read)) => {
+                documents.extend(read);
+                served = true;
+            }
+            Ok(None) => {}
+            Err(e) if i > 0 && is_forbidden(&e) => {
+                served = true;
+                eprintln!(
+                    "copyrator: cannot list {kind} ({group}): {e:#}; they are not read, so not \
+                     in this output"
+                );
+            }
+            Err(e) => return Err(e),
         }
     }
     if !served {
+        let also: Vec<String> = own
+            .also
+            .iter()
+            .map(|(group, kind)| format!("{kind}, {group}"))
+            .collect();
+        let also = if also.is_empty() {
+            String::new()
+        } else {
+            format!(" (nor {})", also.join("; "))
+        };
         anyhow::bail!(
-            "the API server serves no {}: {}'s {} CRD is not installed in this cluster, so \
+            "the API server serves no {}: {}'s {} CRD is not installed in this cluster{}, so \
              there is no {} to migrate (read them from files with -f)",
             own.resource,
             own.peer,
             own.kind,
+            also,
             own.what,
         );
     }
     Ok(documents)
+}
+
+/// Whether `e` is the API server refusing this user (403).
+fn is_forbidden(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<kube::Error>(),
+            Some(kube::Error::Api(s)) if s.code == 403
+        )
+    })
 }
 
 /// Every object of `group`'s `kind`, in all namespaces, in the version the API server prefers

@@ -141,11 +141,11 @@ fn header(config: &Config, peer: Peer, apply: &str) -> String {
 fn afterwards(peer: Peer) -> String {
     if peer == Peer::TrustManager {
         // trust-manager's targets carry no copyrator marks, and an owner reference to their
-        // Bundle or ClusterBundle: the garbage collector deletes them with it.
-        return "# trust-manager's copies (named after their Bundle or ClusterBundle, owned by it) are\n\
+        // Bundle (or ClusterBundle): the garbage collector deletes them with it.
+        return "# trust-manager's copies (named after their Bundle or ClusterBundle, owned by one) are\n\
                 # objects copyrator does not own: it reports them as conflicts and leaves them alone.\n\
-                # Then delete each migrated Bundle and ClusterBundle: the garbage collector deletes its\n\
-                # copies with it, and copyrator writes its own at its next full resync\n\
+                # Then delete each migrated Bundle and ClusterBundle: the garbage collector deletes the\n\
+                # copies with their owner, and copyrator writes its own at its next full resync\n\
                 # (--resync-interval). For them at once, delete them first and apply this right after\n\
                 # (a short gap). copyrator labels their sources copyrator.io/source=true itself, to\n\
                 # follow their changes. Check with `copyrator explain namespace NAMESPACE`.\n"

@@ -57,7 +57,7 @@ pub(super) fn read(doc: &Value, trust_namespace: &str) -> Result<Parts, String> 
     match spec.default_cas.provider.as_deref() {
         None | Some("Disabled") => {}
         Some("System") => left_out.push(default_cas_note(
-            "defaultCAs.provider: System",
+            "defaultCAs.provider System",
             trust_namespace,
         )),
         Some(other) => left_out.push(format!(
@@ -99,11 +99,12 @@ fn source_ref(i: usize, raw: &Value, trust_namespace: &str) -> Result<BundleSour
     let kind = match entry.kind.as_deref() {
         Some("ConfigMap") => "ConfigMap",
         Some("Secret") => "Secret",
-        other => {
+        Some(other) => {
             return Err(format!(
-                "{at}.kind {other:?}: a bundle's source is a ConfigMap or a Secret; left out"
+                "{at}.kind {other}: a bundle's source is a ConfigMap or a Secret; left out"
             ));
         }
+        None => return Err(format!("{at}: no kind; left out")),
     };
     let what = entry.name.as_deref().map_or_else(
         || format!("{at} ({kind}s by selector)"),
@@ -153,7 +154,20 @@ fn key_value_target(kind: &'static str, target: &KeyValueTarget, jks_key: Option
             notes.push(format!("{at}.key is missing or not a valid key; left out"));
             continue;
         };
-        match (entry.format.as_deref().unwrap_or("PEM"), &pem) {
+        let format = entry.format.as_deref().unwrap_or("PEM");
+        if format == "PEM" {
+            for (field, set) in [
+                ("password", entry.password.is_some()),
+                ("profile", entry.profile.is_some()),
+            ] {
+                if set {
+                    notes.push(format!(
+                        "{at}.{field}: only a PKCS12 entry has one; left out"
+                    ));
+                }
+            }
+        }
+        match (format, &pem) {
             ("PEM", None) => pem = Some(key),
             ("PEM", Some(first)) => notes.push(format!(
                 "{at} ({key}): a CopyRule's copy holds the bundle's PEM under one key ({first}); \
@@ -172,10 +186,20 @@ fn key_value_target(kind: &'static str, target: &KeyValueTarget, jks_key: Option
                     ));
                     continue;
                 }
-                if let Some(profile) = entry.profile.filter(|_| !is_jks) {
-                    notes.push(format!(
+                match (entry.profile, is_jks) {
+                    (Some(profile), false) => notes.push(format!(
                         "{at}.profile {profile}: copyrator makes one kind of PKCS#12 (SPEC \
                          3.2), not trust-manager's profiles; left out"
+                    )),
+                    (Some(profile), true) => notes.push(format!(
+                        "{at}.profile {profile}: a JKS store has no profile; left out"
+                    )),
+                    (None, _) => {}
+                }
+                if is_jks && entry.password.is_none() {
+                    notes.push(format!(
+                        "{at} ({key}): no password; the JKS store gets copyrator's default, \
+                         changeit"
                     ));
                 }
                 // Absent, trust-manager's default password, which is copyrator's too.

@@ -23,12 +23,40 @@ use crate::{
     transform,
 };
 
+/// A Bundle's or ClusterBundle's CopyRules, or why it has none.
+type Rules = Result<Vec<PeerRule>, String>;
+
 pub(super) fn translate(documents: &[Value], trust_namespace: &str) -> Translation {
     let mut out = Translation::default();
-    // trust-manager's own migration makes a ClusterBundle of each Bundle, of the same name:
-    // one CopyRule each, from the one trust-manager follows (the ClusterBundle once it is
-    // marked migrated, the Bundle before).
-    let migrated: BTreeMap<&str, bool> = documents
+    let skipped = |note: String| Skipped {
+        source_namespace: trust_namespace.to_string(),
+        note,
+    };
+    // Each document: its name, whether a ClusterBundle, its CopyRules or why it has none.
+    let read: Vec<(&str, bool, Rules)> = documents
+        .iter()
+        .map(|doc| {
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            let cluster = doc["kind"] == "ClusterBundle";
+            let parts = if cluster {
+                cluster_bundle::read(doc, trust_namespace)
+            } else {
+                Bundle::deserialize(doc)
+                    .map_err(|e| format!("not a Bundle migrate can read ({e})"))
+                    .and_then(|bundle| parts_of_bundle(&bundle, trust_namespace))
+            };
+            (
+                name,
+                cluster,
+                parts.and_then(|parts| rules_of(parts, trust_namespace)),
+            )
+        })
+        .collect();
+    // trust-manager's own migration makes a ClusterBundle of each Bundle, of the same name,
+    // and keeps it equal to the Bundle until its users mark it `trust-manager.io/migrated`:
+    // one CopyRule per name, the marked ClusterBundle's (its users' now), else the Bundle's;
+    // the other's, when that one gives none.
+    let marked: BTreeMap<&str, bool> = documents
         .iter()
         .filter(|d| d["kind"] == "ClusterBundle")
         .filter_map(|d| {
@@ -38,46 +66,47 @@ pub(super) fn translate(documents: &[Value], trust_namespace: &str) -> Translati
             ))
         })
         .collect();
-    for doc in documents {
-        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-        let cluster = doc["kind"] == "ClusterBundle";
-        let what = if cluster { "ClusterBundle" } else { "Bundle" };
-        let twin = match (cluster, migrated.get(name)) {
-            (false, Some(true)) => Some("the ClusterBundle of the same name, marked migrated"),
-            (true, Some(false)) if has_bundle(documents, name) => {
-                Some("the Bundle of the same name, which trust-manager keeps it equal to")
+    for (name, cluster, result) in &read {
+        let what = if *cluster { "ClusterBundle" } else { "Bundle" };
+        let twin = read
+            .iter()
+            .find(|(n, c, _)| n == name && c != cluster)
+            .map(|(_, _, r)| r.is_ok());
+        let preferred = twin.is_none() || *cluster == marked.get(name).copied().unwrap_or(false);
+        match (result, preferred, twin) {
+            (Ok(rules), true, _) => out.rules.extend(rules.iter().cloned()),
+            // The preferred twin gives a CopyRule: this one is said, not printed.
+            (_, false, Some(true)) => out.skipped.push(skipped(if *cluster {
+                format!(
+                    "trust-manager ClusterBundle {name:?}: made of the Bundle of the same name, \
+                     which trust-manager keeps it equal to: its CopyRule is the Bundle's; not \
+                     migrated"
+                )
+            } else {
+                format!(
+                    "trust-manager Bundle {name:?}: its CopyRule is the ClusterBundle {name}'s, \
+                     which its users marked trust-manager.io/migrated; delete this Bundle too \
+                     (trust-manager's copies are owned by it); not migrated"
+                )
+            })),
+            // The preferred twin gives none (its line says why): this one stands in.
+            (Ok(rules), false, _) => {
+                let other = if *cluster { "Bundle" } else { "ClusterBundle" };
+                let mut rules = rules.clone();
+                if let Some(first) = rules.first_mut() {
+                    first.notes.push(format!(
+                        "the {other} {name} of the same name gives no CopyRule (its line says \
+                         why): this is the {what}'s"
+                    ));
+                }
+                out.rules.extend(rules);
             }
-            _ => None,
-        };
-        if let Some(twin) = twin {
-            out.skipped.push(Skipped {
-                source_namespace: trust_namespace.to_string(),
-                note: format!("trust-manager {what} {name:?}: migrated from {twin}; not migrated"),
-            });
-            continue;
-        }
-        let parts = if cluster {
-            cluster_bundle::read(doc, trust_namespace)
-        } else {
-            Bundle::deserialize(doc)
-                .map_err(|e| format!("not a Bundle migrate can read ({e})"))
-                .and_then(|bundle| parts_of_bundle(&bundle, trust_namespace))
-        };
-        match parts.and_then(|parts| rules_of(parts, trust_namespace)) {
-            Ok(rules) => out.rules.extend(rules),
-            Err(reason) => out.skipped.push(Skipped {
-                source_namespace: trust_namespace.to_string(),
-                note: format!("trust-manager {what} {name:?}: {reason}; not migrated"),
-            }),
+            (Err(reason), _, _) => out.skipped.push(skipped(format!(
+                "trust-manager {what} {name:?}: {reason}; not migrated"
+            ))),
         }
     }
     out
-}
-
-fn has_bundle(documents: &[Value], name: &str) -> bool {
-    documents
-        .iter()
-        .any(|d| d["kind"] == "Bundle" && d["metadata"]["name"] == name)
 }
 
 /// What a Bundle or a ClusterBundle says, as a CopyRule says it: its CopyRules are made of
@@ -153,6 +182,7 @@ fn parts_of_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Parts, Stri
                 .is_some_and(|m| !m.is_null())
                 .then(|| metadata_note(&field))
                 .into_iter()
+                .chain(unknown(&field, &template.other))
                 .collect(),
         }
     })
@@ -452,9 +482,13 @@ fn default_cas_note(at: &str, trust_namespace: &str) -> String {
 /// PKCS#12), and what is left out of them: a store without a key, a PKCS#12 `profile`
 /// (copyrator's PKCS#12 has one shape, SPEC §3.2).
 fn formats(formats: &AdditionalFormats) -> (Option<FormatsSpec>, Vec<String>) {
-    let mut notes = Vec::new();
+    let mut notes = unknown("target.additionalFormats", &formats.other);
     let mut store = |name: &str, store: &Option<Store>| -> Option<TruststoreSpec> {
         let store = store.as_ref()?;
+        notes.extend(unknown(
+            &format!("target.additionalFormats.{name}"),
+            &store.other,
+        ));
         let Some(key) = store.key.as_deref().filter(|k| transform::is_valid_key(k)) else {
             notes.push(format!(
                 "target.additionalFormats.{name}.key is missing or not a valid key; that store \
@@ -559,12 +593,16 @@ struct TargetTemplate {
     key: Option<String>,
     /// Labels and annotations trust-manager put on its targets.
     metadata: Option<Value>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
 struct AdditionalFormats {
     jks: Option<Store>,
     pkcs12: Option<Store>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -573,6 +611,8 @@ struct Store {
     /// The store's password; absent, trust-manager's default, which is copyrator's too.
     password: Option<String>,
     profile: Option<String>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
 }
 
 mod cluster_bundle;

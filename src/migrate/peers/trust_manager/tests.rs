@@ -340,7 +340,8 @@ fn target_metadata_and_unknown_fields_are_said() {
             "sources": [{"secret": {"name": "root-ca", "key": "ca.crt", "future": 1}},
                         {"secret": {"name": "other", "key": "ca.crt"}}],
             "target": {
-                "configMap": {"key": "ca.pem", "metadata": {"labels": {"app": "x"}}},
+                "configMap": {"key": "ca.pem", "metadata": {"labels": {"app": "x"}}, "extra": 1},
+                "additionalFormats": {"jks": {"key": "a.jks", "alias": "x"}, "pem": {}},
                 "somethingNew": true,
             },
             "alsoNew": {},
@@ -353,6 +354,9 @@ fn target_metadata_and_unknown_fields_are_said() {
     );
     for said in [
         "target.configMap.metadata",
+        "target.configMap.extra",
+        "target.additionalFormats.pem",
+        "target.additionalFormats.jks.alias",
         "target.somethingNew",
         "spec.alsoNew",
         "sources[0].secret.future",

@@ -130,10 +130,10 @@ fn what_a_copy_rule_cannot_say_is_left_out_and_said() {
     );
     for said in [
         "sourceRefs[1] (ConfigMap many): key \"*.pem\" is a pattern",
-        "sourceRefs[2].kind Some(\"Pod\")",
+        "sourceRefs[2].kind Pod: a bundle's source is a ConfigMap or a Secret",
         "inLineCAs: copyrator copies certificates only from Secrets and ConfigMaps",
         "kubectl -n cert-manager create configmap b-inline",
-        "defaultCAs.provider: System: copyrator ships no package of public CAs",
+        "defaultCAs.provider System: copyrator ships no package of public CAs",
         "spec.future: migrate does not know it",
         "target.configMap.data[1] (also.pem): a CopyRule's copy holds the bundle's PEM under \
          one key (ca.pem)",
@@ -204,30 +204,80 @@ fn a_bundle_and_the_cluster_bundle_made_of_it_give_one_copy_rule() {
     assert!(
         t.skipped[0]
             .note
-            .starts_with("trust-manager ClusterBundle \"twin\": migrated from the Bundle"),
+            .starts_with("trust-manager ClusterBundle \"twin\": made of the Bundle of the same"),
         "{}",
         t.skipped[0].note
     );
 
-    // Marked migrated, the ClusterBundle is its users' own: the ClusterBundle's.
+    // Marked migrated, the ClusterBundle is its users' own: the ClusterBundle's; the Bundle
+    // still owns trust-manager's copies, so it is to be deleted too.
+    let marked = json!({"trust-manager.io/migrated": "true"});
     let t = translate(
         &[
-            bundle("twin", spec_v1),
-            cluster_bundle(
-                "twin",
-                json!({"trust-manager.io/migrated": "true"}),
-                spec_v2,
-            ),
+            bundle("twin", spec_v1.clone()),
+            cluster_bundle("twin", marked.clone(), spec_v2),
         ],
         TRUST,
     );
     assert_eq!(t.rules.len(), 1, "{t:#?}");
     assert!(t.rules[0].notes[0].contains("from trust-manager ClusterBundle twin"));
+    let note = &t.skipped[0].note;
     assert!(
-        t.skipped[0]
-            .note
-            .starts_with("trust-manager Bundle \"twin\": migrated from the ClusterBundle"),
+        note.starts_with("trust-manager Bundle \"twin\": its CopyRule is the ClusterBundle")
+            && note.contains("delete this Bundle too"),
+        "{note}"
+    );
+
+    // The marked ClusterBundle gives none: the Bundle's stands in, and says so.
+    let t = translate(
+        &[
+            bundle("twin", spec_v1),
+            cluster_bundle(
+                "twin",
+                marked,
+                json!({"target": {"configMap": {"data": [{"key": "ca.pem"}]}}}),
+            ),
+        ],
+        TRUST,
+    );
+    assert_eq!(t.rules.len(), 1, "{t:#?}");
+    let notes = t.rules[0].notes.join("\n");
+    assert!(
+        notes.contains("from trust-manager Bundle twin")
+            && notes.contains("the ClusterBundle twin of the same name gives no CopyRule"),
+        "{notes}"
+    );
+    assert_eq!(t.skipped.len(), 1, "{:?}", t.skipped);
+    assert!(
+        t.skipped[0].note.contains("no source copyrator can read"),
         "{}",
         t.skipped[0].note
     );
+}
+
+#[test]
+fn settings_of_entries_that_do_not_take_them_are_said() {
+    let t = translate_one(cluster_bundle(
+        "b",
+        json!({"internal.trust-manager.io/jks-key": "b.jks"}),
+        json!({
+            "sourceRefs": [{"kind": "Secret", "name": "root-ca", "key": "ca.crt"}],
+            "target": {"configMap": {"data": [
+                {"key": "ca.pem", "password": "x"},
+                {"key": "b.jks", "format": "PKCS12", "profile": "LegacyDES"},
+            ]}},
+        }),
+    ));
+    let (spec, _, notes) = only_rule(&t);
+    let formats = spec.target.as_ref().unwrap().formats.as_ref().unwrap();
+    let jks = formats.jks.as_ref().unwrap();
+    assert_eq!((jks.key.as_str(), jks.password.as_deref()), ("b.jks", None));
+    for said in [
+        "target.configMap.data[0].password: only a PKCS12 entry has one",
+        "target.configMap.data[1].profile LegacyDES: a JKS store has no profile",
+        "target.configMap.data[1] (b.jks): no password; the JKS store gets copyrator's \
+         default, changeit",
+    ] {
+        assert!(notes.contains(said), "{said:?} in:\n{notes}");
+    }
 }
