@@ -1114,6 +1114,27 @@ fn pem_bodies(pem: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// A kubeconfig for a ServiceAccount in `ns` that may list Bundles and namespaces, not
+/// ClusterBundles (RBAC written before trust-manager had them), and the ClusterRole and
+/// ClusterRoleBinding giving it that, named `name`, to delete after.
+async fn bundles_only_reader(t: &TestEnv, ns: &str, name: &str, dir: &tempfile::TempDir) -> String {
+    let manifest = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: bundles-reader\n  namespace: {ns}\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {name}\n\
+         rules:\n- apiGroups: [trust.cert-manager.io]\n  resources: [bundles]\n  verbs: [list]\n\
+         - apiGroups: [\"\"]\n  resources: [namespaces]\n  verbs: [list]\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {name}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}\n\
+         subjects: [{{kind: ServiceAccount, name: bundles-reader, namespace: {ns}}}]\n"
+    );
+    let applied = kubectl(&["apply", "-f", "-"], &manifest).await;
+    assert!(applied.success, "{}", applied.stderr);
+    let token = service_account_token(&t.client, ns, "bundles-reader").await;
+    let path = dir.path().join("kubeconfig");
+    write_token_kubeconfig(&kubeconfig(), &token, &path);
+    path.to_str().unwrap().to_string()
+}
+
 /// The only test that installs trust-manager's Bundle and ClusterBundle CRDs (stand-ins for
 /// trust-manager's own, which the API server serves the same way), so no other test sees them
 /// come and go.
@@ -1171,6 +1192,43 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
             .then_some(())
     })
     .await;
+
+    // Who may list Bundles but not ClusterBundles still gets the Bundles' CopyRules, and is
+    // told the ClusterBundles were not read.
+    let dir = tempfile::tempdir().unwrap();
+    let reader = t.name("bundles-reader");
+    let reader_kubeconfig = bundles_only_reader(&t, &trust, &reader, &dir).await;
+    let limited = run_copyrator(&[
+        "migrate",
+        "--from",
+        "trust-manager",
+        "--kubeconfig",
+        &reader_kubeconfig,
+        "--trust-namespace",
+        &trust,
+        "-o",
+        "yaml",
+    ])
+    .await;
+    let removed = kubectl(&["delete", "clusterrole,clusterrolebinding", &reader], "").await;
+    assert!(removed.success, "{}", removed.stderr);
+    assert!(limited.success, "{}", limited.stderr);
+    assert!(
+        limited
+            .stderr
+            .contains("cannot list ClusterBundle (trust-manager.io)"),
+        "{}",
+        limited.stderr
+    );
+    assert!(
+        limited.stdout.contains(&format!(
+            "# CopyRule trust-manager-{name}-configmap (trust-manager)"
+        )) && !limited
+            .stdout
+            .contains(&format!("trust-manager-{name}-cb-")),
+        "{}",
+        limited.stdout
+    );
 
     let out = run_copyrator(&[
         "migrate",
