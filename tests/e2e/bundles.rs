@@ -283,16 +283,7 @@ async fn rotating_a_ca_adds_the_new_one_then_drops_the_old_and_the_copies_follow
 
 #[tokio::test]
 async fn a_tenants_bundle_source_reaches_only_namespaces_that_consent() {
-    let env = TestEnv::new().await;
-    let platform = env.namespace("bundle-platform", &[]).await;
-    let t = Harness::start_in(
-        env,
-        Options {
-            extra: vec![format!("--trusted-namespaces={platform}")],
-            ..Default::default()
-        },
-    )
-    .await;
+    let (t, platform) = Harness::start_trusting("bundle-platform").await;
     let label = t.name("tenant-bundle");
     let tenant = t.namespace("bundle-tenant", &[]).await;
     let consenting = t.namespace("bundle-consents", &[(&label, "on")]).await;
@@ -412,11 +403,7 @@ async fn resyncs_of_an_unchanged_bundle_write_nothing() {
     .await;
     t.quiescent().await;
     let before = t.config_maps(&dest).get("ca-bundle").await.unwrap();
-    let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
-    let done = t.metric(resyncs).await;
-    t.wait_metric(resyncs, "two more resyncs", |n| n >= done + 2.0)
-        .await;
-    t.quiescent().await;
+    t.wait_resyncs(2).await;
     let after = t.config_maps(&dest).get("ca-bundle").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, before.metadata.resource_version,

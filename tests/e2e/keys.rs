@@ -256,11 +256,7 @@ async fn a_tls_secrets_ca_becomes_a_config_map_in_every_labelled_namespace_and_f
     .await;
     t.quiescent().await;
     let writes = copy_writes(&t).await;
-    let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
-    let before = t.metric(resyncs).await;
-    t.wait_metric(resyncs, "two more resyncs", |n| n >= before + 2.0)
-        .await;
-    t.quiescent().await;
+    t.wait_resyncs(2).await;
     assert_eq!(
         copy_writes(&t).await,
         writes,

@@ -113,11 +113,7 @@ async fn a_bundle_of_two_sources_comes_as_pem_jks_and_pkcs12() {
     // Stable bytes: resyncs write nothing.
     t.quiescent().await;
     let version = cm.metadata.resource_version.clone();
-    let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
-    let before = t.metric(resyncs).await;
-    t.wait_metric(resyncs, "two more resyncs", |n| n >= before + 2.0)
-        .await;
-    t.quiescent().await;
+    t.wait_resyncs(2).await;
     let after = t.config_maps(&dest).get("ca-bundle").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, version,
@@ -128,16 +124,7 @@ async fn a_bundle_of_two_sources_comes_as_pem_jks_and_pkcs12() {
 
 #[tokio::test]
 async fn a_store_password_from_a_secret_opens_the_store_and_follows_the_secret() {
-    let env = TestEnv::new().await;
-    let platform = env.namespace("pw-platform", &[]).await;
-    let t = Harness::start_in(
-        env,
-        Options {
-            extra: vec![format!("--trusted-namespaces={platform}")],
-            ..Default::default()
-        },
-    )
-    .await;
+    let (t, platform) = Harness::start_trusting("pw-platform").await;
     let label = t.name("pw-bundle");
     let dest = t.namespace("pw-dest", &[(&label, "on")]).await;
     let cn = t.name("Password Test CA");

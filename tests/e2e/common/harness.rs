@@ -18,6 +18,9 @@ pub struct Harness {
     copyrator: Option<Copyrator>,
 }
 
+/// Full resyncs finished.
+const RESYNCS_DONE: &str = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
+
 impl Harness {
     /// A new [`TestEnv`] and copyrator started with `opts`.
     pub async fn start(opts: Options) -> Self {
@@ -39,6 +42,18 @@ impl Harness {
             ..Default::default()
         };
         Some(Self::start(opts).await)
+    }
+
+    /// copyrator trusting namespace `base-<id>`, made for it (a platform namespace whose
+    /// sources reach every namespace), and that namespace's name.
+    pub async fn start_trusting(base: &str) -> (Self, String) {
+        let env = TestEnv::new().await;
+        let trusted = env.namespace(base, &[]).await;
+        let opts = Options {
+            extra: vec![format!("--trusted-namespaces={trusted}")],
+            ..Default::default()
+        };
+        (Self::start_in(env, opts).await, trusted)
     }
 
     /// copyrator started with `opts` for `env`, prepared beforehand (namespaces that must
@@ -97,12 +112,18 @@ impl Harness {
 
     /// Waits until copyrator's startup resync has finished (a job counted as done).
     pub async fn wait_startup_resync(&self) {
-        self.wait_metric(
-            "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}",
-            "the startup resync",
-            |v| v >= 1.0,
-        )
+        self.wait_metric(RESYNCS_DONE, "the startup resync", |v| v >= 1.0)
+            .await;
+    }
+
+    /// Waits until `n` more full resyncs have finished, then until copyrator is idle.
+    pub async fn wait_resyncs(&self, n: u32) {
+        let before = self.metric(RESYNCS_DONE).await;
+        self.wait_metric(RESYNCS_DONE, &format!("{n} more resyncs"), |v| {
+            v >= before + f64::from(n)
+        })
         .await;
+        self.quiescent().await;
     }
 
     /// Stops copyrator but leaves its webhook configuration: the API server's calls fail and

@@ -119,16 +119,7 @@ pub(crate) async fn store_follows_its_password(
 
 #[tokio::test]
 async fn a_store_password_from_a_secret_opens_a_single_source_rules_store_and_follows_it() {
-    let env = TestEnv::new().await;
-    let platform = env.namespace("pw-keys-platform", &[]).await;
-    let t = Harness::start_in(
-        env,
-        Options {
-            extra: vec![format!("--trusted-namespaces={platform}")],
-            ..Default::default()
-        },
-    )
-    .await;
+    let (t, platform) = Harness::start_trusting("pw-keys-platform").await;
     let dest = t.namespace("pw-keys-dest", &[]).await;
     // A cert-manager-style TLS Secret whose CA is copied, and the store's password beside it.
     let cn = t.name("Keys Password CA");

@@ -174,11 +174,7 @@ async fn a_ca_becomes_pkcs12_and_jks_truststores_that_openssl_and_keytool_read()
         .unwrap()
         .metadata
         .resource_version;
-    let resyncs = "copyrator_jobs_total{kind=\"resync\",outcome=\"ok\"}";
-    let before = t.metric(resyncs).await;
-    t.wait_metric(resyncs, "two more resyncs", |n| n >= before + 2.0)
-        .await;
-    t.quiescent().await;
+    t.wait_resyncs(2).await;
     let after = t.config_maps(&dest).get("ca-bundle").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, version,
