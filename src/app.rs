@@ -197,7 +197,8 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         .clone()
         .unwrap_or_else(leader::default_identity);
     let events = Events::new(client.clone(), identity.clone(), Arc::clone(&metrics));
-    let policy = args.policy.policy();
+    let mut policy = args.policy.policy();
+    policy.own_namespace = leader::own_namespace(args.lease.lease_namespace.as_deref());
     let settings = SyncSettings {
         policy: policy.clone(),
         fanout_concurrency: args.fanout_concurrency,

@@ -5,6 +5,7 @@ use std::{net::IpAddr, net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
+    grants::GrantPolicy,
     plan::{Policy, SourceCaps},
     tenancy::{NamespacePatterns, TrustPolicy},
 };
@@ -105,6 +106,37 @@ pub struct PolicyArgs {
     )]
     pub copy_kinds: Vec<String>,
 
+    /// ClusterRoles a copied RoleBinding may reference, comma-separated (SPEC §9.10; the
+    /// chart's `rbac.bindClusterRoles`). A copy binding any other role is refused, whatever
+    /// the API server would allow; empty: no RoleBinding to a ClusterRole is copied.
+    #[arg(
+        long,
+        env = "COPYRATOR_BIND_CLUSTER_ROLES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub bind_cluster_roles: Vec<String>,
+
+    /// Roles (by name, in the copy's namespace) a copied RoleBinding may reference (SPEC
+    /// §9.10; `rbac.bindRoles`).
+    #[arg(
+        long,
+        env = "COPYRATOR_BIND_ROLES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub bind_roles: Vec<String>,
+
+    /// Names a copied Role may have (SPEC §9.10; `rbac.escalateRoles`); empty: no Role is
+    /// copied.
+    #[arg(
+        long,
+        env = "COPYRATOR_ESCALATE_ROLES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub escalate_roles: Vec<String>,
+
     /// How often kinds of --copy-kinds not served yet (and whether registered kinds still
     /// are) are looked for again through discovery.
     #[arg(long, env = "COPYRATOR_KIND_RETRY_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration, hide = true)]
@@ -128,8 +160,22 @@ impl PolicyArgs {
                 per_namespace: self.max_sources_per_namespace,
                 metadata_bytes: self.max_source_metadata_bytes,
             },
+            grants: GrantPolicy {
+                bind_cluster_roles: names(&self.bind_cluster_roles),
+                bind_roles: names(&self.bind_roles),
+                roles: names(&self.escalate_roles),
+            },
+            own_namespace: None,
         }
     }
+}
+
+/// A comma-separated list's entries, trimmed, without empty ones.
+fn names(list: &[String]) -> std::collections::BTreeSet<String> {
+    list.iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// The leader-election Lease, where the leader also publishes its policy: `serve` holds it,

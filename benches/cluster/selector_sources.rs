@@ -100,7 +100,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
             deletion_policy: Default::default(),
             conflict_policy: Default::default(),
             image_pull_secret: false,
-            read_only: false,
+            read_only: None,
             keys: None,
             target: None,
         },

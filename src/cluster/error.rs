@@ -23,17 +23,17 @@ mod reason {
     pub const FIELD_VALUE_INVALID: &str = "FieldValueInvalid";
 }
 
-/// Fields that cannot change in place: of a Secret or ConfigMap the payload once `immutable`
-/// is set, `immutable` itself, and a Secret's `type`; of a RoleBinding its `roleRef`. Any
-/// other field the API server calls immutable in its answer counts too (SPEC §3.1).
-const IMMUTABLE_FIELDS: [&str; 6] = [
-    "data",
-    "binaryData",
-    "stringData",
-    "immutable",
-    "type",
-    "roleRef",
-];
+/// Fields that cannot change in place once a Secret or ConfigMap is `immutable`: its payload
+/// and `immutable` itself. Per kind, the fields its row in the kind table says force a
+/// replace (a Secret's `type`, a RoleBinding's `roleRef`) count too, and so does any field the
+/// API server calls immutable in its answer (SPEC §3.1).
+const IMMUTABLE_PAYLOAD: [&str; 4] = ["data", "binaryData", "stringData", "immutable"];
+
+/// Whether a change of `field` is answered as one that cannot be made in place.
+fn replaced_when_changed(field: &str) -> bool {
+    IMMUTABLE_PAYLOAD.contains(&field)
+        || copyrator_core::model::kind_table::replaced_fields().any(|f| f == field)
+}
 
 impl ApiError {
     fn status(&self) -> Option<&kube::core::Status> {
@@ -92,8 +92,7 @@ impl ApiError {
                 matches!(
                     c.reason.as_str(),
                     reason::FIELD_VALUE_FORBIDDEN | reason::FIELD_VALUE_INVALID
-                ) && (IMMUTABLE_FIELDS.contains(&c.field.as_str())
-                    || c.message.contains("field is immutable"))
+                ) && (replaced_when_changed(&c.field) || c.message.contains("field is immutable"))
             })
     }
 

@@ -250,7 +250,7 @@ mod tests {
             deletion_policy: Default::default(),
             conflict_policy: Default::default(),
             image_pull_secret: false,
-            read_only: false,
+            read_only: None,
             keys: None,
             target: None,
         };

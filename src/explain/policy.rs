@@ -263,6 +263,7 @@ mod tests {
                 per_namespace,
                 ..SourceCaps::default()
             },
+            ..Policy::default()
         }
     }
 

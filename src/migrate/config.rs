@@ -426,7 +426,7 @@ fn copy_rule(
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
             image_pull_secret: false,
-            read_only: false,
+            read_only: None,
             keys: None,
             target: None,
         },

@@ -299,6 +299,21 @@ pub fn default_lease_namespace() -> String {
     )
 }
 
+/// copyrator's own namespace, which receives copies of Secrets and ConfigMaps only (SPEC
+/// §9.10): in-cluster its pod's (`$POD_NAMESPACE`, else its service account's namespace
+/// file), out of cluster `--lease-namespace` when given, else none.
+pub fn own_namespace(lease_namespace: Option<&str>) -> Option<String> {
+    [
+        std::env::var("POD_NAMESPACE").ok(),
+        std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE_FILE).ok(),
+        lease_namespace.map(String::from),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|s| s.trim().to_string())
+    .find(|s| crate::selector::is_dns_label(s))
+}
+
 fn lease_namespace_from(pod_namespace: Option<String>, service_account: Option<String>) -> String {
     [pod_namespace, service_account]
         .into_iter()

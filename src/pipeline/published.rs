@@ -19,6 +19,14 @@ pub const EXCLUDED_NAMESPACES: &str = "copyrator.io/excluded-namespaces";
 pub const MAX_SOURCES_PER_NAMESPACE: &str = "copyrator.io/max-sources-per-namespace";
 /// `--max-source-metadata-bytes`.
 pub const MAX_SOURCE_METADATA_BYTES: &str = "copyrator.io/max-source-metadata-bytes";
+/// `--bind-cluster-roles`, comma-separated.
+pub const BIND_CLUSTER_ROLES: &str = "copyrator.io/bind-cluster-roles";
+/// `--bind-roles`, comma-separated.
+pub const BIND_ROLES: &str = "copyrator.io/bind-roles";
+/// `--escalate-roles`, comma-separated.
+pub const ESCALATE_ROLES: &str = "copyrator.io/escalate-roles";
+/// copyrator's own namespace (SPEC §9.10), when it knows it.
+pub const OWN_NAMESPACE: &str = "copyrator.io/own-namespace";
 /// When the leader's last completed full resync began (RFC 3339).
 pub const LAST_RESYNC: &str = "copyrator.io/last-resync";
 
@@ -29,7 +37,14 @@ pub fn policy_annotations(policy: &Policy) -> BTreeMap<String, String> {
         .iter()
         .map(String::as_str)
         .collect();
-    BTreeMap::from([
+    let list = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>().join(",");
+    let mut out = BTreeMap::from([
+        (
+            BIND_CLUSTER_ROLES.to_string(),
+            list(&policy.grants.bind_cluster_roles),
+        ),
+        (BIND_ROLES.to_string(), list(&policy.grants.bind_roles)),
+        (ESCALATE_ROLES.to_string(), list(&policy.grants.roles)),
         (
             TRUSTED_NAMESPACES.to_string(),
             policy.trust.trusted_namespaces.to_string(),
@@ -43,7 +58,20 @@ pub fn policy_annotations(policy: &Policy) -> BTreeMap<String, String> {
             MAX_SOURCE_METADATA_BYTES.to_string(),
             policy.caps.metadata_bytes.to_string(),
         ),
-    ])
+    ]);
+    if let Some(own) = &policy.own_namespace {
+        out.insert(OWN_NAMESPACE.to_string(), own.clone());
+    }
+    out
+}
+
+/// A published comma-separated list's entries.
+fn entries(v: &str) -> BTreeSet<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// A published policy as read back. A value that cannot be parsed (another version's, or
@@ -54,6 +82,9 @@ pub struct Published {
     pub excluded_namespaces: Option<BTreeSet<String>>,
     pub max_sources_per_namespace: Option<usize>,
     pub max_source_metadata_bytes: Option<usize>,
+    /// Boxed: read rarely, and three sets.
+    pub grants: Option<Box<crate::grants::GrantPolicy>>,
+    pub own_namespace: Option<String>,
     pub last_resync: Option<Timestamp>,
     pub unreadable: Vec<String>,
 }
@@ -82,17 +113,27 @@ impl Published {
         let sources = get(MAX_SOURCES_PER_NAMESPACE, &|v| v.parse::<usize>().is_ok());
         let bytes = get(MAX_SOURCE_METADATA_BYTES, &|v| v.parse::<usize>().is_ok());
         let resync = get(LAST_RESYNC, &|v| v.parse::<Timestamp>().is_ok());
+        let bind_cluster_roles = get(BIND_CLUSTER_ROLES, &|_| true);
+        let bind_roles = get(BIND_ROLES, &|_| true);
+        let escalate_roles = get(ESCALATE_ROLES, &|_| true);
+        let own = get(OWN_NAMESPACE, &|v| crate::selector::is_dns_label(v));
+        // Published together, by every version that publishes any: one missing is an older
+        // copyrator's Lease, and its grants are not known.
+        let grants = match (bind_cluster_roles, bind_roles, escalate_roles) {
+            (Some(c), Some(r), Some(e)) => Some(Box::new(crate::grants::GrantPolicy {
+                bind_cluster_roles: entries(&c),
+                bind_roles: entries(&r),
+                roles: entries(&e),
+            })),
+            _ => None,
+        };
         Self {
             trusted_namespaces: trusted.and_then(|v| NamespacePatterns::parse(&v).ok()),
-            excluded_namespaces: excluded.map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect()
-            }),
+            excluded_namespaces: excluded.map(|v| entries(&v)),
             max_sources_per_namespace: sources.and_then(|v| v.parse().ok()),
             max_source_metadata_bytes: bytes.and_then(|v| v.parse().ok()),
+            grants,
+            own_namespace: own,
             last_resync: resync.and_then(|v| v.parse().ok()),
             unreadable,
         }
@@ -106,6 +147,12 @@ impl Published {
         }
         if let Some(e) = &self.excluded_namespaces {
             p.excluded_namespaces = e.clone();
+        }
+        if let Some(g) = &self.grants {
+            p.grants = (**g).clone();
+        }
+        if self.own_namespace.is_some() {
+            p.own_namespace = self.own_namespace.clone();
         }
         p.caps = SourceCaps {
             per_namespace: self
@@ -134,15 +181,21 @@ mod tests {
                 per_namespace: caps.0,
                 metadata_bytes: caps.1,
             },
+            ..Policy::default()
         }
     }
 
     #[test]
     fn a_published_policy_reads_back_as_it_was() {
+        let mut with_grants = policy("platform", &[], (1, 2));
+        with_grants.grants.bind_cluster_roles = ["view".to_string(), "edit".into()].into();
+        with_grants.grants.roles = ["app".to_string()].into();
+        with_grants.own_namespace = Some("copyrator-system".into());
         for p in [
             policy("platform,infra-*", &["kube-system", "sandbox"], (7, 99)),
             policy("", &[], (0, 0)),
             policy("*", &["kube-system"], (100, 4096)),
+            with_grants,
         ] {
             let annotations = policy_annotations(&p);
             assert!(Published::is_published(&annotations));

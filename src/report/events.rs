@@ -99,6 +99,11 @@ pub mod reason {
     pub const INVALID: &str = "InvalidConfiguration";
     pub const NO_TARGETS: &str = "NoTargets";
     pub const SA_TOKEN: &str = "ServiceAccountTokenNotCopied";
+    /// A source that is never copied by its content: a credential's Secret type, an object
+    /// that runs code (SPEC §3.1).
+    pub const NEVER_COPIED: &str = "NeverCopied";
+    /// An RBAC copy that would grant what copyrator may not hand out (SPEC §9.10).
+    pub const GRANT_REFUSED: &str = "GrantRefused";
     pub const FAILED: &str = "CopyFailed";
     pub const SYNCED: &str = "Synced";
     pub const SOURCE_NOT_FOUND: &str = "SourceNotFound";

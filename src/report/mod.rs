@@ -15,7 +15,7 @@ use crate::{
     copyrule::CopyConflict,
     marks,
     metrics::{CapLabels, Metrics, ReasonLabels},
-    model::ObjectKey,
+    model::{NeverCopied, ObjectKey, SERVICE_ACCOUNT_TOKEN_TYPE},
     plan::{Action, ClaimRef, ConflictReason, World},
     rules::{Capped, RuleId},
     transform::Refused,
@@ -171,7 +171,14 @@ pub async fn publish(
                     ConflictReason::Unmanaged => "unmanaged",
                     ConflictReason::OwnedBy(_) => "other_rule",
                     ConflictReason::HeldByHigherTier(_) => "higher_precedence",
-                    ConflictReason::ServiceAccountToken => "service_account_token",
+                    ConflictReason::NeverCopied(NeverCopied::SecretType { type_, .. })
+                        if *type_ == SERVICE_ACCOUNT_TOKEN_TYPE =>
+                    {
+                        "service_account_token"
+                    }
+                    ConflictReason::NeverCopied(NeverCopied::SecretType { .. }) => "credential",
+                    ConflictReason::NeverCopied(NeverCopied::RunsCode { .. }) => "runs_code",
+                    ConflictReason::Grant(_) => "grant",
                     ConflictReason::Refused(Refused::NoPassword { .. }) => "truststore_password",
                     ConflictReason::Refused(_) => "key_material",
                     ConflictReason::EmptyBundle => "empty_bundle",
@@ -181,7 +188,13 @@ pub async fn publish(
                     .get_or_create(&ReasonLabels { reason: label })
                     .inc();
                 let event_reason = match why {
-                    ConflictReason::ServiceAccountToken => reason::SA_TOKEN,
+                    ConflictReason::NeverCopied(NeverCopied::SecretType { type_, .. })
+                        if *type_ == SERVICE_ACCOUNT_TOKEN_TYPE =>
+                    {
+                        reason::SA_TOKEN
+                    }
+                    ConflictReason::NeverCopied(_) => reason::NEVER_COPIED,
+                    ConflictReason::Grant(_) => reason::GRANT_REFUSED,
                     ConflictReason::Refused(Refused::NoPassword { .. }) => reason::NO_PASSWORD,
                     ConflictReason::Refused(_) => reason::KEY_MATERIAL,
                     ConflictReason::EmptyBundle => reason::BUNDLE_EMPTY,
@@ -189,9 +202,15 @@ pub async fn publish(
                 };
                 if let Some(source) = untrusted_source(world, by) {
                     let summary = match why {
-                        ConflictReason::ServiceAccountToken => {
-                            "it is a service-account token Secret, never copied"
+                        ConflictReason::NeverCopied(NeverCopied::SecretType { .. }) => {
+                            "it is a credential's Secret type, never copied"
                         }
+                        // Kinds other than Secret and ConfigMap are never an untrusted
+                        // inline rule's (SPEC §9.2).
+                        ConflictReason::NeverCopied(NeverCopied::RunsCode { .. }) => {
+                            "it runs code, never copied"
+                        }
+                        ConflictReason::Grant(_) => "it would grant what copyrator may not",
                         ConflictReason::Unmanaged => {
                             "an object not managed by copyrator holds the name"
                         }
@@ -211,9 +230,12 @@ pub async fn publish(
                     continue;
                 }
                 let note = match why {
-                    ConflictReason::ServiceAccountToken => {
+                    ConflictReason::NeverCopied(never) => {
+                        format!("{} is not copied: {never}", by.source.namespaced_name())
+                    }
+                    ConflictReason::Grant(refused) => {
                         format!(
-                            "{} is a service-account token Secret; it is never copied",
+                            "{target} not written from {}: {refused}; a copy made before is deleted",
                             by.source.namespaced_name()
                         )
                     }

@@ -181,7 +181,7 @@ mod tests {
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: ConflictPolicy::Skip,
                 image_pull_secret: false,
-                read_only: false,
+                read_only: None,
                 keys: None,
                 target: None,
             },

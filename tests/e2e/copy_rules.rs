@@ -37,7 +37,7 @@ fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
         deletion_policy: DeletionPolicy::Delete,
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
-        read_only: false,
+        read_only: None,
         keys: None,
         target: None,
     }

@@ -384,7 +384,7 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: ConflictPolicy::Skip,
                 image_pull_secret: false,
-                read_only: false,
+                read_only: None,
                 keys: None,
                 target: None,
             },

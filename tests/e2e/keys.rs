@@ -77,7 +77,7 @@ fn rule(source_ns: &str, source: &str) -> CopyRuleSpec {
         deletion_policy: Default::default(),
         conflict_policy: Default::default(),
         image_pull_secret: false,
-        read_only: false,
+        read_only: None,
         keys: None,
         target: None,
     }

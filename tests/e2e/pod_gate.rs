@@ -198,7 +198,7 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
         deletion_policy: DeletionPolicy::Delete,
         conflict_policy: Default::default(),
         image_pull_secret: true,
-        read_only: false,
+        read_only: None,
         keys: None,
         target: None,
     };

@@ -74,7 +74,7 @@ async fn only_copyrator_changes_a_read_only_copy_and_namespace_deletion_is_never
                 deletion_policy: DeletionPolicy::Delete,
                 conflict_policy: ConflictPolicy::Skip,
                 image_pull_secret: false,
-                read_only: true,
+                read_only: Some(true),
                 keys: None,
                 target: None,
             },

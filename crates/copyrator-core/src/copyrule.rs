@@ -83,9 +83,10 @@ pub struct CopyRuleSpec {
     pub image_pull_secret: bool,
     /// The copies are read-only: UPDATE and DELETE of a copy by anyone but copyrator are
     /// denied at admission (when copyrator's read-only webhook is installed), except its
-    /// deletion with its namespace.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read_only: bool,
+    /// deletion with its namespace. Default: true for kinds other than Secret and ConfigMap
+    /// (a namespace must not edit its way out of a platform's policy), false for those two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
     /// The keys of a Secret's or ConfigMap's data the copies carry (every key when absent):
     /// a key's name, or `{from: tls.crt, to: server.pem}` to rename it. A key the source
     /// lacks is left out of the copies and reported in status and Events.

@@ -6,6 +6,7 @@
 pub mod bundle;
 pub mod content;
 pub mod copyrule;
+pub mod grants;
 pub mod marks;
 pub mod model;
 pub mod plan;

@@ -8,7 +8,7 @@ use crate::{
     bundle::{self, Bundle, BundleSelect, BundleSource},
     copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec, DeletionPolicy, KeySpec},
     marks,
-    model::{Kind, NamespaceInfo, ObjectKey, SERVICE_ACCOUNT_TOKEN_TYPE, SourceInfo},
+    model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
     selector::{self, Selector},
     tenancy::{self, Tier, TrustPolicy},
     transform::{self, KeyMapping, Transform},
@@ -324,7 +324,10 @@ impl Rule {
             }
         };
         let read_only = match source.annotations.get(marks::READ_ONLY).map(|v| v.trim()) {
-            None | Some("false") => false,
+            // Kinds other than Secret and ConfigMap are platform policy: read-only unless the
+            // source says otherwise (SPEC §4 item 11).
+            None => !source.key.kind.is_consentable(),
+            Some("false") => false,
             Some("true") => true,
             Some(other) => {
                 return Err(RuleError::new(
@@ -378,6 +381,15 @@ impl Rule {
         let Some(mut rule) = Rule::inline(source)? else {
             return Ok(None);
         };
+        if rule.kind.facts().grants.is_some() {
+            return Err(RuleError::new(
+                marks::SOURCE_LABEL,
+                format!(
+                    "opts in a {}: RBAC objects are copied only by a CopyRule that names its source, written by someone who may grant what it copies (SPEC §9.10)",
+                    rule.kind
+                ),
+            ));
+        }
         rule.tier = trust.inline_tier(&rule.source_namespace);
         if rule.tier == Tier::ConsentedInline && !rule.kind.is_consentable() {
             return Err(RuleError::new(
@@ -438,6 +450,14 @@ impl Rule {
                     ));
                 }
                 SourceMatch::Name(n.clone())
+            }
+            (None, Some(_)) if kind.facts().grants.is_some() => {
+                return Err(RuleError::new(
+                    "spec.sourceSelector",
+                    format!(
+                        "a {kind} is copied only from a named source (spec.sourceName): a selector would copy whatever anyone who may write there labels (SPEC §9.10)"
+                    ),
+                ));
             }
             (None, Some(sel)) => SourceMatch::Selector(
                 Selector::from_label_selector(sel)
@@ -507,7 +527,9 @@ impl Rule {
                 .unwrap_or_default(),
             tier: Tier::CopyRule,
             image_pull_secret: spec.image_pull_secret,
-            read_only: spec.read_only,
+            read_only: spec
+                .read_only
+                .unwrap_or(!transform.target_kind(kind).is_consentable()),
             transform,
         })
     }
@@ -706,7 +728,7 @@ fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleError> {
         created,
         tier: Tier::CopyRule,
         image_pull_secret: false,
-        read_only: spec.read_only,
+        read_only: spec.read_only.unwrap_or(false),
         transform: Transform::default(),
     })
 }
@@ -1100,10 +1122,13 @@ fn check_secret_type(kind: Kind, type_: &str) -> Result<(), RuleError> {
             format!("{type_:?} is not a Secret type (Opaque, kubernetes.io/tls, ...)"),
         ));
     }
-    if type_ == SERVICE_ACCOUNT_TOKEN_TYPE {
+    if let Some((_, why)) = crate::model::kind_table::NEVER_COPIED_SECRET_TYPES
+        .iter()
+        .find(|(t, _)| *t == type_)
+    {
         return Err(RuleError::new(
             "spec.target.type",
-            "service-account token Secrets are never made by copyrator",
+            format!("copyrator never makes Secrets of type {type_}: {why}"),
         ));
     }
     Ok(())
@@ -1171,7 +1196,7 @@ mod tests {
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
             image_pull_secret: false,
-            read_only: false,
+            read_only: None,
             keys: None,
             target: None,
         }
@@ -1341,7 +1366,7 @@ mod tests {
         assert!(e.to_string().contains("\"true\" or \"false\""), "{e}");
 
         let mut read_only = spec();
-        read_only.read_only = true;
+        read_only.read_only = Some(true);
         assert!(
             Rule::from_copy_rule(&CopyRule::new("r", read_only))
                 .unwrap()

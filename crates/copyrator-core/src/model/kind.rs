@@ -254,7 +254,12 @@ impl Kind {
     /// rule of a trusted namespace: a RoleBinding, a NetworkPolicy or a quota changes what
     /// others may do in the namespace, which no consent to receive data stands for.
     pub fn is_consentable(self) -> bool {
-        self == Kind::Secret || self == Kind::ConfigMap
+        self.facts().consentable
+    }
+
+    /// What copyrator knows about the kind beyond its name ([`super::kind_table`]).
+    pub fn facts(self) -> &'static super::kind_table::KindFacts {
+        super::kind_table::facts(self.0.group, self.0.kind)
     }
 
     /// The kinds a source of this kind may have copies of, which are also the kinds the
@@ -291,26 +296,9 @@ pub fn split_name(name: &str) -> (&str, &str) {
 }
 
 /// Why objects of `kind` in API group `group` are never copied, whatever the flags say;
-/// `None` for every other kind.
+/// `None` for every other kind ([`super::kind_table`]).
 pub fn not_copyable(group: &str, kind: &str) -> Option<String> {
-    let why = match (group, kind) {
-        ("", "Pod") => "a Pod runs code: copying one would start workloads in other namespaces",
-        ("", "Event") | ("events.k8s.io", "Event") => {
-            "an Event reports on one object in its own namespace"
-        }
-        ("", "Endpoints") | ("discovery.k8s.io", "EndpointSlice") => {
-            "endpoints are written by the API server's controllers for a Service in their namespace"
-        }
-        ("coordination.k8s.io", "Lease") => {
-            "a Lease is held by one process: a copy would be a second holder"
-        }
-        ("apps", "ControllerRevision") => "a ControllerRevision belongs to its controller",
-        ("", "Binding") | ("", "ReplicationController") => {
-            "it is written by controllers, not by users"
-        }
-        ("copyrator.io", _) => "copyrator's own configuration is never copied",
-        _ => return None,
-    };
+    let why = super::kind_table::facts(group, kind).never_copied?;
     Some(format!(
         "{} is never copied: {why}",
         display_name(group, kind)

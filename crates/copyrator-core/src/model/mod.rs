@@ -2,6 +2,7 @@
 //! references to sources and copies, and what it knows about namespaces and sources.
 
 mod kind;
+pub mod kind_table;
 mod labels;
 mod meta;
 
@@ -229,6 +230,65 @@ impl<'de> Deserialize<'de> for Payload {
 /// namespace; copying it would hand that identity to other namespaces.
 pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
 
+/// Why an object is never copied, judged on its content (SPEC §3, §3.1): what its kind's row
+/// in [`kind_table`] cannot say alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NeverCopied {
+    /// A Secret of a type that is one identity's credential ([`kind_table::NEVER_COPIED_SECRET_TYPES`]).
+    SecretType {
+        type_: &'static str,
+        why: &'static str,
+    },
+    /// An object of a kind other than Secret and ConfigMap names a container image at `path`:
+    /// it runs code, or makes something run it.
+    RunsCode { path: String },
+}
+
+impl fmt::Display for NeverCopied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NeverCopied::SecretType { type_, why } => {
+                write!(f, "a Secret of type {type_} is never copied: {why}")
+            }
+            NeverCopied::RunsCode { path } => write!(
+                f,
+                "it names a container image at {path}: objects that run code are never copied"
+            ),
+        }
+    }
+}
+
+/// Deepest nesting looked at for a container image; deeper content counts as one (the API
+/// server's own limit on JSON nesting is far below what a legitimate object needs).
+const MAX_IMAGE_DEPTH: usize = 64;
+
+/// Where `value` names a container image (an object's non-empty string field `image`), as a
+/// JSON path below `at`.
+fn image_path(value: &serde_json::Value, at: &str, depth: usize) -> Option<String> {
+    use serde_json::Value;
+    if depth > MAX_IMAGE_DEPTH {
+        return Some(at.to_string());
+    }
+    match value {
+        Value::Object(map) => {
+            if map
+                .get("image")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.trim().is_empty())
+            {
+                return Some(format!("{at}.image"));
+            }
+            map.iter()
+                .find_map(|(k, v)| image_path(v, &format!("{at}.{k}"), depth + 1))
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| image_path(v, &format!("{at}[{i}]"), depth + 1)),
+        _ => None,
+    }
+}
+
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         struct Sizes<'a>(&'a BTreeMap<String, String>);
@@ -274,8 +334,23 @@ impl Payload {
         self.immutable == Some(true)
     }
 
-    pub fn is_service_account_token(&self) -> bool {
-        self.type_.as_deref() == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
+    /// Why an object of `kind` holding this payload is never copied, if it is not: a Secret of
+    /// a credential's type, or another kind's object naming a container image (SPEC §3.1). The
+    /// kinds that are never copied at all are refused before (their row in [`kind_table`]).
+    pub fn never_copied(&self, kind: Kind) -> Option<NeverCopied> {
+        if kind == Kind::ConfigMap {
+            return None;
+        }
+        if kind == Kind::Secret {
+            let type_ = self.type_.as_deref()?;
+            let (type_, why) = kind_table::NEVER_COPIED_SECRET_TYPES
+                .iter()
+                .find(|(t, _)| *t == type_)?;
+            return Some(NeverCopied::SecretType { type_, why });
+        }
+        self.fields
+            .iter()
+            .find_map(|(k, v)| image_path(v, k, 0).map(|path| NeverCopied::RunsCode { path }))
     }
 
     /// Keeps only what a copy of `kind` carries (SPEC §3.1): a Secret has no binaryData, a
@@ -319,12 +394,7 @@ impl Payload {
 /// Top-level fields of `kind` that the API server or one of its controllers writes, which a
 /// copy therefore never carries (besides `status`, never carried for any kind).
 pub fn server_owned(kind: Kind) -> &'static [&'static str] {
-    match (kind.group(), kind.as_str()) {
-        // The token controller lists the ServiceAccount's token Secrets: they exist only in
-        // the source's namespace.
-        ("", "ServiceAccount") => &["secrets"],
-        _ => &[],
-    }
+    kind.facts().server_owned
 }
 
 /// An object of a kind copyrator copies, as it reads and writes it: metadata plus

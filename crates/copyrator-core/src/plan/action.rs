@@ -15,8 +15,11 @@ pub enum ConflictReason {
     /// A copy of a higher tier that no rule wants any more (retained) holds the name; only a
     /// rule of that tier or above may take it over (SPEC §9.3).
     HeldByHigherTier(Option<RuleId>),
-    /// Service-account token Secrets are never copied (SPEC §3).
-    ServiceAccountToken,
+    /// The source is never copied, by its content: a credential's Secret type, or an object
+    /// that runs code (SPEC §3, §3.1).
+    NeverCopied(crate::model::NeverCopied),
+    /// An RBAC copy would grant what copyrator may not hand out (SPEC §9.10).
+    Grant(crate::grants::GrantRefused),
     /// The rule's transform refuses the source's payload: key material for a ConfigMap
     /// (SPEC §3.2).
     Refused(crate::transform::Refused),
@@ -42,9 +45,8 @@ impl std::fmt::Display for ConflictReason {
                 ),
                 None => f.write_str("a retained copy of higher precedence holds the name"),
             },
-            ConflictReason::ServiceAccountToken => {
-                f.write_str("service-account token Secrets are never copied")
-            }
+            ConflictReason::NeverCopied(never) => write!(f, "{never}"),
+            ConflictReason::Grant(refused) => write!(f, "not copied: {refused}"),
             ConflictReason::Refused(refused) => write!(f, "{refused}"),
             ConflictReason::EmptyBundle => f.write_str(
                 "no source of the bundle that this namespace takes certificates from holds one; the copy is left as it is",

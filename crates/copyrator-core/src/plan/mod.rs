@@ -46,9 +46,41 @@ struct Shared<'w> {
     bundles: HashMap<(&'w RuleId, Vec<usize>), BundleTemplate>,
     /// Bundles whose left-out sources were reported in this plan.
     bundles_reported: HashSet<&'w RuleId>,
+    /// Whether each claim's source may be copied at all (see [`Shared::admissible`]).
+    admissible: HashMap<(&'w RuleId, &'w ObjectKey), Result<(), ConflictReason>>,
 }
 
 impl<'w> Shared<'w> {
+    /// Whether `claim`'s copies of `payload` may exist at all, judged once per plan: not a
+    /// credential's Secret nor an object that runs code (SPEC §3.1), and no RBAC object
+    /// granting what copyrator may not hand out (SPEC §9.10).
+    fn admissible(
+        &mut self,
+        world: &World,
+        claim: &Claim<'w>,
+        payload: &crate::model::Payload,
+    ) -> Result<(), ConflictReason> {
+        let key = (&claim.rule.id, &claim.source.key);
+        if let Some(verdict) = self.admissible.get(&key) {
+            return verdict.clone();
+        }
+        let policy = world.policy();
+        let verdict = match payload.never_copied(claim.source.key.kind) {
+            Some(never) => Err(ConflictReason::NeverCopied(never)),
+            None => crate::grants::judge(
+                claim.rule.target_kind(),
+                claim.rule.target_name(&claim.source.key.name),
+                &claim.source.key.namespace,
+                payload,
+                &policy.grants,
+                &policy.trust,
+            )
+            .map_err(ConflictReason::Grant),
+        };
+        self.admissible.insert(key, verdict.clone());
+        verdict
+    }
+
     fn by(&mut self, claim: &Claim<'w>) -> ClaimRef {
         self.refs
             .entry((&claim.rule.id, &claim.source.key))
@@ -309,10 +341,53 @@ fn plan_target<'w>(
             reason: ConflictReason::OwnedBy(shared.by(&winner)),
         })
         .collect();
+    // What is never copied, or an RBAC copy that would grant what may not be granted, is
+    // refused before anything is planned, and a copy this claim made before is taken away.
+    if winner.rule.bundle().is_none()
+        && let Some(payload) = contents.payloads.get(&winner.source.key)
+        && let Err(reason) = shared.admissible(world, &winner, payload)
+    {
+        actions.extend(refuse(
+            target,
+            shared.by(&winner),
+            reason,
+            &winner,
+            existing,
+        ));
+        return actions;
+    }
     actions.push(plan_winner(
         world, target, winner, existing, contents, shared,
     ));
     actions
+}
+
+/// A refused claim (see [`Shared::admissible`]): reported as a conflict, and the copy it made
+/// there before, if any, deleted (its own copy: never another's or an unmanaged object).
+fn refuse(
+    target: &ObjectKey,
+    by: ClaimRef,
+    reason: ConflictReason,
+    claim: &Claim<'_>,
+    existing: &Existing,
+) -> Vec<Action> {
+    let mut out = vec![Action::Conflict {
+        target: target.clone(),
+        by,
+        reason,
+    }];
+    // Made by this rule of this source (whatever the source's uid since).
+    if let Existing::Managed(m) = existing
+        && m.rule == claim.rule.id
+        && m.source == claim.source.key
+    {
+        out.push(Action::Delete {
+            target: target.clone(),
+            resource_version: m.resource_version.clone(),
+            rule: Some(m.rule.clone()),
+        });
+    }
+    out
 }
 
 /// The claim that gets the target (SPEC §9.3): among the claims of the highest tier, the one
@@ -368,13 +443,6 @@ fn plan_winner<'w>(
         }
     } else {
         let payload = contents.payloads.get(&claim.source.key);
-        if payload.is_some_and(|p| p.is_service_account_token()) {
-            return Action::Conflict {
-                target: target.clone(),
-                by,
-                reason: ConflictReason::ServiceAccountToken,
-            };
-        }
         // One template per (rule, source): every target shares its payload and content hash.
         let trust = &world.policy().trust;
         match payload
@@ -413,7 +481,12 @@ fn plan_winner<'w>(
             // from the payload itself (its hash depends on the rule).
             let desired_hash = match payload {
                 Some(t) => Some(t.marks.content_hash.clone()),
-                None if claim.rule.transform.is_identity() && claim.rule.bundle().is_none() => {
+                // Kinds judged on their content (SPEC §3.1, §9.10) are judged on each
+                // version of it: their payload is read, not only its hash.
+                None if claim.rule.transform.is_identity()
+                    && claim.rule.bundle().is_none()
+                    && claim.rule.kind.is_consentable() =>
+                {
                     contents.known_hashes.get(&claim.source.key).cloned()
                 }
                 None => None,
@@ -506,6 +579,8 @@ fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Ac
 
 #[cfg(test)]
 mod bundle_tests;
+#[cfg(test)]
+mod grants_tests;
 #[cfg(test)]
 mod keys_tests;
 #[cfg(test)]

@@ -179,7 +179,12 @@ fn summary(actions: &[Action]) -> Vec<String> {
                     ConflictReason::Unmanaged => "unmanaged".to_string(),
                     ConflictReason::OwnedBy(c) => format!("owned by {}", c.rule.mark()),
                     ConflictReason::HeldByHigherTier(_) => "held".to_string(),
-                    ConflictReason::ServiceAccountToken => "sa-token".to_string(),
+                    ConflictReason::NeverCopied(crate::model::NeverCopied::SecretType {
+                        type_: SERVICE_ACCOUNT_TOKEN_TYPE,
+                        ..
+                    }) => "sa-token".to_string(),
+                    ConflictReason::NeverCopied(n) => format!("never: {n}"),
+                    ConflictReason::Grant(g) => format!("grant: {g}"),
                     ConflictReason::Refused(r) => format!("refused: {r}"),
                     ConflictReason::EmptyBundle => "empty bundle".to_string(),
                 }
@@ -221,7 +226,7 @@ fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
         deletion_policy: DeletionPolicy::Delete,
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
-        read_only: false,
+        read_only: None,
         keys: None,
         target: None,
     }
@@ -576,7 +581,7 @@ fn read_only_flip_relabels_every_copy_both_ways() {
     let src = f.source().clone();
     let plain = f.world.rules().rules[0].clone();
     let mut spec = rule_spec(Kind::Secret, "mysecret");
-    spec.read_only = true;
+    spec.read_only = Some(true);
     f.rebuild_rules(&[copy_rule("r", 1, spec)]);
     let read_only = f.world.rules().rules[0].clone();
     let labelled = |rule: &Rule| {

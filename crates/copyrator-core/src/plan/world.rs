@@ -26,12 +26,24 @@ pub struct Policy {
     pub trust: TrustPolicy,
     /// How much of the sources of untrusted namespaces copyrator acts on (SPEC §9.7).
     pub caps: SourceCaps,
+    /// The roles RBAC copies may bind and the Roles they may be (SPEC §9.10).
+    pub grants: crate::grants::GrantPolicy,
+    /// copyrator's own namespace: it receives copies of Secrets and ConfigMaps only (SPEC
+    /// §9.10), so no copied policy, quota or RBAC object can cut it off or act on its identity.
+    pub own_namespace: Option<String>,
 }
 
 impl Policy {
     /// Whether `namespace` is excluded from copying altogether.
     pub fn is_excluded(&self, namespace: &str) -> bool {
         self.excluded_namespaces.contains(namespace)
+    }
+
+    /// Whether copies of `kind` never go into `namespace`: it is excluded, or it is
+    /// copyrator's own and the kind is not data (SPEC §9.10).
+    pub fn is_excluded_for(&self, namespace: &str, kind: Kind) -> bool {
+        self.is_excluded(namespace)
+            || (!kind.is_consentable() && self.own_namespace.as_deref() == Some(namespace))
     }
 
     /// What copyrator keeps of `source` while it holds many ([`SourceInfo::kept`]): the
@@ -199,7 +211,7 @@ impl World {
         let selection = rule.selection(ns);
         if !selection.selects() {
             Targeting::NotSelected(selection)
-        } else if self.policy.is_excluded(&ns.name) {
+        } else if self.policy.is_excluded_for(&ns.name, rule.target_kind()) {
             Targeting::ExcludedGlobally
         } else if ns.terminating {
             Targeting::Terminating
@@ -403,11 +415,12 @@ pub fn reach<'a>(
 ) -> Vec<String> {
     namespaces
         .into_iter()
-        .filter(|ns| !policy.is_excluded(&ns.name))
         .filter(|ns| {
-            rules
-                .iter()
-                .any(|r| r.selection(ns).selects() && r.consented_by(ns))
+            rules.iter().any(|r| {
+                !policy.is_excluded_for(&ns.name, r.target_kind())
+                    && r.consented_by(ns)
+                    && r.selection(ns).selects()
+            })
         })
         .map(|ns| ns.name.clone())
         .collect()

@@ -298,16 +298,14 @@ fn generated_kind(generate: &Generate) -> Result<Kind, String> {
     Kind::register(group, version, kind, &plural(kind)).map_err(|e| e.to_string())
 }
 
-/// The API version of the namespaced built-in kinds older policies name without one.
+/// The API version of the namespaced built-in kinds older policies name without one (their
+/// row in the kind table).
 fn well_known_api_version(kind: &str) -> Option<&'static str> {
-    Some(match kind {
-        "Secret" | "ConfigMap" | "ServiceAccount" | "LimitRange" | "ResourceQuota" | "Service" => {
-            "v1"
-        }
-        "NetworkPolicy" => "networking.k8s.io/v1",
-        "Role" | "RoleBinding" => "rbac.authorization.k8s.io/v1",
-        _ => return None,
-    })
+    use copyrator_core::model::kind_table::TABLE;
+    TABLE
+        .iter()
+        .find(|f| f.kind == Some(kind) && f.never_copied.is_none())
+        .and_then(|f| f.api_version)
 }
 
 /// The resource name Kubernetes derives from a kind (`NetworkPolicy` → `networkpolicies`).

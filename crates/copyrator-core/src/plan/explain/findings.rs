@@ -156,7 +156,9 @@ fn wanted(
         Action::Conflict { reason, .. } => {
             let tail = match reason {
                 ConflictReason::Unmanaged => " (conflictPolicy: Skip): it is left untouched",
-                ConflictReason::ServiceAccountToken => "",
+                ConflictReason::NeverCopied(_) | ConflictReason::Grant(_) => {
+                    ": this rule gets no copy there, and a copy it made before is deleted"
+                }
                 _ => ": this rule gets no copy there",
             };
             (

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::{Action, ClaimRef, ConflictReason, Contents, Existing, Scope, Targeting, World, plan};
 use crate::{
     copyrule::DeletionPolicy,
-    model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
+    model::{Kind, NamespaceInfo, NeverCopied, ObjectKey, SourceInfo},
     rules::{Rule, RuleId, Selection},
     tenancy::Tier,
     transform::Transform,
@@ -168,7 +168,12 @@ impl Verdict {
             Verdict::Conflict(ConflictReason::Unmanaged) => "UnmanagedObject",
             Verdict::Conflict(ConflictReason::OwnedBy(_)) => "NameTaken",
             Verdict::Conflict(ConflictReason::HeldByHigherTier(_)) => "HeldByRetainedCopy",
-            Verdict::Conflict(ConflictReason::ServiceAccountToken) => "ServiceAccountToken",
+            Verdict::Conflict(ConflictReason::NeverCopied(NeverCopied::SecretType {
+                type_: crate::model::SERVICE_ACCOUNT_TOKEN_TYPE,
+                ..
+            })) => "ServiceAccountToken",
+            Verdict::Conflict(ConflictReason::NeverCopied(_)) => "NeverCopied",
+            Verdict::Conflict(ConflictReason::Grant(_)) => "GrantRefused",
             Verdict::Conflict(ConflictReason::Refused(crate::transform::Refused::NoPassword {
                 ..
             })) => "TruststorePasswordUnavailable",

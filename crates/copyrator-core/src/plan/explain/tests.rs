@@ -78,7 +78,7 @@ fn rule_spec(source: &str) -> CopyRuleSpec {
         deletion_policy: Default::default(),
         conflict_policy: ConflictPolicy::Skip,
         image_pull_secret: false,
-        read_only: false,
+        read_only: None,
         keys: None,
         target: None,
     }
