@@ -112,6 +112,11 @@ pub struct Advisor {
 }
 
 impl Advisor {
+    /// The policy copyrator runs with.
+    pub(super) fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     pub fn new(cluster: Cluster, policy: Policy) -> Arc<Self> {
         Arc::new(Self {
             cluster,

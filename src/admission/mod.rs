@@ -8,6 +8,7 @@
 pub mod advice;
 mod certificates;
 mod copies;
+mod grants;
 mod namespaces;
 pub mod pods;
 pub mod read_only;
@@ -113,6 +114,9 @@ pub struct Verdict {
     /// A CopyRule copying a Secret's data into ConfigMaps: deny it if its sources hold
     /// anything but certificates now (`certificates`).
     pub check_certificates: Option<Box<Rule>>,
+    /// A CopyRule copying RBAC objects: deny it if its author may not grant what it copies
+    /// (`grants`).
+    pub check_grant: Option<grants::GrantCheck>,
 }
 
 impl Verdict {
@@ -383,6 +387,17 @@ async fn handle(
                 verdict
                     .warnings
                     .push(certificates::UNCHECKED_WARNING.to_string());
+            }
+        }
+        if let (Some(check), Some(advisor)) = (verdict.check_grant.take(), &state.advisor) {
+            // Who may grant what is the API server's to say, about the user it authenticated:
+            // only for a verified client (SPEC §9.8, §9.10).
+            if verified_client {
+                if let Some(denial) = Box::pin(advisor.grant_refusal(&check)).await {
+                    verdict.deny = Some(denial);
+                }
+            } else {
+                verdict.warnings.push(grants::UNCHECKED_WARNING.to_string());
             }
         }
         let mut response = review::Response::allow(&request.uid);

@@ -38,10 +38,18 @@ pub struct Options {
     pub field_manager: Option<String>,
 }
 
+/// Who made the request, as the API server authenticated them (anyone's to claim in a review
+/// not sent by the API server: `--client-ca`, SPEC §9.8).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct UserInfo {
     #[serde(default)]
     pub username: Option<String>,
+    #[serde(default)]
+    pub uid: Option<String>,
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
+    #[serde(default)]
+    pub extra: Option<std::collections::BTreeMap<String, Vec<String>>>,
 }
 
 /// The request of a review.

@@ -45,6 +45,23 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                     from.namespace
                 ));
             }
+            // RBAC copies come only from where only administrators write (SPEC §9.10); the
+            // planner refuses them too, trust may change with a restart.
+            if crate::admission::grants::needs_check(&parsed).is_some()
+                && !policy.trust.is_trusted(&parsed.source_namespace)
+            {
+                return Verdict::deny(format!(
+                    "copyrator: invalid CopyRule: spec.sourceNamespace: {} is not trusted (--trusted-namespaces): {}s are copied only from namespaces where only administrators write",
+                    parsed.source_namespace,
+                    parsed.target_kind().as_str()
+                ));
+            }
+            let check_grant = crate::admission::grants::needs_check(&parsed).map(|_| {
+                crate::admission::grants::GrantCheck {
+                    rule: Box::new(parsed.clone()),
+                    user: req.user_info.clone(),
+                }
+            });
             // A Secret's data for ConfigMaps is judged on what its sources hold now.
             let check = super::certificates::needs_check(&parsed).then(|| Box::new(parsed));
             let name = rule
@@ -74,6 +91,7 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                 }
             };
             verdict.check_certificates = check;
+            verdict.check_grant = check_grant;
             verdict
         }
         Operation::Delete if !selector::is_dns_subdomain(&req.name) => Verdict::allow(),

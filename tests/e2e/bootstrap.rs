@@ -221,23 +221,38 @@ async fn wait_in_sync(client: &Client, case: &Case, src: &str, ns: &str, name: &
     .await;
 }
 
-fn rule_spec(case: &Case, src: &str, key: &str) -> CopyRuleSpec {
-    serde_json::from_value(json!({
+/// A CopyRule copying the sources of `case` in `src` labelled `bootstrap=true`, or for the
+/// kinds that grant permissions, copying `name` (RBAC copies come only from a named source,
+/// SPEC §9.10).
+fn rule_spec(case: &Case, src: &str, key: &str, name: &str) -> CopyRuleSpec {
+    let mut spec = json!({
         "apiVersion": case.ar.api_version,
         "kind": case.ar.kind,
         "sourceNamespace": src,
-        "sourceSelector": {"matchLabels": {"bootstrap": "true"}},
         "namespaceSelector": {"matchLabels": {key: "on"}},
-    }))
-    .unwrap()
+    });
+    if case.ar.group == "rbac.authorization.k8s.io" {
+        spec["sourceName"] = json!(name);
+    } else {
+        spec["sourceSelector"] = json!({"matchLabels": {"bootstrap": "true"}});
+    }
+    serde_json::from_value(spec).unwrap()
 }
+
+/// The roles the cases' RBAC copies may grant (SPEC §9.10).
+const GRANTS: [&str; 2] = [
+    "--bind-cluster-roles=view,edit",
+    "--escalate-roles=team-default",
+];
 
 #[tokio::test]
 async fn every_bootstrap_kind_is_copied_followed_restored_and_removed() {
     let client = client().await;
     crd(&client, WIDGET_GROUP, "Widget", "widgets").await;
+    let mut extra = vec![copy_kinds()];
+    extra.extend(GRANTS.map(String::from));
     let t = Harness::start(Options {
-        extra: vec![copy_kinds()],
+        extra,
         resync_interval: "2s",
         ..Default::default()
     })
@@ -256,7 +271,7 @@ async fn every_bootstrap_kind_is_copied_followed_restored_and_removed() {
             .unwrap_or_else(|e| panic!("creating the source {}: {e}", case.ar.kind));
         t.copy_rule(
             &format!("bs-{}", case.ar.plural),
-            rule_spec(&case, &src, &key),
+            rule_spec(&case, &src, &key, NAME),
         )
         .await;
     }
@@ -471,7 +486,7 @@ async fn a_kind_served_after_start_is_copied_once_it_is() {
         .await
         .unwrap();
     // The rules webhook accepts a CopyRule of the kind once copyrator has found it.
-    let spec = rule_spec(&case, &src, &key);
+    let spec = rule_spec(&case, &src, &key, "g");
     let rules = t.rules();
     let name = t.name("late");
     eventually(
@@ -533,7 +548,12 @@ async fn a_tenant_inline_rule_for_a_powerful_kind_is_refused_even_with_consent()
         .await
         .unwrap();
     let labels = json!({marks::SOURCE_LABEL: "true"});
-    for case in [&cases()[0], &cases()[2]] {
+    // A RoleBinding is never an inline rule's (SPEC §9.10); a NetworkPolicy is only a trusted
+    // namespace's (SPEC §9.2).
+    for (case, why) in [
+        (&cases()[0], "only by a CopyRule"),
+        (&cases()[2], "never suffices"),
+    ] {
         let mut obj = object(&case.ar, "grab", labels.clone(), &case.body);
         obj.metadata.annotations =
             Some([(marks::NAMESPACES_ANNOTATION.to_string(), victim.clone())].into());
@@ -544,11 +564,7 @@ async fn a_tenant_inline_rule_for_a_powerful_kind_is_refused_even_with_consent()
         let kube::Error::Api(status) = err else {
             panic!("{err}")
         };
-        assert!(
-            status.message.contains("never suffices"),
-            "{}",
-            status.message
-        );
+        assert!(status.message.contains(why), "{}", status.message);
     }
     // Without the label it is an object like any other, and nothing is copied.
     let np = &cases()[2];

@@ -11,6 +11,7 @@ mod cert_rotation;
 mod copy_edits;
 mod copy_rules;
 mod explain;
+mod grants;
 mod ha;
 mod helm_chart;
 mod hostile;
