@@ -221,9 +221,21 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
             ),
             webhook(
                 Endpoint::ReadOnly,
-                kind_rules(&["UPDATE", "DELETE"]),
+                kind_rules(&["DELETE"]),
                 Some(read_only_copies()),
             ),
+            // Only copyrator may change a read-only copy: while it cannot answer, no one may,
+            // so that an edit stripping a copy's marks cannot slip through (SPEC §4 item 11).
+            // Deletions, namespace deletion included, take the one above.
+            ValidatingWebhook {
+                name: "read-only-updates.copyrator.io".into(),
+                failure_policy: Some("Fail".into()),
+                ..webhook(
+                    Endpoint::ReadOnly,
+                    kind_rules(&["UPDATE"]),
+                    Some(read_only_copies()),
+                )
+            },
         ]),
     }
 }
@@ -311,15 +323,24 @@ mod tests {
     }
 
     #[test]
-    fn every_webhook_is_ignore_none_on_dry_run_and_short() {
+    fn every_webhook_is_ignore_but_read_only_updates_none_on_dry_run_and_short() {
         let cfg =
             webhook_configuration(&opts(WebhookTarget::Url("https://127.0.0.1:8443/".into())));
         let hooks = cfg.webhooks.unwrap();
-        assert_eq!(hooks.len(), 4);
+        assert_eq!(hooks.len(), 5);
         for h in &hooks {
-            assert_eq!(h.failure_policy.as_deref(), Some("Ignore"));
+            let failure_policy = match h.name.as_str() {
+                "read-only-updates.copyrator.io" => "Fail",
+                _ => "Ignore",
+            };
+            assert_eq!(
+                h.failure_policy.as_deref(),
+                Some(failure_policy),
+                "{}",
+                h.name
+            );
             let side_effects = match h.name.as_str() {
-                "read-only.copyrator.io" => "None",
+                "read-only.copyrator.io" | "read-only-updates.copyrator.io" => "None",
                 _ => "NoneOnDryRun",
             };
             assert_eq!(h.side_effects, side_effects);
@@ -341,24 +362,26 @@ mod tests {
             hooks.iter().all(|h| h.name != "copies.copyrator.io"),
             "copy edits come from the watch of copies"
         );
-        // Only copies labelled read-only, and only their UPDATE and DELETE, call it.
-        let read_only = &hooks[3];
-        assert_eq!(
-            read_only.client_config.url.as_deref(),
-            Some("https://127.0.0.1:8443/admission/read-only")
-        );
-        assert_eq!(
-            read_only.object_selector.as_ref().unwrap().match_labels,
-            Some(BTreeMap::from([
-                ("app.kubernetes.io/managed-by".into(), "copyrator".into()),
-                ("copyrator.io/read-only".into(), "true".into()),
-            ]))
-        );
-        let rule = &read_only.rules.as_ref().unwrap()[0];
-        assert_eq!(
-            rule.operations.as_deref(),
-            Some(&["UPDATE".to_string(), "DELETE".to_string()][..])
-        );
+        // Only copies labelled read-only call them: their DELETE (Ignore) and their UPDATE
+        // (Fail: no edit gets past copyrator while it cannot answer).
+        for (hook, operation) in [(&hooks[3], "DELETE"), (&hooks[4], "UPDATE")] {
+            assert_eq!(
+                hook.client_config.url.as_deref(),
+                Some("https://127.0.0.1:8443/admission/read-only")
+            );
+            assert_eq!(
+                hook.object_selector.as_ref().unwrap().match_labels,
+                Some(BTreeMap::from([
+                    ("app.kubernetes.io/managed-by".into(), "copyrator".into()),
+                    ("copyrator.io/read-only".into(), "true".into()),
+                ]))
+            );
+            let rule = &hook.rules.as_ref().unwrap()[0];
+            assert_eq!(
+                rule.operations.as_deref(),
+                Some(&[operation.to_string()][..])
+            );
+        }
     }
 
     #[test]

@@ -282,7 +282,7 @@ fn copyrator_is_told_the_username_it_runs_as() {
 }
 
 #[test]
-fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
+fn rendered_webhooks_fail_open_but_for_read_only_updates_fast_and_skip_dry_runs() {
     let docs = render("demo", "platform-system", &[]);
     let vwc = find(&docs, "ValidatingWebhookConfiguration");
     let mwc = find(&docs, "MutatingWebhookConfiguration");
@@ -292,12 +292,18 @@ fn rendered_webhooks_fail_open_fast_and_skip_dry_runs() {
         .iter()
         .chain(mwc["webhooks"].as_array().unwrap())
         .collect();
-    assert_eq!(hooks.len(), 5);
+    assert_eq!(hooks.len(), 6);
     for h in hooks {
-        assert_eq!(h["failurePolicy"], "Ignore", "{h}");
-        // The read-only webhook queues nothing: a dryRun edit is judged like the edit.
+        // Only copyrator may change a read-only copy: while it cannot answer, no one may
+        // (SPEC §4 item 11). Everything else goes on without copyrator.
+        let failure_policy = match h["name"].as_str() {
+            Some("read-only-updates.copyrator.io") => "Fail",
+            _ => "Ignore",
+        };
+        assert_eq!(h["failurePolicy"], failure_policy, "{h}");
+        // The read-only webhooks queue nothing: a dryRun edit is judged like the edit.
         let side_effects = match h["name"].as_str() {
-            Some("read-only.copyrator.io") => "None",
+            Some("read-only.copyrator.io" | "read-only-updates.copyrator.io") => "None",
             _ => "NoneOnDryRun",
         };
         assert_eq!(h["sideEffects"], side_effects, "{h}");

@@ -151,9 +151,17 @@ fn copied_rolebindings_may_bind_only_the_roles_named() {
             &["bind"]
         )]
     );
+    // Whether a CopyRule's author may grant what it copies (SPEC §9.10): only with a list set.
+    let reviews = rule(
+        &["authorization.k8s.io"],
+        &["subjectaccessreviews"],
+        &[],
+        &["create"],
+    );
     let mut expected = expected_cluster_rules("demo-copyrator");
     expected.extend(copy_rules("rbac.authorization.k8s.io", &["rolebindings"]));
     expected.insert(binds[0].clone());
+    expected.insert(reviews.clone());
     assert_eq!(rules, expected);
     assert_least_privilege(&rules);
 
@@ -196,6 +204,7 @@ fn copied_rolebindings_may_bind_only_the_roles_named() {
         &["rolebindings", "roles"],
     ));
     expected.extend(guarded);
+    expected.insert(reviews);
     assert_eq!(rules, expected);
 
     // RoleBindings without bindings to name: no bind at all (copies of bindings to roles

@@ -561,6 +561,7 @@ fn copy_edits_are_watched_not_webhooked_on_every_kubernetes_version() {
             "sources.copyrator.io",
             "rules.copyrator.io",
             "read-only.copyrator.io",
+            "read-only-updates.copyrator.io",
             "pods.copyrator.io"
         ]
     );

@@ -171,8 +171,15 @@ inline rules of its own namespace, so their changes must arrive at once). */}}
 {{- end }}
 {{- $excluded = $excluded | uniq | sortAlpha -}}
 admissionReviewVersions: ["v1"]
+{{- if .failClosed }}
+# Only copyrator may change a read-only copy: while it cannot answer, no one may, so that an
+# edit stripping a copy's marks cannot slip through (SPEC §4 item 11). Nothing else waits on
+# it: deletions, namespace deletion included, take the Ignore webhook above.
+failurePolicy: Fail
+{{- else }}
 # copyrator never blocks the cluster: when it is down or slow, the API server goes on.
 failurePolicy: Ignore
+{{- end }}
 matchPolicy: Equivalent
 {{- if .readOnly }}
 # Queues nothing: a dryRun edit is judged like the edit.
