@@ -37,6 +37,9 @@
 //!   process's peak RSS through its startup resync and a platform source's update fan-out, with
 //!   and without them. Not in the default set either (`--phase tenant-sources`); bench.sh
 //!   starts a third control plane for it;
+//! - tenant-edits: 1,000 tenant sources with 64-requirement selectors, 10 namespaces
+//!   consenting, each edited: copyrator's CPU and API calls per edit at 5,000 and 20,000
+//!   namespaces (`--phase tenant-edits`, a control plane of its own);
 //! - bootstrap: a new namespace's five bootstrap objects (pull Secret, RoleBinding,
 //!   NetworkPolicy, LimitRange, ResourceQuota) copied by a copyrator with `--copy-kinds`: time
 //!   until all five exist beside a plain client creating them, API calls per namespace, the
@@ -67,6 +70,7 @@ mod restore;
 mod resync;
 mod scale;
 mod selector_sources;
+mod tenant_edits;
 mod tenant_sources;
 mod update_round;
 mod watch_triggers;
@@ -147,6 +151,10 @@ enum Phase {
     /// platform fan-out with them and without, at 5,000 and 20,000 namespaces (not in the
     /// default set; scripts/bench.sh runs it on a control plane of its own)
     TenantSources,
+    /// 1,000 tenant sources with 64-requirement selectors, 10 namespaces consenting, each
+    /// source edited: copyrator's CPU and API calls per edit at 5,000 and 20,000 namespaces
+    /// (not in the default set; scripts/bench.sh runs it on a control plane of its own)
+    TenantEdits,
     /// A new namespace's five bootstrap objects (--copy-kinds): latency beside a plain client,
     /// API calls, the Pod gate, RSS with 50,000 unrelated RoleBindings and NetworkPolicies
     /// (not in the default set; scripts/bench.sh runs it on a control plane of its own)
@@ -156,7 +164,10 @@ enum Phase {
 impl Phase {
     /// The phases that need a fresh control plane of their own and are not in the default set.
     fn own_control_plane(self) -> bool {
-        matches!(self, Phase::Scale | Phase::TenantSources | Phase::Bootstrap)
+        matches!(
+            self,
+            Phase::Scale | Phase::TenantSources | Phase::TenantEdits | Phase::Bootstrap
+        )
     }
 }
 
@@ -197,6 +208,7 @@ pub struct Sizes {
     scale_steps: Vec<usize>,
     scale_fanout: usize,
     tenant: tenant_sources::Sizes,
+    tenant_edits: tenant_edits::Sizes,
     bootstrap: bootstrap::Sizes,
     /// LISTs of each kind in a row, and the unrelated Secrets added, in apiserver-profile's
     /// LIST-by-LIST measurement.
@@ -231,6 +243,11 @@ fn sizes(quick: bool) -> Sizes {
                 sources: 200,
                 fanout: 500,
             },
+            tenant_edits: tenant_edits::Sizes {
+                steps: vec![250, 1_000],
+                sources: 100,
+                consenting: 10,
+            },
             bootstrap: bootstrap::Sizes {
                 namespaces: 40,
                 gate_namespaces: 20,
@@ -263,6 +280,11 @@ fn sizes(quick: bool) -> Sizes {
                 steps: vec![5_000, 20_000],
                 sources: 1_000,
                 fanout: 500,
+            },
+            tenant_edits: tenant_edits::Sizes {
+                steps: vec![5_000, 20_000],
+                sources: 1_000,
+                consenting: 10,
             },
             bootstrap: bootstrap::Sizes {
                 namespaces: 200,
@@ -360,6 +382,14 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
             );
         }
         tenant_sources::run(&mut report, &sz.tenant).await;
+    }
+    if phases.contains(&Phase::TenantEdits) {
+        if phases.len() > 1 {
+            report.note(
+                "tenant-edits ran after other phases: the cluster also holds what they left (run it alone)".into(),
+            );
+        }
+        tenant_edits::run(&mut report, &sz.tenant_edits).await;
     }
     if phases.contains(&Phase::Bootstrap) {
         if phases.len() > 1 {

@@ -15,6 +15,7 @@ use crate::{
     model::{Kind, Meta, NamespaceInfo, Object, ObjectKey, SourceInfo},
     plan::{Contents, Existing, MarksError, Policy, World},
     rules::Rule,
+    tenancy::Tier,
 };
 
 /// Concurrent single-object reads a job issues at once.
@@ -240,6 +241,31 @@ pub async fn load_target_namespaces<'a>(
         .iter()
         .flat_map(|r| r.namespaces.iter().cloned())
         .collect();
+    // Untrusted sources' rules: only the namespaces that accept copies from their namespace
+    // are looked at (SPEC §9.7); one the index does not show consenting gets nothing, so it
+    // is not read either.
+    if fresh == Freshness::Indexed
+        && !rules.is_empty()
+        && rules.iter().all(|r| r.tier == Tier::ConsentedInline)
+        && let Some(held) = cluster.namespace_index().read_marked(|consenting| {
+            consenting
+                .filter(|ns| {
+                    rules.iter().any(|r| {
+                        r.consented_by(ns)
+                            && (r.namespaces.contains(&ns.name)
+                                || r.namespace_selector
+                                    .as_ref()
+                                    .is_some_and(|sel| sel.matches(&ns.labels)))
+                    })
+                })
+                .cloned()
+                .collect::<Vec<NamespaceInfo>>()
+        })
+    {
+        cluster.metrics.index_read("namespaces", "index");
+        world.insert_namespaces(held);
+        return Ok(());
+    }
     if fresh == Freshness::Indexed
         && let Some(held) = cluster.namespace_index().read(|by_name| {
             by_name

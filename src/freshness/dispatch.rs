@@ -44,6 +44,7 @@ use crate::{
         job::{Job, JobKey, Trigger},
     },
     rules::Rule,
+    tenancy::Tier,
 };
 
 /// One step of an event (see the module documentation).
@@ -320,13 +321,18 @@ impl Dispatcher {
         if rules.is_empty() {
             return Reach::Nothing;
         }
-        let reached = self
-            .indexes
-            .namespaces
-            .read(|by_name| (reach(&self.policy, &rules, by_name.values()), by_name.len()));
+        // An untrusted source's rules reach only namespaces that accept copies from
+        // somewhere: those alone are judged (SPEC §9.7).
+        let namespaces = &self.indexes.namespaces;
+        let all = namespaces.len();
+        let reached = if rules.iter().all(|r| r.tier == Tier::ConsentedInline) {
+            namespaces.read_marked(|consenting| reach(&self.policy, &rules, consenting))
+        } else {
+            namespaces.read(|by_name| reach(&self.policy, &rules, by_name.values()))
+        };
         match reached {
-            Some((names, _)) if names.is_empty() => Reach::Nothing,
-            Some((names, all)) if names.len() * 2 <= all => Reach::Namespaces(names),
+            Some(names) if names.is_empty() => Reach::Nothing,
+            Some(names) if names.len() * 2 <= all => Reach::Namespaces(names),
             _ => Reach::All,
         }
     }

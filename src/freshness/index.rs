@@ -11,7 +11,11 @@
 //! waited for its triggering change to be persisted sees that change here, because the watch
 //! applies an event to its index before it wakes the jobs waiting on it.
 
-use std::{collections::HashMap, hash::Hash, sync::Mutex};
+use std::{
+    collections::{HashMap, HashSet},
+    hash::Hash,
+    sync::Mutex,
+};
 
 use crate::{
     marks,
@@ -36,6 +40,12 @@ pub fn namespace_info(meta: &Meta) -> Option<NamespaceInfo> {
 /// A value kept by an index: its object's resourceVersion orders updates.
 pub trait Versioned {
     fn resource_version(&self) -> &str;
+
+    /// Whether the index also keeps the object's key among its marked ones
+    /// ([`Index::read_marked`]): a few objects the callers look at without walking them all.
+    fn marked(&self) -> bool {
+        false
+    }
 }
 
 impl Versioned for SourceInfo {
@@ -50,9 +60,18 @@ impl<T: Versioned> Versioned for Box<T> {
     }
 }
 
+/// A namespace that accepts copies from somewhere (`copyrator.io/accept-from`) is marked: an
+/// untrusted source's rule is judged against those alone (SPEC §9.7), so a tenant's change
+/// costs the namespaces that consent, not the cluster.
 impl Versioned for NamespaceInfo {
     fn resource_version(&self) -> &str {
         &self.resource_version
+    }
+
+    fn marked(&self) -> bool {
+        self.accept_from
+            .as_deref()
+            .is_some_and(|a| !a.trim().is_empty())
     }
 }
 
@@ -72,6 +91,8 @@ struct State<K, V> {
     seeded: bool,
     live: bool,
     by_key: HashMap<K, V>,
+    /// The keys of the values [`Versioned::marked`].
+    marked: HashSet<K>,
 }
 
 impl<K, V> Default for State<K, V> {
@@ -80,6 +101,7 @@ impl<K, V> Default for State<K, V> {
             seeded: false,
             live: false,
             by_key: HashMap::new(),
+            marked: HashSet::new(),
         }
     }
 }
@@ -138,6 +160,11 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
         {
             return;
         }
+        if value.marked() {
+            state.marked.insert(key.clone());
+        } else {
+            state.marked.remove(&key);
+        }
         state.by_key.insert(key, value);
     }
 
@@ -154,6 +181,7 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
             return;
         }
         state.by_key.remove(key);
+        state.marked.remove(key);
     }
 
     /// An empty map for a LIST to fill as its items arrive (no list of them held besides),
@@ -173,6 +201,11 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
             .keys()
             .filter(|k| !fresh.contains_key(*k))
             .cloned()
+            .collect();
+        state.marked = fresh
+            .iter()
+            .filter(|(_, v)| v.marked())
+            .map(|(k, _)| k.clone())
             .collect();
         state.by_key = fresh;
         state.seeded = true;
@@ -194,6 +227,19 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
     pub fn read<R>(&self, read: impl FnOnce(&HashMap<K, V>) -> R) -> Option<R> {
         let state = self.state();
         (state.seeded && state.live).then(|| read(&state.by_key))
+    }
+
+    /// `read` over the marked objects only ([`Versioned::marked`]); `None` while the index
+    /// cannot answer.
+    pub fn read_marked<R>(
+        &self,
+        read: impl FnOnce(&mut dyn Iterator<Item = &V>) -> R,
+    ) -> Option<R> {
+        let state = self.state();
+        (state.seeded && state.live).then(|| {
+            let mut marked = state.marked.iter().filter_map(|k| state.by_key.get(k));
+            read(&mut marked)
+        })
     }
 
     /// What is held for `key`, answered or not (the previous version of an object whose event
@@ -300,6 +346,39 @@ mod tests {
         index.insert(k, v);
         index.remove(&"a".to_string(), None);
         assert_eq!(index.len(), 0, "copyrator's own delete always removes");
+    }
+
+    #[test]
+    fn namespaces_that_accept_copies_are_kept_apart() {
+        let index = NamespaceIndex::default();
+        let consenting = |name: &str, rv: u64, accept: Option<&str>| {
+            let (k, mut v) = ns(name, rv);
+            v.accept_from = accept.map(String::from);
+            (k, v)
+        };
+        let marked = |index: &NamespaceIndex| {
+            let mut names = index
+                .read_marked(|m| m.map(|n| n.name.clone()).collect::<Vec<_>>())
+                .unwrap();
+            names.sort();
+            names
+        };
+        index.seed(Seed::from_iter([
+            consenting("a", 1, Some("tenant")),
+            consenting("b", 1, None),
+            consenting("c", 1, Some(" ")),
+        ]));
+        index.set_live(true);
+        assert_eq!(marked(&index), ["a"]);
+        let (k, v) = consenting("b", 2, Some("tenant"));
+        index.insert(k, v);
+        let (k, v) = consenting("a", 2, None);
+        index.insert(k, v);
+        assert_eq!(marked(&index), ["b"], "consent given and taken back");
+        index.remove(&"b".to_string(), None);
+        assert!(marked(&index).is_empty());
+        index.set_live(false);
+        assert!(index.read_marked(|_| ()).is_none(), "watch down");
     }
 
     #[test]
