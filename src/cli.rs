@@ -184,8 +184,9 @@ fn names(list: &[String]) -> std::collections::BTreeSet<String> {
 pub struct LeaseArgs {
     /// Namespace of the leader-election Lease. serve: default copyrator's own namespace
     /// in-cluster ($POD_NAMESPACE, else the service account's namespace file), `default` out
-    /// of cluster. explain: default, the one Lease of that name in any namespace that
-    /// publishes a policy.
+    /// of cluster. explain: default, the namespace of the Service that copyrator's webhook
+    /// configuration calls (--webhook-configuration); a Lease in any other namespace is
+    /// ignored.
     #[arg(long, env = "COPYRATOR_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
 
@@ -251,6 +252,12 @@ pub struct ExplainOptions {
 
     #[command(flatten)]
     pub lease: LeaseArgs,
+
+    /// The ValidatingWebhookConfiguration of the running copyrator: without
+    /// --lease-namespace, its Lease is read in the namespace of the Service its webhooks call.
+    /// Default: --lease-name (the chart names both after the release).
+    #[arg(long, env = "COPYRATOR_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -6,6 +6,7 @@
 //! read-only copies by anyone but copyrator (SPEC §4 item 11).
 
 pub mod advice;
+pub mod caller;
 mod certificates;
 mod copies;
 mod grants;
@@ -34,6 +35,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use caller::Caller;
 use review::Operation;
 
 use crate::{
@@ -297,6 +299,11 @@ async fn handle(
         .extensions()
         .get::<crate::listener::VerifiedClient>()
         .is_some();
+    let caller = if verified_client {
+        Caller::Verified
+    } else {
+        Caller::Unverified
+    };
     let reject = |status: StatusCode, outcome: &'static str, message: String| {
         state
             .metrics
@@ -350,12 +357,12 @@ async fn handle(
     async {
         let mut verdict = match endpoint {
             Endpoint::Namespaces => namespaces::review(&request),
-            Endpoint::Sources => sources::review(&request, &state.policy),
+            Endpoint::Sources => sources::review(&request, &state.policy, caller),
             Endpoint::Copies => copies::review(&request),
-            Endpoint::Rules => rules::review(&request, &state.policy),
+            Endpoint::Rules => rules::review(&request, &state.policy, caller),
             Endpoint::Pods => pods::review(&request),
             Endpoint::ReadOnly => {
-                read_only::review(&request, state.own_username.as_deref(), |ns| {
+                read_only::review(&request, state.own_username.as_deref(), caller, |ns| {
                     state.namespace_state(ns)
                 })
             }

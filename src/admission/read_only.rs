@@ -4,6 +4,7 @@
 
 use super::{
     Verdict,
+    caller::Caller,
     review::{Object, Operation, Request},
 };
 use crate::{
@@ -14,9 +15,10 @@ use crate::{
 };
 
 /// Who may still delete (and unblock the deletion of) a read-only copy: the controllers that
-/// delete a namespace's contents and objects whose owners are gone. The last is the controller
-/// manager's own identity, which every controller uses when it runs without
-/// `--use-service-account-credentials`.
+/// delete a namespace's contents and objects whose owners are gone, as they are named with
+/// `--use-service-account-credentials` (kubeadm's default), and the controller manager's own
+/// identity, which every controller uses without it. Real namespace deletion is theirs, so it
+/// is never blocked, whoever posted the review.
 pub const DELETION_CONTROLLERS: [&str; 3] = [
     "system:serviceaccount:kube-system:namespace-controller",
     "system:serviceaccount:kube-system:generic-garbage-collector",
@@ -34,10 +36,13 @@ pub enum NamespaceState {
 }
 
 /// The verdict on an UPDATE or DELETE of a read-only copy. `own_username`: copyrator's own
-/// identity (`None`: unknown, nothing is denied). `namespace` is asked only for a DELETE.
+/// identity (`None`: unknown, nothing is denied). `namespace` is asked only for a DELETE by a
+/// verified caller: to anyone else, a verdict by the namespace's phase would tell whether it
+/// exists or is being deleted (SPEC §9.8), so theirs depends on the review alone.
 pub fn review(
     req: &Request<'_>,
     own_username: Option<&str>,
+    caller: Caller,
     namespace: impl FnOnce(&str) -> NamespaceState,
 ) -> Verdict {
     let Some(own) = own_username else {
@@ -63,7 +68,11 @@ pub fn review(
         // Once its deletion has started, the copy can only go away: finalizers are removed by
         // UPDATEs, and denying them would hold the copy (and its namespace) forever.
         Operation::Update if old.metadata.deletion_timestamp.is_none() => "edited",
-        Operation::Delete if namespace(ns) == NamespaceState::Active => "deleted",
+        Operation::Delete
+            if caller == Caller::Unverified || namespace(ns) == NamespaceState::Active =>
+        {
+            "deleted"
+        }
         _ => return Verdict::allow(),
     };
     let rule = match &copy.rule {
@@ -172,7 +181,38 @@ mod tests {
     }
 
     fn review_of(req: &Request<'_>, own: Option<&str>, namespace: NamespaceState) -> Verdict {
-        review(req, own, |_| namespace)
+        review(req, own, Caller::Verified, |_| namespace)
+    }
+
+    /// The verdict for a caller `--client-ca` did not verify, whose namespace is `namespace`.
+    fn unverified(body: &str, namespace: NamespaceState) -> Option<String> {
+        let sent: Review = serde_json::from_str(body).unwrap();
+        let request = sent.request.unwrap();
+        review(&request, Some(OWN), Caller::Unverified, |_| namespace).deny
+    }
+
+    #[test]
+    fn an_unverified_callers_delete_is_judged_without_the_namespaces_phase() {
+        use NamespaceState::*;
+        for (case, user, denied) in [
+            ("a tenant", TENANT, true),
+            ("copyrator", OWN, false),
+            ("the namespace controller", DELETION_CONTROLLERS[0], false),
+            ("the garbage collector", DELETION_CONTROLLERS[1], false),
+            ("the controller manager", DELETION_CONTROLLERS[2], false),
+        ] {
+            let body = captured("DELETE", user, true);
+            let answers: Vec<Option<String>> = [Active, Terminating, Unknown]
+                .into_iter()
+                .map(|ns| unverified(&body, ns))
+                .collect();
+            assert_eq!(answers[0].is_some(), denied, "{case}: {answers:?}");
+            assert!(
+                answers.iter().all(|a| *a == answers[0]),
+                "{case}: the same answer whether the namespace is active, terminating or \
+                 unknown: {answers:?}"
+            );
+        }
     }
 
     #[test]

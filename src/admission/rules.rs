@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{
     Verdict,
+    caller::Caller,
     review::{self, Object, Operation, Request},
 };
 use crate::{
@@ -15,7 +16,14 @@ use crate::{
     selector,
 };
 
-pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
+/// The warning, instead of the denial, for an unverified caller's rule that reads a store's
+/// password: which namespaces are trusted is said only to the API server (SPEC §9.8).
+const PASSWORD_UNCHECKED: &str = "copyrator: a store's passwordSecretRef is read only from a trusted namespace (--trusted-namespaces): checked when copies are made, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
+
+/// Likewise for a rule copying RBAC objects, whose source must be in a trusted namespace.
+const GRANT_SOURCE_UNCHECKED: &str = "copyrator: RoleBindings and Roles are copied only from a trusted namespace (--trusted-namespaces): checked when copies are made, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
+
+pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
     if req.name.is_empty() && req.operation != Operation::Create {
         return Verdict::allow();
     }
@@ -36,8 +44,12 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
             };
             // A store's password is read only from the platform's own namespaces (SPEC §3.2);
             // the planner checks again, trust may change with a restart.
+            let password_unchecked = (caller == Caller::Unverified
+                && parsed.password_refs().next().is_some())
+            .then(|| PASSWORD_UNCHECKED.to_string());
             if let Some(from) = parsed
                 .password_refs()
+                .filter(|_| caller == Caller::Verified)
                 .find(|r| !policy.trust.is_trusted(&r.namespace))
             {
                 return Verdict::deny(format!(
@@ -46,8 +58,13 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                 ));
             }
             // RBAC copies come only from where only administrators write (SPEC §9.10); the
-            // planner refuses them too, trust may change with a restart.
-            if crate::admission::grants::needs_check(&parsed).is_some()
+            // planner refuses them too, trust may change with a restart. Which namespaces are
+            // trusted is said only to the API server (SPEC §9.8).
+            let grants_unchecked = (caller == Caller::Unverified
+                && crate::admission::grants::needs_check(&parsed).is_some())
+            .then(|| GRANT_SOURCE_UNCHECKED.to_string());
+            if caller == Caller::Verified
+                && crate::admission::grants::needs_check(&parsed).is_some()
                 && !policy.trust.is_trusted(&parsed.source_namespace)
             {
                 return Verdict::deny(format!(
@@ -92,6 +109,8 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
             };
             verdict.check_certificates = check;
             verdict.check_grant = check_grant;
+            verdict.warnings.extend(password_unchecked);
+            verdict.warnings.extend(grants_unchecked);
             verdict
         }
         Operation::Delete if !selector::is_dns_subdomain(&req.name) => Verdict::allow(),

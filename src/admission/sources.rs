@@ -2,9 +2,14 @@
 //! Denies only invalid copyrator annotations, with a message naming the annotation, and the
 //! opt-in label where it cannot take effect (on a copy; on a kind other than Secret or
 //! ConfigMap in a namespace that is not trusted).
+//!
+//! Trust decides nothing an unverified caller hears (SPEC §9.8): its source is judged as if
+//! its namespace were trusted, and what trust would change is said as a condition. The
+//! planner enforces trust whatever admission said.
 
 use super::{
     Verdict,
+    caller::Caller,
     review::{self, Object, Operation, Request},
 };
 use crate::{
@@ -12,10 +17,21 @@ use crate::{
     model::{Kind, ObjectKey, SourceInfo},
     plan::Policy,
     queue::job::{Awaited, Job, JobKey, Trigger},
-    rules::Rule,
+    rules::{Capped, Rule},
+    tenancy::TrustPolicy,
 };
 
-pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
+/// The warning, instead of the denial, for an unverified caller's inline rule of a kind only
+/// a trusted namespace may copy.
+fn trusted_only_warning(kind: Kind) -> String {
+    format!(
+        "copyrator: an inline rule for a {kind} counts only in a namespace copyrator trusts \
+         (--trusted-namespaces): elsewhere it makes no rule, and a Warning Event on the source \
+         says so (run copyrator with --client-ca to have it denied here)"
+    )
+}
+
+pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
     let (Some(kind), Some(namespace)) = (
         Kind::lookup(&req.kind.group, &req.kind.kind),
         req.namespace.clone(),
@@ -38,15 +54,35 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
             meta.namespace = Some(key.namespace.clone());
             meta.name = meta.name.or_else(|| Some(key.name.clone()));
             let info = SourceInfo::from_meta(kind, &meta);
+            let trust_all;
+            let trust = match caller {
+                Caller::Verified => &policy.trust,
+                Caller::Unverified => {
+                    trust_all = TrustPolicy::trust_all();
+                    &trust_all
+                }
+            };
             // Over a cap (a source of an untrusted namespace, SPEC §9.7): allowed, and said.
-            let held_back = info
-                .as_ref()
-                .map(|i| policy.keep_source(i.clone()))
-                .and_then(|i| i.dropped)
-                .map(|bytes| crate::report::held_back(&crate::rules::Capped::MetadataBytes(bytes)));
+            let held_back = info.as_ref().and_then(|i| match caller {
+                Caller::Verified => policy
+                    .keep_source(i.clone())
+                    .dropped
+                    .map(|bytes| crate::report::held_back(&Capped::MetadataBytes(bytes))),
+                Caller::Unverified => {
+                    let dropped = i.clone().kept(Some(policy.caps.metadata_bytes)).dropped;
+                    dropped.map(|bytes| {
+                        format!(
+                            "unless its namespace is trusted, {}",
+                            crate::report::held_back(&Capped::MetadataBytes(bytes))
+                        )
+                    })
+                }
+            });
             let newly_opted_in =
                 rule_config(req.old_object.as_ref())[0].map(String::as_str) != Some("true");
-            let rule = match info.map(|i| Rule::inline_tiered(&i, &policy.trust)) {
+            let rule_changed = req.operation == Operation::Create
+                || rule_config(req.old_object.as_ref()) != rule_config(req.object.as_ref());
+            let rule = match info.map(|i| Rule::inline_tiered(&i, trust)) {
                 Some(Err(e)) if e.field == marks::SOURCE_LABEL => {
                     return Verdict::deny(format!("copyrator: label {e}"));
                 }
@@ -62,13 +98,15 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
                     secret_type(obj),
                 ));
             }
+            let trusted_only = (caller == Caller::Unverified
+                && rule_changed
+                && rule.is_some()
+                && !kind.is_consentable())
+            .then(|| trusted_only_warning(kind));
             // Warnings about targets that will get no copy, when the rule is new or changed.
             let advise = rule
                 .filter(|r| r.has_targets())
-                .filter(|_| {
-                    req.operation == Operation::Create
-                        || rule_config(req.old_object.as_ref()) != rule_config(req.object.as_ref())
-                })
+                .filter(|_| rule_changed)
                 .map(Box::new);
             let mut verdict = if req.operation == Operation::Create {
                 Verdict::job(job.awaiting(Awaited::Exists))
@@ -82,7 +120,11 @@ pub fn review(req: &Request<'_>, policy: &Policy) -> Verdict {
             };
             verdict.advise = advise;
             verdict.warnings.extend(held_back);
-            if newly_opted_in
+            verdict.warnings.extend(trusted_only);
+            // The count cap's warning tells how many sources a namespace holds: only for the
+            // API server (SPEC §9.8).
+            if caller == Caller::Verified
+                && newly_opted_in
                 && rule_config(req.object.as_ref())[0].map(String::as_str) == Some("true")
             {
                 verdict.opted_in = Some(key);

@@ -9,6 +9,8 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+mod unverified;
+
 fn state() -> AdmissionState {
     let queue = WorkQueue::new(100);
     let metrics = Arc::new(Metrics::new());
@@ -94,16 +96,27 @@ fn secret(annotations: Value) -> Value {
 }
 
 async fn post(state: &AdmissionState, path: &str, body: impl Into<Body>) -> (StatusCode, Value) {
+    send(state, path, body, false).await
+}
+
+/// Posts `body` as a client `--client-ca` verified (`verified`: the API server), or as anyone.
+async fn send(
+    state: &AdmissionState,
+    path: &str,
+    body: impl Into<Body>,
+    verified: bool,
+) -> (StatusCode, Value) {
     let app = router(state.clone());
-    let resp = app
-        .oneshot(
-            Request::post(path)
-                .header("content-type", "application/json")
-                .body(body.into())
-                .unwrap(),
-        )
-        .await
+    let mut request = Request::post(path)
+        .header("content-type", "application/json")
+        .body(body.into())
         .unwrap();
+    if verified {
+        request
+            .extensions_mut()
+            .insert(crate::listener::VerifiedClient);
+    }
+    let resp = app.oneshot(request).await.unwrap();
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (
@@ -327,12 +340,8 @@ async fn untrusted_source_is_warned_that_its_targets_must_consent() {
     let st = state();
     let mut obj = secret(json!({"copyrator.io/namespace-selector": "!no-such-label"}));
     obj["metadata"]["namespace"] = json!("tenant-a");
-    let (_, body) = post_review(
-        &st,
-        "/admission/sources",
-        review("Secret", "CREATE", obj, None),
-    )
-    .await;
+    let sent = review("Secret", "CREATE", obj, None);
+    let (_, body) = send(&st, "/admission/sources", sent.to_string(), true).await;
     assert_eq!(body["response"]["allowed"], true, "admission is a hint");
     let warnings = body["response"]["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -345,17 +354,16 @@ async fn untrusted_source_is_warned_that_its_targets_must_consent() {
     );
 
     // A trusted source (`default`) hears nothing.
-    let (_, body) = post_review(
-        &st,
-        "/admission/sources",
-        review(
-            "Secret",
-            "CREATE",
-            secret(json!({"copyrator.io/namespace-selector": "!no-such-label"})),
-            None,
-        ),
-    )
-    .await;
+    let trusted = review(
+        "Secret",
+        "CREATE",
+        secret(json!({"copyrator.io/namespace-selector": "!no-such-label"})),
+        None,
+    );
+    let (_, body) = send(&st, "/admission/sources", trusted.to_string(), true).await;
+    assert!(body["response"].get("warnings").is_none(), "{body}");
+    // Anyone else hears the same about both (SPEC §9.8).
+    let (_, body) = post_review(&st, "/admission/sources", sent).await;
     assert!(body["response"].get("warnings").is_none(), "{body}");
 }
 

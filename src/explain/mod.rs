@@ -1,9 +1,10 @@
 //! `copyrator explain namespace NS` and `copyrator explain source [KIND/]NS/NAME` (SPEC §11):
 //! reads the cluster as a job does (`load`), asks the planner why (`plan::explain`), adds the
 //! last Event copyrator wrote about each rule (`events`) and prints it (`render`), with the
-//! running copyrator's policy (`policy`). Writes nothing.
+//! running copyrator's policy (`policy`), read from its Lease (`lease`). Writes nothing.
 
 mod events;
+mod lease;
 mod load;
 mod policy;
 mod render;
@@ -47,7 +48,8 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         kubeconfig,
         output,
         policy,
-        lease,
+        lease: lease_args,
+        webhook_configuration,
     } = options;
     let client = crate::app::kube_client(kubeconfig.as_deref()).await?;
     crate::cluster::kinds::register_for_cli(&client, &policy.copy_kinds).await;
@@ -59,8 +61,10 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         }
     };
     let cluster = cli_cluster(client.clone());
-    let lookup = policy::find_lease(&client, &lease).await?;
-    let resolved = policy::resolve(&policy.policy(), explicit, lookup);
+    let search = lease::find_lease(&client, &lease_args, webhook_configuration.as_deref()).await?;
+    let ignored = search.ignored_notes();
+    let mut resolved = policy::resolve(&policy.policy(), explicit, search.lookup);
+    resolved.notes.extend(ignored);
     let policy = resolved.policy.clone();
     let inputs = match &focus {
         Focus::Namespace(name) => load::for_namespace(&cluster, &policy, name).await?,

@@ -1,36 +1,12 @@
-//! The policy `explain` reasons with: the running copyrator's, read from the Lease its leader
-//! publishes it on (`pipeline::published`), with the policy flags given to `explain` itself
-//! overriding it, each override said (SPEC §11.1).
+//! The policy `explain` reasons with: the running copyrator's, read from its Lease (`lease`),
+//! with the policy flags given to `explain` itself overriding it, each override said (SPEC
+//! §11.1).
 
-use std::collections::BTreeMap;
+use k8s_openapi::jiff::Timestamp;
 
-use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
-use kube::{Api, Client, api::ListParams};
+use super::lease::{LeaseRef, Lookup};
+use crate::{cli::ExplicitPolicy, plan::Policy};
 
-use crate::{
-    cli::{ExplicitPolicy, LeaseArgs},
-    pipeline::published::Published,
-    plan::Policy,
-};
-
-/// The Lease a policy was read from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseRef {
-    pub namespace: String,
-    pub name: String,
-    /// Someone holds it and renewed it within its duration.
-    pub held: bool,
-}
-
-/// What looking for the running copyrator's Lease found.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Lookup {
-    Found(LeaseRef, Published),
-    /// None to be read, and why.
-    NotFound(String),
-}
-
-/// The policy explain uses, and where it came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {
     pub policy: Policy,
@@ -138,117 +114,11 @@ pub fn resolve(flags: &Policy, explicit: ExplicitPolicy, lookup: Lookup) -> Reso
     }
 }
 
-/// Finds the Lease the running copyrator publishes its policy on: `--lease-namespace`'s, or
-/// without it the one Lease named `--lease-name` in any namespace that publishes a policy
-/// (one currently held, if several do). Several held: an error asking for
-/// `--lease-namespace`. A Lease that cannot be read is not an error: explain goes on with
-/// its flags, and says so.
-pub async fn find_lease(client: &Client, args: &LeaseArgs) -> anyhow::Result<Lookup> {
-    let name = &args.lease_name;
-    if let Some(namespace) = &args.lease_namespace {
-        let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-        return Ok(match api.get_opt(name).await {
-            Ok(Some(lease)) => published(&lease)
-                .map(|p| {
-                    Lookup::Found(
-                        LeaseRef {
-                            namespace: namespace.clone(),
-                            name: name.clone(),
-                            held: held(&lease, Timestamp::now()),
-                        },
-                        p,
-                    )
-                })
-                .unwrap_or_else(|| {
-                    Lookup::NotFound(format!(
-                        "Lease {namespace}/{name} publishes no policy: leader election off, or an older copyrator"
-                    ))
-                }),
-            Ok(None) => Lookup::NotFound(format!("no Lease {namespace}/{name}")),
-            Err(e) => Lookup::NotFound(format!("reading Lease {namespace}/{name}: {e}")),
-        });
-    }
-    let api: Api<Lease> = Api::all(client.clone());
-    let leases = match api
-        .list(&ListParams::default().fields(&format!("metadata.name={name}")))
-        .await
-    {
-        Ok(list) => list.items,
-        Err(e) => {
-            return Ok(Lookup::NotFound(format!(
-                "listing Leases named {name}: {e}"
-            )));
-        }
-    };
-    let now = Timestamp::now();
-    let candidates: Vec<(LeaseRef, Published)> = leases
-        .iter()
-        .filter_map(|l| {
-            let p = published(l)?;
-            let lease = LeaseRef {
-                namespace: l.metadata.namespace.clone()?,
-                name: name.clone(),
-                held: held(l, now),
-            };
-            Some((lease, p))
-        })
-        .collect();
-    pick(name, candidates)
-}
-
-/// The one candidate, or the one held among several.
-fn pick(name: &str, candidates: Vec<(LeaseRef, Published)>) -> anyhow::Result<Lookup> {
-    let namespaces = |c: &[(LeaseRef, Published)]| {
-        c.iter()
-            .map(|(l, _)| l.namespace.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match candidates.len() {
-        0 => Ok(Lookup::NotFound(format!(
-            "no Lease named {name} publishes one in any namespace"
-        ))),
-        1 => {
-            let (lease, p) = candidates.into_iter().next().expect("one");
-            Ok(Lookup::Found(lease, p))
-        }
-        _ => {
-            let all = namespaces(&candidates);
-            let mut held: Vec<_> = candidates.into_iter().filter(|(l, _)| l.held).collect();
-            if held.len() == 1 {
-                let (lease, p) = held.remove(0);
-                return Ok(Lookup::Found(lease, p));
-            }
-            anyhow::bail!(
-                "Leases named {name} in several namespaces publish a copyrator policy ({all}): \
-                 say which with --lease-namespace"
-            )
-        }
-    }
-}
-
-fn published(lease: &Lease) -> Option<Published> {
-    let annotations: &BTreeMap<String, String> = lease.metadata.annotations.as_ref()?;
-    Published::is_published(annotations).then(|| Published::read(annotations))
-}
-
-/// Whether someone holds `lease` and renewed it within its duration.
-fn held(lease: &Lease, now: Timestamp) -> bool {
-    let Some(spec) = &lease.spec else {
-        return false;
-    };
-    let holder = spec.holder_identity.as_deref().unwrap_or_default();
-    let (Some(renewed), Some(secs)) = (&spec.renew_time, spec.lease_duration_seconds) else {
-        return false;
-    };
-    !holder.is_empty() && now.duration_since(renewed.0).as_secs() <= i64::from(secs)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{
-        pipeline::published::policy_annotations,
+        pipeline::published::{Published, policy_annotations},
         plan::SourceCaps,
         tenancy::{NamespacePatterns, TrustPolicy},
     };
@@ -323,35 +193,6 @@ mod tests {
             r.notes[0].contains("no Lease ops/copyrator"),
             "{:?}",
             r.notes
-        );
-    }
-
-    #[test]
-    fn one_lease_is_used_and_several_need_a_namespace_unless_one_is_held() {
-        let p = || Published::read(&policy_annotations(&policy("a", &[], 1)));
-        assert!(matches!(
-            pick("copyrator", vec![]).unwrap(),
-            Lookup::NotFound(_)
-        ));
-        let one = pick("copyrator", vec![(lease("a", false), p())]).unwrap();
-        assert_eq!(one, Lookup::Found(lease("a", false), p()));
-        let r = resolve(&Policy::default(), ExplicitPolicy::default(), one);
-        assert!(r.notes[0].contains("not held"), "{:?}", r.notes);
-        let held = pick(
-            "copyrator",
-            vec![(lease("a", false), p()), (lease("b", true), p())],
-        )
-        .unwrap();
-        assert_eq!(held, Lookup::Found(lease("b", true), p()));
-        let e = pick(
-            "copyrator",
-            vec![(lease("a", true), p()), (lease("b", true), p())],
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("(a, b)") && e.contains("--lease-namespace"),
-            "{e}"
         );
     }
 }

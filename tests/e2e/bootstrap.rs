@@ -526,11 +526,16 @@ async fn a_kind_served_after_start_is_copied_once_it_is() {
 
 #[tokio::test]
 async fn a_tenant_inline_rule_for_a_powerful_kind_is_refused_even_with_consent() {
+    // The API server verified: the denial turns on trust, said to it alone (SPEC §9.8).
+    let Some(client_ca) = client_ca_arg() else {
+        return;
+    };
     let t = Harness::start(Options {
         extra: vec![
             "--copy-kinds=NetworkPolicy.networking.k8s.io,RoleBinding.rbac.authorization.k8s.io"
                 .into(),
             "--trusted-namespaces=kube-public".into(),
+            client_ca,
         ],
         ..Default::default()
     })

@@ -3,6 +3,8 @@
 //! copyrator wrote is shown. copyrator's own verdicts come from its running instance; explain
 //! must agree with them.
 
+mod lease;
+
 use crate::common;
 
 use common::*;
@@ -327,8 +329,6 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
     let src = env.namespace("exl-src", &[]).await;
     let team = env.namespace("exl-team", &[("explain-lease", &id)]).await;
     let lease_ns = env.namespace("exl-lease", &[]).await;
-    // A name of its own: explain finds it without --lease-namespace, among the Leases other
-    // tests left.
     let lease_name = env.name("copyrator");
     let trusted = format!("--trusted-namespaces={src}");
     let mut p = Process::spawn(&[
@@ -405,6 +405,7 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
     let explain = |extra: &[&str]| {
         let mut args = vec!["explain", "namespace", team.as_str(), "-o", "json"];
         args.extend(["--lease-name", lease_name.as_str()]);
+        args.extend(["--lease-namespace", lease_ns.as_str()]);
         args.extend(extra);
         let args: Vec<String> = args.into_iter().map(String::from).collect();
         async move {
@@ -465,11 +466,11 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
         plugins.path().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let (team2, lease2) = (team.clone(), lease_name.clone());
+    let (team2, lease2, lease_ns2) = (team.clone(), lease_name.clone(), lease_ns.clone());
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new("kubectl")
             .args(["copyrator", "explain", "namespace", &team2])
-            .args(["--lease-name", &lease2])
+            .args(["--lease-name", &lease2, "--lease-namespace", &lease_ns2])
             .env("PATH", path)
             .env("KUBECONFIG", kubeconfig())
             .env_remove("COPYRATOR_KUBECONFIG")

@@ -27,5 +27,6 @@ mod read_only;
 mod silent_connections;
 mod smoke;
 mod tenancy;
+mod unverified_callers;
 mod watch_triggers;
 mod webhook_tls;

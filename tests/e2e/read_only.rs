@@ -1,6 +1,7 @@
 //! Read-only copies (SPEC §4 item 11), on the real API server: a tenant can neither edit nor
 //! delete one (the API server says which source and rule), copyrator still updates it, and
-//! namespace deletion is never blocked; a copy that is not read-only can be edited and is
+//! namespace deletion is never blocked, whether or not copyrator can tell the API server's
+//! reviews from anyone's (SPEC §9.8); a copy that is not read-only can be edited and is
 //! restored.
 
 use crate::common;
@@ -45,7 +46,22 @@ fn is_read_only(cm: &ConfigMap) -> bool {
 
 #[tokio::test]
 async fn only_copyrator_changes_a_read_only_copy_and_namespace_deletion_is_never_blocked() {
-    let t = Harness::start(Options::default()).await;
+    read_only_copy_scenario(Harness::start(Options::default()).await, false).await;
+}
+
+/// The same, copyrator verifying the API server (`--client-ca`): it then also lets anyone who
+/// may delete there delete the copy once its namespace is being deleted.
+#[tokio::test]
+async fn a_verified_api_server_lets_anyone_delete_a_read_only_copy_of_a_terminating_namespace() {
+    let Some(t) = Harness::start_with_client_ca().await else {
+        return;
+    };
+    read_only_copy_scenario(t, true).await;
+}
+
+/// A tenant's edit and delete refused, copyrator's update and the namespace controller's
+/// delete done; then the namespace is deleted. `verified`: copyrator knows the API server.
+async fn read_only_copy_scenario(t: Harness, verified: bool) {
     let src = t.namespace("ro-src", &[]).await;
     let tenant = Tenant::new(&t, "ro-team").await;
     let dest = tenant.namespace.clone();
@@ -130,18 +146,37 @@ async fn only_copyrator_changes_a_read_only_copy_and_namespace_deletion_is_never
     t.wait_for::<ConfigMap>(&dest, "ca", "made again", |c| c.uid() != copy.uid())
         .await;
 
-    // ... and once its namespace is being deleted, anyone who may delete there may (this API
-    // server has no namespace controller: the namespace stays Terminating).
+    // ... and once its namespace is being deleted (this API server has no namespace
+    // controller: it stays Terminating), the controllers that empty it still may.
     Api::<Namespace>::all(t.client.clone())
         .delete(&dest, &DeleteParams::default())
         .await
         .unwrap();
-    eventually(
-        CONVERGE,
-        "the tenant's delete in a terminating namespace",
-        || async { mine.delete("ca", &DeleteParams::default()).await.ok() },
-    )
-    .await;
+    if verified {
+        // To the API server, copyrator answers by the namespace's phase: anyone may.
+        eventually(
+            CONVERGE,
+            "the tenant's delete in a terminating namespace",
+            || async { mine.delete("ca", &DeleteParams::default()).await.ok() },
+        )
+        .await;
+    } else {
+        // To anyone else, the phase is not said (SPEC §9.8): the tenant is still refused, ...
+        stays(
+            std::time::Duration::from_secs(2),
+            "the tenant's delete refused in a terminating namespace",
+            || async {
+                let deleted = mine.delete("ca", &DeleteParams::default()).await;
+                refusal(deleted, "the tenant's delete").contains("cannot be deleted")
+            },
+        )
+        .await;
+        // ... and the namespace controller, emptying the namespace, deletes it.
+        Api::<ConfigMap>::namespaced(acting_as(NAMESPACE_CONTROLLER).await, &dest)
+            .delete("ca", &DeleteParams::default())
+            .await
+            .expect("the namespace controller may delete a read-only copy");
+    }
     t.wait_gone::<ConfigMap>(&dest, "ca").await;
     t.finish().await;
 }

@@ -91,12 +91,23 @@ async fn annotate(env: &TestEnv, ns: &str, accept_from: Option<&str>) {
 
 #[tokio::test]
 async fn a_tenant_cannot_push_into_namespaces_that_did_not_consent() {
+    // The API server verified: kubectl's warnings, which turn on consent, are its (SPEC §9.8).
+    let Some(client_ca) = client_ca_arg() else {
+        return;
+    };
     let env = TestEnv::new().await;
     let tenant = Tenant::new(&env, "tenant-a").await;
     let platform = env.namespace("platform", &[]).await;
     let istio = env.namespace("istio-system", &[]).await;
     let labelled = env.namespace("labelled", &[("registry", "enabled")]).await;
-    let t = copyrator_trusting(env, &platform).await;
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![format!("--trusted-namespaces={platform}"), client_ca],
+            ..Default::default()
+        },
+    )
+    .await;
 
     // The identity is real: the API server refuses the tenant outside its namespace.
     let refused = tenant
@@ -704,6 +715,10 @@ fn pushed(tenant: &Tenant, name: &str, target: &str, value: &str, extra: usize) 
 /// Events and metrics say so after a resync.
 #[tokio::test]
 async fn a_tenant_is_held_to_its_caps() {
+    // The API server verified: the count cap's warning is its alone (SPEC §9.8).
+    let Some(client_ca) = client_ca_arg() else {
+        return;
+    };
     let env = TestEnv::new().await;
     let tenant = Tenant::new(&env, "tenant-a").await;
     let platform = env.namespace("platform", &[]).await;
@@ -717,6 +732,7 @@ async fn a_tenant_is_held_to_its_caps() {
                 format!("--trusted-namespaces={platform}"),
                 "--max-sources-per-namespace=2".into(),
                 "--max-source-metadata-bytes=1024".into(),
+                client_ca,
             ],
             ..Default::default()
         },

@@ -22,9 +22,20 @@ impl CliOutput {
 
 /// Runs `copyrator ARGS` with the test cluster's kubeconfig, on a blocking thread (copyrator
 /// may be serving webhook calls from the test's runtime meanwhile). copyrator's own
-/// environment variables of the test process are not passed on.
+/// environment variables of the test process are not passed on. `explain` is told copyrator's
+/// namespace is `default`, where the copyrators of the tests, run out of cluster, keep their
+/// Lease unless told otherwise (SPEC §6.3): as a user of such a copyrator must tell it.
 pub async fn run_copyrator(args: &[&str]) -> CliOutput {
+    run_copyrator_with(args, &[("COPYRATOR_LEASE_NAMESPACE", "default")]).await
+}
+
+/// [`run_copyrator`] with only the environment variables `env` of copyrator's own.
+pub async fn run_copyrator_with(args: &[&str], env: &[(&str, &str)]) -> CliOutput {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     tokio::task::spawn_blocking(move || {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_copyrator"));
         for (key, _) in std::env::vars_os() {
@@ -34,6 +45,7 @@ pub async fn run_copyrator(args: &[&str]) -> CliOutput {
         }
         let out = cmd
             .args(&args)
+            .envs(env)
             .env("COPYRATOR_KUBECONFIG", kubeconfig())
             .output()
             .expect("running copyrator");

@@ -39,6 +39,20 @@ pub fn webhook_client_ca() -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
+/// `--client-ca` naming [`webhook_client_ca`]: copyrator then answers only the API server, and
+/// gives it the answers that turn on trust, consent and the namespace (SPEC §9.8). `None`,
+/// said on stderr (the test is then skipped), when the cluster under test was not started by
+/// scripts/control-plane.sh.
+pub fn client_ca_arg() -> Option<String> {
+    let Some(client_ca) = webhook_client_ca() else {
+        eprintln!(
+            "skipped: the cluster under test was not started by scripts/control-plane.sh, so its webhook client CA is unknown"
+        );
+        return None;
+    };
+    Some(format!("--client-ca={}", client_ca.display()))
+}
+
 /// The kubeconfig of the cluster under test, starting a local control plane if needed.
 pub fn kubeconfig() -> PathBuf {
     static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();

@@ -31,14 +31,8 @@ impl Harness {
     /// API server presents to webhooks: only the API server gets in (SPEC §6.1). `None`, said
     /// on stderr, when the cluster under test was not started by scripts/control-plane.sh.
     pub async fn start_with_client_ca() -> Option<Self> {
-        let Some(client_ca) = super::webhook_client_ca() else {
-            eprintln!(
-                "skipped: the cluster under test was not started by scripts/control-plane.sh, so its webhook client CA is unknown"
-            );
-            return None;
-        };
         let opts = Options {
-            extra: vec![format!("--client-ca={}", client_ca.display())],
+            extra: vec![super::client_ca_arg()?],
             ..Default::default()
         };
         Some(Self::start(opts).await)
@@ -47,10 +41,22 @@ impl Harness {
     /// copyrator trusting namespace `base-<id>`, made for it (a platform namespace whose
     /// sources reach every namespace), and that namespace's name.
     pub async fn start_trusting(base: &str) -> (Self, String) {
+        Self::trusting(base, Vec::new()).await
+    }
+
+    /// As [`Harness::start_trusting`], copyrator also verifying the API server (`--client-ca`):
+    /// its reviews then get the answers that turn on trust (SPEC §9.8). `None` where the
+    /// cluster's webhook client CA is unknown.
+    pub async fn start_trusting_verified(base: &str) -> Option<(Self, String)> {
+        Some(Self::trusting(base, vec![super::client_ca_arg()?]).await)
+    }
+
+    async fn trusting(base: &str, mut extra: Vec<String>) -> (Self, String) {
         let env = TestEnv::new().await;
         let trusted = env.namespace(base, &[]).await;
+        extra.push(format!("--trusted-namespaces={trusted}"));
         let opts = Options {
-            extra: vec![format!("--trusted-namespaces={trusted}")],
+            extra,
             ..Default::default()
         };
         (Self::start_in(env, opts).await, trusted)

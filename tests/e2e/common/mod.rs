@@ -26,9 +26,9 @@ pub mod webhooks;
 
 pub use auth::{service_account_token, write_token_kubeconfig};
 pub use blackhole::{Blackhole, api_server_addr};
-pub use cli::{kubectl, run_copyrator, sh};
+pub use cli::{kubectl, run_copyrator, run_copyrator_with, sh};
 pub use copyrator::{Copyrator, Options};
-pub use env::{TestEnv, kubeconfig, webhook_client_ca};
+pub use env::{TestEnv, client_ca_arg, kubeconfig, webhook_client_ca};
 pub use events::{RULE_EVENTS, about_rule, rule_events};
 pub use harness::Harness;
 pub use http::{free_port, http_get, metric_value};

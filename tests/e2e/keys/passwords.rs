@@ -119,7 +119,10 @@ pub(crate) async fn store_follows_its_password(
 
 #[tokio::test]
 async fn a_store_password_from_a_secret_opens_a_single_source_rules_store_and_follows_it() {
-    let (t, platform) = Harness::start_trusting("pw-keys-platform").await;
+    // The API server verified: it hears which namespaces are trusted (SPEC §9.8).
+    let Some((t, platform)) = Harness::start_trusting_verified("pw-keys-platform").await else {
+        return;
+    };
     let dest = t.namespace("pw-keys-dest", &[]).await;
     // A cert-manager-style TLS Secret whose CA is copied, and the store's password beside it.
     let cn = t.name("Keys Password CA");
