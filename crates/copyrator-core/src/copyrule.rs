@@ -1,6 +1,6 @@
 //! The `CopyRule` custom resource (cluster-scoped, `copyrator.io/v1alpha1`): the central,
 //! CRD-driven form of a copy rule. Validation and conversion into a [`crate::rules::Rule`]
-//! live in `rules.rs`; this file is the API surface only, from which the CRD is generated.
+//! live in `rules/`; this file is the API surface only, from which the CRD is generated.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;

@@ -1,0 +1,212 @@
+//! A CopyRule with `spec.sources` (a bundle, SPEC §3.2) validated and converted.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    bundle::{self, Bundle, BundleSelect, BundleSource},
+    copyrule::CopyRule,
+    model::{Kind, ObjectKey, SourceInfo},
+    selector::{self, Selector},
+    tenancy::Tier,
+    transform::{self, Transform},
+};
+
+use super::{
+    Rule, RuleError, RuleId, SourceMatch, check_key,
+    copy_rule::{check_secret_type, namespace_set},
+};
+
+/// Validates a CopyRule with `spec.sources` (a bundle, SPEC §3.2) and converts it: the
+/// fields of a one-source rule are refused, each source and the target checked.
+pub(super) fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleError> {
+    let spec = &rule.spec;
+    let not_with = |field: &str| {
+        RuleError::new(
+            field,
+            "is not allowed with spec.sources: a bundle names each source's namespace, object and key in spec.sources",
+        )
+    };
+    if !spec.source_namespace.is_empty() {
+        return Err(not_with("spec.sourceNamespace"));
+    }
+    if spec.source_name.is_some() {
+        return Err(not_with("spec.sourceName"));
+    }
+    if spec.source_selector.is_some() {
+        return Err(not_with("spec.sourceSelector"));
+    }
+    if spec.keys.is_some() {
+        return Err(not_with("spec.keys"));
+    }
+    if spec.image_pull_secret {
+        return Err(RuleError::new(
+            "spec.imagePullSecret",
+            "is not for bundles: a bundle's copies hold certificates",
+        ));
+    }
+    if spec.api_version.as_deref().is_some_and(|v| v != "v1") {
+        return Err(RuleError::new(
+            "spec.apiVersion",
+            "a bundle's copies are Secrets or ConfigMaps (v1)",
+        ));
+    }
+    let target = spec.target.clone().unwrap_or_default();
+    let kind = match target.kind.as_deref().unwrap_or(spec.kind.as_str()) {
+        "Secret" => Kind::Secret,
+        "ConfigMap" => Kind::ConfigMap,
+        other => {
+            return Err(RuleError::new(
+                if target.kind.is_some() {
+                    "spec.target.kind"
+                } else {
+                    "spec.kind"
+                },
+                format!("{other:?}: a bundle's copies are a Secret or a ConfigMap"),
+            ));
+        }
+    };
+    let Some(key) = target.key.clone() else {
+        return Err(RuleError::new(
+            "spec.target.key",
+            "is required for a bundle: the key of the copies that holds the certificates",
+        ));
+    };
+    check_key("spec.target.key", &key)?;
+    if let Some(type_) = &target.type_ {
+        check_secret_type(kind, type_)?;
+    }
+    let formats = target
+        .formats
+        .as_ref()
+        .map(|f| transform::Formats::for_bundle(f, &key))
+        .transpose()?;
+    let Some(target_name) = spec.target_name.clone() else {
+        return Err(RuleError::new(
+            "spec.targetName",
+            "is required for a bundle: the name of its copies",
+        ));
+    };
+    if !selector::is_dns_subdomain(&target_name) {
+        return Err(RuleError::new(
+            "spec.targetName",
+            format!("{target_name:?} is not a valid object name"),
+        ));
+    }
+    let entries = spec.sources.as_deref().unwrap_or_default();
+    if entries.is_empty() || entries.len() > bundle::MAX_SOURCES {
+        return Err(RuleError::new(
+            "spec.sources",
+            format!(
+                "lists {} sources; a bundle takes 1 to {}",
+                entries.len(),
+                bundle::MAX_SOURCES
+            ),
+        ));
+    }
+    let mut sources = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let field = |f: &str| format!("spec.sources[{i}].{f}");
+        let kind = match entry.kind.as_str() {
+            "Secret" => Kind::Secret,
+            "ConfigMap" => Kind::ConfigMap,
+            other => {
+                return Err(RuleError::new(
+                    field("kind"),
+                    format!("{other:?}: a bundle's sources are Secrets or ConfigMaps"),
+                ));
+            }
+        };
+        if !selector::is_dns_label(&entry.namespace) {
+            return Err(RuleError::new(
+                field("namespace"),
+                format!("{:?} is not a valid namespace name", entry.namespace),
+            ));
+        }
+        let select = match (&entry.name, &entry.selector) {
+            (Some(n), None) if selector::is_dns_subdomain(n) => BundleSelect::Name(n.clone()),
+            (Some(n), None) => {
+                return Err(RuleError::new(
+                    field("name"),
+                    format!("{n:?} is not a valid object name"),
+                ));
+            }
+            (None, Some(sel)) => BundleSelect::Selector(
+                Selector::from_label_selector(sel)
+                    .map_err(|e| RuleError::new(field("selector"), e.to_string()))?,
+            ),
+            _ => {
+                return Err(RuleError::new(
+                    field("name"),
+                    "exactly one of name and selector is required",
+                ));
+            }
+        };
+        if !transform::is_valid_key(&entry.key) {
+            return Err(RuleError::new(
+                field("key"),
+                format!("{:?} is not a valid key", entry.key),
+            ));
+        }
+        sources.push(BundleSource {
+            kind,
+            namespace: entry.namespace.clone(),
+            select,
+            key: entry.key.clone(),
+        });
+    }
+    let namespace_selector = spec
+        .namespace_selector
+        .as_ref()
+        .map(Selector::from_label_selector)
+        .transpose()
+        .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?;
+    let namespaces = namespace_set("spec.namespaces", &spec.namespaces)?;
+    let exclude_namespaces = namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?;
+    if namespace_selector.is_none() && namespaces.is_empty() {
+        return Err(RuleError::new(
+            "spec.namespaceSelector",
+            "one of spec.namespaceSelector or spec.namespaces is required (use namespaceSelector: {} for every namespace)",
+        ));
+    }
+    let created = rule
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .unwrap_or_default();
+    let owner = SourceInfo {
+        key: ObjectKey::bundle(kind, &name),
+        uid: rule.metadata.uid.clone().unwrap_or_default(),
+        resource_version: String::new(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        created,
+        deleting: false,
+        dropped: None,
+    };
+    Ok(Rule {
+        id: RuleId::CopyRule(name),
+        kind,
+        // No namespace: every namespace may receive the bundle, the sources' own included.
+        source_namespace: String::new(),
+        sources: SourceMatch::Bundle(Box::new(Bundle {
+            sources,
+            key,
+            type_: target.type_,
+            drop_expired: spec.drop_expired,
+            formats,
+            owner,
+        })),
+        namespace_selector,
+        namespaces,
+        exclude_namespaces,
+        target_name: Some(target_name),
+        deletion_policy: spec.deletion_policy,
+        conflict_policy: spec.conflict_policy,
+        created,
+        tier: Tier::CopyRule,
+        image_pull_secret: false,
+        read_only: spec.read_only.unwrap_or(false),
+        transform: Transform::default(),
+    })
+}

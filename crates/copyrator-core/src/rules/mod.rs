@@ -1,0 +1,278 @@
+//! Copy rules in one form, whatever declared them: the inline rule of an annotated source
+//! (SPEC §2.1, `inline`), a `CopyRule` resource (SPEC §2.2, `copy_rule`), or a CopyRule
+//! bundling several sources (SPEC §3.2, `bundle`); and the set of rules in force (`set`).
+//! Parsing and validation live here, so the admission webhooks and the workers agree on what
+//! is valid.
+
+mod bundle_rule;
+mod copy_rule;
+mod inline;
+mod set;
+
+pub use copy_rule::copy_rule_kind;
+pub use inline::ignored_annotations;
+pub use set::{Capped, RuleSet, SourceCaps};
+
+use std::collections::BTreeSet;
+
+use crate::{
+    bundle::Bundle,
+    copyrule::{ConflictPolicy, DeletionPolicy},
+    model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
+    selector::Selector,
+    tenancy::{self, Tier},
+    transform::{self, Transform},
+};
+
+/// Which rule a copy belongs to; rendered into the `copyrator.io/rule` annotation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RuleId {
+    /// The inline rule carried by the source itself.
+    Inline(ObjectKey),
+    /// A CopyRule, by name.
+    CopyRule(String),
+}
+
+impl RuleId {
+    /// The value of the `copyrator.io/rule` annotation on copies.
+    pub fn mark(&self) -> String {
+        match self {
+            RuleId::Inline(_) => "inline".to_string(),
+            RuleId::CopyRule(name) => format!("copyrule/{name}"),
+        }
+    }
+
+    pub fn copy_rule_name(&self) -> Option<&str> {
+        match self {
+            RuleId::CopyRule(name) => Some(name),
+            RuleId::Inline(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RuleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuleId::Inline(src) => write!(f, "inline rule of {src}"),
+            RuleId::CopyRule(name) => write!(f, "CopyRule {name}"),
+        }
+    }
+}
+
+/// Which objects of the source namespace a rule copies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceMatch {
+    Name(String),
+    Selector(Selector),
+    /// A bundle (SPEC §3.2): the certificates of several sources, of any namespace, combined
+    /// into one key; none of them is a source of the rule's copies, the rule itself is.
+    Bundle(Box<Bundle>),
+}
+
+/// How a rule's own namespace clauses (explicit names, selector, exclusions) judge one
+/// namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Selection {
+    /// Named in the rule's explicit namespaces.
+    Listed,
+    /// The rule's namespace selector matches the namespace's labels.
+    SelectorMatches,
+    /// The source's own namespace: never a target (no copy loops).
+    SourceNamespace,
+    /// Named in the rule's `excludeNamespaces`.
+    Excluded,
+    /// Neither named nor matched by the selector.
+    NotSelected,
+}
+
+impl Selection {
+    /// Whether the rule wants a copy there (before global policy, namespace state, consent).
+    pub fn selects(self) -> bool {
+        matches!(self, Selection::Listed | Selection::SelectorMatches)
+    }
+}
+
+/// A validated copy rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub id: RuleId,
+    pub kind: Kind,
+    pub source_namespace: String,
+    pub sources: SourceMatch,
+    /// `None`: no selector, only the explicit namespaces.
+    pub namespace_selector: Option<Selector>,
+    pub namespaces: BTreeSet<String>,
+    pub exclude_namespaces: BTreeSet<String>,
+    pub target_name: Option<String>,
+    pub deletion_policy: DeletionPolicy,
+    pub conflict_policy: ConflictPolicy,
+    /// Creation time (seconds): when two rules of one tier want the same target, the older
+    /// one wins.
+    pub created: i64,
+    /// Precedence and trust (SPEC §9): CopyRule, trusted inline or consented inline.
+    pub tier: Tier,
+    /// The copies are image pull secrets, injected into Pods of target namespaces (SPEC §10).
+    pub image_pull_secret: bool,
+    /// The copies are read-only: edits and deletions by anyone but copyrator are denied at
+    /// admission (SPEC §4 item 11).
+    pub read_only: bool,
+    /// What the copies carry of the source's payload, and as what kind (SPEC §3.2).
+    pub transform: Transform,
+}
+
+impl Rule {
+    /// Whether `source` is one of this rule's sources. A copy never is (SPEC §9.6), whatever
+    /// its name or the labels it carried over from its own source.
+    pub fn selects_source(&self, source: &SourceInfo) -> bool {
+        !source.is_copy()
+            && source.key.kind == self.kind
+            && source.key.namespace == self.source_namespace
+            && match &self.sources {
+                SourceMatch::Name(name) => &source.key.name == name,
+                SourceMatch::Selector(sel) => sel.matches(&source.labels),
+                SourceMatch::Bundle(_) => false,
+            }
+    }
+
+    /// The rule's bundle, when it is one.
+    pub fn bundle(&self) -> Option<&Bundle> {
+        match &self.sources {
+            SourceMatch::Bundle(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The Secrets its truststores' passwords are read from (`passwordSecretRef`, SPEC §3.2),
+    /// whether it is a bundle or copies its sources' keys.
+    pub fn password_refs(&self) -> impl Iterator<Item = &transform::PasswordRef> {
+        let formats = match &self.sources {
+            SourceMatch::Bundle(b) => b.formats.as_ref(),
+            _ => self.transform.formats.as_ref(),
+        };
+        formats.into_iter().flat_map(|f| f.password_refs())
+    }
+
+    /// Whether `key` is a Secret a store's password is read from.
+    pub fn reads_password_of(&self, key: &ObjectKey) -> bool {
+        key.kind == Kind::Secret
+            && self
+                .password_refs()
+                .any(|r| r.namespace == key.namespace && r.name == key.name)
+    }
+
+    /// Whether a change of `key`, which is none of the sources the rule copies, can change its
+    /// copies: a bundle's source, or a Secret a store's password is read from. Its rule's job
+    /// then plans them again (SPEC §3.2).
+    pub fn follows(&self, key: &ObjectKey) -> bool {
+        self.bundle().is_some_and(|b| b.follows(key)) || self.reads_password_of(key)
+    }
+
+    /// Whether `source` is copied by this rule: an inline rule belongs to exactly its own
+    /// source; a CopyRule to every source it selects.
+    pub fn applies_to(&self, source: &SourceInfo) -> bool {
+        match &self.id {
+            RuleId::Inline(key) => key == &source.key && !source.is_copy(),
+            RuleId::CopyRule(_) => self.selects_source(source),
+        }
+    }
+
+    /// Whether the rule wants copies in `ns` (before global exclusions and namespace state).
+    /// The source namespace is never a target: no copy loops.
+    pub fn targets_namespace(&self, ns: &NamespaceInfo) -> bool {
+        self.selection(ns).selects()
+    }
+
+    /// How the rule's own namespace clauses judge `ns`, and why (before global exclusions,
+    /// namespace state and consent, which [`crate::plan::World::targeting`] adds).
+    pub fn selection(&self, ns: &NamespaceInfo) -> Selection {
+        if ns.name == self.source_namespace {
+            Selection::SourceNamespace
+        } else if self.exclude_namespaces.contains(&ns.name) {
+            Selection::Excluded
+        } else if self.namespaces.contains(&ns.name) {
+            Selection::Listed
+        } else if self
+            .namespace_selector
+            .as_ref()
+            .is_some_and(|s| s.matches(&ns.labels))
+        {
+            Selection::SelectorMatches
+        } else {
+            Selection::NotSelected
+        }
+    }
+
+    /// Whether `ns` consents to this rule's copies: always for trusted rules; for the inline
+    /// rule of an untrusted namespace only if `ns` accepts copies from that namespace.
+    pub fn consented_by(&self, ns: &NamespaceInfo) -> bool {
+        self.tier != Tier::ConsentedInline || tenancy::accepts_from(ns, &self.source_namespace)
+    }
+
+    /// Whether the rule can target anything at all.
+    pub fn has_targets(&self) -> bool {
+        self.namespace_selector.is_some() || !self.namespaces.is_empty()
+    }
+
+    /// The kind of the rule's copies: its sources' kind, unless `target.kind` says otherwise.
+    pub fn target_kind(&self) -> Kind {
+        self.transform.target_kind(self.kind)
+    }
+
+    /// Name of the copy of `source_name`.
+    pub fn target_name<'a>(&'a self, source_name: &'a str) -> &'a str {
+        self.target_name.as_deref().unwrap_or(source_name)
+    }
+
+    /// Human-readable source description (`ns/name` or `ns/{selector}`), for status and events.
+    pub fn source_description(&self) -> String {
+        match &self.sources {
+            SourceMatch::Name(name) => format!("{}/{}", self.source_namespace, name),
+            SourceMatch::Selector(sel) => format!("{}/{{{}}}", self.source_namespace, sel),
+            SourceMatch::Bundle(b) => format!(
+                "bundle of {} source{}",
+                b.sources.len(),
+                if b.sources.len() == 1 { "" } else { "s" }
+            ),
+        }
+    }
+}
+
+/// Most keys one rule may list.
+pub const MAX_KEYS: usize = 256;
+
+/// Most explicit namespaces one rule may list.
+pub const MAX_NAMESPACES: usize = 1000;
+
+/// An invalid rule: which field or annotation, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RuleError {
+    pub field: String,
+    pub message: String,
+}
+
+impl RuleError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// `key` as a key of the copies: what the API server accepts, else the denial at `field`.
+pub(crate) fn check_key(field: impl Into<String>, key: &str) -> Result<(), RuleError> {
+    if transform::is_valid_key(key) {
+        Ok(())
+    } else {
+        Err(RuleError::new(
+            field,
+            format!(
+                "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

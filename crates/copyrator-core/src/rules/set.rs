@@ -1,0 +1,167 @@
+//! The rules in force (SPEC §9.3 precedence order), built from the labelled sources and the
+//! CopyRules, and the caps that bound what an untrusted namespace's sources make copyrator do
+//! (SPEC §9.7).
+
+use std::collections::BTreeMap;
+
+use crate::{
+    copyrule::CopyRule,
+    model::{ObjectKey, SourceInfo},
+    tenancy::TrustPolicy,
+};
+
+use super::{Rule, RuleError, RuleId};
+
+/// How much of the sources of an untrusted namespace copyrator acts on (SPEC §9.7): what one
+/// tenant can make it hold and do is bounded by the tenant, not multiplied by the cluster.
+/// Sources of trusted namespaces are the platform's own and are not capped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceCaps {
+    /// Opted-in sources per namespace (`--max-sources-per-namespace`): the oldest act, the
+    /// rest are held back.
+    pub per_namespace: usize,
+    /// Bytes of the labels and annotations copyrator keeps of one source
+    /// (`--max-source-metadata-bytes`, [`SourceInfo::kept`]).
+    pub metadata_bytes: usize,
+}
+
+impl Default for SourceCaps {
+    fn default() -> Self {
+        Self {
+            per_namespace: 100,
+            metadata_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// Why a source of an untrusted namespace is held back (SPEC §9.7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Capped {
+    /// Its labels and annotations take this many bytes, over the cap.
+    MetadataBytes(usize),
+    /// Its namespace holds more opted-in sources than the cap, and older ones act.
+    PerNamespace,
+}
+
+impl std::fmt::Display for Capped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Capped::MetadataBytes(bytes) => write!(
+                f,
+                "its labels and annotations take {bytes} bytes, more than copyrator acts on for a source of a namespace it does not trust (--max-source-metadata-bytes)"
+            ),
+            Capped::PerNamespace => f.write_str(
+                "its namespace holds more opted-in sources than copyrator acts on for a namespace it does not trust (--max-sources-per-namespace); older ones are copied",
+            ),
+        }
+    }
+}
+
+/// Every rule in force, in precedence order (tier, then older first, then by id), plus the
+/// sources whose inline configuration is invalid and the sources a cap holds back.
+#[derive(Clone, Debug, Default)]
+pub struct RuleSet {
+    pub rules: Vec<Rule>,
+    pub invalid_sources: BTreeMap<ObjectKey, RuleError>,
+    pub invalid_copy_rules: BTreeMap<String, RuleError>,
+    /// Sources of untrusted namespaces over a cap: no rule applies to them, and their copies
+    /// stay as they are (neither written nor deleted).
+    pub capped_sources: BTreeMap<ObjectKey, Capped>,
+}
+
+impl RuleSet {
+    /// Builds the rule set from the labelled sources' metadata and the CopyRules; `trust`
+    /// decides the tier of each inline rule.
+    pub fn build<'a>(
+        labelled_sources: impl IntoIterator<Item = &'a SourceInfo>,
+        copy_rules: impl IntoIterator<Item = &'a CopyRule>,
+        trust: &TrustPolicy,
+    ) -> Self {
+        Self::build_capped(labelled_sources, copy_rules, trust, &SourceCaps::default())
+    }
+
+    /// [`RuleSet::build`], the sources of untrusted namespaces over `caps` held back: no
+    /// rule, inline or CopyRule, applies to them.
+    pub fn build_capped<'a>(
+        labelled_sources: impl IntoIterator<Item = &'a SourceInfo>,
+        copy_rules: impl IntoIterator<Item = &'a CopyRule>,
+        trust: &TrustPolicy,
+        caps: &SourceCaps,
+    ) -> Self {
+        let mut set = RuleSet::default();
+        // The sources of each untrusted namespace, oldest first: the first ones act.
+        let mut untrusted: BTreeMap<&str, Vec<&SourceInfo>> = BTreeMap::new();
+        let mut acting = Vec::new();
+        for source in labelled_sources {
+            if trust.is_trusted(&source.key.namespace) {
+                acting.push(source);
+            } else {
+                untrusted
+                    .entry(source.key.namespace.as_str())
+                    .or_default()
+                    .push(source);
+            }
+        }
+        for (_, mut sources) in untrusted {
+            sources.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
+            let mut held = 0;
+            for source in sources {
+                let bytes = source.dropped.unwrap_or_else(|| source.metadata_bytes());
+                if bytes > caps.metadata_bytes {
+                    set.capped_sources
+                        .insert(source.key.clone(), Capped::MetadataBytes(bytes));
+                } else if source.deleting || source.is_copy() {
+                    acting.push(source);
+                } else if held >= caps.per_namespace {
+                    set.capped_sources
+                        .insert(source.key.clone(), Capped::PerNamespace);
+                } else {
+                    held += 1;
+                    acting.push(source);
+                }
+            }
+        }
+        for source in acting {
+            if source.deleting {
+                continue;
+            }
+            match Rule::inline_tiered(source, trust) {
+                Ok(Some(rule)) if rule.has_targets() => set.rules.push(rule),
+                Ok(_) => {}
+                Err(e) => {
+                    set.invalid_sources.insert(source.key.clone(), e);
+                }
+            }
+        }
+        for cr in copy_rules {
+            if cr.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match Rule::from_copy_rule(cr) {
+                Ok(rule) => set.rules.push(rule),
+                Err(e) => {
+                    set.invalid_copy_rules
+                        .insert(cr.metadata.name.clone().unwrap_or_default(), e);
+                }
+            }
+        }
+        set.rules
+            .sort_by(|a, b| (a.tier, a.created, &a.id).cmp(&(b.tier, b.created, &b.id)));
+        set
+    }
+
+    /// The rules that apply to `source`.
+    pub fn for_source<'a>(&'a self, source: &'a SourceInfo) -> impl Iterator<Item = &'a Rule> + 'a {
+        self.rules.iter().filter(move |r| r.applies_to(source))
+    }
+
+    pub fn get(&self, id: &RuleId) -> Option<&Rule> {
+        self.rules.iter().find(|r| &r.id == id)
+    }
+
+    pub fn copy_rule(&self, name: &str) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .find(|r| r.id.copy_rule_name() == Some(name))
+    }
+}
