@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::{
     grants::GrantPolicy,
     plan::{Policy, SourceCaps},
+    telemetry::LogFormat,
     tenancy::{NamespacePatterns, TrustPolicy},
 };
 
@@ -375,12 +376,6 @@ pub struct MigrateArgs {
 
     #[command(flatten)]
     pub policy: PolicyArgs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Args)]

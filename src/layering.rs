@@ -15,6 +15,13 @@ const LEAVES: [(&str, &[&str]); 2] = [
     ("queue", &["metrics"]),
 ];
 
+/// The one-off commands: siblings that only `main` starts. Nothing in the library imports
+/// them, so what they share lives where the service has it too (`cluster`, `cli`).
+const ONE_OFF: [&str; 3] = ["explain", "migrate", "manifests"];
+
+/// Crates that do I/O, which the modules keeping what jobs may trust never name.
+const IO_CRATES: [&str; 5] = ["kube::", "hyper::", "axum::", "tokio::net", "hyper_util::"];
+
 fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     if path.is_dir() {
         let mut entries: Vec<_> = fs::read_dir(path)
@@ -171,6 +178,42 @@ fn freshness_and_queue_reach_no_module_that_does_io() {
             .map(|(used, file)| format!("{used} (in {file})"))
             .collect();
         assert!(extra.is_empty(), "{module} uses {extra:?}");
+    }
+}
+
+#[test]
+fn nothing_imports_a_one_off_command() {
+    let graph = graph();
+    for (module, uses) in &graph {
+        for command in ONE_OFF {
+            assert!(
+                !uses.contains_key(command),
+                "{module} imports the one-off command {command} (in {})",
+                uses[command]
+            );
+        }
+    }
+}
+
+#[test]
+fn freshness_and_queue_name_no_io_crate() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, _) in LEAVES {
+        let mut files = Vec::new();
+        for path in [src.join(module), src.join(format!("{module}.rs"))] {
+            if path.exists() {
+                rust_files(&path, &mut files);
+            }
+        }
+        assert!(!files.is_empty(), "{module}'s files are found");
+        for file in files {
+            let text = fs::read_to_string(&file).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for io in IO_CRATES {
+                    assert!(!line.contains(io), "{} names {io}: {line}", file.display());
+                }
+            }
+        }
     }
 }
 

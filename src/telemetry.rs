@@ -3,7 +3,14 @@
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::cli::LogFormat;
+use clap::ValueEnum;
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// Installs the global subscriber. `RUST_LOG`, when set, overrides `level`.
 pub fn init(format: LogFormat, level: &str) -> Result<(), String> {

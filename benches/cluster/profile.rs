@@ -487,7 +487,7 @@ pub async fn unregister_copies_webhook(client: &kube::Client, name: String) {
 /// profile answers only after `PROFILE_SECONDS`: longer than `--api-timeout`'s default lets a
 /// connection stay silent.
 async fn profile_client() -> kube::Client {
-    let client = copyrator::app::kube_client_with_timeout(
+    let client = copyrator::cluster::client::kube_client_with_timeout(
         Some(&common::kubeconfig()),
         Duration::from_secs(PROFILE_SECONDS + 30),
     )

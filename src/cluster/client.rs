@@ -1,4 +1,5 @@
-//! The Kubernetes client's HTTP stack: kube's own (`ClientBuilder::try_from`), except that its
+//! The Kubernetes clients every command builds (`kube_client`, the service's
+//! `counting_client`), and their HTTP stack: kube's own (`ClientBuilder::try_from`), except that its
 //! TCP connections set TCP_NODELAY, as Go's (client-go's) do, and that idle connections are
 //! reused only for a short while (see `builder`). kube's connector leaves Nagle's
 //! algorithm on (kube-rs issue #2056): a request written in two segments then waits for the
@@ -6,18 +7,99 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
 use axum::http::{HeaderMap, Request, Response};
 use hyper_util::{
     client::legacy::connect::HttpConnector,
     rt::{TokioExecutor, TokioTimer},
 };
 use kube::{
-    Config,
+    Client, Config,
     client::{Body, ClientBuilder, ConfigExt, DynBody, retry::RetryPolicy},
+    config::{KubeConfigOptions, Kubeconfig},
 };
+
+use crate::metrics::Metrics;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _, retry::RetryLayer, util::BoxService};
 use tower_http::{ServiceExt as _, classify::ServerErrorsFailureClass, trace::TraceLayer};
 use tracing::Span;
+
+/// Builds a Kubernetes client from `--kubeconfig`, else the usual inference.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    kube_client_with_timeout(kubeconfig, super::DEFAULT_API_TIMEOUT).await
+}
+
+/// As [`kube_client`], a connection allowed to stay silent for `api_timeout` (a request that
+/// answers only after a while, such as a CPU profile).
+pub async fn kube_client_with_timeout(
+    kubeconfig: Option<&std::path::Path>,
+    api_timeout: Duration,
+) -> anyhow::Result<Client> {
+    Ok(builder(kube_config(kubeconfig, api_timeout).await?)
+        .context("building the Kubernetes client")?
+        .build())
+}
+
+/// The client configuration: `api_timeout` is how long a connection may stay silent while
+/// copyrator waits on it (`--api-timeout`, SPEC §5).
+async fn kube_config(
+    kubeconfig: Option<&std::path::Path>,
+    api_timeout: Duration,
+) -> anyhow::Result<Config> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("finding a Kubernetes configuration")?,
+    };
+    config.connect_timeout = Some(api_timeout.min(Duration::from_secs(5)));
+    // The read timeout bounds silence, not duration: each read of the connection (an answer's
+    // first byte, the next chunk of a body, a watch's next event) must come within it, so a
+    // black-holed connection (no FIN, no RST) fails the call within `api_timeout` whatever
+    // it was doing, while a large LIST that keeps sending is never cut. What it bounds for a
+    // LIST is the API server's time to its first byte: copyrator LISTs from the watch cache
+    // or in pages of `--list-page-size` from etcd, well under a second even for tens of
+    // thousands of objects. A failed connection is closed, never handed back to the pool,
+    // and so is an idle pooled one silent that long (hyper keeps a read pending on it):
+    // retries get new connections. Restarted by each write, so a pooled connection's idle
+    // time does not count against the request sent on it.
+    config.read_timeout = Some(api_timeout);
+    config.reset_reader_on_write = true;
+    Ok(config)
+}
+
+/// The service's client: counts the bytes of every API response it reads.
+pub async fn counting_client(
+    kubeconfig: Option<&std::path::Path>,
+    api_timeout: Duration,
+    metrics: &Metrics,
+) -> anyhow::Result<Client> {
+    use axum::http::Response;
+    use http_body_util::BodyExt;
+    use kube::client::DynBody;
+
+    let counter = metrics.api_response_bytes.clone();
+    let count = tower::util::MapResponseLayer::new(move |response: Response<Box<DynBody>>| {
+        let counter = counter.clone();
+        response.map(move |body| {
+            body.map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    counter.inc_by(data.len() as u64);
+                }
+                frame
+            })
+        })
+    });
+    let builder = builder(kube_config(kubeconfig, api_timeout).await?)
+        .context("building the Kubernetes client")?;
+    Ok(builder.with_layer(&count).build())
+}
 
 /// The service stack `ClientBuilder::try_from(config)` builds.
 pub type Stack = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;

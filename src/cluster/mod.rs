@@ -101,6 +101,21 @@ pub struct Cluster {
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Cluster {
+    /// A client-side view of the cluster for one-off commands (`explain`, `migrate`): no rate
+    /// limit beyond the API server's own, metrics kept in memory and dropped.
+    pub fn for_commands(client: kube::Client) -> Cluster {
+        Cluster::new(
+            client,
+            Arc::new(Metrics::new()),
+            ApiLimits {
+                writes: ratelimit::RateLimiter::unlimited(),
+                reads: ratelimit::RateLimiter::unlimited(),
+                read_concurrency: 16,
+            },
+            500,
+        )
+    }
+
     pub fn new(client: Client, metrics: Arc<Metrics>, limits: ApiLimits, page_size: u32) -> Self {
         Self {
             client,

@@ -9,18 +9,14 @@ mod load;
 mod policy;
 mod render;
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context as _;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{
     cli::{ExplainCommand, ExplainOptions, ExplainOutput, ExplicitPolicy, KindArg},
-    cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
-    metrics::Metrics,
+    cluster::Cluster,
     model::{Kind, ObjectKey},
     plan::explain::{Focus, explain},
     rules::RuleId,
@@ -51,7 +47,7 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         lease: lease_args,
         webhook_configuration,
     } = options;
-    let client = crate::app::kube_client(kubeconfig.as_deref()).await?;
+    let client = crate::cluster::client::kube_client(kubeconfig.as_deref()).await?;
     crate::cluster::kinds::register_for_cli(&client, &policy.copy_kinds).await;
     // A source's kind is known once the kinds the cluster's CopyRules name are registered.
     let focus = match asked {
@@ -60,7 +56,7 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
             Focus::Source(parse_source(&source, kind).map_err(anyhow::Error::msg)?)
         }
     };
-    let cluster = cli_cluster(client.clone());
+    let cluster = Cluster::for_commands(client.clone());
     let search = lease::find_lease(&client, &lease_args, webhook_configuration.as_deref()).await?;
     let ignored = search.ignored_notes();
     let mut resolved = policy::resolve(&policy.policy(), explicit, search.lookup);
@@ -129,21 +125,6 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         ),
     }
     Ok(())
-}
-
-/// A client-side view of the cluster for one-off commands: no rate limit beyond the API
-/// server's own, metrics kept in memory and dropped.
-pub(crate) fn cli_cluster(client: kube::Client) -> Cluster {
-    Cluster::new(
-        client,
-        Arc::new(Metrics::new()),
-        ApiLimits {
-            writes: RateLimiter::unlimited(),
-            reads: RateLimiter::unlimited(),
-            read_concurrency: 16,
-        },
-        500,
-    )
 }
 
 /// The registered kind a command line names: its kind or resource, any case, singular or

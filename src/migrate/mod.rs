@@ -12,10 +12,7 @@ mod render;
 
 use std::collections::BTreeMap;
 
-use crate::{
-    cli::{MigrateArgs, MigrateOutput, Peer},
-    explain::cli_cluster,
-};
+use crate::cli::{MigrateArgs, MigrateOutput, Peer};
 
 /// Runs `copyrator migrate`: the configuration to stdout, what `--adopt` did to stderr.
 pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
@@ -39,8 +36,8 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     }
     let policy = args.policy.policy();
     let cluster = if args.files.is_empty() {
-        Some(cli_cluster(
-            crate::app::kube_client(args.kubeconfig.as_deref()).await?,
+        Some(crate::cluster::Cluster::for_commands(
+            crate::cluster::client::kube_client(args.kubeconfig.as_deref()).await?,
         ))
     } else {
         None

@@ -96,7 +96,9 @@ async fn identity(env: &TestEnv, namespace: &str, name: &str, rules: serde_json:
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     write_token_kubeconfig(&kubeconfig(), &token, &path);
-    copyrator::app::kube_client(Some(&path)).await.unwrap()
+    copyrator::cluster::client::kube_client(Some(&path))
+        .await
+        .unwrap()
 }
 
 async fn absent<K: Object>(env: &TestEnv, ns: &str, name: &str) -> bool {

@@ -277,7 +277,7 @@ impl Drop for OwnControlPlane {
 #[tokio::test]
 async fn copyrator_outlives_an_api_server_crash() {
     let cp = OwnControlPlane::up();
-    let client = copyrator::app::kube_client(Some(&cp.kubeconfig))
+    let client = copyrator::cluster::client::kube_client(Some(&cp.kubeconfig))
         .await
         .unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());

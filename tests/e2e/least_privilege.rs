@@ -483,7 +483,7 @@ async fn copy_kinds_are_granted_their_verbs_and_nothing_else() {
         p.logs()
     );
     // The chart's RBAC still keeps copyrator's ServiceAccount from writing RoleBindings.
-    let as_copyrator = copyrator::app::kube_client(Some(&sa_kubeconfig))
+    let as_copyrator = copyrator::cluster::client::kube_client(Some(&sa_kubeconfig))
         .await
         .unwrap();
     let binding = |name: &str, cluster_role: &str| -> RoleBinding {

@@ -13,7 +13,7 @@ use std::{
 };
 
 use copyrator::{
-    app as serve,
+    cluster::client as serve,
     copyrule::{CopyRule, CopyRuleSpec},
 };
 use k8s_openapi::{

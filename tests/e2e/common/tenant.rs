@@ -86,7 +86,7 @@ impl Tenant {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeconfig");
         write_token_kubeconfig(&kubeconfig(), &token, &path);
-        let client = copyrator::app::kube_client(Some(&path))
+        let client = copyrator::cluster::client::kube_client(Some(&path))
             .await
             .expect("the tenant's client");
         Self {
