@@ -307,11 +307,13 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         leading_rx.clone(),
         shutdown_rx.clone(),
     )));
-    // CopyRule source selectors, watched by the leader (src/selectors.rs).
+    // CopyRule source selectors, watched by the leader (src/cluster/selectors.rs); their
+    // events go to the dispatcher like every other watch's.
     tasks.push(tokio::spawn(crate::cluster::selectors::run(
         ctx.cluster.clone(),
-        Arc::clone(&queue),
+        Arc::clone(&dispatcher),
         Arc::clone(&metrics),
+        Arc::clone(&watch_progress),
         ctx.settings.policy.clone(),
         leading_rx.clone(),
         rules_changed,

@@ -182,6 +182,18 @@ fn freshness_and_queue_reach_no_module_that_does_io() {
 }
 
 #[test]
+fn cluster_queues_nothing() {
+    // What an event or a read asks for is the dispatcher's and the jobs' to decide: the I/O
+    // layer hands events over and queues no job itself.
+    let graph = graph();
+    assert!(
+        !graph["cluster"].contains_key("queue"),
+        "cluster uses queue (in {})",
+        graph["cluster"]["queue"]
+    );
+}
+
+#[test]
 fn nothing_imports_a_one_off_command() {
     let graph = graph();
     for (module, uses) in &graph {

@@ -170,9 +170,11 @@ fn count(metrics: &Metrics, verb: &'static str, w: Written, since: Instant) -> W
             .copy_writes
             .get_or_create(&VerbLabels { verb })
             .inc();
-        metrics
-            .copy_lag
-            .observe(crate::queue::job::elapsed_since(since).as_secs_f64());
+        metrics.copy_lag.observe(
+            Instant::now()
+                .saturating_duration_since(since)
+                .as_secs_f64(),
+        );
     }
     w
 }

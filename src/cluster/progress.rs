@@ -87,6 +87,23 @@ impl WatchProgress {
         progress
     }
 
+    /// The progress of a watch that `/livez` does not judge (a CopyRule selector's, which
+    /// comes and goes with its rule and runs on the leader only); its gauge is kept.
+    pub fn untracked(&self, feed: &'static str) -> Arc<FeedProgress> {
+        let progress = Arc::new(FeedProgress {
+            feed,
+            started: self.started,
+            last_ms: AtomicU64::new(0),
+            gauge: self
+                .metrics
+                .watch_last_progress
+                .get_or_create(&FeedLabels { feed })
+                .clone(),
+        });
+        progress.made();
+        progress
+    }
+
     /// The watch quiet for longest, with how long, if that is past the wedged limit.
     pub fn wedged(&self) -> Option<(&'static str, Duration)> {
         self.wedged_at(Instant::now())

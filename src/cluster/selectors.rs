@@ -1,33 +1,22 @@
-//! The sources of CopyRules with a `sourceSelector`, seen the moment they appear (SPEC §5):
-//! one metadata-only watch per (kind, source namespace, selector), filtered by the API server's
-//! watch cache, so that neither unrelated objects nor other namespaces cost anything but the
-//! API server's label match. An object that starts matching and lacks the opt-in label (a new
-//! source nobody told copyrator about) gets a source job at once; one that stops matching (or
-//! goes) gets one too, so its copies follow the rule's deletion policy. Later changes of an
-//! adopted source reach the sources webhook through the label its first job adds.
+//! Which CopyRule selectors are watched (SPEC §5): the sources of CopyRules with a
+//! `sourceSelector` are seen the moment they appear, through one metadata-only watch per (kind,
+//! source namespace, selector), filtered by the API server's watch cache, so that neither
+//! unrelated objects nor other namespaces cost anything but the API server's label match. The
+//! watches are the one watch loop (`watch::spawn_selected`); what their events trigger is the
+//! dispatcher's to decide (`crate::freshness::dispatch`), as for every other watch.
 //!
 //! Run by the leader only: every replica would otherwise do the same work. A new leader's
-//! watches start with the objects that match now, so nothing is missed in between.
+//! watches start with a LIST of the objects that match now, so nothing is missed in between.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::StreamExt;
-use kube::{
-    Resource,
-    api::WatchParams,
-    core::{WatchEvent, request::Request},
-};
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
-    cluster::{Cluster, Freshness},
-    marks,
-    metrics::{FeedLabels, Metrics},
-    model::{Kind, MetaItem, Object, ObjectKey},
-    queue::{
-        WorkQueue, enqueue,
-        job::{Job, JobKey, Trigger},
-    },
+    cluster::{Cluster, Freshness, progress::WatchProgress},
+    freshness::dispatch::Dispatcher,
+    metrics::Metrics,
+    model::Kind,
     rules::{Rule, SourceMatch},
 };
 
@@ -73,10 +62,12 @@ pub fn wanted<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Vec<SourceSelect
 
 /// Keeps one watch running per wanted selector while this replica leads; looks at the
 /// CopyRules again whenever `rules_changed` says so (and every `recheck`).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     cluster: Cluster,
-    queue: Arc<WorkQueue>,
+    dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
+    progress: Arc<WatchProgress>,
     policy: crate::plan::Policy,
     mut leading: watch::Receiver<bool>,
     rules_changed: Arc<tokio::sync::Notify>,
@@ -107,12 +98,14 @@ pub async fn run(
             });
             for sel in want {
                 running.entry(sel.clone()).or_insert_with(|| {
-                    tokio::spawn(watch_selector(
-                        cluster.clone(),
-                        sel,
-                        Arc::clone(&queue),
-                        Arc::clone(&metrics),
-                    ))
+                    super::watch::spawn_selected(
+                        &cluster,
+                        &dispatcher,
+                        &metrics,
+                        &progress,
+                        &shutdown,
+                        &sel,
+                    )
                 });
             }
             metrics.selector_watches.set(running.len() as i64);
@@ -126,99 +119,6 @@ pub async fn run(
     }
     for task in running.values() {
         task.abort();
-    }
-}
-
-/// One selector's watch, resumed from its last version, started over after a 410.
-async fn watch_selector(
-    cluster: Cluster,
-    sel: SourceSelector,
-    queue: Arc<WorkQueue>,
-    metrics: Arc<Metrics>,
-) {
-    let events = metrics
-        .watch_events
-        .get_or_create(&FeedLabels {
-            feed: "source selectors",
-        })
-        .clone();
-    let mut version = "0".to_string();
-    let mut failures = 0u32;
-    loop {
-        let wp = WatchParams {
-            // A copy is never a source (SPEC §9.6), whatever labels it carried over.
-            label_selector: Some(marks::not_a_copy(&sel.selector)),
-            // Ended by the API server before the client's API timeout (see `watch`).
-            timeout: Some(cluster.watch_seconds()),
-            bookmarks: true,
-            ..Default::default()
-        };
-        let request = Request::new(Object::url_path(&sel.kind, Some(&sel.namespace)))
-            .watch_metadata(&wp, &version);
-        let stream = match request {
-            Ok(req) => cluster.watch_events::<MetaItem>(req).await,
-            Err(e) => {
-                tracing::error!(error = %e, "building a selector watch");
-                return;
-            }
-        };
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) if e.code() == 410 => {
-                version = "0".into();
-                continue;
-            }
-            Err(e) => {
-                failures += 1;
-                if failures.is_power_of_two() {
-                    tracing::warn!(namespace = %sel.namespace, selector = %sel.selector, error = %e, "selector watch failed");
-                }
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.min(300)))).await;
-                continue;
-            }
-        };
-        failures = 0;
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let (item, gone) = match event {
-                Ok(WatchEvent::Added(item) | WatchEvent::Modified(item)) => (item, false),
-                Ok(WatchEvent::Deleted(item)) => (item, true),
-                Ok(WatchEvent::Bookmark(b)) => {
-                    version = b.metadata.resource_version;
-                    continue;
-                }
-                Ok(WatchEvent::Error(status)) if status.code == 410 => {
-                    version = "0".into();
-                    break;
-                }
-                Ok(WatchEvent::Error(_)) | Err(_) => break,
-            };
-            events.inc();
-            if let Some(rv) = &item.metadata.resource_version {
-                version.clone_from(rv);
-            }
-            let labelled = item
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(marks::SOURCE_LABEL))
-                .is_some_and(|v| v == "true");
-            // A labelled source's changes reach the sources webhook; a new, unlabelled match
-            // and a source that stopped matching do not.
-            if labelled && !gone {
-                continue;
-            }
-            let Some(name) = item.metadata.name else {
-                continue;
-            };
-            let key = ObjectKey::new(sel.kind, &sel.namespace, name);
-            tracing::debug!(source = %key, gone, "source selector event");
-            enqueue(
-                &queue,
-                &metrics,
-                Job::new(JobKey::Source(key), Trigger::Watch),
-            );
-        }
     }
 }
 

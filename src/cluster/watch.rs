@@ -1,6 +1,7 @@
-//! Metadata-only watches: I/O only. Each turns the API server's stream of one feed into
-//! events and hands every one to the [`Dispatcher`], which keeps the indexes and decides what
-//! an event wakes (`crate::freshness::dispatch`). Each is label-selected where the resource is
+//! Metadata-only watches: I/O only, one loop for all of them. Each turns the API server's
+//! stream of one [`Target`] (a feed, or the sources a CopyRule's selector matches) into events
+//! and hands every one to the [`Dispatcher`], which keeps the indexes and decides what an event
+//! wakes and queues (`crate::freshness::dispatch`). Each is label-selected where the resource is
 //! numerous (sources and copies, never every Secret), so memory stays flat in the number of
 //! unrelated objects. A watch starts from a LIST that seeds its index and resumes from the
 //! last resourceVersion it saw; when the API server no longer has that version (410), it starts
@@ -40,29 +41,64 @@ use crate::{
     model::{MetaItem, Object},
 };
 
-/// The resource, as API-call metrics name it.
-fn resource(feed: Feed) -> &'static str {
-    match feed {
-        Feed::Namespaces => "namespaces",
-        Feed::Sources(kind) | Feed::Copies(kind) => kind.plural(),
-        Feed::CopyRules => "copyrules",
-    }
+use super::selectors::SourceSelector;
+
+/// What one watch follows: a feed's objects in every namespace, or those of one namespace a
+/// CopyRule's `sourceSelector` matches ([`Target::selected`]).
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub feed: Feed,
+    /// `None`: every namespace.
+    pub namespace: Option<String>,
+    /// The label selector the API server filters by.
+    pub selector: Option<String>,
 }
 
-fn url_path(feed: Feed) -> String {
-    match feed {
-        Feed::Namespaces => Namespace::url_path(&(), None),
-        Feed::Sources(kind) | Feed::Copies(kind) => Object::url_path(&kind, None),
-        Feed::CopyRules => CopyRule::url_path(&(), None),
+impl Target {
+    /// A feed, label-selected where its resource is numerous (sources and copies, never every
+    /// Secret), so memory stays flat in the number of unrelated objects.
+    pub fn feed(feed: Feed) -> Self {
+        let selector = match feed {
+            // A copy is never a source (SPEC §9.6): copies do not even enter the index.
+            Feed::Sources(_) => Some(marks::OPTED_IN_SELECTOR.to_string()),
+            Feed::Copies(_) => Some(marks::MANAGED_SELECTOR.to_string()),
+            Feed::Namespaces | Feed::CopyRules | Feed::Selected(_) => None,
+        };
+        Self {
+            feed,
+            namespace: None,
+            selector,
+        }
     }
-}
 
-fn label_selector(feed: Feed) -> Option<&'static str> {
-    match feed {
-        // A copy is never a source (SPEC §9.6): copies do not even enter the index.
-        Feed::Sources(_) => Some(marks::OPTED_IN_SELECTOR),
-        Feed::Copies(_) => Some(marks::MANAGED_SELECTOR),
-        Feed::Namespaces | Feed::CopyRules => None,
+    /// The objects of `sel` (a CopyRule's selector, in its source namespace), copies left out.
+    pub fn selected(sel: &SourceSelector) -> Self {
+        Self {
+            feed: Feed::Selected(sel.kind),
+            namespace: Some(sel.namespace.clone()),
+            // A copy is never a source (SPEC §9.6), whatever labels it carried over.
+            selector: Some(marks::not_a_copy(&sel.selector)),
+        }
+    }
+
+    /// The resource, as API-call metrics name it.
+    fn resource(&self) -> &'static str {
+        match self.feed {
+            Feed::Namespaces => "namespaces",
+            Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => kind.plural(),
+            Feed::CopyRules => "copyrules",
+        }
+    }
+
+    fn url_path(&self) -> String {
+        let ns = self.namespace.as_deref();
+        match self.feed {
+            Feed::Namespaces => Namespace::url_path(&(), None),
+            Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => {
+                Object::url_path(&kind, ns)
+            }
+            Feed::CopyRules => CopyRule::url_path(&(), None),
+        }
     }
 }
 
@@ -98,7 +134,7 @@ pub fn spawn_feed(
 ) -> tokio::task::JoinHandle<()> {
     let watch = FeedWatch {
         cluster: cluster.clone(),
-        feed,
+        target: Target::feed(feed),
         dispatcher: Arc::clone(dispatcher),
         metrics: Arc::clone(metrics),
         progress: progress.track(feed.name()),
@@ -106,10 +142,33 @@ pub fn spawn_feed(
     tokio::spawn(watch.run(shutdown.clone()))
 }
 
-/// One feed's watch.
+/// Starts the watch of a CopyRule selector's sources (`crate::cluster::selectors`); it runs
+/// until aborted or `shutdown` fires. `/livez` does not judge it: it comes and goes with its
+/// rule, on the leader only.
+pub fn spawn_selected(
+    cluster: &Cluster,
+    dispatcher: &Arc<Dispatcher>,
+    metrics: &Arc<Metrics>,
+    progress: &WatchProgress,
+    shutdown: &watch::Receiver<bool>,
+    sel: &SourceSelector,
+) -> tokio::task::JoinHandle<()> {
+    let target = Target::selected(sel);
+    let watch = FeedWatch {
+        cluster: cluster.clone(),
+        progress: progress.untracked(target.feed.name()),
+        target,
+        dispatcher: Arc::clone(dispatcher),
+        metrics: Arc::clone(metrics),
+    };
+    tokio::spawn(watch.run(shutdown.clone()))
+}
+
+/// One watch: the loop every feed and selector runs (list, watch, bookmarks, 410, backoff,
+/// silence).
 struct FeedWatch {
     cluster: Cluster,
-    feed: Feed,
+    target: Target,
     dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
     progress: Arc<FeedProgress>,
@@ -117,7 +176,7 @@ struct FeedWatch {
 
 impl FeedWatch {
     async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let feed = self.feed;
+        let feed = self.target.feed;
         let mut version = "0".to_string();
         // Each starts from a LIST that seeds its index (see `seed`).
         let mut seeded = false;
@@ -172,7 +231,7 @@ impl FeedWatch {
     /// dispatcher handles item by item (no list of them is held besides); returns the list's
     /// resourceVersion, where the watch starts.
     async fn seed(&self) -> Result<String, String> {
-        let feed = self.feed;
+        let feed = self.target.feed;
         self.metrics
             .watch_lists
             .get_or_create(&FeedLabels { feed: feed.name() })
@@ -181,9 +240,9 @@ impl FeedWatch {
         let at = self
             .cluster
             .list_feed(
-                resource(feed),
-                url_path(feed),
-                label_selector(feed).unwrap_or_default(),
+                self.target.resource(),
+                self.target.url_path(),
+                self.target.selector.as_deref().unwrap_or_default(),
                 |meta| {
                     // A long LIST is progress too, item by item.
                     self.progress.made();
@@ -204,14 +263,14 @@ impl FeedWatch {
     }
 
     async fn watch_once(&self, version: &mut String) -> Ended {
-        let feed = self.feed;
+        let feed = self.target.feed;
         let wp = WatchParams {
-            label_selector: label_selector(feed).map(String::from),
+            label_selector: self.target.selector.clone(),
             timeout: Some(self.cluster.watch_seconds()),
             bookmarks: true,
             ..Default::default()
         };
-        let request = match Request::new(url_path(feed)).watch_metadata(&wp, version) {
+        let request = match Request::new(self.target.url_path()).watch_metadata(&wp, version) {
             Ok(r) => r,
             Err(e) => return Ended::Failed(e.to_string()),
         };

@@ -37,7 +37,7 @@ use super::{
 use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
-    model::{Meta, ObjectKey, SourceInfo},
+    model::{Kind, Meta, ObjectKey, SourceInfo},
     plan::{Policy, reach},
     queue::{
         WorkQueue, enqueue,
@@ -150,6 +150,8 @@ enum FeedSeed {
     Namespaces(Seed<String, crate::model::NamespaceInfo>),
     /// CopyRules by name, with their generation.
     CopyRules(std::collections::HashMap<String, Option<i64>>),
+    /// A selector's matches are kept nowhere: the sources feed keeps the labelled ones.
+    Selected,
 }
 
 impl Dispatcher {
@@ -266,6 +268,11 @@ impl Dispatcher {
                     }
                 }
             },
+            (Feed::Selected(kind), _) => {
+                kept.reach = Some(self.selected_reach(kind, meta, deleted));
+                kept.trigger = selected_trigger(kind, meta, deleted);
+                return kept;
+            }
             (Feed::CopyRules, _) => {
                 // What the CopyRules were is not known any more (a source's reach, jobs'
                 // reads), unless only a known rule's status changed.
@@ -337,11 +344,26 @@ impl Dispatcher {
         }
     }
 
+    /// The namespaces an object a CopyRule's selector matches can reach: as a source's change
+    /// (its rules before and after), though nobody may have told copyrator of it yet. So the
+    /// Pod gate forgets them before the source's job labels it (SPEC §10.2): a Pod admitted
+    /// meanwhile waits for the new source's copies.
+    fn selected_reach(&self, kind: Kind, meta: &Meta, deleted: bool) -> Reach {
+        let Some(Watched::Object(key)) = Feed::Selected(kind).watched(meta) else {
+            return Reach::Nothing;
+        };
+        let before = self.indexes.sources.of(kind).peek(&key, Clone::clone);
+        let after = SourceInfo::from_meta(kind, meta)
+            .filter(|_| !deleted)
+            .map(|s| self.policy.keep_source(s));
+        self.source_reach(before.as_ref(), after.as_ref())
+    }
+
     /// Step 2: early reads of namespace jobs learn what changed.
     fn early_reads(&self, feed: Feed, meta: &Meta, deleted: bool) {
         let prefetch = &self.waiters.prefetch;
         match feed {
-            Feed::Sources(_) | Feed::CopyRules => prefetch.inputs_changed(),
+            Feed::Sources(_) | Feed::Selected(_) | Feed::CopyRules => prefetch.inputs_changed(),
             Feed::Copies(_) => {
                 if let Some(ns) = &meta.namespace {
                     prefetch.copy_changed(ns);
@@ -374,6 +396,11 @@ impl Dispatcher {
             &kept.reach,
             kept.foreign || !matches!(feed, Feed::Copies(_)),
         ) {
+            // A selector's watch is the leader's alone and comes and goes with its rule: its
+            // events are trusted as far as the sources watch of the kind is.
+            (Some(reach), _) if let Feed::Selected(kind) = feed => {
+                self.ready.forget(Feed::Sources(kind), reach)
+            }
             (Some(reach), _) => self.ready.forget(feed, reach),
             (None, true) => self.ready.observe(feed, &watched),
             (None, false) => {}
@@ -468,6 +495,7 @@ impl Dispatcher {
             Feed::Sources(kind) => FeedSeed::Sources(ix.sources.of(kind).seeding()),
             Feed::Namespaces => FeedSeed::Namespaces(ix.namespaces.seeding()),
             Feed::CopyRules => FeedSeed::CopyRules(Default::default()),
+            Feed::Selected(_) => FeedSeed::Selected,
         };
         Seeding { feed, seed }
     }
@@ -475,6 +503,12 @@ impl Dispatcher {
     /// One item of a seeding LIST: handled as an ADDED event would be (steps 2-6), and kept in
     /// the seed, which replaces the index once the LIST is in ([`Dispatcher::seeded`]).
     pub fn listed(&self, seeding: &mut Seeding, meta: Meta) {
+        // A selector's LIST is its watch starting on a new leader: an unlabelled match found
+        // there is a new source nobody told copyrator about, as an ADDED event would be.
+        if let Feed::Selected(_) = seeding.feed {
+            self.event(seeding.feed, Change::Added, &meta);
+            return;
+        }
         let mut kept = Kept {
             foreign: self.foreign(seeding.feed, &meta, false, None),
             ..Kept::default()
@@ -508,6 +542,7 @@ impl Dispatcher {
                     seed.insert(name, meta.generation);
                 }
             }
+            FeedSeed::Selected => {}
         }
     }
 
@@ -553,6 +588,7 @@ impl Dispatcher {
                 *known = seed;
                 gone
             }
+            FeedSeed::Selected => Vec::new(),
         };
         for meta in gone {
             // Deleted while the watch was away: a source's or a CopyRule's copies follow.
@@ -581,7 +617,9 @@ impl Dispatcher {
     pub fn up(&self, feed: Feed) {
         self.waiters.set_live(feed, true);
         self.set_index_live(feed, true);
-        self.ready.connected(feed);
+        if !matches!(feed, Feed::Selected(_)) {
+            self.ready.connected(feed);
+        }
         self.show_live(feed, true);
     }
 
@@ -596,13 +634,13 @@ impl Dispatcher {
             Ended::Timeout => {}
             Ended::Expired => {
                 self.set_index_live(feed, false);
-                self.ready.disconnected(feed);
+                self.disconnected(feed);
                 self.unseed(feed);
                 self.waiters.notify_feed(feed);
             }
             Ended::Failed(_) => {
                 self.set_index_live(feed, false);
-                self.ready.disconnected(feed);
+                self.disconnected(feed);
             }
         }
     }
@@ -612,7 +650,15 @@ impl Dispatcher {
         self.waiters.set_live(feed, false);
         self.show_live(feed, false);
         self.set_index_live(feed, false);
-        self.ready.disconnected(feed);
+        self.disconnected(feed);
+    }
+
+    /// The Pod gate trusts nothing while a feed it follows is down; a selector's watch is
+    /// not one of those (see [`Dispatcher::up`]).
+    fn disconnected(&self, feed: Feed) {
+        if !matches!(feed, Feed::Selected(_)) {
+            self.ready.disconnected(feed);
+        }
     }
 
     fn set_index_live(&self, feed: Feed, live: bool) {
@@ -622,6 +668,7 @@ impl Dispatcher {
             Feed::Sources(kind) => ix.sources.of(kind).set_live(live),
             Feed::Namespaces => ix.namespaces.set_live(live),
             Feed::CopyRules => ix.copy_rules.set_live(live),
+            Feed::Selected(_) => {}
         }
     }
 
@@ -633,6 +680,7 @@ impl Dispatcher {
             Feed::Sources(kind) => ix.sources.of(kind).unseed(),
             Feed::Namespaces => ix.namespaces.unseed(),
             Feed::CopyRules => ix.copy_rules.changed(),
+            Feed::Selected(_) => {}
         }
     }
 
@@ -642,7 +690,7 @@ impl Dispatcher {
             Feed::Copies(kind) => ix.copies.len(kind),
             Feed::Sources(kind) => ix.sources.of(kind).len(),
             Feed::Namespaces => ix.namespaces.len(),
-            Feed::CopyRules => return,
+            Feed::CopyRules | Feed::Selected(_) => return,
         };
         self.metrics
             .index_objects
@@ -656,6 +704,26 @@ impl Dispatcher {
             .get_or_create(&FeedLabels { feed: feed.name() })
             .set(i64::from(live));
     }
+}
+
+/// The job an event of a CopyRule's selector asks for (SPEC §5): an object that matches and
+/// lacks the opt-in label is a source nobody told copyrator about (its job labels it, so its
+/// later changes reach the sources webhook); one that stopped matching, or is gone, has copies
+/// to take away per the rule's deletion policy. A labelled match's changes come through the
+/// sources feed.
+fn selected_trigger(kind: Kind, meta: &Meta, deleted: bool) -> Option<Job> {
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(marks::SOURCE_LABEL))
+        .is_some_and(|v| v == "true");
+    if labelled && !deleted {
+        return None;
+    }
+    let Some(Watched::Object(key)) = Feed::Selected(kind).watched(meta) else {
+        return None;
+    };
+    Some(Job::new(JobKey::Source(key), Trigger::Watch))
 }
 
 /// Deleted objects' keys as the metadata an event would carry.

@@ -53,11 +53,15 @@ pub enum Feed {
     /// Objects of one kind labelled `app.kubernetes.io/managed-by=copyrator`.
     Copies(Kind),
     CopyRules,
+    /// Objects of one kind that a CopyRule's `sourceSelector` matches, labelled or not yet:
+    /// one watch per selector, run by the leader (SPEC §5), not in [`Feed::all`].
+    Selected(Kind),
 }
 
 impl Feed {
-    /// Most feeds: namespaces, CopyRules, and sources and copies of each kind.
-    pub const MAX: usize = 2 + 2 * MAX_KINDS;
+    /// Most feeds: namespaces, CopyRules, and the sources, copies and selected sources of
+    /// each kind.
+    pub const MAX: usize = 2 + 3 * MAX_KINDS;
 
     /// Every feed of this process: namespaces, CopyRules, and the sources and copies of
     /// every kind copied here ([`Kind::all`]: a kind registered later adds its two).
@@ -76,7 +80,7 @@ impl Feed {
         Some(match self {
             Feed::Namespaces => Watched::Namespace(name),
             Feed::CopyRules => Watched::CopyRule(name),
-            Feed::Sources(kind) | Feed::Copies(kind) => {
+            Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => {
                 Watched::Object(ObjectKey::new(kind, m.namespace.clone()?, name))
             }
         })
@@ -92,6 +96,8 @@ impl Feed {
                 .get_or_init(|| Box::leak(format!("source {}", kind.plural()).into_boxed_str())),
             Feed::Copies(kind) => NAMES[self.index()]
                 .get_or_init(|| Box::leak(format!("copied {}", kind.plural()).into_boxed_str())),
+            Feed::Selected(kind) => NAMES[self.index()]
+                .get_or_init(|| Box::leak(format!("selected {}", kind.plural()).into_boxed_str())),
         }
     }
 
@@ -102,6 +108,7 @@ impl Feed {
             Feed::CopyRules => 1,
             Feed::Sources(kind) => 2 + 2 * kind.index(),
             Feed::Copies(kind) => 3 + 2 * kind.index(),
+            Feed::Selected(kind) => 2 + 2 * MAX_KINDS + kind.index(),
         }
     }
 

@@ -888,7 +888,7 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
     // Objects no rule selects: no admission call, no watch event, no job.
     let quiet = [
         "copyrator_admission_requests_total{endpoint=\"sources\",operation=\"CREATE\",outcome=\"allowed\"}",
-        "copyrator_watch_events_total{feed=\"source selectors\"}",
+        "copyrator_watch_events_total{feed=\"selected secrets\"}",
         "copyrator_jobs_total{kind=\"source\",outcome=\"ok\"}",
     ];
     let mut before = Vec::new();
@@ -963,6 +963,10 @@ async fn a_source_that_starts_matching_a_selector_is_copied_at_once() {
     // Only the two new sources caused work: a job each (and the sources webhook once they
     // carry the opt-in label their first job gave them).
     let after_events = t.metric(quiet[1]).await;
+    assert!(
+        after_events - before[1] >= 1.0,
+        "the new Secret source came through its selector's watch"
+    );
     assert!(
         after_events - before[1] <= 4.0,
         "unrelated objects caused watch events: {} -> {after_events}",

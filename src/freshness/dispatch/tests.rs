@@ -674,3 +674,106 @@ fn a_replica_that_does_not_lead_queues_no_watch_triggered_job() {
     );
     assert_eq!(queued(&rig), []);
 }
+
+/// A dispatcher knowing namespaces `team-a` (team=a) and `team-b` (team=b) and one CopyRule,
+/// `web`, copying the ConfigMaps of `platform` labelled `app=web` into team=a.
+fn rig_with_selector_rule() -> Rig {
+    use crate::copyrule::{CopyRule, CopyRuleSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    let rig = rig();
+    for (name, team) in [("team-a", "a"), ("team-b", "b")] {
+        rig.dispatcher
+            .event(Feed::Namespaces, Change::Added, &namespace(name, "1", team));
+    }
+    let since = rig.indexes.copy_rules.listing();
+    let selector = |k: &str, v: &str| LabelSelector {
+        match_labels: Some([(k.to_string(), v.to_string())].into()),
+        match_expressions: None,
+    };
+    let rule = CopyRule::new(
+        "web",
+        CopyRuleSpec {
+            kind: "ConfigMap".into(),
+            source_namespace: "platform".into(),
+            source_selector: Some(selector("app", "web")),
+            namespace_selector: Some(selector("team", "a")),
+            ..Default::default()
+        },
+    );
+    rig.indexes.copy_rules.listed(since, &[rule]);
+    while rig.queue.depth() > 0 {
+        let job = rig.queue.pop().now_or_never().flatten().expect("a job");
+        rig.queue.finish(&job.key, crate::queue::Finished::Done);
+    }
+    rig
+}
+
+/// An object of `platform` matching `web`'s selector, with `opted_in` the opt-in label.
+fn selected(rv: &str, opted_in: bool) -> Meta {
+    let mut pairs = vec![("app", "web")];
+    if opted_in {
+        pairs.push((marks::SOURCE_LABEL, "true"));
+    }
+    Meta {
+        name: Some("web-config".into()),
+        namespace: Some("platform".into()),
+        uid: Some("uid-web".into()),
+        resource_version: Some(rv.into()),
+        labels: labels(&pairs),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_new_unlabelled_selector_match_forgets_its_rules_namespaces_and_queues_its_source_job() {
+    let rig = rig_with_selector_rule();
+    settled(&rig, "team-a");
+    settled(&rig, "team-b");
+    let ready = Arc::clone(&rig.ready);
+    let looks = probe(&rig.dispatcher, move || ready.get("team-a").is_some());
+    let feed = Feed::Selected(Kind::ConfigMap);
+    rig.dispatcher
+        .event(feed, Change::Added, &selected("5", false));
+    assert!(
+        !before(&looks, Step::Waiters),
+        "the Pod gate forgets the rule's namespaces before any job wakes: a Pod admitted \
+         before the source's job labels it waits for the new source's copies"
+    );
+    assert!(
+        rig.ready.get("team-b").is_some(),
+        "the rule does not reach team-b"
+    );
+    let key = ObjectKey::new(Kind::ConfigMap, "platform", "web-config");
+    assert_eq!(queued(&rig), [(JobKey::Source(key), Trigger::Watch)]);
+}
+
+#[test]
+fn a_labelled_selector_match_is_the_sources_feeds_and_a_gone_one_queues_its_job() {
+    let rig = rig_with_selector_rule();
+    let feed = Feed::Selected(Kind::ConfigMap);
+    rig.dispatcher
+        .event(feed, Change::Modified, &selected("6", true));
+    assert!(
+        queued(&rig).is_empty(),
+        "its changes reach the sources webhook and feed"
+    );
+    rig.dispatcher
+        .event(feed, Change::Deleted, &selected("7", true));
+    let key = ObjectKey::new(Kind::ConfigMap, "platform", "web-config");
+    assert_eq!(
+        queued(&rig),
+        [(JobKey::Source(key), Trigger::Watch)],
+        "gone (or no longer matching): its copies follow the deletion policy"
+    );
+}
+
+#[test]
+fn a_selector_watch_starting_on_a_new_leader_queues_the_unlabelled_matches_it_lists() {
+    let rig = rig_with_selector_rule();
+    let feed = Feed::Selected(Kind::ConfigMap);
+    let mut seeding = rig.dispatcher.seeding(feed);
+    rig.dispatcher.listed(&mut seeding, selected("5", false));
+    rig.dispatcher.seeded(seeding);
+    let key = ObjectKey::new(Kind::ConfigMap, "platform", "web-config");
+    assert_eq!(queued(&rig), [(JobKey::Source(key), Trigger::Watch)]);
+}
