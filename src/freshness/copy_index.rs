@@ -13,14 +13,16 @@
 //! (or not seeded yet) it answers nothing and jobs LIST as before.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::BTreeSet,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
 };
 
 use std::collections::BTreeMap;
 
-use super::index::{Index, PerKind, Seed, Versioned};
+use super::{
+    echoes::Echoes,
+    index::{Index, PerKind, Seed, Versioned},
+};
 use crate::{
     marks,
     model::{Kind, Meta, ObjectKey},
@@ -184,14 +186,8 @@ pub struct CopyIndex {
     /// a copy's own fields were most of its entry (~8,000 copies of 18 sources held ~3.5 MB
     /// of repeated strings). A full resync's copies share them too ([`CopyIndex::share`]).
     marks: Mutex<SharedMarks>,
-    /// Copies copyrator is deleting, or deleted and has not seen the DELETED event of yet.
-    own_deletes: Mutex<OwnDeletes>,
-    /// Copies copyrator is writing, or wrote and has not seen the event of yet.
-    own_writes: Mutex<OwnWrites>,
-    /// Copies found edited by someone else once a write of theirs answered (an event that came
-    /// while the write was in flight was not its echo): taken by the watch, which restores them.
-    edited: Mutex<Vec<ObjectKey>>,
-    edited_notify: tokio::sync::Notify,
+    /// The echoes of copyrator's own writes and deletes of copies.
+    echoes: Echoes,
 }
 
 /// What a copy's ADDED or MODIFIED event is to this replica (SPEC §5, copies edited by someone
@@ -210,44 +206,6 @@ pub enum Seen {
     /// checked against it.
     Remarked(ObjectKey),
 }
-
-/// copyrator's own writes of copies on this replica: the ones in flight, and the
-/// resourceVersions answered writes returned until their events are seen.
-#[derive(Default)]
-struct OwnWrites {
-    in_flight: HashMap<ObjectKey, Flight>,
-    written: HashMap<ObjectKey, Vec<(Box<str>, Instant)>>,
-    /// `written`'s size after its last pruning.
-    pruned_at: usize,
-}
-
-/// The writes of one copy in flight, and the events that came meanwhile.
-#[derive(Default)]
-struct Flight {
-    writes: u32,
-    /// Events taken for a write's echo until the writes answer.
-    presumed: Vec<Box<str>>,
-    /// What the answered writes returned.
-    answered: Vec<Box<str>>,
-}
-
-/// How long a delete copyrator made waits for its DELETED event before it is forgotten (the
-/// event comes within milliseconds, or the watch starts over, which forgets them all).
-const OWN_DELETE_TTL: Duration = Duration::from_secs(60);
-
-/// Copies copyrator deletes itself (its copy delete, as it sent it): their DELETED events are
-/// its own echo, not a deletion by someone else to restore (SPEC §4.4). Without it, a source
-/// deleted with 500 copies woke 500 copy jobs, each reading the copy, its namespace and the
-/// CopyRules to find nothing to restore.
-#[derive(Default)]
-struct OwnDeletes {
-    sent: HashMap<ObjectKey, Instant>,
-    /// `sent`'s size after its last pruning.
-    pruned_at: usize,
-}
-
-/// How long the version an own write returned waits for its event before it is forgotten.
-const OWN_WRITE_TTL: Duration = Duration::from_secs(60);
 
 /// What a seeding LIST item becomes (see [`CopyIndex::item`]).
 pub struct Item {
@@ -341,22 +299,13 @@ impl CopyIndex {
         self.kind(kind).unseed();
         // Events may have been missed: a delete or write whose event never comes is forgotten
         // here.
-        self.own_deletes().sent.retain(|k, _| k.kind != kind);
-        self.own_writes().written.retain(|k, _| k.kind != kind);
-    }
-
-    fn own_writes(&self) -> std::sync::MutexGuard<'_, OwnWrites> {
-        self.own_writes.lock().unwrap_or_else(|e| e.into_inner())
+        self.echoes.forget_kind(kind);
     }
 
     /// copyrator is about to create or replace `key` (noted before the request is sent: its
     /// event can arrive before the answer).
     pub fn writing(&self, key: &ObjectKey) {
-        self.own_writes()
-            .in_flight
-            .entry(key.clone())
-            .or_default()
-            .writes += 1;
+        self.echoes.writing(key);
     }
 
     /// A write of copy `key` answered with `meta` (`None`: it failed): the index learns the
@@ -364,68 +313,20 @@ impl CopyIndex {
     /// flight any more, an event taken for an echo meanwhile that no write returned is
     /// someone else's edit (queued for restoring, [`CopyIndex::take_edited`]).
     pub fn write_answered(&self, key: &ObjectKey, meta: Option<Meta>) {
-        let now = Instant::now();
-        let rv: Option<Box<str>> = meta
-            .as_ref()
-            .and_then(|m| m.resource_version.as_deref())
-            .map(Into::into);
-        let foreign = {
-            let mut own = self.own_writes();
-            let Some(flight) = own.in_flight.get_mut(key) else {
-                return;
-            };
-            flight.writes = flight.writes.saturating_sub(1);
-            flight.answered.extend(rv);
-            if flight.writes > 0 {
-                Vec::new()
-            } else {
-                let flight = own.in_flight.remove(key).unwrap_or_default();
-                let unseen: Vec<(Box<str>, Instant)> = flight
-                    .answered
-                    .iter()
-                    .filter(|rv| !flight.presumed.contains(rv))
-                    .map(|rv| (rv.clone(), now))
-                    .collect();
-                if !unseen.is_empty() {
-                    if own.written.len() > 2 * own.pruned_at.max(1024) {
-                        own.written.retain(|_, v| {
-                            v.retain(|(_, at)| now.saturating_duration_since(*at) < OWN_WRITE_TTL);
-                            !v.is_empty()
-                        });
-                        own.pruned_at = own.written.len();
-                    }
-                    own.written.entry(key.clone()).or_default().extend(unseen);
-                }
-                flight
-                    .presumed
-                    .into_iter()
-                    .filter(|rv| !flight.answered.contains(rv))
-                    .collect()
-            }
-        };
+        let rv = meta.as_ref().and_then(|m| m.resource_version.as_deref());
+        let foreign = self.echoes.write_answered(key, rv);
         if let Some(meta) = meta {
             self.observe(key.kind, meta);
         }
-        if !foreign.is_empty() {
-            self.edited
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(key.clone());
-            self.edited_notify.notify_one();
+        if foreign {
+            self.echoes.edited(key);
         }
     }
 
     /// Copies found edited by someone else when a write of theirs answered; waits until there
     /// is one.
     pub async fn take_edited(&self) -> Vec<ObjectKey> {
-        loop {
-            let notified = self.edited_notify.notified();
-            let taken = std::mem::take(&mut *self.edited.lock().unwrap_or_else(|e| e.into_inner()));
-            if !taken.is_empty() {
-                return taken;
-            }
-            notified.await;
-        }
+        self.echoes.take_edited().await
     }
 
     /// What a copy's ADDED or MODIFIED event is ([`Seen`]), and the index learns the copy from
@@ -437,25 +338,7 @@ impl CopyIndex {
         };
         let rv = meta.resource_version.clone().unwrap_or_default();
         let others = meta.edited_by_others;
-        let own = {
-            let mut own = self.own_writes();
-            let echo = own.written.get_mut(&key).and_then(|v| {
-                let i = v.iter().position(|(r, _)| **r == *rv)?;
-                v.remove(i);
-                Some(())
-            });
-            if own.written.get(&key).is_some_and(Vec::is_empty) {
-                own.written.remove(&key);
-            }
-            match own.in_flight.get_mut(&key) {
-                _ if echo.is_some() => true,
-                Some(flight) if !others => {
-                    flight.presumed.push(rv.as_str().into());
-                    true
-                }
-                _ => false,
-            }
-        };
+        let own = self.echoes.is_own_write(&key, &rv, others);
         let before = self.kind(kind).peek(&key, |e| e.marks());
         let item = self.item(kind, meta);
         let Some(item) = item else {
@@ -474,37 +357,22 @@ impl CopyIndex {
         })
     }
 
-    fn own_deletes(&self) -> std::sync::MutexGuard<'_, OwnDeletes> {
-        self.own_deletes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// copyrator is about to delete `key` (noted before the request is sent: its DELETED
     /// event can arrive before the answer).
     pub fn deleting(&self, key: &ObjectKey) {
-        let now = Instant::now();
-        let mut own = self.own_deletes();
-        if own.sent.len() > 2 * own.pruned_at.max(1024) {
-            own.sent
-                .retain(|_, at| now.saturating_duration_since(*at) < OWN_DELETE_TTL);
-            own.pruned_at = own.sent.len();
-        }
-        own.sent.insert(key.clone(), now);
+        self.echoes.deleting(key);
     }
 
     /// copyrator's delete of `key` did not happen (a precondition failed, the copy was gone
     /// already, or the call failed): a DELETED event of it is someone else's.
     pub fn delete_failed(&self, key: &ObjectKey) {
-        self.own_deletes().sent.remove(key);
+        self.echoes.delete_failed(key);
     }
 
     /// Whether a DELETED event of `key` is the echo of copyrator's own delete; each delete
-    /// answers for one event. (Events of one object arrive in order: the first DELETED event
-    /// after copyrator's delete is that delete's.)
+    /// answers for one event.
     pub fn own_delete_seen(&self, key: &ObjectKey) -> bool {
-        self.own_deletes()
-            .sent
-            .remove(key)
-            .is_some_and(|at| at.elapsed() < OWN_DELETE_TTL)
+        self.echoes.own_delete_seen(key)
     }
 
     /// An object as a watch event or copyrator's own write showed it. An object without the
@@ -878,7 +746,7 @@ mod tests {
         let index = seeded(vec![managed("a", "app", "u1", 5)]);
         let key = ObjectKey::new(Kind::Secret, "a", "app");
         let at = |rv: u64| managed("a", "app", "u1", rv);
-        let edited = || std::mem::take(&mut *index.edited.lock().unwrap());
+        let edited = || index.echoes.take_now();
         // The echo arrives before the answer: taken for it, and the answer agrees.
         index.writing(&key);
         assert_eq!(index.event(Kind::Secret, at(6)), Some(Seen::Own));

@@ -5,8 +5,8 @@
 //! admitted for. Everything that makes that so lives here:
 //! - the indexes the watches keep (`index`, `copy_index`, `rule_scope`): pure data, updated by
 //!   events and by copyrator's own writes, read by jobs instead of LISTs;
-//! - the echoes of copyrator's own copy writes and deletes (in `copy_index`): an event at a
-//!   version copyrator's write returned is its own, anything else is someone else's;
+//! - the echoes of copyrator's own copy writes and deletes (`echoes`): an event at a version
+//!   copyrator's write returned is its own, anything else is someone else's;
 //! - jobs waiting for their admitted change to be persisted (`waiters`, `persisted`), and the
 //!   early reads of namespace jobs (`prefetch`);
 //! - the Pod gate's memory of settled namespaces (`ready`);
@@ -17,6 +17,7 @@
 
 pub mod copy_index;
 pub mod dispatch;
+pub mod echoes;
 pub mod index;
 pub mod persisted;
 pub mod prefetch;

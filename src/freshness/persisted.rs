@@ -8,40 +8,49 @@ use crate::{
     queue::job::Awaited,
 };
 
-/// Whether the awaited change of a Secret or ConfigMap is visible in what was read.
-pub fn object_persisted(awaited: &Awaited, obj: &Option<Object>) -> bool {
-    match (awaited, obj) {
+/// What tells whether an admitted change is visible in an object read: its resourceVersion,
+/// and whether it is going (deleted, or being deleted).
+pub trait Persisted {
+    fn resource_version(&self) -> Option<&str>;
+    fn going(&self) -> bool;
+}
+
+impl Persisted for Object {
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn going(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+}
+
+impl Persisted for NamespaceInfo {
+    fn resource_version(&self) -> Option<&str> {
+        Some(&self.resource_version)
+    }
+    fn going(&self) -> bool {
+        self.terminating
+    }
+}
+
+impl Persisted for CopyRule {
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn going(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+}
+
+/// Whether the awaited change of an object (a source or copy, a namespace, a CopyRule) is
+/// visible in what was read (`None`: not there).
+pub fn persisted<T: Persisted>(awaited: &Awaited, read: &Option<T>) -> bool {
+    match (awaited, read) {
         (Awaited::Nothing, _) => true,
         (Awaited::Exists, o) => o.is_some(),
         (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
-        (Awaited::ChangedFrom(rv), Some(o)) => o.metadata.resource_version.as_deref() != Some(rv),
-        (Awaited::Gone, o) => o
-            .as_ref()
-            .is_none_or(|o| o.metadata.deletion_timestamp.is_some()),
-    }
-}
-
-/// Whether the awaited change of a Namespace is visible in what was read.
-pub fn namespace_persisted(awaited: &Awaited, ns: &Option<NamespaceInfo>) -> bool {
-    match (awaited, ns) {
-        (Awaited::Nothing, _) => true,
-        (Awaited::Exists, ns) => ns.is_some(),
-        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
-        (Awaited::ChangedFrom(rv), Some(ns)) => &ns.resource_version != rv,
-        (Awaited::Gone, ns) => ns.as_ref().is_none_or(|n| n.terminating),
-    }
-}
-
-/// Whether the awaited change of a CopyRule is visible in what was read.
-pub fn rule_persisted(awaited: &Awaited, rule: &Option<CopyRule>) -> bool {
-    match (awaited, rule) {
-        (Awaited::Nothing, _) => true,
-        (Awaited::Exists, r) => r.is_some(),
-        (Awaited::ChangedFrom(rv), None) => !rv.is_empty(),
-        (Awaited::ChangedFrom(rv), Some(r)) => r.metadata.resource_version.as_deref() != Some(rv),
-        (Awaited::Gone, r) => r
-            .as_ref()
-            .is_none_or(|r| r.metadata.deletion_timestamp.is_some()),
+        (Awaited::ChangedFrom(rv), Some(o)) => o.resource_version() != Some(rv),
+        (Awaited::Gone, o) => o.as_ref().is_none_or(Persisted::going),
     }
 }
 
@@ -68,30 +77,39 @@ mod tests {
     #[test]
     fn admitted_changes_count_as_persisted_only_once_visible() {
         let changed = Awaited::ChangedFrom("5".into());
+        let none = None::<Object>;
         assert!(
-            !object_persisted(&changed, &obj("5")),
+            !persisted(&changed, &obj("5")),
             "still the version the admission replaced"
         );
-        assert!(object_persisted(&changed, &obj("6")));
+        assert!(persisted(&changed, &obj("6")));
         assert!(
-            object_persisted(&changed, &None),
+            persisted(&changed, &none),
             "deleted since: nothing to wait for"
         );
-        assert!(!object_persisted(&Awaited::Exists, &None));
-        assert!(object_persisted(&Awaited::Exists, &obj("1")));
-        assert!(!object_persisted(&Awaited::Gone, &obj("1")));
-        assert!(object_persisted(&Awaited::Gone, &None));
-        assert!(object_persisted(&Awaited::Nothing, &None));
+        assert!(!persisted(&Awaited::Exists, &none));
+        assert!(persisted(&Awaited::Exists, &obj("1")));
+        assert!(!persisted(&Awaited::Gone, &obj("1")));
+        assert!(persisted(&Awaited::Gone, &none));
+        assert!(persisted(&Awaited::Nothing, &none));
 
         assert!(
-            !namespace_persisted(&changed, &ns("5")),
+            !persisted(&changed, &ns("5")),
             "a label change not persisted yet"
         );
-        assert!(namespace_persisted(&changed, &ns("6")));
+        assert!(persisted(&changed, &ns("6")));
         assert!(
-            !namespace_persisted(&Awaited::Exists, &None),
+            !persisted(&Awaited::Exists, &none),
             "namespace CREATE not persisted yet"
         );
-        assert!(namespace_persisted(&Awaited::Exists, &ns("1")));
+        assert!(persisted(&Awaited::Exists, &ns("1")));
+        let mut going = ns("7");
+        if let Some(n) = going.as_mut() {
+            n.terminating = true;
+        }
+        assert!(
+            persisted(&Awaited::Gone, &going),
+            "a namespace being deleted"
+        );
     }
 }

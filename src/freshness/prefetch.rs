@@ -29,7 +29,7 @@ use std::{
 use tokio::sync::mpsc;
 
 use crate::{
-    freshness::{copy_index::Listed, persisted::namespace_persisted, waiters::PERSIST_WAIT},
+    freshness::{copy_index::Listed, persisted::persisted, waiters::PERSIST_WAIT},
     model::NamespaceInfo,
     plan::World,
     queue::job::Awaited,
@@ -215,7 +215,7 @@ impl Prefetches {
             && e.generation == current
             && !e.copies_changed
             && e.since.elapsed() < PERSIST_WAIT
-            && namespace_persisted(awaited, &e.persisted);
+            && persisted(awaited, &e.persisted);
         match (fresh, e.persisted, e.reads) {
             (true, Some(ns), Some(reads)) => Ok((ns, reads)),
             (true, _, None) => Err("late"),

@@ -3,7 +3,7 @@
 //! waiting. When a change counts as persisted is `freshness::persisted`'s.
 
 use super::ApiError;
-pub use crate::freshness::persisted::{namespace_persisted, object_persisted, rule_persisted};
+pub use crate::freshness::persisted::persisted;
 use crate::{
     freshness::waiters::{Check, Feed, PERSIST_WAIT},
     queue::job::{Awaited, Job, elapsed_since},

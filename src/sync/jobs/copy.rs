@@ -5,7 +5,7 @@ use crate::{
         Freshness,
         load::{self, Found},
     },
-    freshness::persisted::object_persisted,
+    freshness::persisted::persisted,
     model::ObjectKey,
     plan::{Contents, Scope},
     queue::job::Job,
@@ -26,7 +26,7 @@ pub(in crate::sync) async fn run(
 ) -> Result<Outcome, SyncError> {
     let cluster = &ctx.cluster;
     let (copy, ns) = tokio::try_join!(
-        read_persisted(ctx, job, || cluster.get(key), object_persisted),
+        read_persisted(ctx, job, || cluster.get(key), persisted),
         cluster.get_namespace(&key.namespace),
     )?;
     let Some(copy) = copy else {

@@ -9,7 +9,7 @@ use crate::{
     },
     freshness::{
         copy_index::Listed,
-        persisted::namespace_persisted,
+        persisted::persisted,
         prefetch::{NamespaceReads, Ticket},
     },
     metrics::OutcomeLabels,
@@ -104,12 +104,7 @@ pub(in crate::sync) async fn sync(
         Err(_) => {
             // The namespace, the rules and the copies in it, read at once: one round trip.
             let (ns, (world, copies)) = tokio::try_join!(
-                read_persisted(
-                    ctx,
-                    job,
-                    || read_namespace(ctx, job, name),
-                    namespace_persisted
-                ),
+                read_persisted(ctx, job, || read_namespace(ctx, job, name), persisted),
                 rules_and_copies(ctx, name),
             )?;
             let Some(ns) = ns else {
@@ -157,7 +152,7 @@ async fn read_namespace(
             .namespace_index()
             .read(|by_name| by_name.get(name).cloned())
             .flatten()
-            .filter(|ns| namespace_persisted(&job.awaited, &Some(ns.clone())));
+            .filter(|ns| persisted(&job.awaited, &Some(ns.clone())));
         if let Some(ns) = held {
             ctx.metrics.index_read("namespace", "index");
             return Ok(Some(ns));

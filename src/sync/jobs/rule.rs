@@ -7,7 +7,7 @@ use crate::{
         Freshness,
         load::{self, Found},
     },
-    freshness::persisted::rule_persisted,
+    freshness::persisted::persisted,
     model::Kind,
     plan::{Contents, Existing, Scope},
     queue::job::Job,
@@ -30,7 +30,7 @@ pub(in crate::sync) async fn run(
 ) -> Result<Outcome, SyncError> {
     let cluster = &ctx.cluster;
     let Some(copy_rule) =
-        read_persisted(ctx, job, || cluster.get_copy_rule(name), rule_persisted).await?
+        read_persisted(ctx, job, || cluster.get_copy_rule(name), persisted).await?
     else {
         return Ok(Outcome::NotPersisted);
     };

@@ -7,7 +7,7 @@ use crate::{
         ApiError, Freshness,
         load::{self, Found},
     },
-    freshness::persisted::object_persisted,
+    freshness::persisted::persisted,
     model::{ObjectKey, SourceInfo},
     plan::{Contents, Existing, Scope},
     queue::job::Job,
@@ -31,8 +31,7 @@ pub(in crate::sync) async fn run(
 ) -> Result<Outcome, SyncError> {
     let cluster = &ctx.cluster;
     let t0 = Instant::now();
-    let Some(source) = read_persisted(ctx, job, || cluster.get(key), object_persisted).await?
-    else {
+    let Some(source) = read_persisted(ctx, job, || cluster.get(key), persisted).await? else {
         return Ok(Outcome::NotPersisted);
     };
     let t_persisted = t0.elapsed();
