@@ -470,6 +470,22 @@ impl Metrics {
             "Admission reviews answered 503 at once, by the limit they met: peer_in_flight, in_flight, peer_body_bytes, body_bytes",
             webhook_shed.clone(),
         );
+        // Every series at 0 from the start, so that `increase()` sees the first refusal,
+        // eviction or shed review (an alert on a series born at 1 would miss it).
+        for reason in ["full", "peer_limit"] {
+            let _ = webhook_connections_refused.get_or_create(&ReasonLabels { reason });
+            for state in ["stalled", "waiting", "idle"] {
+                let _ = webhook_connections_evicted.get_or_create(&EvictedLabels { reason, state });
+            }
+        }
+        for limit in [
+            "peer_in_flight",
+            "in_flight",
+            "peer_body_bytes",
+            "body_bytes",
+        ] {
+            let _ = webhook_shed.get_or_create(&LimitLabels { limit });
+        }
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -620,5 +636,17 @@ mod tests {
         assert!(
             text.contains("copyrator_admission_duration_seconds_count{endpoint=\"namespaces\"} 1")
         );
+    }
+
+    #[test]
+    fn webhook_refusals_are_exported_at_zero_before_the_first() {
+        let text = Metrics::new().encode();
+        for sample in [
+            r#"copyrator_webhook_connections_refused_total{reason="peer_limit"} 0"#,
+            r#"copyrator_webhook_connections_evicted_total{reason="full",state="stalled"} 0"#,
+            r#"copyrator_webhook_shed_total{limit="in_flight"} 0"#,
+        ] {
+            assert!(text.contains(sample), "{sample} in {text}");
+        }
     }
 }
