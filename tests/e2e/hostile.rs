@@ -341,18 +341,22 @@ async fn copyrator_outlives_an_api_server_crash() {
     p.terminate();
 }
 
-/// Four 6 MiB bodies of zeros at once (the largest body a review may have) are refused as
-/// not-JSON, and cost copyrator bounded memory.
+/// Four 6 MiB bodies of zeros at once (the largest body a review may have), two from each of
+/// two addresses (one address may hold 16 MiB of bodies), are refused as not-JSON, and cost
+/// copyrator bounded memory.
 #[tokio::test]
 async fn large_bodies_of_garbage_cost_bounded_memory() {
     let mut p = Process::spawn(&plain_serve());
     p.wait_up().await;
     let (_, before) = p.memory();
     let zeros = bytes::Bytes::from(vec![0u8; 6 * 1024 * 1024]);
-    let posts = (0..4).map(|_| {
+    let posts = (0..4).map(|i| {
         let (port, ca, body) = (p.webhook_port, p.ca.clone(), zeros.clone());
+        let from: std::net::IpAddr = if i % 2 == 0 { "127.0.0.1" } else { "127.0.0.2" }
+            .parse()
+            .unwrap();
         tokio::spawn(async move {
-            let mut c = WebhookClient::connect(port, &ca).await;
+            let mut c = WebhookClient::connect_from(from, port, &ca).await;
             c.post("/admission/sources", body).await
         })
     });

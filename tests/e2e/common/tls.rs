@@ -85,7 +85,18 @@ pub struct WebhookClient {
 
 impl WebhookClient {
     pub async fn connect(port: u16, ca: &[u8]) -> Self {
-        let tls = webhook_tls(port, ca).await;
+        Self::over(webhook_tls(port, ca).await).await
+    }
+
+    /// As [`WebhookClient::connect`], from local address `from` ([`webhook_tls_from`]).
+    pub async fn connect_from(from: std::net::IpAddr, port: u16, ca: &[u8]) -> Self {
+        let tls = webhook_tls_from(from, port, ca)
+            .await
+            .expect("TLS to the webhook port");
+        Self::over(tls).await
+    }
+
+    async fn over(tls: tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> Self {
         let (sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
                 .await
