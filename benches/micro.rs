@@ -14,6 +14,7 @@ use copyrator::{
     content::{DesiredCopy, source_hash},
     freshness::{ready::Ready, waiters::Feed},
     gate::PodGate,
+    listener::{PeerLimits, Peers},
     marks,
     metrics::Metrics,
     model::{Kind, NamespaceInfo, ObjectKey, Payload, SourceInfo},
@@ -67,7 +68,11 @@ fn admission(c: &mut Criterion) {
         gate: None,
         own_username: None,
         namespaces: None,
-        limits: Limits::new(6 << 20, 256, 32 << 20, std::time::Duration::from_secs(10)),
+        limits: Limits::new(
+            6 << 20,
+            std::time::Duration::from_secs(2),
+            Peers::new(PeerLimits::default(), Arc::new(Metrics::new())),
+        ),
     };
     let app = router(state);
     let body = bytes::Bytes::from(secret_review());
@@ -121,7 +126,11 @@ fn admission(c: &mut Criterion) {
         gate: Some(PodGate::new(Arc::clone(&ctx), Duration::from_secs(2))),
         own_username: None,
         namespaces: None,
-        limits: Limits::new(6 << 20, 256, 32 << 20, Duration::from_secs(10)),
+        limits: Limits::new(
+            6 << 20,
+            Duration::from_secs(2),
+            Peers::new(PeerLimits::default(), Arc::clone(&ctx.metrics)),
+        ),
     });
     let pod = bytes::Bytes::from_static(include_bytes!(concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -21,7 +21,7 @@ use crate::{
     cluster::{ApiLimits, Cluster, progress::WatchProgress, ratelimit::RateLimiter},
     freshness::dispatch::{Dispatcher, Work},
     gate::PodGate,
-    listener::{self, ConnectionLimits, Readiness},
+    listener::{self, ConnectionLimits, PeerLimits, Peers, Readiness},
     metrics::Metrics,
     pipeline::{
         leader::{self, ElectionConfig},
@@ -184,6 +184,18 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             "copyrator's own username is unknown (--own-username): read-only copies are not enforced"
         ),
     }
+    let peers = Peers::new(
+        PeerLimits {
+            connections: args.webhook_max_connections,
+            connections_per_peer: args.webhook_max_connections_per_peer,
+            in_flight: args.webhook_max_in_flight,
+            in_flight_per_peer: args.webhook_max_in_flight_per_peer,
+            body_bytes: args.webhook_body_bytes_in_flight,
+            body_bytes_per_peer: args.webhook_body_bytes_per_peer,
+        }
+        .sane(args.max_body_bytes),
+        Arc::clone(&metrics),
+    );
     let admission = admission::router(AdmissionState {
         queue: Arc::clone(&queue),
         metrics: Arc::clone(&metrics),
@@ -195,9 +207,8 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         namespaces: Some(ctx.cluster.clone()),
         limits: Limits::new(
             args.max_body_bytes,
-            args.webhook_max_in_flight,
-            args.webhook_body_bytes_in_flight,
             args.webhook_request_timeout,
+            Arc::clone(&peers),
         ),
     });
     tasks.push(tokio::spawn(listener::serve_tls(
@@ -205,10 +216,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         cert.server_config(client_ca),
         admission,
         ConnectionLimits {
-            max_connections: args.webhook_max_connections,
             first_request_timeout: args.webhook_first_request_timeout,
             idle_timeout: args.webhook_idle_timeout,
+            max_streams: args.webhook_max_streams,
         },
+        peers,
         Arc::clone(&metrics),
         shutdown_rx.clone(),
     )));

@@ -459,17 +459,29 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_MAX_BODY_BYTES", default_value_t = crate::admission::DEFAULT_BODY_LIMIT)]
     pub max_body_bytes: usize,
 
-    /// Admission reviews handled at once; beyond, the webhook answers 503 at once (the API
-    /// server then ignores the call: failurePolicy Ignore).
-    #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_IN_FLIGHT", default_value_t = 256)]
+    /// Admission reviews answered at once (counted once a review's body is in); beyond, the
+    /// webhook answers 503 at once (the API server then ignores the call: failurePolicy
+    /// Ignore), except to an address holding less than an equal share.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_IN_FLIGHT", default_value_t = crate::listener::budget::DEFAULT_IN_FLIGHT)]
     pub webhook_max_in_flight: usize,
 
-    /// Bytes of review bodies being received or held at once; beyond, 503 at once.
-    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_IN_FLIGHT", default_value_t = 32 * 1024 * 1024)]
+    /// Admission reviews answered at once for one client address; beyond, 503 at once.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_IN_FLIGHT_PER_PEER", default_value_t = crate::listener::budget::DEFAULT_IN_FLIGHT_PER_PEER)]
+    pub webhook_max_in_flight_per_peer: usize,
+
+    /// Bytes of review bodies received and not yet answered, counted as they arrive; beyond,
+    /// 503 at once, except to an address holding less than an equal share.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_IN_FLIGHT", default_value_t = crate::listener::budget::DEFAULT_BODY_BYTES)]
     pub webhook_body_bytes_in_flight: usize,
 
-    /// Time to receive a review's body and answer it; beyond, 408.
-    #[arg(long, env = "COPYRATOR_WEBHOOK_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    /// Bytes of review bodies one client address may have received and not yet answered;
+    /// beyond, 503 at once.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_PER_PEER", default_value_t = crate::listener::budget::DEFAULT_BODY_BYTES_PER_PEER)]
+    pub webhook_body_bytes_per_peer: usize,
+
+    /// Time from a request's headers to its body's last byte; beyond, 408. The API server
+    /// sends a review's body with its headers.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_REQUEST_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub webhook_request_timeout: Duration,
 
     /// Time a new connection has to finish its TLS handshake and send its first request's
@@ -481,13 +493,28 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_WEBHOOK_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
     pub webhook_idle_timeout: Duration,
 
-    /// Connections open at once; beyond, new ones are closed at once.
+    /// Connections open at once; beyond, a connection that has answered nothing (or has been
+    /// idle longest) of the address holding the most gives way, else the new one is closed.
     #[arg(
         long,
         env = "COPYRATOR_WEBHOOK_MAX_CONNECTIONS",
-        default_value_t = 1024
+        default_value_t = crate::listener::budget::DEFAULT_CONNECTIONS
     )]
     pub webhook_max_connections: usize,
+
+    /// Connections one client address may hold; beyond, one of its own gives way or the new
+    /// one is closed.
+    #[arg(
+        long,
+        env = "COPYRATOR_WEBHOOK_MAX_CONNECTIONS_PER_PEER",
+        default_value_t = crate::listener::budget::DEFAULT_CONNECTIONS_PER_PEER
+    )]
+    pub webhook_max_connections_per_peer: usize,
+
+    /// HTTP/2 streams (requests) one connection may have open at once; the API server opens
+    /// another connection beyond.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_STREAMS", default_value_t = 64)]
+    pub webhook_max_streams: u32,
 
     /// Worker tasks running jobs.
     #[arg(long, env = "COPYRATOR_WORKERS", default_value_t = 4)]

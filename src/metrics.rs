@@ -114,6 +114,16 @@ pub struct CertificateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictedLabels {
+    /// `full`: `--webhook-max-connections` were open; `peer_limit`: the new connection's
+    /// address held `--webhook-max-connections-per-peer`.
+    pub reason: &'static str,
+    /// What the closed connection was doing: `stalled` (nothing answered yet), `waiting` (for
+    /// the rest of a later request's body), `idle`.
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
@@ -163,8 +173,11 @@ pub struct Metrics {
     pub watch_triggered: Family<FeedLabels, Counter>,
     pub watch_lists: Family<FeedLabels, Counter>,
     pub webhook_connections: Gauge,
-    pub webhook_connections_refused: Counter,
+    pub webhook_peers: Gauge,
+    pub webhook_connections_refused: Family<ReasonLabels, Counter>,
+    pub webhook_connections_evicted: Family<EvictedLabels, Counter>,
     pub webhook_connections_idle_closed: Counter,
+    pub webhook_shed: Family<LimitLabels, Counter>,
     pub leader: Gauge,
     pub worker_threads: Gauge,
     pub pod_gate: Family<OutcomeLabels, Counter>,
@@ -427,11 +440,23 @@ impl Metrics {
             "Connections open to the webhook server",
             webhook_connections.clone(),
         );
-        let webhook_connections_refused = Counter::default();
+        let webhook_peers = Gauge::default();
+        registry.register(
+            "webhook_peers",
+            "Client addresses with a connection open to the webhook server (each has limits of its own)",
+            webhook_peers.clone(),
+        );
+        let webhook_connections_refused = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "webhook_connections_refused",
-            "New webhook connections closed at once because --webhook-max-connections were open",
+            "New webhook connections closed at once, by reason: full (--webhook-max-connections open, none could give way), peer_limit (its address held --webhook-max-connections-per-peer, none of them could give way)",
             webhook_connections_refused.clone(),
+        );
+        let webhook_connections_evicted = Family::<EvictedLabels, Counter>::default();
+        registry.register(
+            "webhook_connections_evicted",
+            "Webhook connections closed to make room for a new one, by reason (full, peer_limit) and by what they were doing (stalled: nothing answered yet, waiting: for a body, idle)",
+            webhook_connections_evicted.clone(),
         );
         let webhook_connections_idle_closed = Counter::default();
         registry.register(
@@ -439,6 +464,28 @@ impl Metrics {
             "Webhook connections closed for sending no request in time (first request or idle timeout)",
             webhook_connections_idle_closed.clone(),
         );
+        let webhook_shed = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "webhook_shed",
+            "Admission reviews answered 503 at once, by the limit they met: peer_in_flight, in_flight, peer_body_bytes, body_bytes",
+            webhook_shed.clone(),
+        );
+        // Every series at 0 from the start, so that `increase()` sees the first refusal,
+        // eviction or shed review (an alert on a series born at 1 would miss it).
+        for reason in ["full", "peer_limit"] {
+            let _ = webhook_connections_refused.get_or_create(&ReasonLabels { reason });
+            for state in ["stalled", "waiting", "idle"] {
+                let _ = webhook_connections_evicted.get_or_create(&EvictedLabels { reason, state });
+            }
+        }
+        for limit in [
+            "peer_in_flight",
+            "in_flight",
+            "peer_body_bytes",
+            "body_bytes",
+        ] {
+            let _ = webhook_shed.get_or_create(&LimitLabels { limit });
+        }
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -500,8 +547,11 @@ impl Metrics {
             watch_triggered,
             watch_lists,
             webhook_connections,
+            webhook_peers,
             webhook_connections_refused,
+            webhook_connections_evicted,
             webhook_connections_idle_closed,
+            webhook_shed,
             leader,
             worker_threads,
             pod_gate,
@@ -586,5 +636,17 @@ mod tests {
         assert!(
             text.contains("copyrator_admission_duration_seconds_count{endpoint=\"namespaces\"} 1")
         );
+    }
+
+    #[test]
+    fn webhook_refusals_are_exported_at_zero_before_the_first() {
+        let text = Metrics::new().encode();
+        for sample in [
+            r#"copyrator_webhook_connections_refused_total{reason="peer_limit"} 0"#,
+            r#"copyrator_webhook_connections_evicted_total{reason="full",state="stalled"} 0"#,
+            r#"copyrator_webhook_shed_total{limit="in_flight"} 0"#,
+        ] {
+            assert!(text.contains(sample), "{sample} in {text}");
+        }
     }
 }

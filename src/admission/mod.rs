@@ -30,9 +30,8 @@ use axum::{
     response::{IntoResponse, Response},
     routing::post,
 };
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use serde_json::json;
-use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use caller::Caller;
@@ -41,7 +40,11 @@ use review::Operation;
 use crate::{
     freshness::waiters::Waiters,
     gate::PodGate,
-    metrics::Metrics,
+    listener::{
+        Peer, Peers,
+        budget::{BodyBytes, Limit},
+    },
+    metrics::{LimitLabels, Metrics},
     plan::Policy,
     queue::{WorkQueue, job::Job},
     rules::Rule,
@@ -179,32 +182,25 @@ impl AdmissionState {
     }
 }
 
-/// What one client can take of the webhook server (SPEC §6.1): these are settings with
-/// defaults, not accidents of a library's defaults.
+/// What one request may take of the webhook server (SPEC §6.1): these are settings with
+/// defaults, not accidents of a library's defaults. What each client address may hold at once
+/// is counted by `peers`.
 #[derive(Debug)]
 pub struct Limits {
     /// Largest request body.
     pub max_body: usize,
-    /// Reviews being handled at once; beyond, 503 at once (load shedding).
-    pub in_flight: Semaphore,
-    /// KiB of request bodies being read or held at once; beyond, 503 at once.
-    pub body_kib: Semaphore,
-    /// Time to receive a request's body and answer it; beyond, 408.
+    /// Time from a request's headers to its body's last byte; beyond, 408.
     pub request_timeout: Duration,
+    /// Reviews being answered and body bytes held, per client address and in all.
+    pub peers: Arc<Peers>,
 }
 
 impl Limits {
-    pub fn new(
-        max_body: usize,
-        max_in_flight: usize,
-        body_bytes_in_flight: usize,
-        request_timeout: Duration,
-    ) -> Arc<Self> {
+    pub fn new(max_body: usize, request_timeout: Duration, peers: Arc<Peers>) -> Arc<Self> {
         Arc::new(Self {
             max_body,
-            in_flight: Semaphore::new(max_in_flight.max(1)),
-            body_kib: Semaphore::new((body_bytes_in_flight / 1024).max(max_body / 1024 + 1)),
             request_timeout,
+            peers,
         })
     }
 }
@@ -237,57 +233,122 @@ fn operation_name(op: &Operation) -> &'static str {
     }
 }
 
-/// Receives the body within the limits; `Err` is the answer to send instead.
+/// Why a request is answered with an error instead of a review.
+struct Refused {
+    status: StatusCode,
+    outcome: &'static str,
+    message: String,
+    /// The limit a 503 met.
+    limit: Option<Limit>,
+}
+
+impl Refused {
+    fn new(status: StatusCode, outcome: &'static str, message: String) -> Self {
+        Self {
+            status,
+            outcome,
+            message,
+            limit: None,
+        }
+    }
+
+    fn shed(limit: Limit) -> Self {
+        let message = match limit {
+            Limit::PeerInFlight => {
+                "copyrator is answering as many reviews from this address as it allows at once; try again"
+            }
+            Limit::InFlight => {
+                "copyrator is answering as many reviews as it allows at once; try again"
+            }
+            Limit::PeerBodyBytes => {
+                "copyrator is receiving as many bytes from this address as it allows at once; try again"
+            }
+            Limit::BodyBytes => {
+                "copyrator is receiving as many bytes as it allows at once; try again"
+            }
+        };
+        Self {
+            limit: Some(limit),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "shed", message.into())
+        }
+    }
+
+    fn too_large(max_body: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body over the limit of {max_body} bytes"),
+        )
+    }
+}
+
+/// Receives the body within the limits, counting its bytes against its address as they
+/// arrive (a body that stalls holds only what it sent); the bytes stay counted until the
+/// returned tally drops.
 async fn receive(
     limits: &Limits,
+    peer: &Peer,
     request: Request,
-) -> Result<(Bytes, OwnedBytes<'_>), (StatusCode, &'static str, String)> {
+) -> Result<(Bytes, BodyBytes), Refused> {
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limits.max_body) {
-        return Err((
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("request body over the limit of {} bytes", limits.max_body),
-        ));
+        return Err(Refused::too_large(limits.max_body));
     }
-    // Without a declared length, the worst case is held back.
-    let kib = declared.unwrap_or(limits.max_body) / 1024 + 1;
-    let permit = limits.body_kib.try_acquire_many(kib as u32).map_err(|_| {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shed",
-            "copyrator is receiving as many bytes as it allows at once; try again".to_string(),
-        )
-    })?;
-    let body = Limited::new(request.into_body(), limits.max_body);
-    match tokio::time::timeout(limits.request_timeout, body.collect()).await {
-        Err(_) => Err((
-            StatusCode::REQUEST_TIMEOUT,
-            "timeout",
-            format!(
-                "request body not received within {:?}",
-                limits.request_timeout
-            ),
-        )),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err((
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("request body over the limit of {} bytes", limits.max_body),
-        )),
-        Ok(Err(e)) => Err((
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("reading the request body: {e}"),
-        )),
-        Ok(Ok(collected)) => Ok((collected.to_bytes(), OwnedBytes(permit))),
+    let mut tally = peer.body_bytes();
+    let mut body = request.into_body();
+    let deadline = tokio::time::Instant::now() + limits.request_timeout;
+    // One frame is the whole body as the API server sends small reviews: kept without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                return Err(Refused::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "timeout",
+                    format!(
+                        "request body not received within {:?}",
+                        limits.request_timeout
+                    ),
+                ));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return Err(Refused::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("reading the request body: {e}"),
+                ));
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if tally.held() + data.len() > limits.max_body {
+            return Err(Refused::too_large(limits.max_body));
+        }
+        tally.take(data.len()).map_err(Refused::shed)?;
+        match &first {
+            None => first = Some(data),
+            Some(head) => {
+                if rest.is_empty() {
+                    rest.extend_from_slice(head);
+                }
+                rest.extend_from_slice(&data);
+            }
+        }
     }
+    let body = if rest.is_empty() {
+        first.unwrap_or_default()
+    } else {
+        Bytes::from(rest)
+    };
+    Ok((body, tally))
 }
-
-/// Keeps the bytes of a received body counted until it is dropped.
-struct OwnedBytes<'a>(#[allow(dead_code)] tokio::sync::SemaphorePermit<'a>);
 
 async fn handle(
     endpoint: Endpoint,
@@ -304,22 +365,39 @@ async fn handle(
     } else {
         Caller::Unverified
     };
-    let reject = |status: StatusCode, outcome: &'static str, message: String| {
-        state
-            .metrics
-            .observe_admission(endpoint.name(), "UNKNOWN", outcome, started.elapsed());
-        error(status, message)
-    };
-    let Ok(_slot) = state.limits.in_flight.try_acquire() else {
-        return reject(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shed",
-            "copyrator is answering as many reviews as it allows at once; try again".into(),
+    let refuse = |refused: Refused| {
+        if let Some(limit) = refused.limit {
+            state
+                .metrics
+                .webhook_shed
+                .get_or_create(&LimitLabels {
+                    limit: limit.metric_label(),
+                })
+                .inc();
+        }
+        state.metrics.observe_admission(
+            endpoint.name(),
+            "UNKNOWN",
+            refused.outcome,
+            started.elapsed(),
         );
+        error(refused.status, refused.message)
     };
-    let (body, _bytes) = match receive(&state.limits, request).await {
+    let reject = |status: StatusCode, outcome: &'static str, message: String| {
+        refuse(Refused::new(status, outcome, message))
+    };
+    let peer = match request.extensions().get::<Peer>() {
+        Some(peer) => peer.clone(),
+        None => state.limits.peers.unattached(),
+    };
+    let (body, _bytes) = match receive(&state.limits, &peer, request).await {
         Ok(b) => b,
-        Err((status, outcome, message)) => return reject(status, outcome, message),
+        Err(refused) => return refuse(refused),
+    };
+    // Counted only now that the whole body is in: a stalled body holds no review's place.
+    let _review = match peer.review() {
+        Ok(permit) => permit,
+        Err(limit) => return refuse(Refused::shed(limit)),
     };
     let review: review::Review = match serde_json::from_slice(&body) {
         Ok(r) => r,

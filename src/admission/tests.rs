@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::*;
 use crate::queue::job::{Awaited, JobKey};
 use axum::{body::Body, http::Request};
+use futures::StreamExt;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -29,7 +30,20 @@ fn state() -> AdmissionState {
         gate: None,
         own_username: None,
         namespaces: None,
-        limits: Limits::new(64 * 1024, 8, 256 * 1024, Duration::from_millis(200)),
+        limits: Limits::new(
+            64 * 1024,
+            Duration::from_millis(200),
+            crate::listener::Peers::new(
+                crate::listener::PeerLimits {
+                    in_flight: 8,
+                    in_flight_per_peer: 8,
+                    body_bytes: 256 * 1024,
+                    body_bytes_per_peer: 256 * 1024,
+                    ..Default::default()
+                },
+                Arc::new(Metrics::new()),
+            ),
+        ),
     }
 }
 
@@ -242,6 +256,35 @@ async fn a_body_that_never_ends_is_a_408() {
     assert!(json["error"].as_str().unwrap().contains("not received"));
 }
 
+/// Bodies that send a little and stall, as many as reviews may be answered at once and with
+/// no length (the worst case the limits once reserved for): they hold only the bytes they sent,
+/// and no review's place, so a whole review is still answered.
+#[tokio::test]
+async fn stalled_bodies_hold_only_the_bytes_they_sent() {
+    let st = state();
+    let stalled: Vec<_> = (0..8)
+        .map(|_| {
+            let first = futures::stream::iter([Ok::<_, std::io::Error>(vec![b' '; 1024])]);
+            let body = Body::from_stream(first.chain(futures::stream::pending()));
+            let st = st.clone();
+            tokio::spawn(async move { post(&st, "/admission/sources", body).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let ns = review(
+        "Namespace",
+        "CREATE",
+        json!({"metadata": {"name": "team-a"}}),
+        None,
+    );
+    let (status, json) = post_review(&st, "/admission/namespaces", ns).await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    // Cut off at the body timeout.
+    for s in stalled {
+        assert_eq!(s.await.unwrap().0, StatusCode::REQUEST_TIMEOUT);
+    }
+}
+
 #[tokio::test]
 async fn beyond_its_limits_the_webhook_sheds_load_with_a_503() {
     let st = state();
@@ -252,7 +295,8 @@ async fn beyond_its_limits_the_webhook_sheds_load_with_a_503() {
         None,
     );
     // Every review slot taken.
-    let slots = st.limits.in_flight.try_acquire_many(8).unwrap();
+    let peer = st.limits.peers.unattached();
+    let slots: Vec<_> = (0..8).map(|_| peer.review().unwrap()).collect();
     let (status, json) = post_review(&st, "/admission/namespaces", ns.clone()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
@@ -261,7 +305,8 @@ async fn beyond_its_limits_the_webhook_sheds_load_with_a_503() {
     );
     drop(slots);
     // Every byte of the body budget taken.
-    let bytes = st.limits.body_kib.try_acquire_many(250).unwrap();
+    let mut bytes = peer.body_bytes();
+    bytes.take(256 * 1024 - 100).unwrap();
     let (status, _) = post_review(&st, "/admission/namespaces", ns.clone()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     drop(bytes);
@@ -272,6 +317,10 @@ async fn beyond_its_limits_the_webhook_sheds_load_with_a_503() {
         metrics.contains(r#"copyrator_admission_requests_total{endpoint="namespaces",operation="UNKNOWN",outcome="shed"} 2"#),
         "{metrics}"
     );
+    for limit in ["peer_in_flight", "peer_body_bytes"] {
+        let sample = format!(r#"copyrator_webhook_shed_total{{limit="{limit}"}} 1"#);
+        assert!(metrics.contains(&sample), "{sample} in {metrics}");
+    }
 }
 
 #[tokio::test]

@@ -1,12 +1,17 @@
-//! The two listeners: HTTPS for the admission webhooks (rustls, certificate hot reload) and
-//! plain HTTP for `/metrics`, `/healthz`, `/readyz` and `/livez`.
+//! The two listeners: HTTPS for the admission webhooks (rustls, certificate hot reload, what
+//! each client address may hold: [`budget`], [`peers`], [`eviction`]) and plain HTTP for
+//! `/metrics`, `/healthz`, `/readyz` and `/livez`.
+
+pub mod budget;
+pub mod eviction;
+pub mod peers;
 
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
@@ -17,10 +22,7 @@ use hyper_util::{
     service::TowerToHyperService,
 };
 use rustls::ServerConfig;
-use tokio::{
-    net::TcpListener,
-    sync::{Semaphore, watch},
-};
+use tokio::{net::TcpListener, sync::watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
@@ -28,61 +30,41 @@ use crate::certs::serving::ReloadingCert;
 use crate::cluster::progress::WatchProgress;
 use crate::metrics::Metrics;
 
-/// What one connection may take of the webhook server (SPEC §6.1).
+pub use budget::{Peer, PeerLimits};
+pub use peers::Peers;
+use peers::{Admission, ConnectionState};
+
+/// How long a connection may go without a request, and how many requests it may multiplex
+/// (SPEC §6.1). What an address may hold is [`PeerLimits`].
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
-    /// Connections open at once; beyond, new ones are closed at once.
-    pub max_connections: usize,
     /// A new connection must finish its TLS handshake and send its first request's headers
     /// within this time.
     pub first_request_timeout: Duration,
     /// A connection with no request in flight is closed after this time.
     pub idle_timeout: Duration,
+    /// HTTP/2 streams one connection may have open at once (the API server opens another
+    /// connection beyond).
+    pub max_streams: u32,
 }
 
-/// Requests in flight on one connection, and when it was last busy.
-struct Activity {
-    opened: Instant,
-    in_flight: AtomicUsize,
-    /// Milliseconds since `opened` when a request last finished; `u64::MAX`: none yet.
-    last_done_ms: AtomicU64,
-}
-
-/// Counts a request as in flight until dropped (also when the connection goes mid-way).
-struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let a = &self.0;
-        a.last_done_ms
-            .store(a.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
-        a.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Activity {
-    fn start(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(Arc::clone(self))
-    }
-
-    /// Resolves once the connection has been idle too long: no request in flight since the
-    /// first-request timeout (nothing served yet) or the idle timeout (afterwards).
-    async fn idle_too_long(&self, limits: ConnectionLimits) {
-        let tick = (limits.first_request_timeout.min(limits.idle_timeout) / 4)
-            .clamp(Duration::from_millis(50), Duration::from_secs(1));
-        loop {
-            tokio::time::sleep(tick).await;
-            if self.in_flight.load(Ordering::Relaxed) > 0 {
-                continue;
-            }
-            let (idle_since, limit) = match self.last_done_ms.load(Ordering::Relaxed) {
-                u64::MAX => (Duration::ZERO, limits.first_request_timeout),
-                ms => (Duration::from_millis(ms), limits.idle_timeout),
-            };
-            if self.opened.elapsed().saturating_sub(idle_since) >= limit {
-                return;
-            }
+/// Resolves once the connection has gone too long without a request open: the first-request
+/// timeout while it has answered none, the idle timeout afterwards.
+async fn idle_too_long(state: &ConnectionState, limits: ConnectionLimits) {
+    let tick = (limits.first_request_timeout.min(limits.idle_timeout) / 4)
+        .clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some((quiet, answered)) = state.quiet_for() else {
+            continue;
+        };
+        let limit = if answered {
+            limits.idle_timeout
+        } else {
+            limits.first_request_timeout
+        };
+        if quiet >= limit {
+            return;
         }
     }
 }
@@ -92,20 +74,21 @@ impl Activity {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifiedClient;
 
-/// Serves `app` over TLS on `listener` until `shutdown` fires, within `limits`.
+/// Serves `app` over TLS on `listener` until `shutdown` fires: each connection within
+/// `limits`, and within what its address may hold of `peers`.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     app: Router,
     limits: ConnectionLimits,
+    peers: Arc<Peers>,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut connections = tokio::task::JoinSet::new();
     loop {
-        let (stream, peer) = tokio::select! {
+        let (stream, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -117,47 +100,51 @@ pub async fn serve_tls(
             },
             _ = shutdown.changed() => break,
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            metrics.webhook_connections_refused.inc();
-            tracing::debug!(%peer, "connection limit reached; closing a new connection");
-            drop(stream);
-            continue;
+        // An IPv4 client of a dual-stack socket is one address, however it is written.
+        let ip = addr.ip().to_canonical();
+        let slot = match peers.admit(ip) {
+            Admission::Admitted(slot) => slot,
+            Admission::Refused(refusal) => {
+                tracing::debug!(peer = %addr, reason = refusal.metric_label(), "no room for a new connection; closing it");
+                drop(stream);
+                continue;
+            }
         };
-        metrics.webhook_connections.inc();
         let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
         let metrics = Arc::clone(&metrics);
         let mut conn_shutdown = shutdown.clone();
         connections.spawn(async move {
-            let _slot = slot;
-            let _open = OpenConnection(Arc::clone(&metrics));
-            let activity = Arc::new(Activity {
-                opened: Instant::now(),
-                in_flight: AtomicUsize::new(0),
-                last_done_ms: AtomicU64::new(u64::MAX),
-            });
-            let tls =
-                match tokio::time::timeout(limits.first_request_timeout, acceptor.accept(stream))
-                    .await
-                {
+            let state = Arc::clone(&slot.state);
+            let handshake =
+                tokio::time::timeout(limits.first_request_timeout, acceptor.accept(stream));
+            let tls = tokio::select! {
+                done = handshake => match done {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        tracing::debug!(peer = %addr, error = %e, "TLS handshake failed");
                         return;
                     }
                     Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
+                        tracing::debug!(peer = %addr, "TLS handshake timed out");
                         return;
                     }
-                };
-            let counted = Arc::clone(&activity);
+                },
+                _ = state.evicted() => return,
+            };
             // With `--client-ca` the handshake has verified the client's certificate: say so on
-            // each request, for the answers that only such a client may have (SPEC §9.8).
+            // each request, for the answers that only such a client may have (SPEC §9.8), and
+            // keep the connection whatever others open.
             let verified = tls.get_ref().1.peer_certificates().is_some();
+            if verified {
+                state.set_verified();
+            }
+            let (counted, peer) = (Arc::clone(&state), slot.peer.clone());
             let service = tower::service_fn(move |mut req: axum::http::Request<Incoming>| {
-                let guard = counted.start();
+                let guard = counted.request();
                 let app = app.clone();
+                req.extensions_mut().insert(peer.clone());
                 if verified {
                     req.extensions_mut().insert(VerifiedClient);
                 }
@@ -167,14 +154,21 @@ pub async fn serve_tls(
                     response
                 }
             });
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http2()
+                .max_concurrent_streams(limits.max_streams.max(1));
             let conn =
                 builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
             tokio::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
-                _ = activity.idle_too_long(limits) => {
-                    tracing::debug!(%peer, "closing an idle connection");
+                _ = state.evicted() => {
+                    // Its place is taken already: close at once, mid-request or not.
+                    return;
+                }
+                _ = idle_too_long(&state, limits) => {
+                    tracing::debug!(peer = %addr, "closing an idle connection");
                     metrics.webhook_connections_idle_closed.inc();
                     conn.as_mut().graceful_shutdown();
                     tokio::time::timeout(Duration::from_secs(5), conn).await.unwrap_or(Ok(()))
@@ -187,8 +181,9 @@ pub async fn serve_tls(
                 }
             };
             if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+                tracing::debug!(peer = %addr, error = %e, "connection ended with an error");
             }
+            drop(slot);
         });
         // Reap finished connections without waiting.
         while connections.try_join_next().is_some() {}
@@ -198,15 +193,6 @@ pub async fn serve_tls(
         while connections.join_next().await.is_some() {}
     })
     .await;
-}
-
-/// Keeps the open-connections gauge right however a connection ends.
-struct OpenConnection(Arc<Metrics>);
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.webhook_connections.dec();
-    }
 }
 
 /// What `/readyz` checks.

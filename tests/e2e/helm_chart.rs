@@ -923,6 +923,58 @@ fn notes_tell_how_to_opt_a_namespace_in() {
     }
 }
 
+#[test]
+fn notes_say_when_anyone_can_reach_the_webhook_port() {
+    let notes = |values: &[&str]| {
+        let chart = chart_dir().display().to_string();
+        let mut args = vec![
+            "template",
+            &chart,
+            "--release",
+            "demo",
+            "--namespace",
+            "platform-system",
+            "--notes",
+        ];
+        args.extend_from_slice(values);
+        helm_ok(&args)
+    };
+    let open = "takes AdmissionReviews from anyone who can reach it";
+    for values in [
+        &[][..],
+        &["--set", "networkPolicy.enabled=true"],
+        // Policies do not apply to pods on the node's network.
+        &[
+            "--set",
+            "hostNetwork=true",
+            "--set",
+            "webhook.port=9443",
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set-json",
+            r#"networkPolicy.webhookFrom=[{"ipBlock": {"cidr": "10.0.0.0/28"}}]"#,
+        ],
+    ] {
+        let said = notes(values);
+        assert!(said.contains(open), "{values:?}:\n{said}");
+        assert!(
+            said.contains("webhook.clientCAConfigMap")
+                && said.contains("networkPolicy.controlPlaneCIDRs"),
+            "{said}"
+        );
+    }
+    for values in [
+        &["--set", "webhook.clientCAConfigMap=apiserver-webhook-ca"][..],
+        &[
+            "--set-json",
+            r#"networkPolicy.controlPlaneCIDRs=["10.0.0.0/28"]"#,
+        ],
+    ] {
+        let said = notes(values);
+        assert!(!said.contains(open), "{values:?}:\n{said}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Dockerfile
 

@@ -341,18 +341,22 @@ async fn copyrator_outlives_an_api_server_crash() {
     p.terminate();
 }
 
-/// Four 6 MiB bodies of zeros at once (the largest body a review may have) are refused as
-/// not-JSON, and cost copyrator bounded memory.
+/// Four 6 MiB bodies of zeros at once (the largest body a review may have), two from each of
+/// two addresses (one address may hold 16 MiB of bodies), are refused as not-JSON, and cost
+/// copyrator bounded memory.
 #[tokio::test]
 async fn large_bodies_of_garbage_cost_bounded_memory() {
     let mut p = Process::spawn(&plain_serve());
     p.wait_up().await;
     let (_, before) = p.memory();
     let zeros = bytes::Bytes::from(vec![0u8; 6 * 1024 * 1024]);
-    let posts = (0..4).map(|_| {
+    let posts = (0..4).map(|i| {
         let (port, ca, body) = (p.webhook_port, p.ca.clone(), zeros.clone());
+        let from: std::net::IpAddr = if i % 2 == 0 { "127.0.0.1" } else { "127.0.0.2" }
+            .parse()
+            .unwrap();
         tokio::spawn(async move {
-            let mut c = WebhookClient::connect(port, &ca).await;
+            let mut c = WebhookClient::connect_from(from, port, &ca).await;
             c.post("/admission/sources", body).await
         })
     });
@@ -372,7 +376,8 @@ async fn large_bodies_of_garbage_cost_bounded_memory() {
 }
 
 /// 300 connections that finish their TLS handshake and then say nothing: a real review is
-/// still answered at once, and the server closes them (first-request timeout).
+/// still answered at once, and the server closes them (first-request timeout, or to make room
+/// for newer connections of their address).
 #[tokio::test]
 async fn stalled_connections_neither_delay_reviews_nor_stay_open() {
     use tokio::io::AsyncReadExt;
@@ -409,10 +414,16 @@ async fn stalled_connections_neither_delay_reviews_nor_stay_open() {
         "300 stalled connections closed {:?} after opening; a real review answered in {answered:?}",
         opened.elapsed()
     );
+    // Past 256 from one address, each new connection took the place of the oldest stalled one.
+    let metrics = p.metrics().await;
+    let idle = metric_value(&metrics, "copyrator_webhook_connections_idle_closed_total");
+    let evicted = metric_value(
+        &metrics,
+        r#"copyrator_webhook_connections_evicted_total{reason="peer_limit",state="stalled"}"#,
+    );
     assert!(
-        p.metric("copyrator_webhook_connections_idle_closed_total")
-            .await
-            >= 300.0
+        idle + evicted >= 300.0 && evicted >= 44.0,
+        "{idle} closed idle, {evicted} to make room"
     );
 }
 

@@ -26,6 +26,7 @@ mod pod_gate;
 mod read_only;
 mod silent_connections;
 mod smoke;
+mod stalled_bodies;
 mod tenancy;
 mod unverified_callers;
 mod watch_triggers;

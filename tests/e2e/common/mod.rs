@@ -35,7 +35,7 @@ pub use http::{free_port, http_get, metric_value};
 pub use objects::{Data, ca_cert, config_map, holding, secret, secret_value};
 pub use pods::{create_pod, pod, pull_secret_names, registry_secret, service_account};
 pub use process::Process;
-pub use tls::{WebhookClient, test_certs, try_webhook_tls, webhook_tls};
+pub use tls::{WebhookClient, test_certs, try_webhook_tls, webhook_tls, webhook_tls_from};
 pub use wait::{CONVERGE, Object, Scope, eventually, stays, wait_for};
 pub use webhooks::{
     WEBHOOK_CONFIG_NAME, namespace_create_review, register_pod_gate, register_split,

@@ -32,6 +32,32 @@ pub async fn try_webhook_tls(
     port: u16,
     ca: &[u8],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connecting to the webhook port");
+    tls_over(tcp, ca).await
+}
+
+/// A TLS connection to copyrator's webhook port (on 127.0.0.1) from local address `from`
+/// (another loopback address than the API server's 127.0.0.1), trusting `ca`; the error of
+/// the connection or the handshake if either fails.
+pub async fn webhook_tls_from(
+    from: std::net::IpAddr,
+    port: u16,
+    ca: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((from, 0).into())?;
+    let tcp = socket
+        .connect((std::net::Ipv4Addr::LOCALHOST, port).into())
+        .await?;
+    tls_over(tcp, ca).await
+}
+
+async fn tls_over(
+    tcp: tokio::net::TcpStream,
+    ca: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca) {
@@ -44,9 +70,6 @@ pub async fn try_webhook_tls(
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connecting to the webhook port");
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(
             ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
@@ -62,7 +85,18 @@ pub struct WebhookClient {
 
 impl WebhookClient {
     pub async fn connect(port: u16, ca: &[u8]) -> Self {
-        let tls = webhook_tls(port, ca).await;
+        Self::over(webhook_tls(port, ca).await).await
+    }
+
+    /// As [`WebhookClient::connect`], from local address `from` ([`webhook_tls_from`]).
+    pub async fn connect_from(from: std::net::IpAddr, port: u16, ca: &[u8]) -> Self {
+        let tls = webhook_tls_from(from, port, ca)
+            .await
+            .expect("TLS to the webhook port");
+        Self::over(tls).await
+    }
+
+    async fn over(tls: tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> Self {
         let (sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
                 .await

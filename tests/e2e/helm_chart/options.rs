@@ -276,6 +276,102 @@ fn network_policy_opens_the_webhook_and_metrics_ports_to_their_peers_only() {
 }
 
 #[test]
+fn control_plane_cidrs_alone_close_the_webhook_port_to_everyone_else() {
+    let docs = render(
+        "demo",
+        "platform-system",
+        &[
+            "--set-json",
+            r#"networkPolicy.controlPlaneCIDRs=["10.0.0.0/28", "fd00::/64"]"#,
+        ],
+    );
+    let spec = &find(&docs, "NetworkPolicy")["spec"];
+    assert_eq!(
+        spec["ingress"][0],
+        json!({
+            "ports": [{"port": 8443, "protocol": "TCP"}],
+            "from": [
+                {"ipBlock": {"cidr": "10.0.0.0/28"}},
+                {"ipBlock": {"cidr": "fd00::/64"}},
+            ],
+        })
+    );
+    // The metrics port as configured: here from anywhere.
+    assert_eq!(
+        spec["ingress"][1],
+        json!({"ports": [{"port": 9090, "protocol": "TCP"}]})
+    );
+
+    // With other peers: both.
+    let docs = render(
+        "demo",
+        "platform-system",
+        &[
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set-json",
+            r#"networkPolicy.controlPlaneCIDRs=["10.0.0.0/28"]"#,
+            "--set-json",
+            r#"networkPolicy.webhookFrom=[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "konnectivity"}}}]"#,
+        ],
+    );
+    assert_eq!(
+        find(&docs, "NetworkPolicy")["spec"]["ingress"][0]["from"],
+        json!([
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "konnectivity"}}},
+            {"ipBlock": {"cidr": "10.0.0.0/28"}},
+        ])
+    );
+
+    render_fails(
+        &[
+            "--set-json",
+            r#"networkPolicy.controlPlaneCIDRs=["10.0.0.1"]"#,
+        ],
+        "networkPolicy/controlPlaneCIDRs",
+    );
+    render_fails(
+        &[
+            "--set",
+            "hostNetwork=true",
+            "--set-json",
+            r#"networkPolicy.controlPlaneCIDRs=["10.0.0.0/28"]"#,
+        ],
+        "has no effect with hostNetwork",
+    );
+}
+
+/// The policy `controlPlaneCIDRs` renders is one the API server takes as it is.
+#[tokio::test]
+async fn the_api_server_takes_the_control_plane_policy() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use kube::{Api, api::PostParams};
+
+    let env = crate::common::TestEnv::new().await;
+    let ns = env.namespace("helm-netpol", &[]).await;
+    let docs = render(
+        "demo",
+        &ns,
+        &[
+            "--set-json",
+            r#"networkPolicy.controlPlaneCIDRs=["10.0.0.0/28", "fd00::/64"]"#,
+        ],
+    );
+    let rendered = find(&docs, "NetworkPolicy");
+    let policy: NetworkPolicy = serde_json::from_value(rendered.clone()).unwrap();
+    let created = Api::<NetworkPolicy>::namespaced(env.client.clone(), &ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("the API server takes the rendered NetworkPolicy");
+    crate::helm_chart::support::assert_contains(
+        &serde_json::to_value(&created).unwrap()["spec"],
+        &rendered["spec"],
+        "NetworkPolicy.spec",
+    );
+    env.cleanup().await;
+}
+
+#[test]
 fn cert_manager_can_sign_with_an_existing_issuer() {
     let docs = render(
         "demo",
