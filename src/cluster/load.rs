@@ -4,22 +4,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::{StreamExt, stream};
 
 use crate::freshness::copy_index::{Listed, existing_from_meta, listed};
 use crate::{
-    cluster::{ApiResult, Cluster, Freshness},
+    cluster::{ApiResult, Cluster, Freshness, reads::each},
     content,
     copyrule::CopyRule,
     marks,
-    model::{Kind, Meta, NamespaceInfo, Object, ObjectKey, SourceInfo},
+    model::{Kind, NamespaceInfo, Object, ObjectKey, SourceInfo},
     plan::{Contents, Existing, MarksError, Policy, World},
     rules::Rule,
     tenancy::Tier,
 };
 
-/// Concurrent single-object reads a job issues at once.
-const READ_CONCURRENCY: usize = 16;
 /// Up to this many missing namespaces are read one by one; beyond, all are listed.
 const NAMESPACE_GETS_MAX: usize = 8;
 /// uids per `source-uid in (...)` selector.
@@ -352,14 +349,7 @@ async fn get_namespaces(
     world: &mut World,
     names: BTreeSet<String>,
 ) -> ApiResult<()> {
-    let found: Vec<(String, ApiResult<Option<NamespaceInfo>>)> = stream::iter(names)
-        .map(|n| async move {
-            let read = cluster.get_namespace(&n).await;
-            (n, read)
-        })
-        .buffer_unordered(READ_CONCURRENCY)
-        .collect()
-        .await;
+    let found = each(names, |n| async move { cluster.get_namespace(&n).await }).await;
     let mut read_ok = Vec::with_capacity(found.len());
     for (name, read) in found {
         match read {
@@ -389,14 +379,7 @@ pub async fn ensure_sources(
     if missing.is_empty() {
         return Ok(());
     }
-    let found: Vec<(ObjectKey, ApiResult<Option<Meta>>)> = stream::iter(missing)
-        .map(|k| async move {
-            let meta = cluster.get_meta(&k).await;
-            (k, meta)
-        })
-        .buffer_unordered(READ_CONCURRENCY)
-        .collect()
-        .await;
+    let found = each(missing, |k| async move { cluster.get_meta(&k).await }).await;
     let mut read = Vec::new();
     for (key, meta) in found {
         match meta {
@@ -419,14 +402,7 @@ pub async fn ensure_sources(
 /// follow-up job).
 pub async fn read_suspects(cluster: &Cluster, world: &mut World, found: &mut Found) {
     let suspects: Vec<ObjectKey> = std::mem::take(&mut found.suspect).into_iter().collect();
-    let read: Vec<(ObjectKey, ApiResult<Option<Object>>)> = stream::iter(suspects)
-        .map(|k| async move {
-            let obj = cluster.get(&k).await;
-            (k, obj)
-        })
-        .buffer_unordered(READ_CONCURRENCY)
-        .collect()
-        .await;
+    let read = each(suspects, |k| async move { cluster.get(&k).await }).await;
     for (k, obj) in read {
         match obj {
             Ok(obj) => found.add_read(k, obj.as_ref()),

@@ -15,7 +15,7 @@ pub mod load;
 pub mod passwords;
 pub mod progress;
 pub mod ratelimit;
-mod reads;
+pub mod reads;
 #[cfg(test)]
 pub(crate) use crate::freshness::index::namespace_info;
 pub mod selectors;

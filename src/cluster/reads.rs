@@ -14,6 +14,28 @@ use crate::{
     },
 };
 
+/// Single-object reads a batch sends at once ([`each`]).
+pub const READ_CONCURRENCY: usize = 16;
+
+/// `read` of each of `keys`, [`READ_CONCURRENCY`] at a time, each answer beside its key: the
+/// one loop a job's (and a one-off command's) batch of single reads takes. In no order.
+pub async fn each<K, T, F, Fut>(keys: impl IntoIterator<Item = K>, read: F) -> Vec<(K, T)>
+where
+    K: Clone,
+    F: Fn(K) -> Fut,
+    Fut: Future<Output = T>,
+{
+    use futures::StreamExt;
+    futures::stream::iter(keys)
+        .map(|k| {
+            let answer = read(k.clone());
+            async move { (k, answer.await) }
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .collect()
+        .await
+}
+
 impl Cluster {
     /// Opens a watch; its events are parsed as `T`.
     pub async fn watch_events<T: Clone + serde::de::DeserializeOwned>(

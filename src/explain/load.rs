@@ -11,7 +11,6 @@ use std::{
 };
 
 use anyhow::{Context as _, anyhow};
-use futures::{StreamExt, stream};
 
 use crate::{
     bundle::Bundle,
@@ -19,6 +18,7 @@ use crate::{
         Cluster, Freshness,
         load::{self, Found},
         passwords,
+        reads::each,
     },
     model::{Kind, Object, ObjectKey, SourceInfo},
     plan::{
@@ -28,9 +28,6 @@ use crate::{
     rules::{self, SourceMatch},
     sync::bundles,
 };
-
-/// Reads at once.
-const READ_CONCURRENCY: usize = 16;
 
 /// The planner's inputs for one explanation.
 pub struct Inputs {
@@ -205,14 +202,7 @@ async fn read_payloads(
     world: &mut World,
     sources: BTreeSet<ObjectKey>,
 ) -> Contents {
-    let read: Vec<(ObjectKey, _)> = stream::iter(sources)
-        .map(|k| async move {
-            let obj = cluster.get(&k).await;
-            (k, obj)
-        })
-        .buffer_unordered(READ_CONCURRENCY)
-        .collect()
-        .await;
+    let read = each(sources, |k| async move { cluster.get(&k).await }).await;
     let mut contents = Contents::default();
     for (key, obj) in read {
         match obj {
@@ -315,14 +305,7 @@ async fn read_targets(
     cluster: &Cluster,
     targets: BTreeSet<ObjectKey>,
 ) -> anyhow::Result<BTreeMap<ObjectKey, Existing>> {
-    let read: Vec<(ObjectKey, _)> = stream::iter(targets)
-        .map(|k| async move {
-            let obj = cluster.get(&k).await;
-            (k, obj)
-        })
-        .buffer_unordered(READ_CONCURRENCY)
-        .collect()
-        .await;
+    let read = each(targets, |k| async move { cluster.get(&k).await }).await;
     let mut existing = BTreeMap::new();
     for (key, obj) in read {
         let obj = obj.with_context(|| format!("reading {key}"))?;

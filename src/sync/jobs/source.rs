@@ -16,8 +16,9 @@ use crate::{
     sync::{
         Outcome, SyncError,
         context::Context,
-        converge::{converge, finish_loading, remember_payload},
+        converge::{converge, finish_loading},
         follow_up::after,
+        inputs::remember_payload,
         persisted::read_persisted,
         sources::{label_source, wake_followers, warn_about_source},
     },
