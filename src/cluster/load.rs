@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-
 use crate::freshness::copy_index::{Listed, existing_from_meta, listed};
 use crate::{
     cluster::{ApiResult, Cluster, Freshness, reads::each},

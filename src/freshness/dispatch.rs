@@ -662,40 +662,21 @@ impl Dispatcher {
     }
 
     fn set_index_live(&self, feed: Feed, live: bool) {
-        let ix = &self.indexes;
-        match feed {
-            Feed::Copies(kind) => ix.copies.set_live(kind, live),
-            Feed::Sources(kind) => ix.sources.of(kind).set_live(live),
-            Feed::Namespaces => ix.namespaces.set_live(live),
-            Feed::CopyRules => ix.copy_rules.set_live(live),
-            Feed::Selected(_) => {}
-        }
+        self.indexes.of(feed, |index| index.set_live(live));
     }
 
     /// The watch starts over with a new LIST: the index stops answering until then.
     fn unseed(&self, feed: Feed) {
-        let ix = &self.indexes;
-        match feed {
-            Feed::Copies(kind) => ix.copies.unseed(kind),
-            Feed::Sources(kind) => ix.sources.of(kind).unseed(),
-            Feed::Namespaces => ix.namespaces.unseed(),
-            Feed::CopyRules => ix.copy_rules.changed(),
-            Feed::Selected(_) => {}
-        }
+        self.indexes.of(feed, |index| index.unseed());
     }
 
     fn show_index_size(&self, feed: Feed) {
-        let ix = &self.indexes;
-        let len = match feed {
-            Feed::Copies(kind) => ix.copies.len(kind),
-            Feed::Sources(kind) => ix.sources.of(kind).len(),
-            Feed::Namespaces => ix.namespaces.len(),
-            Feed::CopyRules | Feed::Selected(_) => return,
-        };
-        self.metrics
-            .index_objects
-            .get_or_create(&FeedLabels { feed: feed.name() })
-            .set(len as i64);
+        if let Some(len) = self.indexes.of(feed, |index| index.held()) {
+            self.metrics
+                .index_objects
+                .get_or_create(&FeedLabels { feed: feed.name() })
+                .set(len as i64);
+        }
     }
 
     fn show_live(&self, feed: Feed, live: bool) {

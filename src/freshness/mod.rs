@@ -27,6 +27,71 @@ pub mod waiters;
 
 use std::sync::Arc;
 
+use crate::model::Kind;
+use waiters::Feed;
+
+/// What the dispatcher asks of every feed's index, whatever it keeps (as linkerd's
+/// `IndexNamespacedResource`): to answer or not while its watch is up or down, to stop
+/// answering until its watch's next LIST, and how much it holds.
+pub trait FeedIndex {
+    /// The watch is up (events arrive) or down (they may be missed: answer nothing).
+    fn set_live(&self, live: bool);
+    /// The watch starts over with a new LIST: answer nothing until it is in.
+    fn unseed(&self);
+    /// Objects held, for `copyrator_index_objects`; `None` when it keeps no count.
+    fn held(&self) -> Option<usize>;
+}
+
+impl<K: Eq + std::hash::Hash + Clone, V: index::Versioned> FeedIndex for index::Index<K, V> {
+    fn set_live(&self, live: bool) {
+        index::Index::set_live(self, live)
+    }
+    fn unseed(&self) {
+        index::Index::unseed(self)
+    }
+    fn held(&self) -> Option<usize> {
+        Some(self.len())
+    }
+}
+
+/// One kind's copies in the copy index.
+struct CopiesOf<'a>(&'a copy_index::CopyIndex, Kind);
+
+impl FeedIndex for CopiesOf<'_> {
+    fn set_live(&self, live: bool) {
+        self.0.set_live(self.1, live)
+    }
+    fn unseed(&self) {
+        self.0.unseed(self.1)
+    }
+    fn held(&self) -> Option<usize> {
+        Some(self.0.len(self.1))
+    }
+}
+
+impl FeedIndex for rule_scope::CopyRuleScope {
+    fn set_live(&self, live: bool) {
+        rule_scope::CopyRuleScope::set_live(self, live)
+    }
+    fn unseed(&self) {
+        self.changed()
+    }
+    fn held(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// A selector's matches are kept nowhere (the sources feed keeps the labelled ones).
+struct NoIndex;
+
+impl FeedIndex for NoIndex {
+    fn set_live(&self, _: bool) {}
+    fn unseed(&self) {}
+    fn held(&self) -> Option<usize> {
+        None
+    }
+}
+
 /// The indexes the watches keep (and copyrator's own writes update), shared by the
 /// dispatcher that applies events to them and the jobs that read them (through
 /// `crate::cluster::Cluster`).
@@ -40,4 +105,17 @@ pub struct Indexes {
     pub namespaces: Arc<index::NamespaceIndex>,
     /// The CopyRules as last listed, unless a CopyRule event came since.
     pub copy_rules: Arc<rule_scope::CopyRuleScope>,
+}
+
+impl Indexes {
+    /// The index `feed`'s watch keeps, as [`FeedIndex`]; `f` of it.
+    pub fn of<R>(&self, feed: Feed, f: impl FnOnce(&dyn FeedIndex) -> R) -> R {
+        match feed {
+            Feed::Copies(kind) => f(&CopiesOf(&self.copies, kind)),
+            Feed::Sources(kind) => f(self.sources.of(kind)),
+            Feed::Namespaces => f(&*self.namespaces),
+            Feed::CopyRules => f(&*self.copy_rules),
+            Feed::Selected(_) => f(&NoIndex),
+        }
+    }
 }
