@@ -18,7 +18,8 @@
 //! `freshness` and `queue` know nothing of `cluster`, `sync` or `pipeline`.
 
 pub use copyrator_core::{
-    bundle, content, copyrule, grants, marks, model, plan, rules, selector, tenancy, transform,
+    bundle, content, copyrule, grants, marks, model, plan, rules, selector, template, tenancy,
+    transform,
 };
 
 pub mod admission;

@@ -91,6 +91,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
             source_namespace: src.clone(),
             sources: None,
             drop_expired: false,
+            template: None,
             source_name: None,
             source_selector: Some(selector(&key, "copy-me")),
             namespace_selector: Some(selector(&key, "target")),

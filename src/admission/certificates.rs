@@ -89,8 +89,9 @@ impl Advisor {
                         .take(MAX_SOURCES)
                         .collect()
                 }
-                // A bundle leaves out what is not certificates, at apply time (SPEC §3.2).
-                SourceMatch::Bundle(_) => Vec::new(),
+                // A bundle leaves out what is not certificates, at apply time (SPEC §3.2); a
+                // template is never a Secret's data.
+                SourceMatch::Bundle(_) | SourceMatch::Template(_) => Vec::new(),
             };
             let reads = futures::future::join_all(keys.iter().map(|k| self.cluster.get(k))).await;
             let sources: Vec<(ObjectKey, Payload)> = keys

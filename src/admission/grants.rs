@@ -28,6 +28,7 @@ use crate::{
     grants::role_ref,
     model::{ObjectKey, kind_table::Grants},
     rules::{Rule, SourceMatch},
+    template::NAMESPACE_VARIABLE,
 };
 
 /// How long the reads and reviews may take before the rule is denied for now.
@@ -87,6 +88,7 @@ pub fn rights(
         Grants::Role => {
             let name = match &rule.sources {
                 SourceMatch::Name(n) => rule.target_name(n).to_string(),
+                SourceMatch::Template(_) => rule.target_name("").to_string(),
                 _ => return Vec::new(),
             };
             vec![Right {
@@ -125,14 +127,21 @@ impl Advisor {
             return denied("copyrator is busy checking other rules; try again".into());
         };
         let work = async {
-            let source = match &check.rule.sources {
+            let payload = match &check.rule.sources {
                 SourceMatch::Name(name) => {
                     let key = ObjectKey::new(check.rule.kind, &check.rule.source_namespace, name);
-                    self.cluster.get(&key).await.ok().flatten()
+                    let source = self.cluster.get(&key).await.ok().flatten();
+                    source.map(|o| o.payload.for_kind(check.rule.kind))
+                }
+                // A template's roleRef is in the rule; one naming the namespace may come to
+                // be any listed role (judged by the planner per copy).
+                SourceMatch::Template(t) => {
+                    Some(t.for_namespace(check.rule.kind, NAMESPACE_VARIABLE).1).filter(|p| {
+                        role_ref(p).is_none_or(|(_, n)| !n.contains(NAMESPACE_VARIABLE))
+                    })
                 }
                 _ => None,
             };
-            let payload = source.map(|o| o.payload.for_kind(check.rule.kind));
             let role = payload.as_ref().and_then(role_ref);
             let rights = rights(grants, &check.rule, role, &self.policy().grants);
             let answers =

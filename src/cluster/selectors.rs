@@ -39,7 +39,7 @@ pub fn wanted<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Vec<SourceSelect
                 namespace: r.source_namespace.clone(),
                 selector: sel.to_string(),
             }],
-            SourceMatch::Name(_) => Vec::new(),
+            SourceMatch::Name(_) | SourceMatch::Template(_) => Vec::new(),
             // A bundle's selector entries: a new match wakes the bundle (SPEC §3.2).
             SourceMatch::Bundle(b) => b
                 .sources
@@ -138,6 +138,7 @@ mod tests {
             source_namespace: ns.into(),
             sources: None,
             drop_expired: false,
+            template: None,
             source_name: selector.is_none().then(|| "one".to_string()),
             source_selector: selector.map(|(k, v)| LabelSelector {
                 match_labels: Some([(k.to_string(), v.to_string())].into()),

@@ -413,6 +413,7 @@ fn copy_rule(
             source_namespace: intent.source.namespace.clone(),
             sources: None,
             drop_expired: false,
+            template: None,
             source_name: Some(intent.source.name.clone()),
             source_selector: None,
             namespace_selector,

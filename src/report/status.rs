@@ -172,6 +172,7 @@ mod tests {
                 source_namespace: "src".into(),
                 sources: None,
                 drop_expired: false,
+                template: None,
                 source_name: Some("cm".into()),
                 source_selector: None,
                 namespace_selector: None,

@@ -32,6 +32,8 @@ pub(super) async fn adopt_rule_sources(
             label_bundle_sources(ctx, bundle, fresh).await?;
             return Ok(());
         }
+        // The rule is its copies' source: nothing to label.
+        SourceMatch::Template(_) => return Ok(()),
         SourceMatch::Name(name) => {
             let key = ObjectKey::new(rule.kind, &rule.source_namespace, name);
             cluster

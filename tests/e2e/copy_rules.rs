@@ -28,6 +28,7 @@ fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
         source_namespace: source_ns.into(),
         sources: None,
         drop_expired: false,
+        template: None,
         source_name: None,
         source_selector: None,
         namespace_selector: None,

@@ -375,6 +375,7 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
                 source_namespace: src.clone(),
                 sources: None,
                 drop_expired: false,
+                template: None,
                 source_name: Some("ca".into()),
                 source_selector: None,
                 namespace_selector: None,

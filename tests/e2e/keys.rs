@@ -68,6 +68,7 @@ fn rule(source_ns: &str, source: &str) -> CopyRuleSpec {
         source_namespace: source_ns.into(),
         sources: None,
         drop_expired: false,
+        template: None,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: None,

@@ -186,6 +186,7 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
         source_namespace: src.clone(),
         sources: None,
         drop_expired: false,
+        template: None,
         source_name: Some("mirror".into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {

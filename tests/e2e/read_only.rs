@@ -81,6 +81,7 @@ async fn read_only_copy_scenario(t: Harness, verified: bool) {
                 source_namespace: src.clone(),
                 sources: None,
                 drop_expired: false,
+                template: None,
                 source_name: Some("ca".into()),
                 source_selector: None,
                 namespace_selector: None,

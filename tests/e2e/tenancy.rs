@@ -320,6 +320,7 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
                 source_namespace: platform.clone(),
                 sources: None,
                 drop_expired: false,
+                template: None,
                 source_name: Some("cacerts".into()),
                 source_selector: None,
                 namespace_selector: None,
@@ -450,6 +451,7 @@ async fn a_tenant_copy_is_never_a_source() {
                 source_namespace: shared.clone(),
                 sources: None,
                 drop_expired: false,
+                template: None,
                 source_name: None,
                 source_selector: Some(
                     k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
@@ -479,6 +481,7 @@ async fn a_tenant_copy_is_never_a_source() {
                 source_namespace: shared.clone(),
                 sources: None,
                 drop_expired: false,
+                template: None,
                 source_name: Some("cacerts".into()),
                 source_selector: None,
                 namespace_selector: Some(every_team),
@@ -629,6 +632,7 @@ async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
                 source_namespace: src.clone(),
                 sources: None,
                 drop_expired: false,
+                template: None,
                 source_name: Some("settings".into()),
                 source_selector: None,
                 namespace_selector: None,

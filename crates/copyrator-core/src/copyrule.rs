@@ -53,6 +53,14 @@ pub struct CopyRuleSpec {
     /// namespace accepts copies from it (copyrator.io/accept-from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<BundleSourceSpec>>,
+    /// The copies themselves, instead of a source (SPEC §3.3): their top-level fields (`spec`,
+    /// `rules`, `roleRef` and `subjects`, a ConfigMap's `data`, ...) and optionally
+    /// `metadata.labels` and `metadata.annotations`. `$(namespace)` in any string value
+    /// becomes the target namespace's name. Not for Secrets (a CopyRule is readable by
+    /// `view`). Needs targetName.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "template_schema")]
+    pub template: Option<serde_json::Map<String, serde_json::Value>>,
     /// With `sources`: certificates past their notAfter are left out of the bundle.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_expired: bool,
@@ -186,6 +194,15 @@ pub struct PasswordSecretRef {
     pub namespace: String,
     pub name: String,
     pub key: String,
+}
+
+/// `spec.template` in the CRD: any object's fields, which admission checks.
+fn template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "nullable": true,
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 /// `spec.keys` in the CRD: each entry is a string or a `{from, to}` map, which a structural

@@ -78,11 +78,12 @@ impl std::fmt::Display for GrantRefused {
 }
 
 /// Judges a copy of `kind` named `name`, made from `payload` of a source in
-/// `source_namespace` (see the module documentation). Kinds that grant nothing pass.
+/// `source_namespace` (`None`: the CopyRule itself is the source, a template, SPEC §3.3; an
+/// administrator's object) (see the module documentation). Kinds that grant nothing pass.
 pub fn judge(
     kind: Kind,
     name: &str,
-    source_namespace: &str,
+    source_namespace: Option<&str>,
     payload: &Payload,
     grants: &GrantPolicy,
     trust: &TrustPolicy,
@@ -90,9 +91,11 @@ pub fn judge(
     let Some(what) = kind.facts().grants else {
         return Ok(());
     };
-    if !trust.is_trusted(source_namespace) {
+    if let Some(namespace) = source_namespace
+        && !trust.is_trusted(namespace)
+    {
         return Err(GrantRefused::SourceNotTrusted {
-            namespace: source_namespace.to_string(),
+            namespace: namespace.to_string(),
         });
     }
     match what {
@@ -165,7 +168,8 @@ mod tests {
     #[test]
     fn a_binding_is_copied_only_to_a_role_listed_for_its_kind() {
         let rb = rbac("RoleBinding");
-        let judge = |p: &Payload, g: &GrantPolicy| judge(rb, "b", "platform", p, g, &trusted());
+        let judge =
+            |p: &Payload, g: &GrantPolicy| judge(rb, "b", Some("platform"), p, g, &trusted());
         let view = binding("ClusterRole", "view");
         assert_eq!(judge(&view, &policy(&["view"], &[], &[])), Ok(()));
         assert_eq!(
@@ -210,11 +214,11 @@ mod tests {
         .unwrap();
         let g = policy(&["view"], &["app"], &["app"]);
         assert_eq!(
-            judge(role, "app", "platform", &rules, &g, &trusted()),
+            judge(role, "app", Some("platform"), &rules, &g, &trusted()),
             Ok(())
         );
         assert_eq!(
-            judge(role, "other", "platform", &rules, &g, &trusted()),
+            judge(role, "other", Some("platform"), &rules, &g, &trusted()),
             Err(GrantRefused::RoleNameNotListed {
                 name: "other".into()
             })
@@ -229,7 +233,7 @@ mod tests {
             judge(
                 rb,
                 "b",
-                "team-a",
+                Some("team-a"),
                 &binding("ClusterRole", "view"),
                 &g,
                 &trusted()
@@ -251,9 +255,9 @@ mod tests {
         .unwrap();
         let g = GrantPolicy::default();
         let p = Payload::default();
-        assert_eq!(judge(np, "x", "team-a", &p, &g, &trusted()), Ok(()));
+        assert_eq!(judge(np, "x", Some("team-a"), &p, &g, &trusted()), Ok(()));
         assert_eq!(
-            judge(Kind::Secret, "x", "team-a", &p, &g, &trusted()),
+            judge(Kind::Secret, "x", Some("team-a"), &p, &g, &trusted()),
             Ok(())
         );
     }

@@ -12,5 +12,6 @@ pub mod model;
 pub mod plan;
 pub mod rules;
 pub mod selector;
+pub mod template;
 pub mod tenancy;
 pub mod transform;

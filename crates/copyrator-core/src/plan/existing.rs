@@ -130,8 +130,8 @@ impl ManagedCopy {
         let source = annotations
             .get(marks::SOURCE_ANNOTATION)
             .ok_or(MarksError::MissingSource)?;
-        // A bundle's copy names its CopyRule as its source (SPEC §3.2, Bundles): the same
-        // rule in both annotations, or the marks do not parse.
+        // A bundle's or a template's copy names its CopyRule as its source (SPEC §3.2, §3.3):
+        // the same rule in both annotations, or the marks do not parse.
         if annotations
             .get(marks::SOURCE_KIND_ANNOTATION)
             .map(String::as_str)
@@ -144,7 +144,7 @@ impl ManagedCopy {
                 Some(name) if selector::is_dns_subdomain(name) => name,
                 _ => return Err(MarksError::BadRule),
             };
-            if !kind.is_consentable() || source != rule {
+            if source != rule {
                 return Err(MarksError::BadSource);
             }
             return Ok(Self::parsed(

@@ -48,6 +48,8 @@ struct Shared<'w> {
     bundles_reported: HashSet<&'w RuleId>,
     /// Whether each claim's source may be copied at all (see [`Shared::admissible`]).
     admissible: HashMap<(&'w RuleId, &'w ObjectKey), Result<(), ConflictReason>>,
+    /// Template rules' copies, by rule and namespace ("" when the same everywhere).
+    from_templates: HashMap<(RuleId, String), Arc<CopyTemplate>>,
 }
 
 impl<'w> Shared<'w> {
@@ -59,26 +61,53 @@ impl<'w> Shared<'w> {
         world: &World,
         claim: &Claim<'w>,
         payload: &crate::model::Payload,
+        shared_by_targets: bool,
     ) -> Result<(), ConflictReason> {
         let key = (&claim.rule.id, &claim.source.key);
-        if let Some(verdict) = self.admissible.get(&key) {
+        if shared_by_targets && let Some(verdict) = self.admissible.get(&key) {
             return verdict.clone();
         }
+        // A bundle's or template's copies come from the CopyRule itself: an administrator's.
+        let from = (!claim.source.key.is_bundle()).then_some(claim.source.key.namespace.as_str());
         let policy = world.policy();
         let verdict = match payload.never_copied(claim.source.key.kind) {
             Some(never) => Err(ConflictReason::NeverCopied(never)),
             None => crate::grants::judge(
                 claim.rule.target_kind(),
                 claim.rule.target_name(&claim.source.key.name),
-                &claim.source.key.namespace,
+                from,
                 payload,
                 &policy.grants,
                 &policy.trust,
             )
             .map_err(ConflictReason::Grant),
         };
-        self.admissible.insert(key, verdict.clone());
+        if shared_by_targets {
+            self.admissible.insert(key, verdict.clone());
+        }
         verdict
+    }
+
+    /// The copy template of a template rule's claim in `namespace` (SPEC §3.3): one for
+    /// every namespace unless the template names the namespace.
+    fn template_copy(
+        &mut self,
+        claim: &Claim<'w>,
+        t: &crate::template::Template,
+        namespace: &str,
+    ) -> Arc<CopyTemplate> {
+        let at = if t.per_namespace { namespace } else { "" };
+        let key = (claim.rule.id.clone(), at.to_string());
+        if let Some(made) = self.from_templates.get(&key) {
+            return Arc::clone(made);
+        }
+        let (owner, payload) = t.for_namespace(claim.rule.kind, namespace);
+        let made = Arc::new(
+            CopyTemplate::new(claim.rule, &owner, &Arc::new(payload))
+                .expect("a template's copies are not transformed"),
+        );
+        self.from_templates.insert(key, Arc::clone(&made));
+        made
     }
 
     fn by(&mut self, claim: &Claim<'w>) -> ClaimRef {
@@ -343,10 +372,18 @@ fn plan_target<'w>(
         .collect();
     // What is never copied, or an RBAC copy that would grant what may not be granted, is
     // refused before anything is planned, and a copy this claim made before is taken away.
-    if winner.rule.bundle().is_none()
-        && let Some(payload) = contents.payloads.get(&winner.source.key)
-        && let Err(reason) = shared.admissible(world, &winner, payload)
-    {
+    let verdict = if let Some(t) = winner.rule.template() {
+        let (_, payload) = t.for_namespace(winner.rule.kind, &target.namespace);
+        Some(shared.admissible(world, &winner, &payload, !t.per_namespace))
+    } else if winner.rule.bundle().is_none() {
+        contents
+            .payloads
+            .get(&winner.source.key)
+            .map(|p| shared.admissible(world, &winner, p, true))
+    } else {
+        None
+    };
+    if let Some(Err(reason)) = verdict {
         actions.extend(refuse(
             target,
             shared.by(&winner),
@@ -441,6 +478,9 @@ fn plan_winner<'w>(
                 };
             }
         }
+    } else if let Some(t) = claim.rule.template() {
+        // A template (SPEC §3.3): the rule's own content, the namespace's name put in.
+        Some(shared.template_copy(&claim, t, &target.namespace))
     } else {
         let payload = contents.payloads.get(&claim.source.key);
         // One template per (rule, source): every target shares its payload and content hash.
@@ -583,5 +623,7 @@ mod bundle_tests;
 mod grants_tests;
 #[cfg(test)]
 mod keys_tests;
+#[cfg(test)]
+mod template_tests;
 #[cfg(test)]
 mod tests;

@@ -214,6 +214,7 @@ fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
         source_namespace: "default".into(),
         sources: None,
         drop_expired: false,
+        template: None,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {

@@ -298,9 +298,10 @@ impl World {
         let mut out = Claims::default();
         for rule in &self.rules.rules {
             // A source a cap holds back makes no claim (its copies stay as they are). A
-            // bundle's copies have one stand-in source, the rule itself (SPEC §3.2).
-            let sources: Vec<&SourceInfo> = match rule.bundle() {
-                Some(bundle) => vec![&bundle.owner],
+            // bundle's and a template's copies have one stand-in source, the rule itself
+            // (SPEC §3.2, §3.3).
+            let sources: Vec<&SourceInfo> = match rule.owner() {
+                Some(owner) => vec![owner],
                 None => self
                     .sources
                     .values()

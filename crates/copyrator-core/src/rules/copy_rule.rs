@@ -23,6 +23,9 @@ impl Rule {
         if spec.sources.is_some() {
             return bundle_rule(rule, name);
         }
+        if spec.template.is_some() {
+            return super::template_rule::template_rule(rule, name);
+        }
         if spec.drop_expired {
             return Err(RuleError::new(
                 "spec.dropExpired",

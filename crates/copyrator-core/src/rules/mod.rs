@@ -8,6 +8,7 @@ mod bundle_rule;
 mod copy_rule;
 mod inline;
 mod set;
+mod template_rule;
 
 pub use copy_rule::copy_rule_kind;
 pub use inline::ignored_annotations;
@@ -67,6 +68,8 @@ pub enum SourceMatch {
     /// A bundle (SPEC §3.2): the certificates of several sources, of any namespace, combined
     /// into one key; none of them is a source of the rule's copies, the rule itself is.
     Bundle(Box<Bundle>),
+    /// A template (SPEC §3.3): the rule holds its copies' content; it is their source.
+    Template(Box<crate::template::Template>),
 }
 
 /// How a rule's own namespace clauses (explicit names, selector, exclusions) judge one
@@ -130,7 +133,7 @@ impl Rule {
             && match &self.sources {
                 SourceMatch::Name(name) => &source.key.name == name,
                 SourceMatch::Selector(sel) => sel.matches(&source.labels),
-                SourceMatch::Bundle(_) => false,
+                SourceMatch::Bundle(_) | SourceMatch::Template(_) => false,
             }
     }
 
@@ -138,6 +141,24 @@ impl Rule {
     pub fn bundle(&self) -> Option<&Bundle> {
         match &self.sources {
             SourceMatch::Bundle(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The rule's template, when it is one.
+    pub fn template(&self) -> Option<&crate::template::Template> {
+        match &self.sources {
+            SourceMatch::Template(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// What stands for the source of the copies when the rule itself is their source (a
+    /// bundle, a template): the one source its claims name.
+    pub fn owner(&self) -> Option<&SourceInfo> {
+        match &self.sources {
+            SourceMatch::Bundle(b) => Some(&b.owner),
+            SourceMatch::Template(t) => Some(&t.owner),
             _ => None,
         }
     }
@@ -233,6 +254,7 @@ impl Rule {
                 b.sources.len(),
                 if b.sources.len() == 1 { "" } else { "s" }
             ),
+            SourceMatch::Template(_) => "template".to_string(),
         }
     }
 }

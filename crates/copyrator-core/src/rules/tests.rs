@@ -56,6 +56,7 @@ fn spec() -> CopyRuleSpec {
         source_namespace: "platform".into(),
         sources: None,
         drop_expired: false,
+        template: None,
         source_name: Some("shared".into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {

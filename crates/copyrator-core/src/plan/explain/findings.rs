@@ -187,7 +187,9 @@ pub(super) fn no_source(
                 rule.target_name(name),
             )),
         ),
-        SourceMatch::Selector(_) | SourceMatch::Bundle(_) => (None, None),
+        SourceMatch::Selector(_) | SourceMatch::Bundle(_) | SourceMatch::Template(_) => {
+            (None, None)
+        }
     };
     let copy = copy_state(target.as_ref().and_then(|t| existing.get(t)), None, None);
     let (verdict, message) = match world.targeting(rule, ns) {
@@ -207,6 +209,8 @@ pub(super) fn no_source(
                     rule.kind, rule.source_namespace
                 ),
                 SourceMatch::Bundle(_) => "the bundle has no source".to_string(),
+                // A template is its own source: it always has one.
+                SourceMatch::Template(_) => "the template makes no copy here".to_string(),
             },
         ),
     };

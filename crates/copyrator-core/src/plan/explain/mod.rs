@@ -305,6 +305,11 @@ pub fn explain(
     };
     for rule in &world.rules().rules {
         let sources: Vec<&SourceInfo> = match (rule.bundle(), focus) {
+            // A template's copies have one source, the rule's stand-in.
+            _ if rule.template().is_some() => match focus {
+                Focus::Namespace(_) => rule.owner().into_iter().collect(),
+                Focus::Source(_) => Vec::new(),
+            },
             // A bundle's copies have one source, the rule's stand-in.
             (Some(bundle), Focus::Namespace(_)) => vec![&bundle.owner],
             (Some(bundle), Focus::Source(key)) if reads_source(world, bundle, key) => {

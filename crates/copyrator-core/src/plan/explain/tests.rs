@@ -66,6 +66,7 @@ fn rule_spec(source: &str) -> CopyRuleSpec {
         source_namespace: "platform".into(),
         sources: None,
         drop_expired: false,
+        template: None,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {
