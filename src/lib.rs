@@ -40,4 +40,6 @@ pub mod sync;
 pub mod telemetry;
 
 #[cfg(test)]
+mod doc_paths;
+#[cfg(test)]
 mod layering;
