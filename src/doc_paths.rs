@@ -234,3 +234,35 @@ fn paths_are_read_as_a_reader_would() {
         ["design/x.md"]
     );
 }
+
+#[test]
+fn the_code_layout_names_every_top_level_module() {
+    // The README's "How it is built" is the one code layout; a module it does not name is one
+    // a newcomer cannot place.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = fs::read_to_string(repo.join("README.md")).unwrap();
+    let layout = readme
+        .split_once("## How it is built")
+        .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
+        .expect("README.md has a section \"How it is built\"");
+    let mut unnamed = Vec::new();
+    for entry in fs::read_dir(repo.join("src")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let shown = if path.is_dir() {
+            format!("src/{name}/")
+        } else if name.ends_with(".rs") && name != "lib.rs" {
+            format!("src/{name}")
+        } else {
+            continue;
+        };
+        if !layout.contains(&shown) {
+            unnamed.push(shown);
+        }
+    }
+    unnamed.sort();
+    assert!(
+        unnamed.is_empty(),
+        "README.md's code layout does not name {unnamed:?}"
+    );
+}
