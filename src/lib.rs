@@ -1,21 +1,10 @@
-//! copyrator keeps Secrets and ConfigMaps copied across Kubernetes namespaces.
+//! copyrator keeps Secrets, ConfigMaps and other namespaced objects copied across Kubernetes
+//! namespaces (the contract: `docs/SPEC.md`).
 //!
-//! How a change travels (SPEC §5), and where each step lives:
-//!
-//! ```text
-//! kube-apiserver ─AdmissionReview─▶ admission/ ─Job─▶ queue/ ◀─Job─ pipeline/reconcile
-//!        │ watch events                                 ▲           cluster/selectors
-//!        └──▶ cluster/watch (I/O) ─▶ freshness/dispatch ┘ indexes, Pod gate memory, waiters
-//!                                                         │
-//!   pipeline/worker ─▶ sync/jobs/*: cluster/load (persisted state) ─▶ plan (pure, core crate)
-//!                                   ─▶ cluster/apply (the only writes) ─▶ report (Events, status)
-//!
-//! kube-apiserver ─Pod CREATE─▶ admission/pods ─▶ gate: freshness/ready (memory) or
-//!                                                sync/pods (the namespace synced now)
-//! ```
-//!
-//! The top-level modules depend on each other in one direction only (`layering.rs`):
-//! `freshness` and `queue` know nothing of `cluster`, `sync` or `pipeline`.
+//! How a change travels, and which module holds each step: the one architecture diagram and code
+//! layout are in the README's "How it is built" (`README.md`), kept beside the front door so that
+//! there is one to keep true. The top-level modules depend on each other in one direction only,
+//! checked by `layering.rs`; every path a comment names exists, checked by `doc_paths.rs`.
 
 pub use copyrator_core::{
     bundle, content, copyrule, grants, marks, model, plan, rules, selector, template, tenancy,
@@ -40,5 +29,7 @@ pub mod report;
 pub mod sync;
 pub mod telemetry;
 
+#[cfg(test)]
+mod doc_paths;
 #[cfg(test)]
 mod layering;

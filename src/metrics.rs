@@ -649,4 +649,32 @@ mod tests {
             assert!(text.contains(sample), "{sample} in {text}");
         }
     }
+
+    #[test]
+    fn every_metric_is_in_the_metrics_reference() {
+        // docs/metrics.md is where an operator looks a metric up: one registered without a row
+        // there is one nobody can read.
+        let docs = include_str!("../docs/metrics.md");
+        let text = Metrics::new().encode();
+        let mut missing = Vec::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            let mut parts = rest.split(' ');
+            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let shown = if kind == "counter" {
+                format!("`{name}_total`")
+            } else {
+                format!("`{name}`")
+            };
+            if !docs.contains(&shown) {
+                missing.push(shown);
+            }
+        }
+        assert!(text.contains("# TYPE copyrator_leader gauge"), "{text}");
+        assert!(missing.is_empty(), "docs/metrics.md lacks {missing:?}");
+    }
 }

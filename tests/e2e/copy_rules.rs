@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::*;
+use common::{build::Labelled, *};
 use copyrator::{
     copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec, CopyRuleStatus, DeletionPolicy},
     marks,
@@ -84,29 +84,22 @@ async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
     let t1 = t.namespace("cr-t1", &[("copies", &t.id)]).await;
     let t2 = t.namespace("cr-t2", &[("copies", &t.id)]).await;
     let other = t.namespace("cr-other", &[]).await;
-    for (name, selected) in [("alpha", true), ("beta", true), ("gamma", false)] {
-        let labels: &[(&str, &str)] = if selected {
-            &[("copyrator", "true")]
-        } else {
-            &[]
-        };
-        t.config_maps(&src)
-            .create(
-                &PostParams::default(),
-                &config_map(name, labels, &[], &[("v", name)]),
-            )
-            .await
-            .unwrap();
+    for name in ["alpha", "beta"] {
+        build::config_map(name)
+            .data("v", name)
+            .label("copyrator", "true")
+            .create(&t, &src)
+            .await;
     }
-    let name = t
-        .copy_rule(
-            "selector",
-            CopyRuleSpec {
-                source_selector: match_labels("copyrator", "true"),
-                namespace_selector: match_labels("copies", &t.id),
-                ..spec(Kind::ConfigMap, &src)
-            },
-        )
+    build::config_map("gamma")
+        .data("v", "gamma")
+        .create(&t, &src)
+        .await;
+    let name = build::copy_rule("selector")
+        .of(Kind::ConfigMap)
+        .sources_labelled(&src, ("copyrator", "true"))
+        .copied_where(("copies", &t.id))
+        .create(&t)
         .await;
     for ns in [&t1, &t2] {
         t.wait_value::<ConfigMap>(ns, "alpha", "v", "alpha").await;
@@ -141,13 +134,11 @@ async fn selector_rule_copies_every_matching_config_map_and_follows_changes() {
         t.wait_value::<ConfigMap>(ns, "beta", "v", "beta-2").await;
     }
     // A new matching ConfigMap (not labelled as a source) is picked up by the resync.
-    t.config_maps(&src)
-        .create(
-            &PostParams::default(),
-            &config_map("delta", &[("copyrator", "true")], &[], &[("v", "delta")]),
-        )
-        .await
-        .unwrap();
+    build::config_map("delta")
+        .data("v", "delta")
+        .label("copyrator", "true")
+        .create(&t, &src)
+        .await;
     t.wait_value::<ConfigMap>(&t2, "delta", "v", "delta").await;
 
     let status = t
@@ -179,22 +170,15 @@ async fn named_rule_keeps_one_config_map_in_sync_in_one_namespace() {
     let src = t.namespace("sync-src", &[]).await;
     let dest = t.namespace("sync-dest", &[]).await;
     let bystander = t.namespace("sync-bystander", &[]).await;
-    t.config_maps(&src)
-        .create(
-            &PostParams::default(),
-            &config_map("app-config", &[], &[], &[("mode", "blue")]),
-        )
-        .await
-        .unwrap();
-    let name = t
-        .copy_rule(
-            "sync",
-            CopyRuleSpec {
-                source_name: Some("app-config".into()),
-                namespaces: vec![dest.clone()],
-                ..spec(Kind::ConfigMap, &src)
-            },
-        )
+    build::config_map("app-config")
+        .data("mode", "blue")
+        .create(&t, &src)
+        .await;
+    let name = build::copy_rule("sync")
+        .of(Kind::ConfigMap)
+        .source(&src, "app-config")
+        .copied_to(&[&dest])
+        .create(&t)
         .await;
     let copy = t
         .wait_value::<ConfigMap>(&dest, "app-config", "mode", "blue")

@@ -91,7 +91,7 @@ fn expected_cluster_rules(webhooks: &str) -> RuleSet {
     rules.into_iter().collect()
 }
 
-/// Leader election on one named Lease (src/leader.rs).
+/// Leader election on one named Lease (src/pipeline/leader.rs).
 fn expected_lease_rules(lease: &str) -> RuleSet {
     [
         rule(&["coordination.k8s.io"], &["leases"], &[], &["create"]),

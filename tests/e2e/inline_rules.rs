@@ -5,7 +5,7 @@ use crate::common;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use common::*;
+use common::{build::Labelled, *};
 use copyrator::marks;
 use k8s_openapi::{
     ByteString,
@@ -41,16 +41,15 @@ async fn forget_mysecret(env: &TestEnv) {
     env.wait_gone::<Secret>(SOURCE_NS, "mysecret").await;
 }
 
-fn mysecret(password: &str) -> Secret {
-    secret(
-        "mysecret",
-        &[(marks::SOURCE_LABEL, "true"), ("team", "platform")],
-        &[
-            (marks::NAMESPACE_SELECTOR_ANNOTATION, "secret=yes"),
-            ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
-        ],
-        &[("password", password)],
-    )
+/// The shell-operator's source: opted in, copied where `secret=yes`, with a label to carry over
+/// and tracking metadata not to.
+fn mysecret(password: &str) -> build::SecretBuilder {
+    build::secret("mysecret")
+        .data("password", password)
+        .source()
+        .copied_where("secret=yes")
+        .label("team", "platform")
+        .annotation("kubectl.kubernetes.io/last-applied-configuration", "{}")
 }
 
 /// SPEC §8.1, every step.
@@ -63,11 +62,7 @@ async fn shell_operator_secret_copier() {
     let b = t.namespace("team-b", &[]).await;
 
     // The source appears: labelled namespaces get it, others do not.
-    t.secrets(SOURCE_NS)
-        .create(&PostParams::default(), &mysecret("s3cret"))
-        .await
-        .unwrap();
-    let source = t.secrets(SOURCE_NS).get("mysecret").await.unwrap();
+    let source = mysecret("s3cret").create(&t, SOURCE_NS).await;
     let copy = t
         .wait_value::<Secret>(&a, "mysecret", "password", "s3cret")
         .await;

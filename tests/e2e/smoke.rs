@@ -2,21 +2,16 @@
 
 use crate::common;
 
-use common::{TestEnv, secret, secret_value};
-use kube::api::PostParams;
+use common::{TestEnv, build, secret_value};
 
 #[tokio::test]
 async fn control_plane_stores_and_returns_a_namespace_and_a_secret() {
     let env = TestEnv::new().await;
     let ns = env.namespace("smoke", &[("purpose", "smoke")]).await;
-    let created = env
-        .secrets(&ns)
-        .create(
-            &PostParams::default(),
-            &secret("hello", &[], &[], &[("greeting", "hi")]),
-        )
-        .await
-        .unwrap();
+    let created = build::secret("hello")
+        .data("greeting", "hi")
+        .create(&env, &ns)
+        .await;
     assert!(
         created.metadata.uid.is_some(),
         "the API server assigns a uid"

@@ -10,6 +10,7 @@
 
 mod auth;
 mod blackhole;
+pub mod build;
 mod cli;
 mod copyrator;
 pub mod env;

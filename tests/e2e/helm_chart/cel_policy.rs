@@ -155,7 +155,7 @@ impl Policy {
     }
 }
 
-/// A review captured from the test API server (tests/data/review-NAME.json).
+/// A review captured from the test API server (tests/data/review-<name>.json).
 pub fn review(name: &str) -> Value {
     let path = root().join(format!("tests/data/review-{name}.json"));
     let text = std::fs::read_to_string(&path)
