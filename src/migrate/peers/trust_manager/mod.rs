@@ -455,6 +455,7 @@ fn reference_source(
         name,
         selector,
         key,
+        ..Default::default()
     })
 }
 

@@ -51,6 +51,7 @@ fn named(kind: &str, name: &str, key: &str) -> BundleSourceSpec {
         name: Some(name.into()),
         selector: None,
         key: key.into(),
+        ..Default::default()
     }
 }
 
@@ -97,6 +98,7 @@ fn configmap_and_secret_sources_become_bundle_sources_in_the_trust_namespace() {
                 name: None,
                 selector: Some(labels(&[("trust", "yes")])),
                 key: "root.pem".into(),
+                ..Default::default()
             },
         ]
     );

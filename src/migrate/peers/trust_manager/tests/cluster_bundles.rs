@@ -44,6 +44,7 @@ fn source_refs_and_the_pem_key_become_a_bundle_copy_rule() {
                 name: None,
                 selector: Some(labels(&[("trust", "yes")])),
                 key: "root.pem".into(),
+                ..Default::default()
             },
         ]
     );
