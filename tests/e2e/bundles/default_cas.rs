@@ -86,6 +86,27 @@ async fn the_public_cas_go_into_every_copy_and_the_status_names_their_package() 
     );
     assert_eq!(shown.certificates as usize, roots.len());
 
+    // explain shows them beside the sources, counted.
+    let out = run_copyrator(&["explain", "namespace", &dest, "-o", "json"]).await;
+    assert!(out.success, "explain failed: {}", out.stderr);
+    let report = out.json();
+    let bundle = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| (f["source"]["name"] == name.as_str()).then(|| &f["bundle"]))
+        .unwrap_or_else(|| panic!("no finding of {name}: {report}"));
+    assert_eq!(
+        bundle["defaultCAs"]["source"],
+        format!(
+            "webpki-root-certs {}",
+            copyrator::default_cas::PACKAGE_VERSION
+        ),
+        "{bundle}"
+    );
+    assert_eq!(bundle["defaultCAs"]["certificates"], roots.len());
+    assert_eq!(bundle["certificates"], roots.len(), "{bundle}");
+
     t.quiescent().await;
     let before = t.config_maps(&dest).get("ca-bundle").await.unwrap();
     t.wait_resyncs(2).await;
