@@ -121,6 +121,9 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let events = Events::new(client.clone(), identity.clone(), Arc::clone(&metrics));
     let mut policy = args.policy.policy();
     policy.own_namespace = leader::own_namespace(args.lease.lease_namespace.as_deref());
+    if let Some(file) = &args.default_cas_file {
+        policy.default_cas = Some(crate::default_cas::load(Some(file))?);
+    }
     let settings = SyncSettings {
         policy: policy.clone(),
         fanout_concurrency: args.fanout_concurrency,

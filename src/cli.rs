@@ -167,6 +167,8 @@ impl PolicyArgs {
                 roles: names(&self.escalate_roles),
             },
             own_namespace: None,
+            // The package's; `serve --default-cas-file` replaces them.
+            default_cas: Some(crate::default_cas::built_in()),
         }
     }
 }
@@ -612,6 +614,13 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub policy: PolicyArgs,
+
+    /// The default CAs of bundles (`spec.sources: [{defaultCAs: true}]`, SPEC §3.2): a PEM
+    /// file holding certificates and nothing else, read once at start, instead of Mozilla's
+    /// roots from the webpki-root-certs package copyrator is built with (e.g. Debian's
+    /// /etc/ssl/certs/ca-certificates.crt, mounted from a ConfigMap).
+    #[arg(long, env = "COPYRATOR_DEFAULT_CAS_FILE")]
+    pub default_cas_file: Option<PathBuf>,
 
     /// Elect one replica (Lease) to run the reconciler. Off: this process always runs it.
     #[arg(long, env = "COPYRATOR_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]

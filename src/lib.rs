@@ -16,6 +16,7 @@ pub mod app;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod default_cas;
 pub mod explain;
 pub mod freshness;
 pub mod gate;

@@ -24,7 +24,8 @@ pub struct LeaseRef {
 /// What looking for the running copyrator's Lease found.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Lookup {
-    Found(LeaseRef, Published),
+    /// Boxed: the policy published is large beside a reason.
+    Found(LeaseRef, Box<Published>),
     /// None to be read, and why.
     NotFound(String),
 }
@@ -125,7 +126,7 @@ pub async fn find_lease(
                         name: name.clone(),
                         held: held(&lease, Timestamp::now()),
                     },
-                    p,
+                    Box::new(p),
                 )
             })
             .unwrap_or_else(|| {

@@ -256,7 +256,12 @@ async fn read_bundles(
         match read {
             Ok((read, ())) => {
                 let reads = BundleReads {
-                    read_at: read.iter().map(|r| r.read_at).min().unwrap_or_default(),
+                    // No entry read (a bundle of the default CAs alone): judged as of now.
+                    read_at: read
+                        .iter()
+                        .map(|r| r.read_at)
+                        .min()
+                        .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().as_second()),
                     entries: read.into_iter().map(|r| r.inputs).collect(),
                 };
                 contents

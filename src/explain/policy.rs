@@ -146,7 +146,10 @@ mod tests {
     }
 
     fn found(p: &Policy) -> Lookup {
-        Lookup::Found(lease("ops", true), Published::read(&policy_annotations(p)))
+        Lookup::Found(
+            lease("ops", true),
+            Box::new(Published::read(&policy_annotations(p))),
+        )
     }
 
     #[test]

@@ -282,6 +282,9 @@ fn bundle_sections(findings: &[Finding]) -> String {
                 }
             }
         }
+        if let Some(d) = &b.default_cas {
+            out.push_str(&format!("  default CAs: {}\n", d.describe()));
+        }
     }
     out
 }
@@ -461,6 +464,20 @@ struct BundleOut {
     certificates: Option<usize>,
     /// One per entry of `spec.sources` (for `explain source`: the entries that read it).
     sources: Vec<BundleEntryOut>,
+    /// The default CAs, when the bundle takes them (null otherwise).
+    #[serde(rename = "defaultCAs")]
+    default_cas: Option<DefaultCasOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DefaultCasOut {
+    /// Where they come from (`webpki-root-certs 1.0.11`, `file PATH sha256:HEX`); null when
+    /// copyrator has none.
+    source: Option<String>,
+    /// How many certificates they are; null when not known here.
+    certificates: Option<usize>,
+    message: String,
 }
 
 #[derive(Serialize)]
@@ -496,6 +513,11 @@ fn bundle_out(b: &BundleSources, namespace: &str) -> BundleOut {
     BundleOut {
         key: b.key.clone(),
         certificates: b.certificates,
+        default_cas: b.default_cas.as_ref().map(|d| DefaultCasOut {
+            source: d.origin.clone(),
+            certificates: d.certificates,
+            message: d.describe(),
+        }),
         sources: b
             .entries
             .iter()
@@ -748,6 +770,10 @@ mod tests {
                         )]),
                     ),
                 ],
+                default_cas: Some(crate::plan::explain::DefaultCasFinding {
+                    origin: Some("webpki-root-certs 1.0.11".into()),
+                    certificates: Some(146),
+                }),
             }),
         }
     }
@@ -764,6 +790,7 @@ mod tests {
     Secret tenant/mine: left out: tenant is not a trusted namespace (--trusted-namespaces) and team-b does not accept copies from it (copyrator.io/accept-from)
   Secret platform name bare key ca.crt
     Secret platform/bare: left out: the source has no such key
+  default CAs: taken: webpki-root-certs 1.0.11, 146 certificates
 "
         );
     }
@@ -777,6 +804,14 @@ mod tests {
         .unwrap();
         assert_eq!(out["key"], "ca-bundle.pem");
         assert_eq!(out["certificates"], 2);
+        assert_eq!(
+            out["defaultCAs"],
+            serde_json::json!({
+                "source": "webpki-root-certs 1.0.11",
+                "certificates": 146,
+                "message": "taken: webpki-root-certs 1.0.11, 146 certificates"
+            })
+        );
         let sources = out["sources"].as_array().unwrap();
         assert_eq!(sources[0]["name"], "root");
         assert_eq!(sources[0]["selector"], serde_json::Value::Null);

@@ -42,6 +42,9 @@ pub struct Item {
     /// CopyRule for a source of an untrusted namespace without `--trust-sources`), so
     /// `--adopt` takes none of its copies.
     pub commented_out: bool,
+    /// Manifests to apply before the change (`kubectl apply`): the ConfigMap holding a
+    /// trust-manager Bundle's inline certificates, which its CopyRule reads.
+    pub objects: Vec<serde_json::Value>,
 }
 
 #[derive(Clone, Debug)]
@@ -165,6 +168,7 @@ pub fn build(
                             notes: intent.notes.clone(),
                             intents: vec![intent],
                             commented_out: false,
+                            objects: Vec::new(),
                         });
                         continue;
                     }
@@ -198,6 +202,7 @@ pub fn build(
                         intents: vec![intent],
                         notes,
                         commented_out: held && !administrators(options.peer),
+                        objects: Vec::new(),
                     });
                 }
                 None => config
@@ -227,6 +232,7 @@ fn peer_rule_item(
         mut rule,
         source_namespace,
         mut notes,
+        objects,
     } = peer_rule;
     let base = rule.metadata.name.clone().unwrap_or_default();
     rule.metadata.name = Some(unique_name(&base, taken));
@@ -252,6 +258,7 @@ fn peer_rule_item(
         intents: Vec::new(),
         notes,
         commented_out: false,
+        objects,
     }
 }
 

@@ -17,6 +17,10 @@ pub fn kubectl(config: &Config, peer: Peer) -> anyhow::Result<String> {
     for item in &config.items {
         out.push('\n');
         out.push_str(&comments(item, peer));
+        for object in &item.objects {
+            let apply = format!("kubectl apply -f - <<'EOF'\n{}EOF\n", yaml(object)?);
+            out.push_str(&held(item, apply));
+        }
         match &item.change {
             Change::Inline {
                 source,
@@ -63,8 +67,11 @@ pub fn kubectl(config: &Config, peer: Peer) -> anyhow::Result<String> {
 /// manifest to apply: `kubectl apply` would drop the fields it leaves out, the data first),
 /// each with the `kubectl patch` command that applies it; CopyRules as manifests.
 pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
-    let apply = if matches!(peer, Peer::Kyverno | Peer::TrustManager) {
-        // Kyverno's and trust-manager's configuration becomes CopyRules only.
+    let apply = if peer == Peer::TrustManager {
+        // trust-manager's becomes CopyRules, and ConfigMaps of its inline certificates.
+        "kubectl apply -f (CopyRules, and ConfigMaps holding inline certificates)"
+    } else if peer == Peer::Kyverno {
+        // Kyverno's configuration becomes CopyRules only.
         "kubectl apply -f (CopyRules only)"
     } else {
         "documents of kind Secret or ConfigMap are MERGE PATCHES of the existing sources: \n\
@@ -73,6 +80,15 @@ pub fn manifests(config: &Config, peer: Peer) -> anyhow::Result<String> {
     };
     let mut out = header(config, peer, apply);
     for item in &config.items {
+        for object in &item.objects {
+            out.push_str("---\n");
+            out.push_str(&format!(
+                "# ConfigMap {}/{}: read by the CopyRule below\n",
+                object["metadata"]["namespace"].as_str().unwrap_or_default(),
+                object["metadata"]["name"].as_str().unwrap_or_default(),
+            ));
+            out.push_str(&held(item, yaml(object)?));
+        }
         out.push_str("---\n");
         out.push_str(&comments(item, peer));
         let doc = match &item.change {

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{
+    bundle::DefaultCasOrigin,
     plan::{Policy, SourceCaps},
     tenancy::NamespacePatterns,
 };
@@ -27,6 +28,9 @@ pub const BIND_ROLES: &str = "copyrator.io/bind-roles";
 pub const ESCALATE_ROLES: &str = "copyrator.io/escalate-roles";
 /// copyrator's own namespace (SPEC §9.10), when it knows it.
 pub const OWN_NAMESPACE: &str = "copyrator.io/own-namespace";
+/// Where the default CAs of bundles come from (`webpki-root-certs 1.0.11`, `file PATH
+/// sha256:HEX`), when copyrator has them.
+pub const DEFAULT_CAS: &str = "copyrator.io/default-cas";
 /// When the leader's last completed full resync began (RFC 3339).
 pub const LAST_RESYNC: &str = "copyrator.io/last-resync";
 
@@ -62,6 +66,9 @@ pub fn policy_annotations(policy: &Policy) -> BTreeMap<String, String> {
     if let Some(own) = &policy.own_namespace {
         out.insert(OWN_NAMESPACE.to_string(), own.clone());
     }
+    if let Some(cas) = &policy.default_cas {
+        out.insert(DEFAULT_CAS.to_string(), cas.origin.to_string());
+    }
     out
 }
 
@@ -85,6 +92,8 @@ pub struct Published {
     /// Boxed: read rarely, and three sets.
     pub grants: Option<Box<crate::grants::GrantPolicy>>,
     pub own_namespace: Option<String>,
+    /// Boxed, as the grants: read rarely.
+    pub default_cas: Option<Box<DefaultCasOrigin>>,
     pub last_resync: Option<Timestamp>,
     pub unreadable: Vec<String>,
 }
@@ -117,6 +126,7 @@ impl Published {
         let bind_roles = get(BIND_ROLES, &|_| true);
         let escalate_roles = get(ESCALATE_ROLES, &|_| true);
         let own = get(OWN_NAMESPACE, &|v| crate::selector::is_dns_label(v));
+        let default_cas = get(DEFAULT_CAS, &|v| DefaultCasOrigin::parse(v).is_some());
         // Published together, by every version that publishes any: one missing is an older
         // copyrator's Lease, and its grants are not known.
         let grants = match (bind_cluster_roles, bind_roles, escalate_roles) {
@@ -134,6 +144,9 @@ impl Published {
             max_source_metadata_bytes: bytes.and_then(|v| v.parse().ok()),
             grants,
             own_namespace: own,
+            default_cas: default_cas
+                .and_then(|v| DefaultCasOrigin::parse(&v))
+                .map(Box::new),
             last_resync: resync.and_then(|v| v.parse().ok()),
             unreadable,
         }
@@ -153,6 +166,18 @@ impl Published {
         }
         if self.own_namespace.is_some() {
             p.own_namespace = self.own_namespace.clone();
+        }
+        // Default CAs of another origin than this build's (a file it cannot read, another
+        // package version): said, not counted (an empty set is one not known here).
+        if let Some(origin) = &self.default_cas
+            && p.default_cas
+                .as_ref()
+                .is_none_or(|own| own.origin != **origin)
+        {
+            p.default_cas = Some(std::sync::Arc::new(crate::bundle::DefaultCas {
+                origin: (**origin).clone(),
+                certificates: Vec::new(),
+            }));
         }
         p.caps = SourceCaps {
             per_namespace: self
@@ -203,6 +228,36 @@ mod tests {
             assert!(read.unreadable.is_empty(), "{:?}", read.unreadable);
             assert_eq!(read.policy_or(&Policy::default()), p);
         }
+    }
+
+    #[test]
+    fn default_cas_of_this_build_are_used_and_others_said_without_certificates() {
+        let built_in = crate::default_cas::built_in();
+        let serving = |cas| Policy {
+            default_cas: Some(cas),
+            ..policy("", &[], (1, 2))
+        };
+        let explain_defaults = serving(built_in.clone());
+        // The running copyrator has this build's package: explain counts its certificates.
+        let read = Published::read(&policy_annotations(&serving(built_in.clone())));
+        assert_eq!(
+            read.policy_or(&explain_defaults).default_cas,
+            Some(built_in)
+        );
+        // A file explain cannot read: named, its certificates not known here.
+        let origin = DefaultCasOrigin::File {
+            path: "/etc/copyrator/default-cas/ca.pem".into(),
+            sha256: "0".repeat(64),
+        };
+        let file = std::sync::Arc::new(crate::bundle::DefaultCas {
+            origin: origin.clone(),
+            certificates: crate::default_cas::built_in().certificates[..2].to_vec(),
+        });
+        let read = Published::read(&policy_annotations(&serving(file)));
+        assert!(read.unreadable.is_empty(), "{:?}", read.unreadable);
+        let cas = read.policy_or(&explain_defaults).default_cas.unwrap();
+        assert_eq!(cas.origin, origin);
+        assert!(cas.certificates.is_empty());
     }
 
     #[test]

@@ -133,6 +133,14 @@ pub fn rule_status(
                 reason: reason.clone(),
             })
             .collect(),
+        // The default CAs a bundle takes: the package and its version, or the file.
+        default_cas: match parsed {
+            Ok(Rule {
+                sources: SourceMatch::Bundle(b),
+                ..
+            }) if b.default_cas => world.policy().default_cas.as_ref().map(|c| c.status()),
+            _ => None,
+        },
         last_sync_time: Some(Time(now)),
         last_verified_time: verified
             .map(Time)
@@ -296,6 +304,54 @@ mod tests {
         assert_eq!(s.conditions[0].status, "False");
         assert_eq!(s.conditions[0].reason, "Invalid");
         assert_eq!(s.conditions[0].message, "spec.sourceName: is required");
+    }
+
+    #[test]
+    fn a_bundle_of_the_default_cas_shows_their_package_and_version() {
+        let bundle = |default_cas: bool| {
+            let mut r = rule();
+            r.spec.source_namespace = String::new();
+            r.spec.source_name = None;
+            r.spec.target_name = Some("ca-bundle".into());
+            r.spec.target = Some(crate::copyrule::TargetSpec {
+                key: Some("ca.pem".into()),
+                ..Default::default()
+            });
+            r.spec.sources = Some(vec![crate::copyrule::BundleSourceSpec {
+                default_cas,
+                kind: if default_cas { "" } else { "Secret" }.into(),
+                namespace: if default_cas { "" } else { "platform" }.into(),
+                name: (!default_cas).then(|| "root".into()),
+                key: if default_cas { "" } else { "ca.crt" }.into(),
+                ..Default::default()
+            }]);
+            r
+        };
+        let w = World::new(crate::plan::Policy {
+            default_cas: Some(crate::default_cas::built_in()),
+            ..Default::default()
+        });
+        let status = |cr: &CopyRule| {
+            let parsed = Rule::from_copy_rule(cr).unwrap();
+            rule_status(
+                cr,
+                Ok(&parsed),
+                &w,
+                None,
+                Timestamp::from_second(1000).unwrap(),
+                None,
+            )
+        };
+        let shown = status(&bundle(true)).default_cas.unwrap();
+        assert_eq!(shown.package.as_deref(), Some("webpki-root-certs"));
+        assert_eq!(
+            shown.version.as_deref(),
+            Some(crate::default_cas::PACKAGE_VERSION)
+        );
+        assert!(shown.certificates > 100);
+        assert_eq!(status(&bundle(false)).default_cas, None);
+        let yaml = serde_json::to_value(status(&bundle(true))).unwrap();
+        assert_eq!(yaml["defaultCAs"]["package"], "webpki-root-certs");
     }
 
     #[test]

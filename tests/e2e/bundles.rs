@@ -6,6 +6,7 @@
 
 use crate::common;
 
+mod default_cas;
 mod truststores;
 
 use std::{
@@ -67,6 +68,7 @@ fn named(kind: &str, ns: &str, name: &str, key: &str) -> BundleSourceSpec {
         name: Some(name.into()),
         selector: None,
         key: key.into(),
+        ..Default::default()
     }
 }
 
@@ -321,6 +323,7 @@ async fn a_tenants_bundle_source_reaches_only_namespaces_that_consent() {
         name: None,
         selector: selecting("ca"),
         key: "ca.crt".into(),
+        ..Default::default()
     });
     t.copy_rule("tenant-bundle", spec).await;
     wait_holding(

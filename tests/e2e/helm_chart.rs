@@ -670,6 +670,8 @@ fn values_become_serve_flags_that_copyrator_accepts() {
             "trustedNamespaces={platform,team-*}",
             "--set",
             "webhook.clientCAConfigMap=apiserver-webhook-client-ca",
+            "--set",
+            "defaultCAs.configMap=debian-ca-certificates",
         ],
     );
     let deployment = find(&docs, "Deployment");
@@ -688,6 +690,7 @@ fn values_become_serve_flags_that_copyrator_accepts() {
         "--fanout-concurrency=16",
         "--trusted-namespaces=platform,team-*",
         "--client-ca=/client-ca/ca.crt",
+        "--default-cas-file=/default-cas/ca-certificates.crt",
     ] {
         assert!(
             args.iter().any(|a| a == expected),
@@ -704,6 +707,20 @@ fn values_become_serve_flags_that_copyrator_accepts() {
             .iter()
             .any(|v| v["configMap"]["name"] == "apiserver-webhook-client-ca"),
         "{volumes}"
+    );
+    // The default CAs' ConfigMap, mounted where --default-cas-file reads it.
+    let volume = volumes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["configMap"]["name"] == "debian-ca-certificates")
+        .unwrap_or_else(|| panic!("{volumes}"));
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == volume["name"] && m["mountPath"] == "/default-cas"),
+        "{mounts:?}"
     );
 }
 

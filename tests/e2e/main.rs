@@ -7,6 +7,7 @@ mod common;
 
 mod bootstrap;
 mod bundles;
+mod carried_metadata;
 mod cert_rotation;
 mod copy_edits;
 mod copy_rules;

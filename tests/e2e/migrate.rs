@@ -9,6 +9,8 @@
 
 use crate::common;
 
+mod default_cas;
+
 use common::{tenant::Tenant, *};
 use copyrator::{copyrule::CopyRule, marks};
 use k8s_openapi::api::{
@@ -82,6 +84,17 @@ async fn apply(env: &TestEnv, yaml: &str) {
             other => panic!("unexpected {other} in\n{yaml}"),
         }
     }
+}
+
+/// Applies `migrate --from trust-manager -o yaml` output as its header says: `kubectl apply -f`
+/// of it all (CopyRules, tracked for cleanup, and ConfigMaps of inline certificates).
+async fn apply_manifests(env: &TestEnv, yaml: &str) {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    for doc in docs.iter().filter(|d| d["kind"] == "CopyRule") {
+        env.track_copy_rule(doc["metadata"]["name"].as_str().unwrap());
+    }
+    let out = kubectl(&["apply", "-f", "-"], yaml).await;
+    assert!(out.success, "kubectl apply failed: {}\n{yaml}", out.stderr);
 }
 
 #[tokio::test]
@@ -1061,8 +1074,8 @@ const BUNDLE_CRDS: [&str; 2] = [
     "clusterbundles.trust-manager.io",
 ];
 
-/// A trust-manager Bundle as the docs write one (`NAME`, `LABEL` filled in by the test): a
-/// Secret's and a ConfigMap's certificates, and inline ones copyrator cannot copy; and a
+/// A trust-manager Bundle as the docs write one (`NAME`, `LABEL`, `INLINE` filled in by the
+/// test): a Secret's and a ConfigMap's certificates, and an inline one; and a
 /// ClusterBundle of trust-manager's newer API (`NAME-cb`) bundling the ConfigMap's.
 const BUNDLE: &str = r#"
 apiVersion: trust.cert-manager.io/v1alpha1
@@ -1078,9 +1091,7 @@ spec:
       name: corp-ca
       key: ca.pem
   - inLine: |
-      -----BEGIN CERTIFICATE-----
-      MIIB
-      -----END CERTIFICATE-----
+INLINE
   target:
     configMap:
       key: trust-bundle.pem
@@ -1145,7 +1156,7 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
     let label = t.name("tm");
     let dest = t.namespace("tm-dest", &[(&label, "on")]).await;
     let other = t.namespace("tm-other", &[]).await;
-    let (root, corp) = (ca_cert("root"), ca_cert("corp"));
+    let (root, corp, inline) = (ca_cert("root"), ca_cert("corp"), ca_cert("inline"));
     create(
         &t,
         &trust,
@@ -1183,7 +1194,11 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
     );
     install_crds(BUNDLE_CRD, &BUNDLE_CRDS).await;
     let name = t.name("ca-bundle");
-    let bundle = BUNDLE.replace("NAME", &name).replace("LABEL", &label);
+    let indented: String = inline.lines().map(|l| format!("      {l}\n")).collect();
+    let bundle = BUNDLE
+        .replace("NAME", &name)
+        .replace("LABEL", &label)
+        .replace("INLINE\n", &indented);
     // kubectl learns of the new resource through discovery, which may lag a moment.
     eventually(CONVERGE, "the Bundle created", || async {
         kubectl(&["apply", "-f", "-"], &bundle)
@@ -1246,9 +1261,12 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
     assert!(out.success, "{}", out.stderr);
     let yaml = &out.stdout;
     let rule = format!("trust-manager-{name}-configmap");
+    // The inline certificate: a ConfigMap in the trust namespace, printed before the CopyRule.
     assert!(
         yaml.contains(&format!("# CopyRule {rule} (trust-manager)"))
-            && yaml.contains("sources[2].inLine: copyrator copies certificates only from"),
+            && yaml.contains(&format!(
+                "# ConfigMap {trust}/trust-manager-{name}-inline: read by the CopyRule below"
+            )),
         "{yaml}"
     );
     // The ClusterBundle, read from the cluster beside the Bundle, becomes its own CopyRule.
@@ -1259,10 +1277,10 @@ async fn trust_manager_bundles_become_bundle_copy_rules() {
         "{yaml}"
     );
     // The API server and copyrator's admission take the CopyRule as printed.
-    apply(&t, yaml).await;
+    apply_manifests(&t, yaml).await;
 
     // The bundle copy, named after the Bundle, in the selected namespace only.
-    let want = pem_bodies(&format!("{root}{corp}"));
+    let want = pem_bodies(&format!("{root}{corp}{inline}"));
     let copy = t
         .wait_for::<ConfigMap>(&dest, &name, "the bundle copy", |cm| {
             cm.data

@@ -25,6 +25,8 @@ pub struct Bundle {
     pub type_: Option<String>,
     /// Certificates past their notAfter are left out.
     pub drop_expired: bool,
+    /// The default CAs are a source too (`{defaultCAs: true}`): they go into every copy.
+    pub default_cas: bool,
     /// Truststores of the certificates beside them (`spec.target.formats`, made of `key`).
     pub formats: Option<crate::transform::Formats>,
     /// What stands for the source of the copies in their marks and claims: the rule itself
@@ -109,25 +111,30 @@ pub struct Certificate {
     not_after: i64,
 }
 
+impl Certificate {
+    /// A DER X.509 certificate, parsed for what orders and filters it.
+    pub fn from_der(der: Vec<u8>) -> Result<Self, NotCertificates> {
+        let (subject, not_after) = match parse_x509_certificate(&der) {
+            Ok(([], cert)) => (
+                cert.subject().as_raw().to_vec(),
+                cert.validity().not_after.timestamp(),
+            ),
+            _ => return Err(NotCertificates::BadCertificate),
+        };
+        Ok(Self {
+            der,
+            subject,
+            not_after,
+        })
+    }
+}
+
 /// The certificates of a bundle source's value: PEM holding nothing but certificates (the
 /// PEM rule), each parsed.
 pub fn certificates(value: &[u8]) -> Result<Vec<Certificate>, NotCertificates> {
     certificate_ders(value)?
         .into_iter()
-        .map(|der| {
-            let (subject, not_after) = match parse_x509_certificate(&der) {
-                Ok((_, cert)) => (
-                    cert.subject().as_raw().to_vec(),
-                    cert.validity().not_after.timestamp(),
-                ),
-                Err(_) => return Err(NotCertificates::BadCertificate),
-            };
-            Ok(Certificate {
-                der,
-                subject,
-                not_after,
-            })
-        })
+        .map(Certificate::from_der)
         .collect()
 }
 
@@ -160,15 +167,22 @@ impl BundleInputs {
             .collect()
     }
 
-    /// The PEM of the admitted inputs' certificates: deduplicated by DER, ordered by subject
+    /// The PEM of the admitted inputs' certificates and of `defaults` (the default CAs, when
+    /// the bundle takes them: admitted everywhere): deduplicated by DER, ordered by subject
     /// (its DER) then DER, without expired ones when `drop_expired`. `None` when no certificate
     /// is left: a bundle is never written empty.
-    pub fn combine(&self, admitted: &[usize], drop_expired: bool) -> Option<String> {
+    pub fn combine(
+        &self,
+        admitted: &[usize],
+        defaults: &[Certificate],
+        drop_expired: bool,
+    ) -> Option<String> {
         let mut certs: Vec<&Certificate> = admitted
             .iter()
             .filter_map(|n| self.inputs.get(*n))
             .filter_map(|i| i.read.as_ref().ok())
             .flatten()
+            .chain(defaults)
             .filter(|c| !drop_expired || c.not_after >= self.read_at)
             .collect();
         certs.sort_by(|a, b| (&a.subject, &a.der).cmp(&(&b.subject, &b.der)));
@@ -232,6 +246,9 @@ fn pem_payload(kind: Kind, key: &str, type_: Option<&str>, pem: String) -> Paylo
         }
     }
 }
+
+mod default_cas;
+pub use default_cas::{DefaultCas, DefaultCasError, DefaultCasOrigin};
 
 #[cfg(test)]
 mod tests;

@@ -122,11 +122,14 @@ pub enum KeySpec {
 }
 
 /// One source of a bundle: a key of a Secret or ConfigMap holding PEM certificates, of the
-/// object named, or of every object the selector matches in the namespace.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// object named, or of every object the selector matches in the namespace; or the default CAs
+/// (`defaultCAs: true` alone).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BundleSourceSpec {
     /// Secret or ConfigMap.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     /// Exactly one of name and selector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,7 +137,17 @@ pub struct BundleSourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
     /// The key holding the certificates.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key: String,
+    /// The public CAs copyrator ships (Mozilla's roots, or the PEM file its administrator
+    /// gave with --default-cas-file), instead of kind, namespace, name, selector and key. They
+    /// go into every copy of the bundle: they are the platform's, whatever a namespace trusts.
+    #[serde(
+        rename = "defaultCAs",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub default_cas: bool,
 }
 
 /// What the copies are, when not what the source is.
@@ -294,6 +307,14 @@ pub struct CopyRuleStatus {
     /// certificates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOutSource>,
+    /// For a bundle with `defaultCAs: true`: where its default CAs come from (the package and
+    /// its version, or the file), and how many certificates they are.
+    #[serde(
+        rename = "defaultCAs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub default_cas: Option<DefaultCasStatus>,
     /// When copyrator last finished syncing this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
@@ -318,6 +339,22 @@ pub struct LeftOutSource {
     pub source: String,
     pub key: String,
     pub reason: String,
+}
+
+/// The default CAs a bundle's copies hold: the package and its version, or the file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DefaultCasStatus {
+    /// The package of Mozilla's roots copyrator is built with, e.g. webpki-root-certs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Or the PEM file given with --default-cas-file, and its SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    pub certificates: u32,
 }
 
 /// A target a rule could not write.

@@ -81,31 +81,76 @@ pub fn not_a_copy(selector: &str) -> String {
     }
 }
 
+/// The tools that find what they manage by keys of their own, each by the domains of those
+/// keys' prefixes: a key whose prefix is one of these domains, or a subdomain of one, is never
+/// carried to a copy, whatever its name (SPEC §3; which keys each tool writes and why they are
+/// stripped: docs/carried-metadata.md). By family, not key by key: a tool's next key is
+/// stripped too.
+pub const TRACKING_FAMILIES: &[(&str, &[&str])] = &[
+    ("Flux", &["fluxcd.io"]),
+    ("Argo CD", &["argocd.argoproj.io"]),
+    ("Helm", &["helm.sh"]),
+    ("kubectl", &["kubectl.kubernetes.io"]),
+    (
+        "kustomize, kpt",
+        &[
+            "config.kubernetes.io",
+            "config.k8s.io",
+            "cli-utils.sigs.k8s.io",
+        ],
+    ),
+    ("Carvel kapp", &["k14s.io"]),
+    (
+        "Rancher Fleet, k3s",
+        &[
+            "fleet.cattle.io",
+            "objectset.rio.cattle.io",
+            "helm.cattle.io",
+        ],
+    ),
+    (
+        "Config Sync",
+        &["configsync.gke.io", "configmanagement.gke.io"],
+    ),
+];
+
+/// Whether `key`'s prefix (before its `/`) is `domain` or a subdomain of it.
+fn in_domain(key: &str, domain: &str) -> bool {
+    let Some((prefix, _)) = key.split_once('/') else {
+        return false;
+    };
+    prefix == domain
+        || prefix
+            .strip_suffix(domain)
+            .is_some_and(|sub| sub.ends_with('.'))
+}
+
+/// Whether `key` belongs to a tool of [`TRACKING_FAMILIES`].
+pub fn is_tracking_key(key: &str) -> bool {
+    TRACKING_FAMILIES
+        .iter()
+        .flat_map(|(_, domains)| domains.iter())
+        .any(|domain| in_domain(key, domain))
+}
+
 /// Metadata keys that are never carried from a source to its copies: tracking and tooling
 /// metadata (so GitOps tools neither adopt nor prune copies), copyrator's own configuration and
 /// marks, and keys whose value must be copyrator's.
 pub fn is_carried_key(key: &str) -> bool {
     const EXACT: &[&str] = &[
-        "kubectl.kubernetes.io/last-applied-configuration",
+        // Argo CD's default tracking label (its own domain's keys are a family).
         "app.kubernetes.io/instance",
         "app.kubernetes.io/managed-by",
         "deployment.kubernetes.io/revision",
-        "kapp.k14s.io/identity",
-        "kustomize.toolkit.fluxcd.io/checksum",
     ];
     const PREFIXES: &[&str] = &[
         "copyrator.io/",
-        "meta.helm.sh/",
-        "helm.sh/",
-        "argocd.argoproj.io/",
-        "kustomize.toolkit.fluxcd.io/",
-        "kapp.k14s.io/",
         "kubernetes.io/service-account.",
         "reflector.v1.k8s.emberstack.com/",
         "replicator.v1.mittwald.de/",
         "kubed.appscode.com/",
     ];
-    !EXACT.contains(&key) && !PREFIXES.iter().any(|p| key.starts_with(p))
+    !EXACT.contains(&key) && !PREFIXES.iter().any(|p| key.starts_with(p)) && !is_tracking_key(key)
 }
 
 #[cfg(test)]
@@ -127,18 +172,140 @@ mod tests {
         assert_eq!(not_a_copy(""), NOT_A_COPY_SELECTOR);
     }
 
+    /// One line per family: keys its tool writes, which no copy carries, and look-alikes
+    /// (another domain that ends the same, the domain as a key's name, no prefix), which
+    /// copies carry.
     #[test]
-    fn tracking_and_tooling_metadata_is_not_carried() {
+    fn every_key_of_a_tracking_family_is_stripped_and_look_alikes_are_not() {
+        let table: &[(&str, &[&str], &[&str])] = &[
+            (
+                "Flux",
+                &[
+                    "helm.toolkit.fluxcd.io/name",
+                    "helm.toolkit.fluxcd.io/namespace",
+                    "kustomize.toolkit.fluxcd.io/name",
+                    "kustomize.toolkit.fluxcd.io/checksum",
+                    "kustomize.toolkit.fluxcd.io/prune",
+                    "source.toolkit.fluxcd.io/any-future-key",
+                    "reconcile.fluxcd.io/requestedAt",
+                    "fluxcd.io/sync-gc-mark",
+                ],
+                &[
+                    "notfluxcd.io/name",
+                    "fluxcd.io.example.com/name",
+                    "example.com/fluxcd.io",
+                ],
+            ),
+            (
+                "Argo CD",
+                &[
+                    "argocd.argoproj.io/tracking-id",
+                    "argocd.argoproj.io/instance",
+                    "argocd.argoproj.io/sync-options",
+                    "argocd.argoproj.io/compare-options",
+                    "app.kubernetes.io/instance",
+                ],
+                &[
+                    "workflows.argoproj.io/workflow",
+                    "myargocd.argoproj.io/x",
+                    "argocd/x",
+                ],
+            ),
+            (
+                "Helm",
+                &[
+                    "meta.helm.sh/release-name",
+                    "meta.helm.sh/release-namespace",
+                    "helm.sh/chart",
+                    "helm.sh/resource-policy",
+                    "helm.sh/hook",
+                ],
+                &["helm.shop/chart", "myhelm.sh/chart", "helm", "chart"],
+            ),
+            (
+                "kubectl",
+                &[
+                    "kubectl.kubernetes.io/last-applied-configuration",
+                    "kubectl.kubernetes.io/restartedAt",
+                ],
+                &["kubernetes.io/description", "notkubectl.kubernetes.io/x"],
+            ),
+            (
+                "kustomize, kpt",
+                &[
+                    "config.kubernetes.io/origin",
+                    "config.kubernetes.io/local-config",
+                    "internal.config.kubernetes.io/path",
+                    "kustomize.config.k8s.io/id",
+                    "kustomize.config.k8s.io/needs-hash",
+                    "config.k8s.io/owning-inventory",
+                    "cli-utils.sigs.k8s.io/inventory-id",
+                ],
+                &[
+                    "myconfig.kubernetes.io/x",
+                    "app.kubernetes.io/config",
+                    "sigs.k8s.io/x",
+                ],
+            ),
+            (
+                "Carvel kapp",
+                &[
+                    "kapp.k14s.io/app",
+                    "kapp.k14s.io/association",
+                    "kapp.k14s.io/identity",
+                    "kapp.k14s.io/original",
+                    "kbld.k14s.io/images",
+                ],
+                &["k14s.io.example.com/app", "kapp/app"],
+            ),
+            (
+                "Rancher Fleet, k3s",
+                &[
+                    "fleet.cattle.io/bundle-name",
+                    "objectset.rio.cattle.io/hash",
+                    "objectset.rio.cattle.io/applied",
+                    "objectset.rio.cattle.io/owner-name",
+                    "helmcharts.helm.cattle.io/chart",
+                ],
+                // Rancher's project annotation is not a tracking key: Rancher reads it.
+                &["field.cattle.io/projectId", "cattle.io/creator"],
+            ),
+            (
+                "Config Sync",
+                &[
+                    "configsync.gke.io/resource-id",
+                    "configsync.gke.io/manager",
+                    "configmanagement.gke.io/managed",
+                    "configmanagement.gke.io/token",
+                ],
+                &["gke.io/x", "cloud.google.com/neg"],
+            ),
+        ];
+        let families: Vec<&str> = TRACKING_FAMILIES.iter().map(|(f, _)| *f).collect();
+        let tested: Vec<&str> = table.iter().map(|(f, _, _)| *f).collect();
+        assert_eq!(tested, families, "one line per family");
+        for (family, stripped, carried) in table {
+            for key in *stripped {
+                assert!(!is_carried_key(key), "{family}: {key} must not be carried");
+            }
+            for key in *carried {
+                assert!(
+                    is_carried_key(key),
+                    "{family}: look-alike {key} must be carried"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn copyrator_and_peer_metadata_is_not_carried() {
         for key in [
-            "kubectl.kubernetes.io/last-applied-configuration",
-            "meta.helm.sh/release-name",
-            "helm.sh/chart",
-            "argocd.argoproj.io/tracking-id",
-            "app.kubernetes.io/instance",
             "app.kubernetes.io/managed-by",
             "copyrator.io/source",
             "copyrator.io/namespace-selector",
             "copyrator.io/namespaces",
+            "deployment.kubernetes.io/revision",
+            "kubernetes.io/service-account.name",
             // The peers' configuration and marks (`copyrator migrate`): a copy carrying them
             // would look like a peer's source or copy.
             "reflector.v1.k8s.emberstack.com/reflects",

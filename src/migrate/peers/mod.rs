@@ -81,6 +81,8 @@ pub struct PeerRule {
     pub source_namespace: String,
     /// What the reader of the output must know: what was left out, and why.
     pub notes: Vec<String>,
+    /// Manifests to apply with it: the ConfigMap holding a Bundle's inline certificates.
+    pub objects: Vec<serde_json::Value>,
 }
 
 /// A peer's configuration over a set of objects.

@@ -171,23 +171,10 @@ pub fn copy_rule(base: &str) -> CopyRuleBuilder {
     CopyRuleBuilder {
         base: base.into(),
         spec: CopyRuleSpec {
-            api_version: None,
             kind: Kind::Secret.as_str().into(),
-            source_namespace: String::new(),
-            sources: None,
-            drop_expired: false,
-            source_name: None,
-            source_selector: None,
-            namespace_selector: None,
-            namespaces: vec![],
-            exclude_namespaces: vec![],
-            target_name: None,
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
-            image_pull_secret: false,
-            read_only: None,
-            keys: None,
-            target: None,
+            ..Default::default()
         },
     }
 }

@@ -64,9 +64,9 @@ fn certificates_are_deduplicated_and_ordered_whatever_the_sources_order_and_whit
         input("y", "s2", &format!("{c}{a}").replace('\n', "\r\n")),
         input("x", "s1", &format!("{b}  \n{b}")),
     ]);
-    let pem = one.combine(&all(&one), false).unwrap();
+    let pem = one.combine(&all(&one), &[], false).unwrap();
     assert_eq!(count(&pem), 3);
-    assert_eq!(other.combine(&all(&other), false).unwrap(), pem);
+    assert_eq!(other.combine(&all(&other), &[], false).unwrap(), pem);
     // Ordered by subject: a, b, c (their subjects differ only in the name).
     let at = |cert: &str| {
         let body = cert.lines().nth(1).unwrap();
@@ -89,11 +89,11 @@ fn expired_certificates_are_dropped_only_when_asked() {
     let (live, _) = ca("live");
     let old = expired("old");
     let b = inputs(vec![input("x", "s", &format!("{old}{live}"))]);
-    assert_eq!(count(&b.combine(&all(&b), false).unwrap()), 2);
-    assert_eq!(count(&b.combine(&all(&b), true).unwrap()), 1);
+    assert_eq!(count(&b.combine(&all(&b), &[], false).unwrap()), 2);
+    assert_eq!(count(&b.combine(&all(&b), &[], true).unwrap()), 1);
     // Only expired ones: nothing is left, and nothing is written.
     let gone = inputs(vec![input("x", "s", &old)]);
-    assert_eq!(gone.combine(&all(&gone), true), None);
+    assert_eq!(gone.combine(&all(&gone), &[], true), None);
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn sources_that_give_no_certificate_are_left_out_and_reported() {
         input("x", "text", "hello"),
         missing,
     ]);
-    let pem = b.combine(&all(&b), false).unwrap();
+    let pem = b.combine(&all(&b), &[], false).unwrap();
     assert_eq!(count(&pem), 1);
     let left: Vec<(String, LeftOut)> = b
         .left_out()
@@ -142,9 +142,9 @@ fn sources_that_give_no_certificate_are_left_out_and_reported() {
 fn no_certificate_admitted_means_no_bundle() {
     let (a, _) = ca("a");
     let b = inputs(vec![input("tenant", "s", &a), input("x", "bad", "nope")]);
-    assert_eq!(b.combine(&[], false), None);
+    assert_eq!(b.combine(&[], &[], false), None);
     // Only the source that gives nothing is admitted: still nothing.
-    assert_eq!(b.combine(&[1], false), None);
+    assert_eq!(b.combine(&[1], &[], false), None);
     assert_eq!(b.admitted(|ns| ns == "tenant"), [0]);
 }
 
@@ -238,6 +238,7 @@ mod validation {
                         name: None,
                         selector: None,
                         key: "ca.crt".into(),
+                        ..Default::default()
                     }
                 }),
             ),

@@ -184,8 +184,13 @@ impl<'w> Shared<'w> {
         self.bundles
             .entry((&claim.rule.id, admitted))
             .or_insert_with_key(|(_, admitted)| {
+                // The default CAs are the platform's: every copy takes them (SPEC §3.2).
                 let pem = inputs
-                    .combine(admitted, bundle.drop_expired)
+                    .combine(
+                        admitted,
+                        world.policy().default_certificates(bundle),
+                        bundle.drop_expired,
+                    )
                     .ok_or(ConflictReason::EmptyBundle)?;
                 let formats = bundle
                     .formats
@@ -619,6 +624,8 @@ fn plan_orphan(world: &World, target: &ObjectKey, existing: &Existing) -> Vec<Ac
 
 #[cfg(test)]
 mod bundle_tests;
+#[cfg(test)]
+mod default_cas_tests;
 #[cfg(test)]
 mod grants_tests;
 #[cfg(test)]

@@ -31,9 +31,24 @@ pub struct Policy {
     /// copyrator's own namespace: it receives copies of Secrets and ConfigMaps only (SPEC
     /// §9.10), so no copied policy, quota or RBAC object can cut it off or act on its identity.
     pub own_namespace: Option<String>,
+    /// The default CAs a bundle's `{defaultCAs: true}` source gives (SPEC §3.2, Bundles): read
+    /// by the shell, once, at start. `None`: copyrator has none (tests, and the commands that
+    /// plan no bundle); such a source then gives nothing.
+    pub default_cas: Option<std::sync::Arc<crate::bundle::DefaultCas>>,
 }
 
 impl Policy {
+    /// The certificates the default CAs give a bundle that takes them (`bundle.default_cas`).
+    pub fn default_certificates(
+        &self,
+        bundle: &crate::bundle::Bundle,
+    ) -> &[crate::bundle::Certificate] {
+        match &self.default_cas {
+            Some(cas) if bundle.default_cas => &cas.certificates,
+            _ => &[],
+        }
+    }
+
     /// Whether `namespace` is excluded from copying altogether.
     pub fn is_excluded(&self, namespace: &str) -> bool {
         self.excluded_namespaces.contains(namespace)

@@ -104,9 +104,20 @@ pub(super) fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleErr
         ));
     }
     let mut sources = Vec::with_capacity(entries.len());
+    let mut default_cas = false;
     for (i, entry) in entries.iter().enumerate() {
         let field = |f: &str| format!("spec.sources[{i}].{f}");
+        if entry.default_cas {
+            default_cas_entry(entry, &field("defaultCAs"), &mut default_cas)?;
+            continue;
+        }
         let kind = match entry.kind.as_str() {
+            "" => {
+                return Err(RuleError::new(
+                    field("kind"),
+                    "is required: Secret or ConfigMap (or defaultCAs: true alone)",
+                ));
+            }
             "Secret" => Kind::Secret,
             "ConfigMap" => Kind::ConfigMap,
             other => {
@@ -194,6 +205,7 @@ pub(super) fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleErr
             key,
             type_: target.type_,
             drop_expired: spec.drop_expired,
+            default_cas,
             formats,
             owner,
         })),
@@ -209,4 +221,28 @@ pub(super) fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleErr
         read_only: spec.read_only.unwrap_or(false),
         transform: Transform::default(),
     })
+}
+
+/// The entry `{defaultCAs: true}` (at `field`): alone, and once per bundle.
+fn default_cas_entry(
+    entry: &crate::copyrule::BundleSourceSpec,
+    field: &str,
+    seen: &mut bool,
+) -> Result<(), RuleError> {
+    let others = !entry.kind.is_empty()
+        || !entry.namespace.is_empty()
+        || entry.name.is_some()
+        || entry.selector.is_some()
+        || !entry.key.is_empty();
+    if others {
+        return Err(RuleError::new(
+            field,
+            "stands alone: an entry is defaultCAs: true, or a Secret's or ConfigMap's kind, \
+             namespace, name or selector, and key",
+        ));
+    }
+    if std::mem::replace(seen, true) {
+        return Err(RuleError::new(field, "is listed twice"));
+    }
+    Ok(())
 }

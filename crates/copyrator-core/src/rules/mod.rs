@@ -249,11 +249,15 @@ impl Rule {
         match &self.sources {
             SourceMatch::Name(name) => format!("{}/{}", self.source_namespace, name),
             SourceMatch::Selector(sel) => format!("{}/{{{}}}", self.source_namespace, sel),
-            SourceMatch::Bundle(b) => format!(
-                "bundle of {} source{}",
-                b.sources.len(),
-                if b.sources.len() == 1 { "" } else { "s" }
-            ),
+            SourceMatch::Bundle(b) => {
+                let n = b.sources.len();
+                let objects = format!("{n} source{}", if n == 1 { "" } else { "s" });
+                match (n, b.default_cas) {
+                    (0, true) => "bundle of the default CAs".to_string(),
+                    (_, true) => format!("bundle of the default CAs and {objects}"),
+                    (_, false) => format!("bundle of {objects}"),
+                }
+            }
             SourceMatch::Template(_) => "template".to_string(),
         }
     }

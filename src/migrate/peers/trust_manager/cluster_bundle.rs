@@ -1,9 +1,10 @@
 //! trust-manager's `ClusterBundle` (`trust-manager.io/v1alpha2`), its successor of `Bundle`,
 //! read into the parts of its CopyRules: `sourceRefs` become `spec.sources`; each target's
 //! `data` gives the PEM's key, a PKCS#12 store, and the JKS store trust-manager's own
-//! migration marks by annotation. What a CopyRule cannot say (`inLineCAs`, `defaultCAs`, a
-//! key with a wildcard, a PKCS#12 `profile`, a second PEM key, the targets' metadata, fields
-//! migrate does not know) is left out and said, as for a Bundle.
+//! migration marks by annotation; `defaultCAs.provider: System` and `inLineCAs` as a Bundle's
+//! default CAs and inline certificates are. What a CopyRule cannot say (a key with a wildcard,
+//! a PKCS#12 `profile`, a second PEM key, the targets' metadata, fields migrate does not know)
+//! is left out and said, as for a Bundle.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    Parts, Target, check_name, default_cas_note, inline_note, lower_camel, metadata_note,
+    Parts, Target, check_name, inline, inline_objects, lower_camel, metadata_note,
     namespace_selector, nullable, reference_source, unknown,
 };
 use crate::{
@@ -40,33 +41,42 @@ pub(super) fn read(doc: &Value, trust_namespace: &str) -> Result<Parts, String> 
     check_name(name)?;
     let spec = &bundle.spec;
     let mut left_out = unknown("spec", &spec.other);
+    let mut said = vec![format!("from trust-manager ClusterBundle {name}")];
     let mut sources = Vec::new();
+    match spec.default_cas.provider.as_deref() {
+        None | Some("Disabled") => {}
+        Some("System") => {
+            let (source, note) = inline::default_cas("defaultCAs.provider System");
+            sources.push(source);
+            said.push(note);
+        }
+        Some(other) => left_out.push(format!(
+            "defaultCAs.provider {other}: migrate does not know it; left out"
+        )),
+    }
+    left_out.extend(unknown("defaultCAs", &spec.default_cas.other));
     for (i, raw) in spec.source_refs.iter().enumerate() {
         match source_ref(i, raw, trust_namespace) {
             Ok(found) => sources.push(found),
             Err(note) => left_out.push(note),
         }
     }
-    if spec
-        .in_line_cas
-        .as_deref()
-        .is_some_and(|c| !c.trim().is_empty())
-    {
-        left_out.push(inline_note("inLineCAs", name, trust_namespace));
-    }
-    match spec.default_cas.provider.as_deref() {
-        None | Some("Disabled") => {}
-        Some("System") => left_out.push(default_cas_note(
-            "defaultCAs.provider System",
-            trust_namespace,
-        )),
-        Some(other) => left_out.push(format!(
-            "defaultCAs.provider {other}: migrate does not know it; left out"
-        )),
-    }
-    left_out.extend(unknown("defaultCAs", &spec.default_cas.other));
+    let inline: Vec<String> = match spec.in_line_cas.as_deref() {
+        Some(pem) if !pem.trim().is_empty() => {
+            match inline::inline_certificates("inLineCAs", pem) {
+                Ok(pem) => vec![pem],
+                Err(note) => {
+                    left_out.push(note);
+                    Vec::new()
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
+    let objects = inline_objects(name, trust_namespace, &inline, &mut sources, &mut said)
+        .map_err(|note| left_out.push(note))
+        .unwrap_or_default();
     let target = &spec.target;
-    let mut said = vec![format!("from trust-manager ClusterBundle {name}")];
     let namespace_selector = namespace_selector(target.namespace_selector.as_ref(), &mut said)?;
     left_out.extend(unknown("target", &target.other));
     let jks_key = bundle.metadata.annotations.get(JKS_KEY).map(String::as_str);
@@ -80,6 +90,7 @@ pub(super) fn read(doc: &Value, trust_namespace: &str) -> Result<Parts, String> 
     Ok(Parts {
         name: name.clone(),
         sources,
+        objects,
         said,
         left_out,
         namespace_selector,

@@ -1,9 +1,10 @@
 //! trust-manager. A `Bundle` (`trust.cert-manager.io/v1alpha1`, cluster-scoped) combines the
 //! certificates of Secrets and ConfigMaps of trust-manager's trust namespace into a ConfigMap
 //! and/or Secret named after it in the namespaces its selector matches: a CopyRule with
-//! `sources` already (SPEC §3.2, Bundles), one per target kind. What a CopyRule cannot say
-//! (inline certificates, the default CAs, every key of a source, a PKCS#12 profile, the
-//! targets' extra labels and annotations) is left out and said in the rule's notes, never dropped; a
+//! `sources` already (SPEC §3.2, Bundles), one per target kind. The default CAs become its
+//! `{defaultCAs: true}` source, inline certificates a ConfigMap printed beside it (`inline`).
+//! What a CopyRule cannot say (every key of a source, a PKCS#12 profile, the targets' extra
+//! labels and annotations) is left out and said in the rule's notes, never dropped; a
 //! Bundle left with no source or no target gives no CopyRule, and the reason. Its successor,
 //! the `ClusterBundle` (`trust-manager.io/v1alpha2`), says the same in other fields and is
 //! translated alike (`cluster_bundle`).
@@ -114,6 +115,8 @@ pub(super) fn translate(documents: &[Value], trust_namespace: &str) -> Translati
 struct Parts {
     name: String,
     sources: Vec<BundleSourceSpec>,
+    /// Manifests to apply with the CopyRules (the ConfigMap of inline certificates).
+    objects: Vec<Value>,
     /// Said in each CopyRule's notes: where it is from, what it does as trust-manager did.
     said: Vec<String>,
     /// Left out, said in each CopyRule's notes.
@@ -142,15 +145,28 @@ fn parts_of_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Parts, Stri
     let spec = &bundle.spec;
     let mut left_out = unknown("spec", &spec.other);
     let mut sources = Vec::new();
+    let mut said = vec![format!("from trust-manager Bundle {name}")];
+    let mut inline = Vec::new();
     for (i, raw) in spec.sources.iter().enumerate() {
-        match source(i, raw, name, trust_namespace) {
-            Ok(Some(found)) => sources.push(found),
-            Ok(None) => {}
+        match source(i, raw, trust_namespace) {
+            Ok(Read::Source(found)) => sources.push(found),
+            Ok(Read::DefaultCas(at)) if sources.iter().any(|s| s.default_cas) => {
+                said.push(format!("{at}: the default CAs, listed once"));
+            }
+            Ok(Read::DefaultCas(at)) => {
+                let (source, note) = inline::default_cas(&at);
+                sources.push(source);
+                said.push(note);
+            }
+            Ok(Read::Inline(pem)) => inline.push(pem),
+            Ok(Read::Nothing) => {}
             Err(note) => left_out.push(note),
         }
     }
+    let objects = inline_objects(name, trust_namespace, &inline, &mut sources, &mut said)
+        .map_err(|note| left_out.push(note))
+        .unwrap_or_default();
     let target = &spec.target;
-    let mut said = vec![format!("from trust-manager Bundle {name}")];
     let namespace_selector = namespace_selector(target.namespace_selector.as_ref(), &mut said)?;
     let (formats, formats_notes) = target
         .additional_formats
@@ -190,11 +206,30 @@ fn parts_of_bundle(bundle: &Bundle, trust_namespace: &str) -> Result<Parts, Stri
     Ok(Parts {
         name: name.clone(),
         sources,
+        objects,
         said,
         left_out,
         namespace_selector,
         targets,
     })
+}
+
+/// The ConfigMap of a bundle's inline certificates `pems` (none: nothing), its source added
+/// to `sources` and said; or the note saying why they are left out.
+fn inline_objects(
+    bundle: &str,
+    trust_namespace: &str,
+    pems: &[String],
+    sources: &mut Vec<BundleSourceSpec>,
+    said: &mut Vec<String>,
+) -> Result<Vec<Value>, String> {
+    if pems.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (configmap, source, note) = inline::inline_source(bundle, trust_namespace, pems)?;
+    sources.push(source);
+    said.push(note);
+    Ok(vec![configmap])
 }
 
 /// A name trust-manager gives its copies, that copyrator's must be too.
@@ -251,6 +286,7 @@ fn rules_of(parts: Parts, trust_namespace: &str) -> Result<Vec<PeerRule>, String
     let Parts {
         name,
         sources,
+        mut objects,
         said,
         mut left_out,
         namespace_selector,
@@ -330,6 +366,8 @@ fn rules_of(parts: Parts, trust_namespace: &str) -> Result<Vec<PeerRule>, String
             rule,
             source_namespace: trust_namespace.to_string(),
             notes,
+            // Printed once, with the first of its CopyRules.
+            objects: std::mem::take(&mut objects),
         });
     }
     if rules.is_empty() {
@@ -341,14 +379,20 @@ fn rules_of(parts: Parts, trust_namespace: &str) -> Result<Vec<PeerRule>, String
     Ok(rules)
 }
 
-/// One entry of `spec.sources` as a CopyRule bundle source (`None`: it adds nothing, as
-/// `useDefaultCAs: false`), or the note saying why it is left out.
-fn source(
-    i: usize,
-    raw: &Value,
-    bundle: &str,
-    trust_namespace: &str,
-) -> Result<Option<BundleSourceSpec>, String> {
+/// What one entry of a Bundle's `spec.sources` gives.
+enum Read {
+    Source(BundleSourceSpec),
+    /// The default CAs, asked for at this field.
+    DefaultCas(String),
+    /// Inline PEM certificates (judged already).
+    Inline(String),
+    /// Nothing (`useDefaultCAs: false`).
+    Nothing,
+}
+
+/// One entry of `spec.sources` as what it gives a CopyRule bundle, or the note saying why it
+/// is left out.
+fn source(i: usize, raw: &Value, trust_namespace: &str) -> Result<Read, String> {
     let at = format!("sources[{i}]");
     let entry =
         Source::deserialize(raw).map_err(|e| format!("{at}: cannot be read ({e}); left out"))?;
@@ -360,20 +404,13 @@ fn source(
     ) {
         (Some(r), None, None, None | Some(false)) => ("ConfigMap", r),
         (None, Some(r), None, None | Some(false)) => ("Secret", r),
-        (None, None, Some(_), None | Some(false)) => {
-            return Err(inline_note(
-                &format!("{at}.inLine"),
-                bundle,
-                trust_namespace,
-            ));
+        (None, None, Some(pem), None | Some(false)) => {
+            return inline::inline_certificates(&format!("{at}.inLine"), pem).map(Read::Inline);
         }
         (None, None, None, Some(true)) => {
-            return Err(default_cas_note(
-                &format!("{at}.useDefaultCAs"),
-                trust_namespace,
-            ));
+            return Ok(Read::DefaultCas(format!("{at}.useDefaultCAs")));
         }
-        (None, None, None, _) if entry.other.is_empty() => return Ok(None),
+        (None, None, None, _) if entry.other.is_empty() => return Ok(Read::Nothing),
         _ => {
             let fields: Vec<&str> = [
                 ("configMap", entry.config_map.is_some()),
@@ -414,7 +451,7 @@ fn source(
         reference.key.as_ref(),
         trust_namespace,
     )
-    .map(Some)
+    .map(Read::Source)
 }
 
 /// A source reference (`what` names it in notes) as a CopyRule bundle source, or the note
@@ -455,26 +492,8 @@ fn reference_source(
         name,
         selector,
         key,
+        ..Default::default()
     })
-}
-
-/// Inline certificates (at `at`) cannot be copied: where to put them instead.
-fn inline_note(at: &str, bundle: &str, trust_namespace: &str) -> String {
-    format!(
-        "{at}: copyrator copies certificates only from Secrets and ConfigMaps; put them in a \
-         ConfigMap in {trust_namespace} (kubectl -n {trust_namespace} create configmap \
-         {bundle}-inline --from-file=ca.crt=FILE) and add {{kind: ConfigMap, namespace: \
-         {trust_namespace}, name: {bundle}-inline, key: ca.crt}} to spec.sources; left out"
-    )
-}
-
-/// The default CAs (asked for at `at`) are not copyrator's to ship: what to do instead.
-fn default_cas_note(at: &str, trust_namespace: &str) -> String {
-    format!(
-        "{at}: copyrator ships no package of public CAs; put the ones wanted (e.g. Debian's \
-         /etc/ssl/certs/ca-certificates.crt) in a ConfigMap in {trust_namespace} and add it to \
-         spec.sources; left out"
-    )
 }
 
 /// `additionalFormats` as the CopyRule's truststores (`spec.target.formats`, made of the
@@ -616,5 +635,6 @@ struct Store {
 }
 
 mod cluster_bundle;
+mod inline;
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,21 @@ fn named(kind: &str, name: &str, key: &str) -> BundleSourceSpec {
         name: Some(name.into()),
         selector: None,
         key: key.into(),
+        ..Default::default()
+    }
+}
+
+/// A CA certificate, PEM, as an inline source holds one.
+fn inline_ca() -> String {
+    crate::certs::issue::new_ca(time::OffsetDateTime::now_utc(), time::Duration::days(1))
+        .unwrap()
+        .cert
+}
+
+fn default_cas() -> BundleSourceSpec {
+    BundleSourceSpec {
+        default_cas: true,
+        ..Default::default()
     }
 }
 
@@ -97,6 +112,7 @@ fn configmap_and_secret_sources_become_bundle_sources_in_the_trust_namespace() {
                 name: None,
                 selector: Some(labels(&[("trust", "yes")])),
                 key: "root.pem".into(),
+                ..Default::default()
             },
         ]
     );
@@ -208,33 +224,77 @@ fn both_targets_are_two_copy_rules_and_say_so() {
 }
 
 #[test]
-fn inline_certificates_are_said_with_where_to_put_them() {
+fn inline_certificates_become_a_configmap_printed_with_the_rule_and_its_source() {
+    let (first, second) = (inline_ca(), inline_ca());
     let t = translate_one(bundle(
         "b",
         json!({
             "sources": [
                 {"secret": {"name": "root-ca", "key": "ca.crt"}},
+                {"inLine": first},
+                {"inLine": format!("  {second}\n\n")},
                 {"inLine": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
             ],
-            "target": {"configMap": {"key": "ca.pem"}},
+            "target": {"configMap": {"key": "ca.pem"}, "secret": {"key": "ca.crt"}},
         }),
     ));
-    let (spec, _, notes) = only_rule(&t);
-    assert_eq!(spec.sources.as_ref().unwrap().len(), 1);
+    assert_eq!(t.rules.len(), 2, "{t:#?}");
+    let configmap = &t.rules[0].rule;
+    let sources = configmap.spec.sources.as_deref().unwrap();
+    assert_eq!(
+        sources,
+        [
+            named("Secret", "root-ca", "ca.crt"),
+            named("ConfigMap", "trust-manager-b-inline", "ca.crt"),
+        ]
+    );
+    assert_eq!(
+        t.rules[1].rule.spec.sources.as_deref().unwrap(),
+        sources,
+        "both CopyRules read it"
+    );
+    // The ConfigMap is printed once, with the first CopyRule.
+    assert!(t.rules[1].objects.is_empty());
+    let [object] = &t.rules[0].objects[..] else {
+        panic!("{:?}", t.rules[0].objects);
+    };
+    assert_eq!(
+        object["metadata"],
+        json!({"name": "trust-manager-b-inline", "namespace": TRUST})
+    );
+    let held = object["data"]["ca.crt"].as_str().unwrap().to_string();
+    assert_eq!(
+        crate::transform::only_certificates(held.as_bytes()),
+        Ok(2),
+        "{held}"
+    );
+    let notes = t.rules[0].notes.join("\n");
     assert!(
-        notes.contains("sources[1].inLine")
-            && notes.contains("put them in a ConfigMap in cert-manager")
-            && notes.contains("{kind: ConfigMap, namespace: cert-manager, name: b-inline"),
+        notes.contains("printed as ConfigMap cert-manager/trust-manager-b-inline (key ca.crt)")
+            && notes.contains(
+                "sources[3].inLine: the value holds a CERTIFICATE block that is not a valid \
+                 X.509 certificate"
+            ),
         "{notes}"
     );
-    assert!(
-        !notes.contains("MIIB"),
-        "the certificate is not repeated: {notes}"
-    );
+    assert!(!notes.contains("MIIB"), "no value is repeated: {notes}");
+
+    // Printed, it is applied before the CopyRule, and the manifests carry it.
+    let config = configured(t, &policy(TRUST));
+    let script = render::kubectl(&config, Peer::TrustManager).unwrap();
+    let configmap_at = script.find("kind: ConfigMap").unwrap();
+    let rule_at = script.find("kind: CopyRule").unwrap();
+    assert!(configmap_at < rule_at, "{script}");
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&render::manifests(&config, Peer::TrustManager).unwrap())
+            .unwrap();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds, ["ConfigMap", "CopyRule", "CopyRule"]);
+    assert_eq!(docs[0]["data"]["ca.crt"], held);
 }
 
 #[test]
-fn default_cas_are_said() {
+fn use_default_cas_becomes_the_default_cas_source() {
     let t = translate_one(bundle(
         "b",
         json!({
@@ -247,15 +307,32 @@ fn default_cas_are_said() {
         }),
     ));
     let (spec, _, notes) = only_rule(&t);
-    assert_eq!(spec.sources.as_ref().unwrap().len(), 1);
+    assert_eq!(
+        spec.sources.as_deref().unwrap(),
+        [default_cas(), named("Secret", "root-ca", "ca.crt")]
+    );
     assert!(
-        notes.contains("sources[0].useDefaultCAs: copyrator ships no package of public CAs"),
+        notes.contains("sources[0].useDefaultCAs: the default CAs are copyrator's")
+            && notes.contains("--default-cas-file"),
         "{notes}"
     );
     assert!(
         !notes.contains("sources[1]"),
         "false asks for nothing: {notes}"
     );
+
+    // trust-manager's README Bundle: the default CAs alone make a bundle, valid as printed.
+    let t = translate_one(bundle(
+        "trust-manager-bundle",
+        json!({
+            "sources": [{"useDefaultCAs": true}],
+            "target": {"configMap": {"key": "bundle.pem"}},
+        }),
+    ));
+    let (spec, name, _) = only_rule(&t);
+    assert_eq!(name, "trust-manager-trust-manager-bundle-configmap");
+    assert_eq!(spec.sources.as_deref().unwrap(), [default_cas()]);
+    assert!(Rule::from_copy_rule(&t.rules[0].rule).is_ok());
 }
 
 #[test]
@@ -370,7 +447,7 @@ fn a_bundle_copyrator_cannot_read_a_source_of_gives_no_rule_and_the_reasons() {
     let t = translate_one(bundle(
         "b",
         json!({
-            "sources": [{"useDefaultCAs": true}, {"inLine": "x"}],
+            "sources": [{"useDefaultCAs": false}, {"inLine": "x"}, {"configMap": {"name": "k"}}],
             "target": {"configMap": {"key": "ca.pem"}},
         }),
     ));
@@ -379,8 +456,9 @@ fn a_bundle_copyrator_cannot_read_a_source_of_gives_no_rule_and_the_reasons() {
     let note = &t.skipped[0].note;
     assert!(
         note.starts_with("trust-manager Bundle \"b\": no source copyrator can read")
-            && note.contains("useDefaultCAs")
-            && note.contains("inLine")
+            && note
+                .contains("sources[1].inLine: the value holds text outside PEM certificate blocks")
+            && note.contains("sources[2].configMap (ConfigMap k): no key")
             && note.ends_with("not migrated"),
         "{note}"
     );

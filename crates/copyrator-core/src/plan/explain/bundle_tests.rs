@@ -24,6 +24,7 @@ fn entry(ns: &str, name: &str) -> BundleSourceSpec {
         name: Some(name.into()),
         selector: None,
         key: "ca.crt".into(),
+        ..Default::default()
     }
 }
 

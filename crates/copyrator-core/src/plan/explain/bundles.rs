@@ -43,8 +43,36 @@ pub struct BundleSources {
     /// One per entry of `spec.sources` (for a source explained: the entries that read it).
     pub entries: Vec<EntryFinding>,
     /// Certificates the copy holds here: the admitted sources' certificates, deduplicated and
-    /// without expired ones when asked. `None` when the sources could not be read.
+    /// without expired ones when asked. `None` when the sources could not be read, or the
+    /// default CAs the bundle takes are not known here.
     pub certificates: Option<usize>,
+    /// The default CAs, when the bundle takes them (`{defaultCAs: true}`): every copy holds
+    /// them, whatever the namespace trusts.
+    pub default_cas: Option<DefaultCasFinding>,
+}
+
+/// The default CAs a bundle takes, as copyrator has them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultCasFinding {
+    /// Where they come from (`webpki-root-certs 1.0.11`, `file PATH sha256:…`); `None`:
+    /// copyrator has none.
+    pub origin: Option<String>,
+    /// How many certificates they are; `None` when not known here (the running copyrator
+    /// reads them from a file `explain` cannot read).
+    pub certificates: Option<usize>,
+}
+
+impl DefaultCasFinding {
+    /// In words: `taken: webpki-root-certs 1.0.11, 146 certificates`.
+    pub fn describe(&self) -> String {
+        match (&self.origin, self.certificates) {
+            (None, _) => "left out: copyrator has no default CAs".to_string(),
+            (Some(origin), Some(n)) => format!("taken: {origin}, {n} certificates"),
+            (Some(origin), None) => {
+                format!("taken: {origin} (copyrator's; not readable here, so not counted)")
+            }
+        }
+    }
 }
 
 /// One entry of `spec.sources`, and what it matched.
@@ -130,17 +158,37 @@ pub fn sources_in(
             }),
         })
         .collect();
-    let certificates = reads.map(|r| {
+    // An empty set of default CAs is one not known here: a set copyrator runs with never is.
+    let default_cas = bundle.default_cas.then(|| {
+        let cas = world.policy().default_cas.as_deref();
+        DefaultCasFinding {
+            origin: cas.map(|c| c.origin.to_string()),
+            certificates: match cas {
+                None => Some(0),
+                Some(c) if c.certificates.is_empty() => None,
+                Some(c) => Some(c.certificates.len()),
+            },
+        }
+    });
+    let defaults_known = default_cas
+        .as_ref()
+        .is_none_or(|d| d.certificates.is_some());
+    let certificates = reads.filter(|_| defaults_known).map(|r| {
         let inputs = r.inputs();
         let admitted = inputs.admitted(|from| world.bundle_admits(namespace, from));
         inputs
-            .combine(&admitted, bundle.drop_expired)
+            .combine(
+                &admitted,
+                world.policy().default_certificates(bundle),
+                bundle.drop_expired,
+            )
             .map_or(0, |pem| pem.matches("-----BEGIN CERTIFICATE-----").count())
     });
     BundleSources {
         key: bundle.key.clone(),
         entries,
         certificates,
+        default_cas,
     }
 }
 
@@ -155,6 +203,15 @@ impl BundleSources {
             .flatten()
             .collect();
         let Some(certs) = self.certificates else {
+            if self
+                .default_cas
+                .as_ref()
+                .is_some_and(|d| d.certificates.is_none())
+            {
+                return "its certificates are not counted: copyrator's default CAs are not \
+                        readable here"
+                    .to_string();
+            }
             return format!(
                 "its sources ({} entries of spec.sources) could not be read",
                 self.entries.len()
@@ -165,8 +222,15 @@ impl BundleSources {
             .filter(|o| o.taken())
             .map(|o| format!("{} {}", o.source.kind, o.source.namespaced_name()))
             .collect();
+        let defaults = match &self.default_cas {
+            Some(DefaultCasFinding {
+                origin: Some(origin),
+                ..
+            }) => format!(" and the default CAs ({origin})"),
+            _ => String::new(),
+        };
         format!(
-            "the copy's {} holds {certs} certificate{}, from {} of {} source{}{}",
+            "the copy's {} holds {certs} certificate{}, from {} of {} source{}{}{defaults}",
             self.key,
             if certs == 1 { "" } else { "s" },
             taken.len(),

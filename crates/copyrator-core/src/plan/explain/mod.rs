@@ -14,7 +14,9 @@ use crate::{
     tenancy::Tier,
     transform::Transform,
 };
-pub use bundles::{BundleReads, BundleSources, Bundles, EntryFinding, ObjectFinding};
+pub use bundles::{
+    BundleReads, BundleSources, Bundles, DefaultCasFinding, EntryFinding, ObjectFinding,
+};
 use findings::{invalid, judge, missing_namespaces, no_source, not_opted_in, orphan};
 
 /// What is being explained.

@@ -44,6 +44,7 @@ fn source_refs_and_the_pem_key_become_a_bundle_copy_rule() {
                 name: None,
                 selector: Some(labels(&[("trust", "yes")])),
                 key: "root.pem".into(),
+                ..Default::default()
             },
         ]
     );
@@ -112,7 +113,7 @@ fn what_a_copy_rule_cannot_say_is_left_out_and_said() {
                 {"kind": "ConfigMap", "name": "many", "key": "*.pem"},
                 {"kind": "Pod", "name": "p", "key": "x"},
             ],
-            "inLineCAs": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            "inLineCAs": inline_ca(),
             "defaultCAs": {"provider": "System"},
             "future": true,
             "target": {
@@ -124,16 +125,22 @@ fn what_a_copy_rule_cannot_say_is_left_out_and_said() {
         }),
     ));
     let (spec, _, notes) = only_rule(&t);
+    // The default CAs and the inline certificates (a ConfigMap printed with the rule) are
+    // sources.
     assert_eq!(
         spec.sources.as_deref().unwrap(),
-        [named("Secret", "root-ca", "ca.crt")]
+        [
+            default_cas(),
+            named("Secret", "root-ca", "ca.crt"),
+            named("ConfigMap", "trust-manager-b-inline", "ca.crt"),
+        ]
     );
+    assert_eq!(t.rules[0].objects.len(), 1);
     for said in [
         "sourceRefs[1] (ConfigMap many): key \"*.pem\" is a pattern",
         "sourceRefs[2].kind Pod: a bundle's source is a ConfigMap or a Secret",
-        "inLineCAs: copyrator copies certificates only from Secrets and ConfigMaps",
-        "kubectl -n cert-manager create configmap b-inline",
-        "defaultCAs.provider System: copyrator ships no package of public CAs",
+        "printed as ConfigMap cert-manager/trust-manager-b-inline",
+        "defaultCAs.provider System: the default CAs are copyrator's",
         "spec.future: migrate does not know it",
         "target.configMap.data[1] (also.pem): a CopyRule's copy holds the bundle's PEM under \
          one key (ca.pem)",
