@@ -28,6 +28,7 @@ mod read_only;
 mod silent_connections;
 mod smoke;
 mod stalled_bodies;
+mod templates;
 mod tenancy;
 mod unverified_callers;
 mod watch_triggers;
