@@ -92,6 +92,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
             sources: None,
             drop_expired: false,
             template: None,
+            create_once: false,
             source_name: None,
             source_selector: Some(selector(&key, "copy-me")),
             namespace_selector: Some(selector(&key, "target")),

@@ -154,11 +154,28 @@ async fn copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRu
     if fresh == Freshness::Indexed {
         if let Some(held) = cluster.copy_rule_scope().copy_rules() {
             cluster.metrics.index_read("copyrules", "index");
-            return Ok(held.as_ref().clone());
+            let mut rules = held.as_ref().clone();
+            fresh_created_in(cluster, &mut rules).await?;
+            return Ok(rules);
         }
         cluster.metrics.index_read("copyrules", "list");
     }
     cluster.list_copy_rules(fresh).await
+}
+
+/// What the CopyRules watch keeps holds a rule's status as it was listed: a create-once
+/// rule's record of the namespaces it created copies in (SPEC §3.4) is read again, so that a
+/// copy its namespace deleted is never made again from an old record.
+async fn fresh_created_in(cluster: &Cluster, rules: &mut [CopyRule]) -> ApiResult<()> {
+    for rule in rules.iter_mut().filter(|r| r.spec.create_once) {
+        let Some(name) = rule.metadata.name.clone() else {
+            continue;
+        };
+        if let Some(now) = cluster.get_copy_rule(&name).await? {
+            rule.status = now.status;
+        }
+    }
+    Ok(())
 }
 
 /// Sources CopyRules select that the world does not hold yet: objects without the opt-in

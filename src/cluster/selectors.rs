@@ -139,6 +139,7 @@ mod tests {
             sources: None,
             drop_expired: false,
             template: None,
+            create_once: false,
             source_name: selector.is_none().then(|| "one".to_string()),
             source_selector: selector.map(|(k, v)| LabelSelector {
                 match_labels: Some([(k.to_string(), v.to_string())].into()),

@@ -421,6 +421,7 @@ fn copy_rule(
             sources: None,
             drop_expired: false,
             template: None,
+            create_once: false,
             source_name: Some(intent.source.name.clone()),
             source_selector: None,
             namespace_selector,

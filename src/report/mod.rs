@@ -38,6 +38,8 @@ pub struct Tally {
     pub missing_keys: BTreeMap<String, BTreeSet<String>>,
     /// Sources of a bundle left out of it: (source, key, why).
     pub left_out: BTreeSet<(String, String, String)>,
+    /// Namespaces a copy was created in (a create-once rule's record, SPEC §3.4).
+    pub created_in: BTreeSet<String>,
 }
 
 impl Tally {
@@ -60,6 +62,7 @@ impl Tally {
             self.missing_keys.entry(source).or_default().extend(keys);
         }
         self.left_out.extend(other.left_out);
+        self.created_in.extend(other.created_in);
     }
 }
 
@@ -91,7 +94,10 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
                 if done {
                     t.synced += 1;
                     match action {
-                        Action::Create { .. } => t.created += 1,
+                        Action::Create { .. } => {
+                            t.created += 1;
+                            t.created_in.insert(copy.key.namespace.clone());
+                        }
                         _ => t.updated += 1,
                     }
                 } else {

@@ -141,11 +141,33 @@ pub fn rule_status(
             }) if b.default_cas => world.policy().default_cas.as_ref().map(|c| c.status()),
             _ => None,
         },
+        created_in: created_in(rule, world, tally, verified.is_some()),
         last_sync_time: Some(Time(now)),
         last_verified_time: verified
             .map(Time)
             .or_else(|| previous.and_then(|s| s.last_verified_time.clone())),
     }
+}
+
+/// A create-once rule's record of the namespaces it created a copy in (SPEC §3.4): what it
+/// held, and what this sync created. A namespace being deleted leaves it, and so does one a
+/// leader's full resync (whose world holds every namespace) no longer finds: a namespace of
+/// that name made again gets a copy again.
+fn created_in(rule: &CopyRule, world: &World, tally: &Tally, all_namespaces: bool) -> Vec<String> {
+    if !rule.spec.create_once {
+        return Vec::new();
+    }
+    let previous = rule
+        .status
+        .iter()
+        .flat_map(|s| s.created_in.iter().cloned());
+    let mut record: std::collections::BTreeSet<String> =
+        previous.chain(tally.created_in.iter().cloned()).collect();
+    record.retain(|ns| match world.namespaces().get(ns) {
+        Some(info) => !info.terminating,
+        None => !all_namespaces,
+    });
+    record.into_iter().collect()
 }
 
 /// Whether two statuses differ in anything but the sync time.
@@ -181,6 +203,7 @@ mod tests {
                 sources: None,
                 drop_expired: false,
                 template: None,
+                create_once: false,
                 source_name: Some("cm".into()),
                 source_selector: None,
                 namespace_selector: None,
@@ -247,6 +270,38 @@ mod tests {
                 Applied::NoWrite,
             ),
         ]
+    }
+
+    #[test]
+    fn a_create_once_rule_records_where_it_created_copies_until_the_namespace_goes() {
+        let mut cr = rule();
+        cr.spec.create_once = true;
+        cr.status = Some(CopyRuleStatus {
+            created_in: vec!["gone".into(), "kept".into(), "terminating".into()],
+            ..Default::default()
+        });
+        let mut w = world_with_source();
+        let ns = |name: &str, terminating: bool| crate::model::NamespaceInfo {
+            name: name.into(),
+            resource_version: "1".into(),
+            labels: Default::default(),
+            accept_from: None,
+            terminating,
+        };
+        w.insert_namespaces([ns("a", false), ns("kept", false), ns("terminating", true)]);
+        let parsed = Rule::from_copy_rule(&cr).unwrap();
+        let t = tally(&outcomes(&cr, &w));
+        let tally = t.get(&parsed.id);
+        let at = Timestamp::from_second(1000).unwrap();
+        // A job's world may not hold every namespace: only one being deleted leaves.
+        let s = rule_status(&cr, Ok(&parsed), &w, tally, at, None);
+        assert_eq!(s.created_in, ["a", "gone", "kept"]);
+        // The leader's full resync holds them all: one it does not find is gone too.
+        let s = rule_status(&cr, Ok(&parsed), &w, tally, at, Some(at));
+        assert_eq!(s.created_in, ["a", "kept"]);
+        // A rule that copies as always keeps no record.
+        let s = rule_status(&rule(), Ok(&parsed), &w, tally, at, None);
+        assert!(s.created_in.is_empty());
     }
 
     #[test]

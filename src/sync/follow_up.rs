@@ -127,6 +127,63 @@ pub(super) async fn write_rule_status(
     }
 }
 
+/// Records the create-once copies `outcomes` created in their CopyRules' status at once
+/// (SPEC §3.4): the record is what keeps a copy its namespace deletes from being made again,
+/// so it is not left for the status follow-up, which plans again and finds the copies there.
+/// Preconditioned on the version read; a rule changed meanwhile is read again (a few times).
+async fn record_created_once(ctx: &Context, outcomes: &[(Action, Applied)]) {
+    let mut created: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (action, applied) in outcomes {
+        if let (Action::Create { copy, by }, Applied::Done) = (action, applied)
+            && copy
+                .template
+                .annotations
+                .contains_key(crate::marks::CREATED_BY_ANNOTATION)
+            && let Some(name) = by.rule.copy_rule_name()
+        {
+            created
+                .entry(name.to_string())
+                .or_default()
+                .insert(copy.key.namespace.clone());
+        }
+    }
+    for (name, namespaces) in created {
+        for _ in 0..3 {
+            let cr = match ctx.cluster.get_copy_rule(&name).await {
+                Ok(Some(cr)) => cr,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(rule = name, error = %e, "could not read CopyRule to record its create-once copies");
+                    break;
+                }
+            };
+            let mut status = cr.status.clone().unwrap_or_default();
+            let mut record: BTreeSet<String> = status.created_in.iter().cloned().collect();
+            let before = record.len();
+            record.extend(namespaces.iter().cloned());
+            if record.len() == before {
+                break;
+            }
+            status.created_in = record.into_iter().collect();
+            let rv = cr.metadata.resource_version.clone().unwrap_or_default();
+            match ctx.cluster.patch_rule_status(&name, &rv, &status).await {
+                Ok(Written::Done) => {
+                    let uid = cr.metadata.uid.clone().unwrap_or_default();
+                    ctx.caches
+                        .written_status
+                        .insert(name.clone(), (uid, status));
+                    break;
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(rule = name, error = %e, "could not record create-once copies");
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /// How long a CopyRule's status follow-up waits for others to join it (SPEC §2.2).
 const STATUS_SETTLE: Duration = Duration::from_secs(1);
 
@@ -138,11 +195,12 @@ const SECOND_LOOK: Duration = Duration::from_secs(1);
 /// the watch cache, which lags etcd by milliseconds: a source or CopyRule created in the same
 /// instant as the namespace may be missing from both this job's view and (namespace list) the
 /// source's job's view. The second look reads a cache that has caught up.
-pub(super) fn after(
+pub(super) async fn after(
     ctx: &Context,
     job: &Job,
     outcomes: &[(Action, Applied)],
 ) -> Result<Outcome, SyncError> {
+    record_created_once(ctx, outcomes).await;
     if let (JobKey::Namespace(name), Trigger::Admission) = (&job.key, job.trigger) {
         let mut second = Job::new(JobKey::Namespace(name.clone()), Trigger::SecondLook);
         second.not_before = Some(Instant::now() + SECOND_LOOK);

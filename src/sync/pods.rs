@@ -67,7 +67,7 @@ pub async fn settle_namespace(ctx: &Context, name: &str) -> Result<Settled, Sync
             if let Some(ready) = &ready {
                 ctx.ready.record(name, since, ready.clone());
             }
-            after(ctx, &job, &outcomes)?;
+            after(ctx, &job, &outcomes).await?;
             Ok(Settled { ready, written })
         }
     }

@@ -29,6 +29,7 @@ fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
         sources: None,
         drop_expired: false,
         template: None,
+        create_once: false,
         source_name: None,
         source_selector: None,
         namespace_selector: None,

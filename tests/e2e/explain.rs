@@ -376,6 +376,7 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
                 sources: None,
                 drop_expired: false,
                 template: None,
+                create_once: false,
                 source_name: Some("ca".into()),
                 source_selector: None,
                 namespace_selector: None,

@@ -69,6 +69,7 @@ fn rule(source_ns: &str, source: &str) -> CopyRuleSpec {
         sources: None,
         drop_expired: false,
         template: None,
+        create_once: false,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: None,

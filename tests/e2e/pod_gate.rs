@@ -187,6 +187,7 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
         sources: None,
         drop_expired: false,
         template: None,
+        create_once: false,
         source_name: Some("mirror".into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {

@@ -82,6 +82,7 @@ async fn read_only_copy_scenario(t: Harness, verified: bool) {
                 sources: None,
                 drop_expired: false,
                 template: None,
+                create_once: false,
                 source_name: Some("ca".into()),
                 source_selector: None,
                 namespace_selector: None,

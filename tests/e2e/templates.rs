@@ -165,3 +165,82 @@ async fn a_template_bootstraps_every_labelled_namespace_and_keeps_it_so() {
     .await;
     t.finish().await;
 }
+
+/// Create-once (SPEC §3.4): a copy made where missing, once, then its namespace's: an edit
+/// stays, a deletion is not undone, the rule's status records where it made copies, and a
+/// namespace that opts in later still gets one.
+#[tokio::test]
+async fn a_create_once_copy_belongs_to_its_namespace_once_made() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let t = Harness::start(Options {
+        resync_interval: "1s",
+        ..Default::default()
+    })
+    .await;
+    let key = t.name("once");
+    let mut spec = template_rule(
+        "ConfigMap",
+        "v1",
+        "team-defaults",
+        &key,
+        json!({"data": {"owner": "$(namespace)", "tier": "standard"}}),
+    );
+    spec.create_once = true;
+    let rule = t.copy_rule("once", spec).await;
+    let a = t.namespace("once-a", &[(&key, "on")]).await;
+    let b = t.namespace("once-b", &[(&key, "on")]).await;
+    for ns in [&a, &b] {
+        let cm = t
+            .wait_value::<ConfigMap>(ns, "team-defaults", "owner", ns)
+            .await;
+        let labels = cm.metadata.labels.unwrap_or_default();
+        assert!(
+            !labels.contains_key("app.kubernetes.io/managed-by"),
+            "its namespace's, not copyrator's: {labels:?}"
+        );
+        assert_eq!(
+            cm.metadata.annotations.unwrap()["copyrator.io/created-by"],
+            format!("copyrule/{rule}")
+        );
+    }
+    t.wait_for::<CopyRule>("", &rule, "the record of both", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.created_in.contains(&a) && s.created_in.contains(&b))
+    })
+    .await;
+    // a edits its copy, b deletes its own: after several resyncs, both stay so.
+    t.api::<ConfigMap>(&a)
+        .patch(
+            "team-defaults",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"tier": "gold"}})),
+        )
+        .await
+        .unwrap();
+    t.api::<ConfigMap>(&b)
+        .delete("team-defaults", &DeleteParams::default())
+        .await
+        .unwrap();
+    t.wait_resyncs(3).await;
+    t.wait_value::<ConfigMap>(&a, "team-defaults", "tier", "gold")
+        .await;
+    assert!(
+        t.api::<ConfigMap>(&b)
+            .get_opt("team-defaults")
+            .await
+            .unwrap()
+            .is_none(),
+        "a create-once copy its namespace deleted is not made again"
+    );
+    // A namespace opting in later gets one, once.
+    let c = t.namespace("once-c", &[(&key, "on")]).await;
+    t.wait_value::<ConfigMap>(&c, "team-defaults", "owner", &c)
+        .await;
+    // The namespace opts out: the copy stays, it is the namespace's.
+    t.label_namespace(&a, json!({ &key: null })).await;
+    t.wait_resyncs(2).await;
+    t.wait_value::<ConfigMap>(&a, "team-defaults", "tier", "gold")
+        .await;
+    t.finish().await;
+}

@@ -321,6 +321,7 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
                 sources: None,
                 drop_expired: false,
                 template: None,
+                create_once: false,
                 source_name: Some("cacerts".into()),
                 source_selector: None,
                 namespace_selector: None,
@@ -452,6 +453,7 @@ async fn a_tenant_copy_is_never_a_source() {
                 sources: None,
                 drop_expired: false,
                 template: None,
+                create_once: false,
                 source_name: None,
                 source_selector: Some(
                     k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
@@ -482,6 +484,7 @@ async fn a_tenant_copy_is_never_a_source() {
                 sources: None,
                 drop_expired: false,
                 template: None,
+                create_once: false,
                 source_name: Some("cacerts".into()),
                 source_selector: None,
                 namespace_selector: Some(every_team),
@@ -633,6 +636,7 @@ async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
                 sources: None,
                 drop_expired: false,
                 template: None,
+                create_once: false,
                 source_name: Some("settings".into()),
                 source_selector: None,
                 namespace_selector: None,

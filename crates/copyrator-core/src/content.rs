@@ -195,14 +195,20 @@ impl CopyTemplate {
         };
         let marks = Marks::new(rule, source, copy_hash(kind, source, &payload));
         let mut labels = carried(&source.labels);
-        labels.extend(marks.labels().into_iter().map(|(k, v)| (k.to_string(), v)));
         let mut annotations = carried(&source.annotations);
-        annotations.extend(
-            marks
-                .annotations()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v)),
-        );
+        if rule.create_once {
+            // It belongs to its namespace once made (SPEC §3.4): no ownership marks, only
+            // which rule made it.
+            annotations.insert(marks::CREATED_BY_ANNOTATION.into(), rule.id.mark());
+        } else {
+            labels.extend(marks.labels().into_iter().map(|(k, v)| (k.to_string(), v)));
+            annotations.extend(
+                marks
+                    .annotations()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v)),
+            );
+        }
         Ok(Self {
             kind,
             name: rule.target_name(&source.key.name).to_string(),

@@ -89,6 +89,11 @@ pub struct CopyRuleSpec {
     /// kubernetes.io/dockercfg.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub image_pull_secret: bool,
+    /// Create-once copies (SPEC §3.4): a copy is created where missing in a selected
+    /// namespace, once, and then belongs to the namespace: copyrator never updates, restores
+    /// or deletes it. Kyverno's `synchronize: false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_once: bool,
     /// The copies are read-only: UPDATE and DELETE of a copy by anyone but copyrator are
     /// denied at admission (when copyrator's read-only webhook is installed), except its
     /// deletion with its namespace. Default: true for kinds other than Secret and ConfigMap
@@ -315,6 +320,10 @@ pub struct CopyRuleStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub default_cas: Option<DefaultCasStatus>,
+    /// With createOnce: the namespaces copyrator created a copy in (once: never again, while
+    /// the namespace exists).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_in: Vec<String>,
     /// When copyrator last finished syncing this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,

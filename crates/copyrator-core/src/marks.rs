@@ -52,6 +52,9 @@ pub const RULE_ANNOTATION: &str = "copyrator.io/rule";
 /// Annotation on copies: what happens to the copy when no rule wants it any more
 /// (`Delete` or `Retain`), so the answer survives the deletion of its rule.
 pub const DELETION_POLICY_ANNOTATION: &str = "copyrator.io/deletion-policy";
+/// On a create-once copy (SPEC §3.4), the rule that made it: said, not owned (the object
+/// carries none of copyrator's ownership marks, and belongs to its namespace).
+pub const CREATED_BY_ANNOTATION: &str = "copyrator.io/created-by";
 
 /// Field manager of every write copyrator makes. The copies webhook ignores updates made under
 /// this name (they are copyrator's own), and the reconciler treats fields owned by any other

@@ -52,5 +52,5 @@ pub(in crate::sync) async fn run(
         Contents::default(),
     )
     .await?;
-    after(ctx, job, &outcomes)
+    after(ctx, job, &outcomes).await
 }

@@ -56,7 +56,7 @@ pub(in crate::sync) async fn run(
             if let Some(ready) = pods::readiness(ctx, name, &world, &outcomes).await {
                 ctx.ready.record(name, since, ready);
             }
-            after(ctx, job, &outcomes)
+            after(ctx, job, &outcomes).await
         }
     }
 }

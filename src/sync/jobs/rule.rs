@@ -94,5 +94,5 @@ pub(in crate::sync) async fn run(
     if let Some(cr) = &copy_rule {
         write_rule_status(ctx, &world, cr, &crate::report::tally(&outcomes), None).await;
     }
-    after(ctx, job, &outcomes)
+    after(ctx, job, &outcomes).await
 }

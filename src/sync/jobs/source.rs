@@ -116,5 +116,5 @@ pub(in crate::sync) async fn run(
     {
         label_source(ctx, info).await;
     }
-    after(ctx, job, &outcomes)
+    after(ctx, job, &outcomes).await
 }

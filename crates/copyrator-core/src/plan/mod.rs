@@ -516,6 +516,25 @@ fn plan_winner<'w>(
     };
     let payload = template.as_ref();
 
+    // Create-once (SPEC §3.4): made where missing, once; whatever is there, or was made there
+    // and deleted since, is its namespace's.
+    if claim.rule.create_once {
+        return match (existing, payload) {
+            (Existing::None, _) if claim.rule.created_in.contains(&target.namespace) => {
+                Action::InSync {
+                    target: target.clone(),
+                    by,
+                }
+            }
+            (Existing::None, Some(t)) => Action::Create { copy: build(t), by },
+            (Existing::None, None) => need_source(),
+            _ => Action::InSync {
+                target: target.clone(),
+                by,
+            },
+        };
+    }
+
     match existing {
         Existing::None => match payload {
             Some(t) => Action::Create { copy: build(t), by },

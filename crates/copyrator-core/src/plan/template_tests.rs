@@ -308,3 +308,62 @@ fn what_a_template_may_not_be() {
     assert_eq!(invalid(template_rule("e", np, json!({}))), "spec.template");
     assert!(Rule::from_copy_rule(&template_rule("ok", np, json!({"spec": {}}))).is_ok());
 }
+
+/// Create-once (SPEC §3.4), here of a template: made where missing, once, without
+/// copyrator's ownership marks; what is there, or was made there and deleted since, is its
+/// namespace's; it is never read-only.
+#[test]
+fn a_create_once_copy_is_made_once_and_then_belongs_to_its_namespace() {
+    let np = network_policy();
+    let mut rule = template_rule("quota-ish", np, json!({"spec": {"podSelector": {}}}));
+    rule.spec.create_once = true;
+    rule.status = Some(crate::copyrule::CopyRuleStatus {
+        created_in: vec!["team-b".into()],
+        ..Default::default()
+    });
+    let w = world(vec![rule], GrantPolicy::default());
+    let key = |ns: &str| ObjectKey::new(np, ns, "bootstrap");
+    let summary = |existing: BTreeMap<ObjectKey, Existing>| -> Vec<String> {
+        let mut out: Vec<String> = plan(&w, &Scope::All, &existing, &Contents::default())
+            .iter()
+            .map(|a| match a {
+                Action::InSync { target, .. } => format!("leave {}", target.namespace),
+                Action::Create { copy, .. } => {
+                    let obj = copy.object();
+                    let labels = obj.metadata.labels.unwrap_or_default();
+                    let annotations = obj.metadata.annotations.unwrap_or_default();
+                    assert!(
+                        !labels.contains_key(crate::marks::MANAGED_BY_LABEL)
+                            && !labels.contains_key(crate::marks::READ_ONLY),
+                        "no ownership marks: {labels:?}"
+                    );
+                    assert_eq!(
+                        annotations[crate::marks::CREATED_BY_ANNOTATION],
+                        "copyrule/quota-ish"
+                    );
+                    format!("create {}", copy.key.namespace)
+                }
+                other => format!("{other:?}"),
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    // team-a: missing, never made: made. team-b: made once and deleted since: left deleted.
+    assert_eq!(summary(BTreeMap::new()), ["create team-a", "leave team-b"]);
+    // Edited by its namespace (an unmanaged object now): left as it is.
+    assert_eq!(
+        summary(BTreeMap::from([(
+            key("team-a"),
+            Existing::Unmanaged {
+                resource_version: "9".into()
+            }
+        )])),
+        ["leave team-a", "leave team-b"]
+    );
+    let parsed = Rule::from_copy_rule(&w.copy_rules()[0]).unwrap();
+    assert!(
+        parsed.create_once && !parsed.read_only,
+        "its namespace's to edit"
+    );
+}

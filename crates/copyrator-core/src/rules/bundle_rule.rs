@@ -220,6 +220,8 @@ pub(super) fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleErr
         image_pull_secret: false,
         read_only: spec.read_only.unwrap_or(false),
         transform: Transform::default(),
+        create_once: spec.create_once,
+        created_in: super::created_in(rule),
     })
 }
 

@@ -143,10 +143,13 @@ impl Rule {
                 .unwrap_or_default(),
             tier: Tier::CopyRule,
             image_pull_secret: spec.image_pull_secret,
+            // Create-once copies are their namespace's: never read-only.
             read_only: spec
                 .read_only
-                .unwrap_or(!transform.target_kind(kind).is_consentable()),
+                .unwrap_or(!transform.target_kind(kind).is_consentable() && !spec.create_once),
             transform,
+            create_once: spec.create_once,
+            created_in: super::created_in(rule),
         })
     }
 }

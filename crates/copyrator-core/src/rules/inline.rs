@@ -35,7 +35,7 @@ pub fn ignored_annotations(source: &SourceInfo) -> Vec<&'static str> {
 impl Rule {
     /// The inline rule of a source (SPEC §2.1). `Ok(None)` when the source does not carry the
     /// opt-in label. A labelled source without annotations yields a rule without targets.
-    /// Its tier is the lowest until the trust policy says otherwise ([`RuleSet::build`]).
+    /// Its tier is the lowest until the trust policy says otherwise ([`super::RuleSet::build`]).
     pub fn inline(source: &SourceInfo) -> Result<Option<Rule>, RuleError> {
         if source.labels.get(marks::SOURCE_LABEL).map(String::as_str) != Some("true") {
             return Ok(None);
@@ -157,6 +157,8 @@ impl Rule {
                 keys,
                 ..Transform::default()
             },
+            create_once: false,
+            created_in: BTreeSet::new(),
         }))
     }
 

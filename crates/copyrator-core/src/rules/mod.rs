@@ -121,6 +121,11 @@ pub struct Rule {
     pub read_only: bool,
     /// What the copies carry of the source's payload, and as what kind (SPEC §3.2).
     pub transform: Transform,
+    /// Create-once copies (SPEC §3.4): made where missing, then their namespace's.
+    pub create_once: bool,
+    /// With `create_once`: the namespaces a copy was created in, as the CopyRule's status
+    /// records them (never made there again).
+    pub created_in: BTreeSet<String>,
 }
 
 impl Rule {
@@ -261,6 +266,17 @@ impl Rule {
             SourceMatch::Template(_) => "template".to_string(),
         }
     }
+}
+
+/// The namespaces a create-once CopyRule's status records it created a copy in (SPEC §3.4).
+pub(crate) fn created_in(rule: &crate::copyrule::CopyRule) -> BTreeSet<String> {
+    if !rule.spec.create_once {
+        return BTreeSet::new();
+    }
+    rule.status
+        .as_ref()
+        .map(|s| s.created_in.iter().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Most keys one rule may list.

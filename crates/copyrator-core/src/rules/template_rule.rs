@@ -147,8 +147,13 @@ pub(super) fn template_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleE
         created,
         tier: Tier::CopyRule,
         image_pull_secret: false,
-        read_only: spec.read_only.unwrap_or(!kind.is_consentable()),
+        // Create-once copies are their namespace's: never read-only.
+        read_only: spec
+            .read_only
+            .unwrap_or(!kind.is_consentable() && !spec.create_once),
         transform: Transform::default(),
+        create_once: spec.create_once,
+        created_in: super::created_in(rule),
     })
 }
 

@@ -57,6 +57,7 @@ fn spec() -> CopyRuleSpec {
         sources: None,
         drop_expired: false,
         template: None,
+        create_once: false,
         source_name: Some("shared".into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {

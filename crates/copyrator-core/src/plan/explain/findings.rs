@@ -88,6 +88,21 @@ pub(super) fn judge(
     };
     let claim = ClaimRef::new(rule.id.clone(), source.key.clone());
     let shape = Shape::of(rule, planned.missing.get(&claim));
+    // Create-once (SPEC §3.4): what is there is the namespace's.
+    let message = match (rule.create_once, existing.get(&target)) {
+        (false, _) => message,
+        (true, Some(Existing::None) | None) if rule.created_in.contains(&target.namespace) => {
+            format!(
+                "{message}; create-once: copyrator made the copy here once, and its namespace deleted it: it is not made again"
+            )
+        }
+        (true, Some(Existing::None) | None) => {
+            format!("{message}; create-once: made here once, then the namespace's")
+        }
+        (true, Some(_)) => format!(
+            "{message}; create-once: the object there belongs to the namespace, copyrator never changes or deletes it"
+        ),
+    };
     let message = match &shape {
         Some(shape) => format!("{message}; the copy holds {}", shape.describe(&source.key)),
         None => message,

@@ -67,6 +67,7 @@ fn rule_spec(source: &str) -> CopyRuleSpec {
         sources: None,
         drop_expired: false,
         template: None,
+        create_once: false,
         source_name: Some(source.into()),
         source_selector: None,
         namespace_selector: Some(LabelSelector {
