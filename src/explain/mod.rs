@@ -65,6 +65,8 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
     let inputs = match &focus {
         Focus::Namespace(name) => load::for_namespace(&cluster, &policy, name).await?,
         Focus::Source(key) => load::for_source(&cluster, &policy, key).await?,
+        // A rule's focus is `copyrator plan`'s.
+        Focus::Rule(id) => anyhow::bail!("explain does not explain the {id} alone"),
     };
     let explanation = explain(
         &inputs.world,
@@ -107,11 +109,11 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         verified: &verified,
         namespace: match &focus {
             Focus::Namespace(name) => inputs.world.namespaces().get(name),
-            Focus::Source(_) => None,
+            Focus::Source(_) | Focus::Rule(_) => None,
         },
         source: match &focus {
             Focus::Source(key) => inputs.world.sources().get(key),
-            Focus::Namespace(_) => None,
+            Focus::Namespace(_) | Focus::Rule(_) => None,
         },
         explanation: &explanation,
         events: &events,

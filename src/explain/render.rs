@@ -139,12 +139,13 @@ pub fn table(view: &View<'_>, now: Timestamp) -> String {
     if findings.is_empty() {
         out.push_str(match view.focus {
             Focus::Namespace(_) => "No rule could copy anything into this namespace.\n",
+            Focus::Rule(_) => "The rule selects no namespace and has no copy.\n",
             Focus::Source(_) => {
                 "No rule copies this source: it has no copyrator annotations and no CopyRule selects it.\n"
             }
         });
     } else {
-        let by_namespace = matches!(view.focus, Focus::Source(_));
+        let by_namespace = !matches!(view.focus, Focus::Namespace(_));
         let mut rows = vec![vec![
             "RULE".to_string(),
             if by_namespace { "NAMESPACE" } else { "SOURCE" }.to_string(),
@@ -635,7 +636,7 @@ pub fn report(view: &View<'_>) -> Report {
         }),
         source: match view.focus {
             Focus::Source(key) => Some(key.into()),
-            Focus::Namespace(_) => None,
+            Focus::Namespace(_) | Focus::Rule(_) => None,
         },
         policy: PolicyOut {
             trusted_namespaces: policy.trust.trusted_namespaces.to_string(),
