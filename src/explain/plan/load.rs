@@ -4,26 +4,28 @@
 //! can change (a rule's, a source's, a namespace's) and the sources they are made from.
 //! Nothing here writes.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use anyhow::{Context as _, anyhow};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use serde_json::Value;
 
 use super::super::load::{read_bundles, read_passwords, read_payloads, read_targets};
 use crate::{
+    bundle::BundleInput,
     cluster::{
         Cluster, Freshness,
         load::{self, Found},
     },
     copyrule::CopyRule,
-    model::{Kind, ObjectKey, SourceInfo},
+    model::{Kind, Object, ObjectKey, SourceInfo},
     plan::{
         Contents, Existing, Policy, World,
         explain::{Bundles, Focus},
         preview::{self, Manifest, ManifestKind, ManifestState},
     },
     rules::{self, SourceMatch},
+    sync::bundles::certificates_of,
 };
 
 /// One document, with what applying it does to its object and what to explain about it.
@@ -108,9 +110,11 @@ pub async fn for_manifests(
         .filter(|s| !given.payloads.contains_key(s))
         .collect();
     let mut contents = read_payloads(cluster, &mut world, to_read).await;
+    let given_keys: Vec<ObjectKey> = given.payloads.keys().cloned().collect();
     contents.payloads.extend(given.payloads);
     read_passwords(cluster, policy, &world, &mut contents).await;
-    let bundles = read_bundles(cluster, &mut world, &mut contents, stand_ins).await;
+    let mut bundles = read_bundles(cluster, &mut world, &mut contents, stand_ins).await;
+    read_given_into_bundles(&world, &mut contents, &mut bundles, &given_keys);
     let existing = read_targets(cluster, targets).await?;
     let unlabelled = documents
         .iter()
@@ -129,6 +133,61 @@ pub async fn for_manifests(
         bundles,
         documents,
     })
+}
+
+/// The bundles' sources the files give, as the files give them: the cluster's version read by
+/// `read_bundles` replaced (or left out, or added where a selector entry now matches), as a
+/// job would read them once the files are applied.
+fn read_given_into_bundles(
+    world: &World,
+    contents: &mut Contents,
+    bundles: &mut Bundles,
+    given: &[ObjectKey],
+) {
+    for (stand_in, reads) in bundles.iter_mut() {
+        let Some(bundle) = world
+            .rules()
+            .copy_rule(&stand_in.name)
+            .and_then(|r| r.bundle())
+        else {
+            continue;
+        };
+        let mut changed = false;
+        // `read_bundles` reads one entry of `spec.sources` at a time, in order.
+        for (entry, inputs) in bundle.sources.iter().zip(reads.entries.iter_mut()) {
+            for key in given.iter().filter(|k| entry.may_select(k)) {
+                changed = true;
+                inputs.retain(|i| &i.source != key);
+                let (Some(info), Some(payload)) =
+                    (world.sources().get(key), contents.payloads.get(key))
+                else {
+                    continue;
+                };
+                if !entry.selects(info) {
+                    continue;
+                }
+                let object = Object {
+                    metadata: ObjectMeta {
+                        labels: Some(info.labels.clone()),
+                        ..Default::default()
+                    },
+                    payload: (**payload).clone(),
+                    ..Default::default()
+                };
+                inputs.push(BundleInput {
+                    source: key.clone(),
+                    key: entry.key.clone(),
+                    read: certificates_of(key.kind, Some(&object), &entry.key),
+                });
+                inputs.sort_by(|a, b| a.source.cmp(&b.source));
+            }
+        }
+        if changed {
+            contents
+                .bundles
+                .insert(stand_in.clone(), Arc::new(reads.inputs()));
+        }
+    }
 }
 
 /// The object `manifest` names as the cluster holds it now, if it exists.
@@ -234,4 +293,83 @@ fn claimed(
         }
     }
     sources
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::{Engine as _, engine::general_purpose::STANDARD};
+    use serde_json::json;
+
+    use super::*;
+    use crate::{model::Payload, plan::explain::BundleReads};
+
+    fn ca(name: &str) -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    fn secret_payload(pem: &str) -> Payload {
+        Payload {
+            data: Some([("ca.crt".to_string(), STANDARD.encode(pem))].into()),
+            ..Default::default()
+        }
+    }
+
+    /// A bundle reading `platform/root`, read from the cluster with `old`; the file gives the
+    /// Secret with `new`.
+    #[test]
+    fn a_bundle_reads_its_source_as_the_file_gives_it() {
+        let rule: CopyRule = serde_json::from_value(json!({
+            "apiVersion": "copyrator.io/v1alpha1", "kind": "CopyRule",
+            "metadata": {"name": "trust", "uid": "u"},
+            "spec": {"kind": "ConfigMap", "targetName": "ca-bundle", "target": {"key": "ca.pem"},
+                     "namespaceSelector": {},
+                     "sources": [{"kind": "Secret", "namespace": "platform", "name": "root",
+                                  "key": "ca.crt"}]},
+        }))
+        .unwrap();
+        let root = ObjectKey::new(Kind::Secret, "platform", "root");
+        let info = SourceInfo {
+            key: root.clone(),
+            uid: String::new(),
+            resource_version: String::new(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            created: 0,
+            deleting: false,
+            dropped: None,
+        };
+        let world = World::from_parts(Policy::default(), [info], vec![rule]);
+        let stand_in = world.rules().copy_rule("trust").unwrap().bundle().unwrap();
+        let stand_in = stand_in.owner.key.clone();
+        let (old, new) = (ca("old"), ca("new"));
+        let read = |pem: &str| BundleInput {
+            source: root.clone(),
+            key: "ca.crt".into(),
+            read: crate::bundle::certificates(pem.as_bytes()).map_err(|_| unreachable!()),
+        };
+        let mut bundles = Bundles::from([(
+            stand_in.clone(),
+            BundleReads {
+                entries: vec![vec![read(&old)]],
+                read_at: 0,
+            },
+        )]);
+        let mut contents = Contents::default();
+        contents
+            .payloads
+            .insert(root.clone(), Arc::new(secret_payload(&new)));
+        read_given_into_bundles(
+            &world,
+            &mut contents,
+            &mut bundles,
+            std::slice::from_ref(&root),
+        );
+        let inputs = &contents.bundles[&stand_in].inputs;
+        assert_eq!(inputs.len(), 1);
+        assert_eq!(inputs[0].read, read(&new).read, "the file's certificate");
+        assert_eq!(bundles[&stand_in].entries[0], [read(&new)]);
+    }
 }
