@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::common::*;
 use copyrator::marks;
 
-/// A kubeconfig for an identity that may get, list and watch everything and write nothing,
+/// A kubeconfig for an identity that may get and list everything and write nothing,
 /// and the cluster-wide objects that grant it (deleted by [`Reader::remove`]).
 struct Reader {
     kubeconfig: std::path::PathBuf,
@@ -47,7 +47,7 @@ impl Reader {
             .unwrap();
         let role: ClusterRole = serde_json::from_value(json!({
             "metadata": {"name": name},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}],
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list"]}],
         }))
         .unwrap();
         Api::<ClusterRole>::all(env.client.clone())
