@@ -249,6 +249,17 @@ fn an_unchanged_rule_changes_nothing() {
 }
 
 #[test]
+fn a_new_namespace_gets_the_copies_of_the_rules_its_labels_select() {
+    let mut cluster =
+        Cluster::new().with_rule(rule_file(json!({"matchLabels": {"registry": "on"}})));
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": "team-new", "labels": {"registry": "on"}}});
+    let e = cluster.plan(namespace, None).unwrap();
+    assert_eq!(changes(&e), ["team-new Create SelectorMatches"]);
+    assert!(cluster.world.namespaces().contains_key("team-new"));
+}
+
+#[test]
 fn a_tenants_source_is_refused_where_the_namespace_does_not_consent() {
     let mut cluster = Cluster::new();
     cluster.world.namespaces_mut().insert(
