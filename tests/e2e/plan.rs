@@ -4,87 +4,15 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::{
-    core::v1::{Namespace, Secret, ServiceAccount},
-    rbac::v1::{ClusterRole, ClusterRoleBinding},
-};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 
 use crate::common::*;
 use copyrator::marks;
-
-/// A kubeconfig for an identity that may get and list everything and write nothing,
-/// and the cluster-wide objects that grant it (deleted by [`Reader::remove`]).
-struct Reader {
-    kubeconfig: std::path::PathBuf,
-    name: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Reader {
-    async fn new(env: &TestEnv) -> Self {
-        let ns = env.namespace("pl-reader", &[]).await;
-        let name = env.name("pl-reader");
-        let meta = |namespace: Option<&str>| ObjectMeta {
-            name: Some(name.clone()),
-            namespace: namespace.map(String::from),
-            ..Default::default()
-        };
-        let create = PostParams::default();
-        Api::<ServiceAccount>::namespaced(env.client.clone(), &ns)
-            .create(
-                &create,
-                &ServiceAccount {
-                    metadata: meta(Some(&ns)),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-        let role: ClusterRole = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list"]}],
-        }))
-        .unwrap();
-        Api::<ClusterRole>::all(env.client.clone())
-            .create(&create, &role)
-            .await
-            .unwrap();
-        let binding: ClusterRoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-        }))
-        .unwrap();
-        Api::<ClusterRoleBinding>::all(env.client.clone())
-            .create(&create, &binding)
-            .await
-            .unwrap();
-        let token = service_account_token(&env.client, &ns, &name).await;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("kubeconfig");
-        write_token_kubeconfig(&kubeconfig(), &token, &path);
-        Self {
-            kubeconfig: path,
-            name,
-            _dir: dir,
-        }
-    }
-
-    async fn remove(&self, env: &TestEnv) {
-        let dp = DeleteParams::default();
-        let _ = Api::<ClusterRoleBinding>::all(env.client.clone())
-            .delete(&self.name, &dp)
-            .await;
-        let _ = Api::<ClusterRole>::all(env.client.clone())
-            .delete(&self.name, &dp)
-            .await;
-    }
-}
 
 /// `copyrator plan -o json` of `file`, with `args`; panics with stderr when it fails.
 async fn plan_json(file: &std::path::Path, args: &[&str]) -> Value {
@@ -283,53 +211,23 @@ async fn plan_of_a_tenants_source_lists_the_namespaces_that_refuse_it() {
     );
 
     // As a kubectl plugin, the file on stdin, its namespace from -n.
-    let plugins = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_copyrator"),
-        plugins.path().join("kubectl-copyrator"),
+    let out = kubectl_copyrator(
+        &[
+            "plan",
+            "-f",
+            "-",
+            "-n",
+            &tenant,
+            "-o",
+            "json",
+            "--lease-namespace",
+            "default",
+        ],
+        &yaml,
     )
-    .unwrap();
-    let path = format!(
-        "{}:{}",
-        plugins.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let (tenant2, yaml2) = (tenant.clone(), yaml.clone());
-    let out = tokio::task::spawn_blocking(move || {
-        use std::io::Write as _;
-        let mut cmd = std::process::Command::new("kubectl");
-        // copyrator's own environment variables of the test process are not the user's.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("COPYRATOR_") {
-                cmd.env_remove(key);
-            }
-        }
-        let mut child = cmd
-            .args(["copyrator", "plan", "-f", "-", "-n", &tenant2, "-o", "json"])
-            .args(["--lease-namespace", "default"])
-            .env("PATH", path)
-            .env("KUBECONFIG", kubeconfig())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(yaml2.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    .await;
+    assert!(out.success, "{}\n{}", out.stdout, out.stderr);
+    let stdout = out.stdout;
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         report["documents"][0]["object"],
