@@ -119,6 +119,23 @@ pub fn manifests(
                 ns
             }
         };
+        let valid = match kind {
+            ManifestKind::CopyRule => crate::selector::is_dns_subdomain(&name),
+            ManifestKind::Namespace => crate::selector::is_dns_label(&name),
+            ManifestKind::Source(k) => {
+                crate::model::ObjectKey::new(k, namespace.as_str(), name.as_str()).is_valid()
+            }
+        };
+        if !valid {
+            return Err(fail(format!(
+                "{name:?}{} is not a valid name",
+                if namespace.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in namespace {namespace:?}")
+                }
+            )));
+        }
         match kind {
             ManifestKind::Source(k) if k == Kind::Secret => {
                 merge_string_data(&mut object).map_err(fail)?;

@@ -370,6 +370,10 @@ fn documents_are_read_in_order_lists_flattened_and_other_kinds_noted() {
     let nameless = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {}});
     let e = manifests(vec![nameless], "ops").unwrap_err();
     assert_eq!(e.to_string(), "document 1 (Secret ): has no metadata.name");
+    let bad_name =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Not_A_Name"}});
+    let e = manifests(vec![bad_name], "ops").unwrap_err();
+    assert!(e.message.contains("is not a valid name"), "{e}");
     let bad = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
                      "data": {"k": "not base64!"}});
     let e = manifests(vec![bad], "ops").unwrap_err();
