@@ -39,6 +39,10 @@ pub enum Command {
     /// nothing).
     #[command(subcommand)]
     Explain(ExplainCommand),
+    /// Show what applying manifest files would do, before applying them (reads the cluster,
+    /// writes nothing): which namespaces get which copy, what is refused and why, and which
+    /// copies are deleted.
+    Plan(Box<PlanArgs>),
     /// Print the copyrator configuration that expresses a peer's annotations (reflector,
     /// replicator, kubed) or Kyverno clone policies; with --adopt, take over the peer's
     /// copies of the same sources.
@@ -246,7 +250,8 @@ pub struct ExplainOptions {
     #[arg(long, env = "COPYRATOR_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Output format: a table, or JSON for scripts (shape: SPEC §11.2).
+    /// Output format: a table, or JSON for scripts (shapes: docs/explain-json.md,
+    /// docs/plan-json.md).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: ExplainOutput,
 
@@ -283,6 +288,24 @@ pub enum ExplainCommand {
         #[command(flatten)]
         options: ExplainOptions,
     },
+}
+
+/// `copyrator plan`: what applying the files would do.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Manifest files to plan (YAML, several documents each; `-` for stdin): CopyRules,
+    /// objects of the kinds copied here (sources, with or without copyrator's annotations) and
+    /// Namespaces; other documents are noted and left out.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+
+    /// Namespace of the namespaced documents that name none (default: the kubeconfig
+    /// context's, as for kubectl apply).
+    #[arg(short = 'n', long = "namespace")]
+    pub namespace: Option<String>,
+
+    #[command(flatten)]
+    pub options: ExplainOptions,
 }
 
 /// A kind on the command line.
@@ -877,6 +900,36 @@ mod tests {
             ExplicitPolicy::default(),
             "a command without policy flags"
         );
+    }
+
+    #[test]
+    fn plan_takes_files_and_explains_policy_flags() {
+        assert!(
+            Cli::try_parse_from(["copyrator", "plan"]).is_err(),
+            "-f is required"
+        );
+        let argv = [
+            "copyrator",
+            "plan",
+            "-f",
+            "rule.yaml",
+            "-f",
+            "-",
+            "-n",
+            "team-a",
+            "-o",
+            "json",
+            "--trusted-namespaces=platform",
+        ];
+        let Command::Plan(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("plan");
+        };
+        assert_eq!(args.files, [PathBuf::from("rule.yaml"), PathBuf::from("-")]);
+        assert_eq!(args.namespace.as_deref(), Some("team-a"));
+        assert_eq!(args.options.output, ExplainOutput::Json);
+        let explicit =
+            ExplicitPolicy::from_matches(&Cli::command().try_get_matches_from(argv).unwrap());
+        assert!(explicit.trusted_namespaces && !explicit.exclude_namespaces);
     }
 
     #[test]

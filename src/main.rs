@@ -1,5 +1,5 @@
 //! The `copyrator` binary: parses the command line and runs `serve`, `certs`, `manifests`,
-//! `explain` or `migrate`.
+//! `explain`, `plan` or `migrate`.
 
 use std::process::ExitCode;
 
@@ -62,6 +62,10 @@ fn main() -> ExitCode {
         }
         Command::Explain(command) => one_off(explain::run(
             command,
+            ExplicitPolicy::from_matches(&matches),
+        )),
+        Command::Plan(args) => one_off(explain::plan::run(
+            *args,
             ExplicitPolicy::from_matches(&matches),
         )),
         Command::Migrate(args) => one_off(migrate::run(*args)),

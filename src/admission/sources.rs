@@ -90,13 +90,11 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
                 Some(Ok(rule)) => rule,
                 None => None,
             };
-            if rule.as_ref().is_some_and(|r| r.image_pull_secret) && !is_pull_secret_type(obj) {
-                return Verdict::deny(format!(
-                    "copyrator: invalid annotation {}: only a Secret of type {} can be an image pull secret; this one is of type {}",
-                    marks::IMAGE_PULL_SECRET_ANNOTATION,
-                    marks::PULL_SECRET_TYPES.join(" or "),
-                    secret_type(obj),
-                ));
+            if let Some(Err(e)) = rule
+                .as_ref()
+                .map(|r| r.check_pull_secret_type(Some(&secret_type(obj))))
+            {
+                return Verdict::deny(format!("copyrator: invalid annotation {e}"));
             }
             let trusted_only = (caller == Caller::Unverified
                 && rule_changed
@@ -141,10 +139,6 @@ fn secret_type(obj: &Object<'_>) -> String {
     obj.type_
         .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
         .unwrap_or_else(|| "Opaque".into())
-}
-
-fn is_pull_secret_type(obj: &Object<'_>) -> bool {
-    marks::PULL_SECRET_TYPES.contains(&secret_type(obj).as_str())
 }
 
 /// The parts of an object that make up its inline rule.

@@ -197,7 +197,7 @@ fn claimed(
 
 /// The content of each source (to know whether copies are current). One that cannot be
 /// read is unreadable to the planner, as in a job.
-async fn read_payloads(
+pub(super) async fn read_payloads(
     cluster: &Cluster,
     world: &mut World,
     sources: BTreeSet<ObjectKey>,
@@ -226,7 +226,7 @@ async fn read_payloads(
 /// etcd: what each entry matched is then known. Their stores' passwords are read beside them
 /// into `contents`, as a job reads them (`cluster::passwords`). A bundle whose sources or
 /// passwords cannot be read is unreadable to the planner, as in a job.
-async fn read_bundles(
+pub(super) async fn read_bundles(
     cluster: &Cluster,
     world: &mut World,
     contents: &mut Contents,
@@ -281,7 +281,7 @@ async fn read_bundles(
 /// The truststores' passwords the single-source rules read from Secrets, as a job reads them
 /// (SPEC §3.2); a bundle's are read with its sources ([`read_bundles`]). One that cannot be
 /// read leaves its copies unexplained, as an unreadable source does.
-async fn read_passwords(
+pub(super) async fn read_passwords(
     cluster: &Cluster,
     policy: &Policy,
     world: &World,
@@ -306,7 +306,7 @@ fn payload(kind: Kind, obj: &Object) -> Arc<crate::model::Payload> {
 }
 
 /// What holds each target name, read in full.
-async fn read_targets(
+pub(super) async fn read_targets(
     cluster: &Cluster,
     targets: BTreeSet<ObjectKey>,
 ) -> anyhow::Result<BTreeMap<ObjectKey, Existing>> {

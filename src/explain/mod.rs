@@ -4,8 +4,10 @@
 //! running copyrator's policy (`policy`), read from its Lease (`lease`). Writes nothing.
 
 mod events;
+mod json;
 mod lease;
 mod load;
+pub mod plan;
 mod policy;
 mod render;
 
@@ -57,14 +59,20 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         }
     };
     let cluster = Cluster::for_commands(client.clone());
-    let search = lease::find_lease(&client, &lease_args, webhook_configuration.as_deref()).await?;
-    let ignored = search.ignored_notes();
-    let mut resolved = policy::resolve(&policy.policy(), explicit, search.lookup);
-    resolved.notes.extend(ignored);
+    let resolved = resolve_policy(
+        &client,
+        &policy,
+        &lease_args,
+        webhook_configuration.as_deref(),
+        explicit,
+    )
+    .await?;
     let policy = resolved.policy.clone();
     let inputs = match &focus {
         Focus::Namespace(name) => load::for_namespace(&cluster, &policy, name).await?,
         Focus::Source(key) => load::for_source(&cluster, &policy, key).await?,
+        // A rule's focus is `copyrator plan`'s (`plan::load`).
+        Focus::Rule(id) => anyhow::bail!("explain does not explain the {id} alone"),
     };
     let explanation = explain(
         &inputs.world,
@@ -107,24 +115,50 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         verified: &verified,
         namespace: match &focus {
             Focus::Namespace(name) => inputs.world.namespaces().get(name),
-            Focus::Source(_) => None,
+            Focus::Source(_) | Focus::Rule(_) => None,
         },
         source: match &focus {
             Focus::Source(key) => inputs.world.sources().get(key),
-            Focus::Namespace(_) => None,
+            Focus::Namespace(_) | Focus::Rule(_) => None,
         },
         explanation: &explanation,
         events: &events,
     };
-    match output {
-        ExplainOutput::Table => print!("{}", render::table(&view, Timestamp::now())),
-        ExplainOutput::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&render::report(&view))
+    let text = match output {
+        ExplainOutput::Table => render::table(&view, Timestamp::now()),
+        ExplainOutput::Json => {
+            serde_json::to_string_pretty(&json::report(&view))
                 .context("rendering the explanation")?
-        ),
+                + "\n"
+        }
+    };
+    print_stdout(&text)
+}
+
+/// Writes `text` to stdout; a reader that stops reading early (`| head`) is no error.
+fn print_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("writing to stdout"),
     }
-    Ok(())
+}
+
+/// The policy to reason with (SPEC §11.1): the running copyrator's, read from its Lease in
+/// its own namespace, each policy flag given (`explicit`) overriding its value.
+async fn resolve_policy(
+    client: &kube::Client,
+    flags: &crate::cli::PolicyArgs,
+    lease_args: &crate::cli::LeaseArgs,
+    webhook_configuration: Option<&str>,
+    explicit: ExplicitPolicy,
+) -> anyhow::Result<policy::Resolved> {
+    let search = lease::find_lease(client, lease_args, webhook_configuration).await?;
+    let ignored = search.ignored_notes();
+    let mut resolved = policy::resolve(&flags.policy(), explicit, search.lookup);
+    resolved.notes.extend(ignored);
+    Ok(resolved)
 }
 
 /// The registered kind a command line names: its kind or resource, any case, singular or

@@ -68,7 +68,7 @@ pub(crate) async fn read(
 
 /// The certificates `obj` (of `kind`) holds under `key`, or why it gives none. A copy is no
 /// source (SPEC §9.6): it reads as missing.
-fn certificates_of(
+pub(crate) fn certificates_of(
     kind: Kind,
     obj: Option<&Object>,
     key: &str,

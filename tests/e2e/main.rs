@@ -23,6 +23,7 @@ mod migrate;
 mod not_opted_in;
 mod observability;
 mod pipeline;
+mod plan;
 mod pod_gate;
 mod read_only;
 mod silent_connections;

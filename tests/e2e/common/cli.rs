@@ -91,6 +91,58 @@ pub async fn kubectl(args: &[&str], stdin: &str) -> CliOutput {
     .unwrap()
 }
 
+/// `kubectl copyrator ARGS` with `stdin`: the copyrator binary installed as a kubectl plugin
+/// (`kubectl-copyrator` on the PATH), against the test cluster. copyrator's own environment
+/// variables of the test process are not passed on.
+pub async fn kubectl_copyrator(args: &[&str], stdin: &str) -> CliOutput {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let stdin = stdin.to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let plugins = tempfile::tempdir().expect("a plugin directory");
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_copyrator"),
+            plugins.path().join("kubectl-copyrator"),
+        )
+        .expect("the plugin");
+        let path = format!(
+            "{}:{}",
+            plugins.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut cmd = std::process::Command::new("kubectl");
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("COPYRATOR_") {
+                cmd.env_remove(key);
+            }
+        }
+        let mut child = cmd
+            .arg("copyrator")
+            .args(&args)
+            .env("PATH", path)
+            .env("KUBECONFIG", kubeconfig())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        CliOutput {
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    })
+    .await
+    .unwrap()
+}
+
 /// Runs a shell script with `KUBECONFIG` set to the test cluster's (for `kubectl`).
 pub async fn sh(script: &str) -> CliOutput {
     let script = script.to_string();

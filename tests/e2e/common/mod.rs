@@ -20,6 +20,7 @@ mod http;
 mod objects;
 mod pods;
 mod process;
+mod reader;
 pub mod tenant;
 mod tls;
 mod wait;
@@ -27,7 +28,7 @@ pub mod webhooks;
 
 pub use auth::{service_account_token, write_token_kubeconfig};
 pub use blackhole::{Blackhole, api_server_addr};
-pub use cli::{kubectl, run_copyrator, run_copyrator_with, sh};
+pub use cli::{kubectl, kubectl_copyrator, run_copyrator, run_copyrator_with, sh};
 pub use copyrator::{Copyrator, Options};
 pub use env::{TestEnv, client_ca_arg, kubeconfig, webhook_client_ca};
 pub use events::{RULE_EVENTS, about_rule, rule_events};
@@ -36,6 +37,7 @@ pub use http::{free_port, http_get, metric_value};
 pub use objects::{Data, ca_cert, config_map, holding, secret, secret_value};
 pub use pods::{create_pod, pod, pull_secret_names, registry_secret, service_account};
 pub use process::Process;
+pub use reader::Reader;
 pub use tls::{WebhookClient, test_certs, try_webhook_tls, webhook_tls, webhook_tls_from};
 pub use wait::{CONVERGE, Object, Scope, eventually, stays, wait_for};
 pub use webhooks::{

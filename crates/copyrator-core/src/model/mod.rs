@@ -84,6 +84,23 @@ pub struct NamespaceInfo {
     pub terminating: bool,
 }
 
+impl NamespaceInfo {
+    /// What copyrator keeps of a namespace, from its metadata; `None` without a name.
+    pub fn from_meta(meta: &Meta) -> Option<Self> {
+        Some(Self {
+            name: meta.name.clone()?,
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
+            accept_from: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::marks::ACCEPT_FROM_ANNOTATION))
+                .cloned(),
+            terminating: meta.deletion_timestamp.is_some(),
+        })
+    }
+}
+
 /// What the planner needs to know about a source without reading its payload: its metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceInfo {

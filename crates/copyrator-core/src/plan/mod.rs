@@ -5,6 +5,7 @@
 mod action;
 mod existing;
 pub mod explain;
+pub mod preview;
 mod world;
 
 use std::{

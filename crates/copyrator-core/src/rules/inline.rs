@@ -195,6 +195,24 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Whether a source of Secret type `type_` (`Opaque` when unset) may have this inline rule:
+    /// its copies are image pull secrets only if a kubelet reads that type (SPEC §10).
+    pub fn check_pull_secret_type(&self, type_: Option<&str>) -> Result<(), RuleError> {
+        let type_ = type_.unwrap_or("Opaque");
+        if !self.image_pull_secret || marks::PULL_SECRET_TYPES.contains(&type_) {
+            return Ok(());
+        }
+        Err(RuleError::new(
+            marks::IMAGE_PULL_SECRET_ANNOTATION,
+            format!(
+                "only a Secret of type {} can be an image pull secret; this one is of type {type_}",
+                marks::PULL_SECRET_TYPES.join(" or ")
+            ),
+        ))
+    }
+}
+
 /// The keys of the inline annotation `copyrator.io/keys`: `ca.crt,tls.crt=server.pem`.
 fn inline_keys(raw: &str) -> Result<Vec<KeyMapping>, RuleError> {
     let field = marks::KEYS_ANNOTATION;

@@ -310,6 +310,7 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
         .iter()
         .filter(|(key, _)| match focus {
             Focus::Source(k) => *key == k,
+            Focus::Rule(id) => matches!(id, RuleId::Inline(k) if k == *key),
             Focus::Namespace(_) => true,
         })
         .map(|(key, err)| Finding {
@@ -328,6 +329,7 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
         .iter()
         .filter(|(name, _)| match focus {
             Focus::Namespace(_) => true,
+            Focus::Rule(id) => id.copy_rule_name() == Some(name.as_str()),
             Focus::Source(k) => world.copy_rules().iter().any(|cr| {
                 cr.metadata.name.as_deref() == Some(name.as_str())
                     && crate::rules::copy_rule_kind(&cr.spec).ok() == Some(k.kind)
@@ -363,8 +365,8 @@ pub(super) fn not_opted_in(
             continue;
         }
         let target = match focus {
-            Focus::Source(key) if key == &source.key => None,
-            Focus::Source(_) => continue,
+            Focus::Source(key) | Focus::Rule(RuleId::Inline(key)) if key == &source.key => None,
+            Focus::Source(_) | Focus::Rule(_) => continue,
             Focus::Namespace(name) => {
                 let Some(ns) = world.namespaces().get(name) else {
                     continue;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::{Action, ClaimRef, ConflictReason, Contents, Existing, Scope, Targeting, World, plan};
 use crate::{
     copyrule::DeletionPolicy,
-    model::{Kind, NamespaceInfo, NeverCopied, ObjectKey, SourceInfo},
+    model::{Kind, NamespaceInfo, ObjectKey, SourceInfo},
     rules::{Rule, RuleId, Selection},
     tenancy::Tier,
     transform::Transform,
@@ -18,6 +18,7 @@ pub use bundles::{
     BundleReads, BundleSources, Bundles, DefaultCasFinding, EntryFinding, ObjectFinding,
 };
 use findings::{invalid, judge, missing_namespaces, no_source, not_opted_in, orphan};
+pub use verdict::{CopyState, Planned, Verdict};
 
 /// What is being explained.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +27,16 @@ pub enum Focus {
     Namespace(String),
     /// Every rule of this source, and where its copies go.
     Source(ObjectKey),
+    /// One rule: every namespace it selects, and the copies it made that it no longer wants
+    /// (`copyrator plan` of a rule's new version).
+    Rule(RuleId),
+}
+
+impl Focus {
+    /// Whether findings are given per namespace the rule selects, the others counted.
+    fn counts_unselected(&self) -> bool {
+        !matches!(self, Focus::Namespace(_))
+    }
 }
 
 /// The findings about a [`Focus`].
@@ -119,149 +130,6 @@ impl Finding {
     }
 }
 
-/// Whether a rule applies at a target, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// The copy belongs there; `action` is what the next sync does.
-    Applies {
-        selection: Selection,
-        action: Planned,
-    },
-    /// The rule's own clauses leave the namespace out.
-    NotSelected(Selection),
-    /// Selected, but excluded by `--exclude-namespaces`.
-    ExcludedGlobally,
-    /// Selected, but the namespace is terminating.
-    Terminating,
-    /// Named by the rule, but no such namespace exists.
-    NamespaceNotFound,
-    /// An untrusted inline rule, and the namespace does not consent (SPEC §9.2).
-    NotConsented,
-    /// Wanted, but not written (SPEC §4.5, §9.3).
-    Conflict(ConflictReason),
-    /// Wanted, but skipped for now (the planner's reason).
-    Skipped(&'static str),
-    /// The rule selects no existing source.
-    SourceNotFound,
-    /// A copy no rule wants: deleted or kept per its deletion policy.
-    NoRuleWants(DeletionPolicy),
-    /// The rule's configuration is invalid; it is ignored.
-    Invalid(String),
-    /// The source carries these inline-rule annotations but not the opt-in label.
-    NotOptedIn(Vec<&'static str>),
-}
-
-impl Verdict {
-    /// A stable name for scripts (`-o json`).
-    pub fn code(&self) -> &'static str {
-        match self {
-            Verdict::Applies {
-                selection: Selection::Listed,
-                ..
-            } => "Listed",
-            Verdict::Applies { .. } => "SelectorMatches",
-            Verdict::NotSelected(Selection::SourceNamespace) => "SourceNamespace",
-            Verdict::NotSelected(Selection::Excluded) => "ExcludedByRule",
-            Verdict::NotSelected(_) => "NotSelected",
-            Verdict::ExcludedGlobally => "ExcludedGlobally",
-            Verdict::Terminating => "NamespaceTerminating",
-            Verdict::NamespaceNotFound => "NamespaceNotFound",
-            Verdict::NotConsented => "NotConsented",
-            Verdict::Conflict(ConflictReason::Unmanaged) => "UnmanagedObject",
-            Verdict::Conflict(ConflictReason::OwnedBy(_)) => "NameTaken",
-            Verdict::Conflict(ConflictReason::HeldByHigherTier(_)) => "HeldByRetainedCopy",
-            Verdict::Conflict(ConflictReason::NeverCopied(NeverCopied::SecretType {
-                type_: crate::model::SERVICE_ACCOUNT_TOKEN_TYPE,
-                ..
-            })) => "ServiceAccountToken",
-            Verdict::Conflict(ConflictReason::NeverCopied(_)) => "NeverCopied",
-            Verdict::Conflict(ConflictReason::Grant(_)) => "GrantRefused",
-            Verdict::Conflict(ConflictReason::Refused(crate::transform::Refused::NoPassword {
-                ..
-            })) => "TruststorePasswordUnavailable",
-            Verdict::Conflict(ConflictReason::Refused(_)) => "KeyMaterialRefused",
-            Verdict::Conflict(ConflictReason::EmptyBundle) => "BundleEmpty",
-            Verdict::Skipped(_) => "Skipped",
-            Verdict::SourceNotFound => "SourceNotFound",
-            Verdict::NoRuleWants(_) => "NoRuleWantsCopy",
-            Verdict::Invalid(_) => "InvalidConfiguration",
-            Verdict::NotOptedIn(_) => "SourceNotOptedIn",
-        }
-    }
-}
-
-/// What the next sync does about a target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Planned {
-    Nothing,
-    Create,
-    Update,
-    /// Delete and create again: the copy is immutable.
-    Recreate,
-    /// Replace an object copyrator does not manage (conflictPolicy: Overwrite).
-    Overwrite,
-    Delete,
-    Retain,
-    /// The source's content must be read first (it could not be).
-    ReadSource,
-}
-
-impl Planned {
-    pub fn code(self) -> &'static str {
-        match self {
-            Planned::Nothing => "None",
-            Planned::Create => "Create",
-            Planned::Update => "Update",
-            Planned::Recreate => "Recreate",
-            Planned::Overwrite => "Overwrite",
-            Planned::Delete => "Delete",
-            Planned::Retain => "Retain",
-            Planned::ReadSource => "ReadSource",
-        }
-    }
-}
-
-/// What is at the target now, as this rule sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CopyState {
-    Missing,
-    InSync,
-    Stale,
-    /// An object copyrator does not manage holds the name.
-    Unmanaged,
-    /// A copy another rule or source made holds the name.
-    OtherOwner,
-    BeingDeleted,
-    /// copyrator's copy is there (its freshness is not the question).
-    Present,
-}
-
-impl CopyState {
-    pub fn code(self) -> &'static str {
-        match self {
-            CopyState::Missing => "Missing",
-            CopyState::InSync => "InSync",
-            CopyState::Stale => "Stale",
-            CopyState::Unmanaged => "Unmanaged",
-            CopyState::OtherOwner => "OtherOwner",
-            CopyState::BeingDeleted => "BeingDeleted",
-            CopyState::Present => "Present",
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            CopyState::Missing => "missing",
-            CopyState::InSync => "in sync",
-            CopyState::Stale => "stale",
-            CopyState::Unmanaged => "unmanaged object",
-            CopyState::OtherOwner => "another rule's copy",
-            CopyState::BeingDeleted => "being deleted",
-            CopyState::Present => "present",
-        }
-    }
-}
-
 /// The planner's actions about the focus, indexed for lookup by claim and by target.
 pub(super) struct Decided {
     pub(super) by_claim: HashMap<(ObjectKey, ClaimRef), Action>,
@@ -286,6 +154,7 @@ pub fn explain(
     let scope = match focus {
         Focus::Namespace(ns) => Scope::Namespace(ns.clone()),
         Focus::Source(key) => Scope::Source(key.clone()),
+        Focus::Rule(id) => Scope::Rule(id.clone()),
     };
     let mut actions = plan(world, &scope, existing, contents);
     // A source's bundles: their copies name the rule, not the source (SPEC §3.2, Bundles).
@@ -303,17 +172,22 @@ pub fn explain(
     let mut out = Explanation::default();
     let namespaces: Vec<&NamespaceInfo> = match focus {
         Focus::Namespace(ns) => world.namespaces().get(ns).into_iter().collect(),
-        Focus::Source(_) => world.namespaces().values().collect(),
+        Focus::Source(_) | Focus::Rule(_) => world.namespaces().values().collect(),
     };
     for rule in &world.rules().rules {
+        if let Focus::Rule(id) = focus
+            && &rule.id != id
+        {
+            continue;
+        }
         let sources: Vec<&SourceInfo> = match (rule.bundle(), focus) {
             // A template's copies have one source, the rule's stand-in.
             _ if rule.template().is_some() => match focus {
-                Focus::Namespace(_) => rule.owner().into_iter().collect(),
+                Focus::Namespace(_) | Focus::Rule(_) => rule.owner().into_iter().collect(),
                 Focus::Source(_) => Vec::new(),
             },
             // A bundle's copies have one source, the rule's stand-in.
-            (Some(bundle), Focus::Namespace(_)) => vec![&bundle.owner],
+            (Some(bundle), Focus::Namespace(_) | Focus::Rule(_)) => vec![&bundle.owner],
             (Some(bundle), Focus::Source(key)) if reads_source(world, bundle, key) => {
                 vec![&bundle.owner]
             }
@@ -324,17 +198,29 @@ pub fn explain(
                 .filter(|s| !s.deleting && rule.applies_to(s))
                 .filter(|s| match focus {
                     Focus::Source(key) => &s.key == key,
-                    Focus::Namespace(_) => true,
+                    Focus::Namespace(_) | Focus::Rule(_) => true,
                 })
                 .collect(),
         };
         if sources.is_empty() {
-            if let Focus::Namespace(_) = focus {
-                out.findings.extend(
+            match focus {
+                Focus::Namespace(_) => out.findings.extend(
                     namespaces
                         .iter()
                         .map(|ns| no_source(world, rule, ns, existing)),
-                );
+                ),
+                // Where its copies would go once a source exists; the rest counted.
+                Focus::Rule(_) => {
+                    for ns in &namespaces {
+                        match world.targeting(rule, ns) {
+                            Targeting::NotSelected(sel) if sel != Selection::Excluded => {
+                                *out.not_selected.entry(rule.id.clone()).or_default() += 1;
+                            }
+                            _ => out.findings.push(no_source(world, rule, ns, existing)),
+                        }
+                    }
+                }
+                Focus::Source(_) => {}
             }
             continue;
         }
@@ -346,7 +232,8 @@ pub fn explain(
                     rule.target_name(&source.key.name),
                 );
                 let targeting = world.targeting(rule, ns);
-                if let (Focus::Source(_), Targeting::NotSelected(sel)) = (focus, targeting)
+                if let Targeting::NotSelected(sel) = targeting
+                    && focus.counts_unselected()
                     && sel != Selection::Excluded
                 {
                     *out.not_selected.entry(rule.id.clone()).or_default() += 1;
@@ -358,7 +245,7 @@ pub fn explain(
                 if let (Some(bundle), Targeting::Wanted(_)) = (rule.bundle(), targeting) {
                     let only = match focus {
                         Focus::Source(key) => Some(key),
-                        Focus::Namespace(_) => None,
+                        Focus::Namespace(_) | Focus::Rule(_) => None,
                     };
                     let shown = bundles::sources_in(
                         world,
@@ -372,7 +259,7 @@ pub fn explain(
                 }
                 out.findings.push(finding);
             }
-            if let Focus::Source(_) = focus {
+            if focus.counts_unselected() {
                 out.findings.extend(missing_namespaces(world, rule, source));
             }
         }
@@ -445,3 +332,4 @@ mod bundles;
 mod findings;
 #[cfg(test)]
 mod tests;
+mod verdict;
