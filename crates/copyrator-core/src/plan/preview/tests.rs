@@ -249,6 +249,34 @@ fn an_unchanged_rule_changes_nothing() {
 }
 
 #[test]
+fn a_template_rule_creates_its_copies_without_any_source() {
+    Kind::register(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+    )
+    .unwrap();
+    let mut cluster = Cluster::new();
+    let file = json!({
+        "apiVersion": "copyrator.io/v1alpha1", "kind": "CopyRule",
+        "metadata": {"name": "default-deny"},
+        "spec": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                 "targetName": "default-deny",
+                 "namespaceSelector": {"matchLabels": {"registry": "on"}},
+                 "template": {"spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}},
+    });
+    let e = cluster.plan(file, None).unwrap();
+    assert_eq!(
+        changes(&e),
+        [
+            "team-a Create SelectorMatches",
+            "team-b Create SelectorMatches"
+        ]
+    );
+}
+
+#[test]
 fn a_new_namespace_gets_the_copies_of_the_rules_its_labels_select() {
     let mut cluster =
         Cluster::new().with_rule(rule_file(json!({"matchLabels": {"registry": "on"}})));
