@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use sha2::{Digest, Sha256};
 
 use super::peers::{Intent, PeerRule, Translation};
@@ -20,7 +19,6 @@ use crate::{
     marks,
     model::{ObjectKey, SourceInfo},
     plan::Policy,
-    selector::Selector,
 };
 
 /// The configuration that expresses a peer's intents.
@@ -155,7 +153,8 @@ pub fn build(
                 && !administrators(options.peer)
                 && !configured
                 && !intent.targets.every
-                && intent.target_name.is_none();
+                && intent.target_name.is_none()
+                && !intent.create_once;
             if fits_inline {
                 match &mut inline {
                     None => {
@@ -240,7 +239,8 @@ fn peer_rule_item(
         "CopyRules are trusted: creating one needs the copyrator-admin ClusterRole".to_string(),
     );
     let ns = &source_namespace;
-    if !options.policy.trust.is_trusted(ns) {
+    // A template rule (no source namespace) is its copies' source.
+    if !ns.is_empty() && !options.policy.trust.is_trusted(ns) {
         notes.push(format!(
             "{ns} is not a trusted namespace: a bundle puts a source's certificates only into \
              namespaces that trust its namespace or accept copies from it, so until then these \
@@ -364,25 +364,11 @@ fn copy_rule(
     taken: &mut BTreeSet<String>,
     notes: &mut Vec<String>,
 ) -> Option<CopyRule> {
-    let namespace_selector = if intent.targets.every {
-        Some(LabelSelector::default())
-    } else {
-        match intent.targets.selector.as_deref().map(Selector::parse) {
-            None => None,
-            Some(Ok(sel)) => match sel.to_label_selector() {
-                Some(ls) => Some(ls),
-                None => {
-                    notes.push(format!(
-                        "the selector \"{sel}\" uses > or <, which a CopyRule's namespaceSelector \
-                         cannot say; not migrated"
-                    ));
-                    return None;
-                }
-            },
-            Some(Err(e)) => {
-                notes.push(format!("invalid selector: {e}"));
-                return None;
-            }
+    let targets = match intent.targets.rule_fields() {
+        Ok(targets) => targets,
+        Err(e) => {
+            notes.push(format!("{e}; not migrated"));
+            return None;
         }
     };
     let base = match &intent.rule_name {
@@ -421,16 +407,12 @@ fn copy_rule(
             sources: None,
             drop_expired: false,
             template: None,
-            create_once: false,
+            create_once: intent.create_once,
             source_name: Some(intent.source.name.clone()),
             source_selector: None,
-            namespace_selector,
-            namespaces: if intent.targets.every {
-                Vec::new()
-            } else {
-                intent.targets.names.iter().cloned().collect()
-            },
-            exclude_namespaces: intent.targets.exclude.iter().cloned().collect(),
+            namespace_selector: targets.namespace_selector,
+            namespaces: targets.namespaces,
+            exclude_namespaces: targets.exclude_namespaces,
             target_name: intent.target_name.clone(),
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Skip,
@@ -483,6 +465,8 @@ pub fn peer_name(peer: Peer) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
     use super::*;
     use crate::{
         migrate::peers::Targets,
@@ -497,6 +481,7 @@ mod tests {
     fn intent(name: &str, targets: Targets, target_name: Option<&str>) -> Intent {
         Intent {
             rule_name: None,
+            create_once: false,
             source: key(name),
             target_name: target_name.map(String::from),
             targets,

@@ -49,7 +49,11 @@ fn own_kind(peer: Peer) -> Option<OwnKind> {
             peer: "Kyverno",
             what: "Kyverno policy",
             // Namespaced Policies, read to be reported: their generate rules are not migrated.
-            also: &[("kyverno.io", "Policy")],
+            // GeneratingPolicies (CEL), translated where their form maps.
+            also: &[
+                ("kyverno.io", "Policy"),
+                ("policies.kyverno.io", "GeneratingPolicy"),
+            ],
         }),
         Peer::TrustManager => Some(OwnKind {
             group: "trust.cert-manager.io",

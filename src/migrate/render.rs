@@ -256,6 +256,7 @@ mod tests {
         };
         let intent = Intent {
             rule_name: None,
+            create_once: false,
             source: ObjectKey::new(Kind::Secret, "platform", "a"),
             target_name: None,
             targets: Targets {

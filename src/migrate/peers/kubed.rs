@@ -65,6 +65,7 @@ pub(super) fn translate(objects: &[SourceInfo]) -> Translation {
         };
         intents.push(Intent {
             rule_name: None,
+            create_once: false,
             source: object.key.clone(),
             target_name: None,
             targets,

@@ -12,6 +12,8 @@ mod trust_manager;
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
 use crate::{
     cli::Peer,
     copyrule::CopyRule,
@@ -31,6 +33,9 @@ pub struct Intent {
     /// The CopyRule's name when the peer's configuration names the intent (a Kyverno
     /// policy's rule); otherwise it is named after the peer and the source.
     pub rule_name: Option<String>,
+    /// Copies made once and then left to their namespace (Kyverno's `synchronize: false`,
+    /// SPEC §3.4): only a CopyRule says it.
+    pub create_once: bool,
 }
 
 /// Where an intent's copies go: every namespace, or those the selector matches plus the
@@ -51,6 +56,34 @@ impl Targets {
         !self.every && self.selector.is_none() && self.names.is_empty()
     }
 
+    /// A CopyRule's `namespaceSelector`, `namespaces` and `excludeNamespaces` for these
+    /// targets, or why a CopyRule cannot say them.
+    pub fn rule_fields(&self) -> Result<RuleTargets, String> {
+        let namespace_selector = if self.every {
+            Some(LabelSelector::default())
+        } else {
+            match self.selector.as_deref().map(Selector::parse) {
+                None => None,
+                Some(Ok(sel)) => Some(sel.to_label_selector().ok_or_else(|| {
+                    format!(
+                        "the selector \"{sel}\" uses > or <, which a CopyRule's \
+                         namespaceSelector cannot say"
+                    )
+                })?),
+                Some(Err(e)) => return Err(format!("invalid selector: {e}")),
+            }
+        };
+        Ok(RuleTargets {
+            namespace_selector,
+            namespaces: if self.every {
+                Vec::new()
+            } else {
+                self.names.iter().cloned().collect()
+            },
+            exclude_namespaces: self.exclude.iter().cloned().collect(),
+        })
+    }
+
     /// Whether `ns` is a target today (before copyrator's own exclusions).
     pub fn matches(&self, ns: &NamespaceInfo) -> bool {
         let selected = self.every
@@ -62,6 +95,13 @@ impl Targets {
                 .is_some_and(|s| s.matches(&ns.labels));
         selected && !self.exclude.contains(&ns.name)
     }
+}
+
+/// [`Targets`] as a CopyRule's fields say them.
+pub struct RuleTargets {
+    pub namespace_selector: Option<LabelSelector>,
+    pub namespaces: Vec<String>,
+    pub exclude_namespaces: Vec<String>,
 }
 
 /// An object a peer made (or keeps in sync) from `source`, as its own annotations say.
@@ -268,6 +308,7 @@ fn merge(intents: Vec<Intent>) -> Vec<Intent> {
             i.source == intent.source
                 && i.target_name == intent.target_name
                 && i.rule_name == intent.rule_name
+                && i.create_once == intent.create_once
                 && i.targets.exclude == intent.targets.exclude
                 && (i.targets.selector.is_none()
                     || intent.targets.selector.is_none()

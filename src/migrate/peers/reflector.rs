@@ -142,6 +142,7 @@ pub(super) fn translate(objects: &[SourceInfo], namespaces: &[NamespaceInfo]) ->
         targets.names.remove(&object.key.namespace);
         intents.push(Intent {
             rule_name: None,
+            create_once: false,
             source: object.key.clone(),
             target_name: None,
             targets,
@@ -199,6 +200,7 @@ fn mirror(
     }
     Some(Intent {
         rule_name: None,
+        create_once: false,
         target_name: (object.key.name != source.name).then(|| object.key.name.clone()),
         targets: Targets {
             names: [object.key.namespace.clone()].into(),

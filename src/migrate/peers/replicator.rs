@@ -52,6 +52,7 @@ pub(super) fn translate(objects: &[SourceInfo], namespaces: &[NamespaceInfo]) ->
             .and_then(|m| checked_selector("replicate-to-matching", m, &mut notes));
         intents.push(Intent {
             rule_name: None,
+            create_once: false,
             source: object.key.clone(),
             target_name: None,
             targets: Targets {
@@ -106,6 +107,7 @@ fn pull(
     }
     Some(Intent {
         rule_name: None,
+        create_once: false,
         target_name: (object.key.name != source.name).then(|| object.key.name.clone()),
         targets: Targets {
             names: [object.key.namespace.clone()].into(),

@@ -7,6 +7,8 @@
 //! is reported with the policy and rule, never dropped. Kyverno's copies name the policy and
 //! rule that made them, not their source: none is known as a copy.
 
+mod data;
+mod generating;
 mod matching;
 
 use std::collections::BTreeMap;
@@ -14,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Intent, Skipped, Translation, merge, nullable};
+use super::{Intent, PeerRule, Skipped, Translation, merge, nullable};
 use crate::model::{Kind, NamespaceInfo, ObjectKey};
 
 /// The one variable a generate rule triggered by a Namespace may name its target with: the
@@ -25,6 +27,22 @@ pub(super) fn translate(policies: &[Value], namespaces: &[NamespaceInfo]) -> Tra
     let mut out = Translation::default();
     let mut intents = Vec::new();
     for doc in policies {
+        if generating::is_generating_policy(doc) {
+            match generating::translate(doc, namespaces) {
+                Ok(found) => {
+                    intents.extend(found.intents);
+                    out.rules.extend(found.rules);
+                }
+                Err(reason) => out.skipped.push(Skipped {
+                    source_namespace: String::new(),
+                    note: format!(
+                        "GeneratingPolicy {}: {reason}; not migrated",
+                        doc["metadata"]["name"].as_str().unwrap_or_default()
+                    ),
+                }),
+            }
+            continue;
+        }
         let policy = match Policy::deserialize(doc) {
             Ok(policy) => policy,
             Err(e) => {
@@ -66,7 +84,8 @@ pub(super) fn translate(policies: &[Value], namespaces: &[NamespaceInfo]) -> Tra
                 }
             };
             match translate_rule(&policy, &rule, generating, namespaces) {
-                Ok(found) => intents.extend(found),
+                Ok(Translated::Intents(found)) => intents.extend(found),
+                Ok(Translated::Rules(rules)) => out.rules.extend(rules),
                 Err(reason) => out.skipped.push(Skipped {
                     source_namespace: rule.generate.source_namespace(),
                     note: format!("{at}: {reason}; not migrated"),
@@ -78,14 +97,22 @@ pub(super) fn translate(policies: &[Value], namespaces: &[NamespaceInfo]) -> Tra
     out
 }
 
-/// One generate rule's intents (one per way its match selects namespaces), or why it has
-/// none.
+/// What one generate rule becomes.
+enum Translated {
+    /// A clone: copies of an existing object (one intent per way its match selects
+    /// namespaces).
+    Intents(Vec<Intent>),
+    /// Inline `data`: template CopyRules, whole.
+    Rules(Vec<PeerRule>),
+}
+
+/// One generate rule's translation, or why it has none.
 fn translate_rule(
     policy: &Policy,
     rule: &Rule,
     generating: usize,
     namespaces: &[NamespaceInfo],
-) -> Result<Vec<Intent>, String> {
+) -> Result<Translated, String> {
     if policy.kind == "Policy" {
         return Err(format!(
             "a namespaced Policy generates only into its own namespace ({}), triggered by \
@@ -112,13 +139,31 @@ fn translate_rule(
                 .into(),
         );
     }
-    if generate.data.is_some() {
-        return Err(
-            "generate.data writes inline content, not a clone of an existing object: \
-                    copyrator copies existing objects (create the object once in a namespace \
-                    of your own and write a CopyRule for it)"
-                .into(),
-        );
+    if let Some(content) = &generate.data {
+        let kind = generated_kind(generate)?;
+        let target_name = literal("generate.name", generate.name.as_deref())?;
+        into_the_trigger(generate.namespace.as_deref())?;
+        let mut notes = vec![from(policy, rule)];
+        let alternatives = matching::targets(
+            rule.match_.as_ref(),
+            rule.exclude.as_ref(),
+            namespaces,
+            &mut notes,
+        )?;
+        notes.extend(common_notes(policy, generate, generating));
+        return data::template_rules(
+            &data::Generated {
+                rule_name: rule_name(policy, rule),
+                kind,
+                target_name,
+                content,
+                synchronize: generate.synchronize == Some(true),
+                orphan: generate.orphan_downstream_on_policy_delete == Some(true),
+            },
+            alternatives,
+            notes,
+        )
+        .map(Translated::Rules);
     }
     if let Some(list) = &generate.clone_list {
         let kinds: Vec<&str> = list["kinds"]
@@ -138,15 +183,6 @@ fn translate_rule(
         "generate has neither clone nor data: Kyverno creates an empty object, which is no copy",
     )?;
     unknown("generate.clone", &clone.other, &[])?;
-    if generate.synchronize != Some(true) {
-        return Err(
-            "synchronize is not true: Kyverno created each copy once and then left it \
-                    alone, while copyrator always keeps its copies equal to the source (restores \
-                    edits, deletes them with the rule); write the CopyRule by hand if that is \
-                    wanted"
-                .into(),
-        );
-    }
     let kind = generated_kind(generate)?;
     let source_namespace = literal("clone.namespace", clone.namespace.as_deref())?;
     let source_name = literal("clone.name", clone.name.as_deref())?;
@@ -168,16 +204,62 @@ fn translate_rule(
     }
     into_the_trigger(generate.namespace.as_deref())?;
 
-    let mut notes = vec![format!(
-        "from Kyverno {} {}, rule {:?}",
-        policy.kind, policy.metadata.name, rule.name
-    )];
+    let mut notes = vec![from(policy, rule)];
     let alternatives = matching::targets(
         rule.match_.as_ref(),
         rule.exclude.as_ref(),
         namespaces,
         &mut notes,
     )?;
+    notes.extend(common_notes(policy, generate, generating));
+    let create_once = generate.synchronize != Some(true);
+    if create_once {
+        notes.push(CREATE_ONCE_NOTE.into());
+    } else if generate.orphan_downstream_on_policy_delete == Some(true) {
+        notes.push(
+            "orphanDownstreamOnPolicyDelete: Kyverno left its copies when the policy was \
+             deleted; copyrator deletes this rule's copies when the CopyRule is deleted \
+             (deletionPolicy Delete; Retain keeps them)"
+                .into(),
+        );
+    }
+    let rule_name = rule_name(policy, rule);
+    Ok(Translated::Intents(
+        alternatives
+            .into_iter()
+            .map(|targets| Intent {
+                source: source.clone(),
+                target_name: (target_name != source.name).then(|| target_name.to_string()),
+                targets,
+                notes: notes.clone(),
+                rule_name: Some(rule_name.clone()),
+                create_once,
+            })
+            .collect(),
+    ))
+}
+
+/// The note every translated rule starts with.
+fn from(policy: &Policy, rule: &Rule) -> String {
+    format!(
+        "from Kyverno {} {}, rule {:?}",
+        policy.kind, policy.metadata.name, rule.name
+    )
+}
+
+/// The CopyRule name of a policy's rule.
+fn rule_name(policy: &Policy, rule: &Rule) -> String {
+    format!("kyverno-{}-{}", policy.metadata.name, rule.name)
+}
+
+/// What `synchronize: false` (Kyverno's default) becomes.
+const CREATE_ONCE_NOTE: &str = "synchronize is not true: Kyverno created each copy once and \
+    then left it to its namespace; so does this CopyRule (createOnce: true): a copy is made \
+    where missing, once, and never updated, restored or deleted by copyrator";
+
+/// Notes on how Kyverno's triggering differs, for every kind of generate rule.
+fn common_notes(policy: &Policy, generate: &Generate, generating: usize) -> Vec<String> {
+    let mut notes = Vec::new();
     let existing = generate
         .generate_existing
         .or(policy.spec.generate_existing)
@@ -191,14 +273,6 @@ fn translate_rule(
                 .into(),
         );
     }
-    if generate.orphan_downstream_on_policy_delete == Some(true) {
-        notes.push(
-            "orphanDownstreamOnPolicyDelete: Kyverno left its copies when the policy was \
-             deleted; copyrator deletes this rule's copies when the CopyRule is deleted \
-             (deletionPolicy Delete; Retain keeps them)"
-                .into(),
-        );
-    }
     if generating > 1 && policy.spec.apply_rules.as_deref() == Some("One") {
         notes.push(
             "applyRules: One: Kyverno applied only the first matching rule of the policy; \
@@ -206,17 +280,7 @@ fn translate_rule(
                 .into(),
         );
     }
-    let rule_name = format!("kyverno-{}-{}", policy.metadata.name, rule.name);
-    Ok(alternatives
-        .into_iter()
-        .map(|targets| Intent {
-            source: source.clone(),
-            target_name: (target_name != source.name).then(|| target_name.to_string()),
-            targets,
-            notes: notes.clone(),
-            rule_name: Some(rule_name.clone()),
-        })
-        .collect())
+    notes
 }
 
 /// Rule fields that do not change what is copied where: `context` only defines variables
@@ -288,7 +352,15 @@ fn generated_kind(generate: &Generate) -> Result<Kind, String> {
             format!("generate.apiVersion is missing: migrate cannot tell {kind}'s API group")
         })?,
     };
+    kind_of(api_version, kind)
+}
+
+/// The kind of `apiVersion` and `kind`, as copyrator names it.
+fn kind_of(api_version: &str, kind: &str) -> Result<Kind, String> {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    if kind.is_empty() || version.is_empty() {
+        return Err(format!("{api_version:?} {kind:?} is not a kind"));
+    }
     if let Some(known) = Kind::lookup(group, kind) {
         return Ok(known);
     }

@@ -134,13 +134,16 @@ fn what_a_copy_rule_cannot_say_is_reported_with_policy_and_rule() {
     let t = translate(&fixtures(), &today());
     let cases = [
         (
-            "ClusterPolicy add-networkpolicy, rule \"default-deny\"",
-            "generate.data",
+            "ClusterPolicy team-bootstrap, rule \"owner\"",
+            "uses {{request.userInfo.username}}: the user who made the request",
         ),
-        ("rule \"created-once\"", "synchronize is not true"),
         (
-            "rule \"created-once\"",
-            "copyrator always keeps its copies equal",
+            "rule \"by-label\"",
+            "generate.data.data.center uses {{request.object.metadata.labels.\"cost-center\"}}",
+        ),
+        (
+            "rule \"secret-data\"",
+            "a Secret's data must not sit in a CopyRule",
         ),
         ("rule \"clone-list\"", "cloneList"),
         ("rule \"clone-list\"", "sourceSelector"),
@@ -181,7 +184,7 @@ fn what_a_copy_rule_cannot_say_is_reported_with_policy_and_rule() {
             t.skipped
         );
     }
-    assert_eq!(t.skipped.len(), 12, "{:#?}", t.skipped);
+    assert_eq!(t.skipped.len(), 13, "{:#?}", t.skipped);
     // Skipped rules keep their source's namespace, for `migrate -n`.
     let list = t
         .skipped
@@ -190,7 +193,7 @@ fn what_a_copy_rule_cannot_say_is_reported_with_policy_and_rule() {
         .unwrap();
     assert_eq!(list.source_namespace, "platform");
     // Nothing of a skipped rule is translated.
-    assert_eq!(t.intents.len(), 5, "{:#?}", t.intents);
+    assert_eq!(t.intents.len(), 6, "{:#?}", t.intents);
 }
 
 #[test]
@@ -329,7 +332,12 @@ fn policies_become_copy_rules_in_force_even_from_untrusted_namespaces() {
     assert_eq!(
         rules.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
         [
+            "kyverno-add-networkpolicy-default-deny",
+            "kyverno-add-ns-quota-generate-resourcequota",
+            "kyverno-add-ns-quota-generate-limitrange",
+            "kyverno-team-bootstrap-admins",
             "kyverno-sync-secrets-sync-image-pull-secret",
+            "kyverno-unsayable-created-once",
             "kyverno-zk-kafka-address-corp-namespaces",
             "kyverno-zk-kafka-address-listed-namespaces",
             "kyverno-zk-kafka-address-team-pattern",
@@ -338,6 +346,12 @@ fn policies_become_copy_rules_in_force_even_from_untrusted_namespaces() {
     );
     for (name, item) in &rules {
         assert!(!item.commented_out, "{name}");
+        if let Change::CopyRule(r) = &item.change
+            && r.spec.template.is_some()
+        {
+            // A template's source is the CopyRule: no namespace to trust.
+            continue;
+        }
         assert!(
             item.notes
                 .iter()
@@ -384,10 +398,12 @@ fn policies_become_copy_rules_in_force_even_from_untrusted_namespaces() {
         regcred["spec"].get("apiVersion").is_none(),
         "core: no apiVersion"
     );
-    assert!(
-        yaml.contains("# Not migrated: ClusterPolicy unsayable, rule \"created-once\""),
-        "{yaml}"
-    );
+    let once = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "kyverno-unsayable-created-once")
+        .unwrap();
+    assert_eq!(once["spec"]["createOnce"], true, "synchronize left out");
+    assert_eq!(regcred["spec"].get("createOnce"), None, "synchronize: true");
     // Trusted, no note about trust.
     let trusted = configuration("default,platform");
     assert!(
@@ -396,6 +412,54 @@ fn policies_become_copy_rules_in_force_even_from_untrusted_namespaces() {
             .iter()
             .all(|i| !i.notes.iter().any(|n| n.contains("trusted namespace")))
     );
+}
+
+#[test]
+fn inline_data_becomes_a_template_with_the_namespace_name_put_in() {
+    let config = configuration("");
+    let yaml = render::manifests(&config, Peer::Kyverno).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+    let spec = |name: &str| {
+        docs.iter()
+            .find(|d| d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {yaml}"))["spec"]
+            .clone()
+    };
+    assert_eq!(
+        spec("kyverno-add-networkpolicy-default-deny"),
+        serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "targetName": "default-deny",
+            "namespaceSelector": {},
+            "template": {"spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}},
+            "deletionPolicy": "Delete",
+            "conflictPolicy": "Skip",
+        })
+    );
+    let quota = spec("kyverno-add-ns-quota-generate-resourcequota");
+    assert_eq!(quota["kind"], "ResourceQuota");
+    assert_eq!(quota["template"]["spec"]["hard"]["limits.memory"], "16Gi");
+    let admins = spec("kyverno-team-bootstrap-admins");
+    assert_eq!(admins["createOnce"], true, "synchronize left out: false");
+    assert_eq!(
+        admins["namespaceSelector"],
+        serde_json::json!({"matchLabels": {"team": "true"}})
+    );
+    assert_eq!(
+        admins["template"]["subjects"][0]["name"], "$(namespace)-admins",
+        "spaces inside the braces are Kyverno's too"
+    );
+    assert_eq!(
+        admins["template"]["metadata"],
+        serde_json::json!({"labels": {"team": "$(namespace)"}})
+    );
+    // What migrate prints, copyrator accepts.
+    for item in &config.items {
+        if let Change::CopyRule(rule) = &item.change {
+            crate::rules::Rule::from_copy_rule(rule).unwrap();
+        }
+    }
 }
 
 #[test]
@@ -408,4 +472,53 @@ fn plurals_follow_kubernetes() {
     ] {
         assert_eq!(plural(kind), want);
     }
+}
+
+fn generating_policies() -> Vec<Value> {
+    let text = include_str!("../../../../tests/data/kyverno-generating-policies.yaml");
+    serde_saphyr::from_multiple(text).expect("the fixtures parse")
+}
+
+#[test]
+fn generating_policies_that_clone_or_hold_a_fixed_object_become_copy_rules() {
+    let t = translate(&generating_policies(), &today());
+    let clone = intent(&t, "kyverno-clone-image-pull-secret");
+    assert_eq!(
+        clone.source,
+        ObjectKey::new(Kind::Secret, "default", "regcred")
+    );
+    assert!(clone.targets.every);
+    assert!(!clone.create_once, "synchronize enabled");
+    assert_eq!(t.rules.len(), 1, "{:#?}", t.rules);
+    let netpol = &t.rules[0].rule;
+    assert_eq!(
+        netpol.metadata.name.as_deref(),
+        Some("kyverno-default-deny-default-deny")
+    );
+    assert_eq!(netpol.spec.kind, "NetworkPolicy");
+    assert!(netpol.spec.create_once, "synchronize not enabled");
+    assert_eq!(
+        serde_json::to_value(&netpol.spec.namespace_selector).unwrap(),
+        serde_json::json!({"matchLabels": {"tenant": "true"}})
+    );
+    assert_eq!(
+        serde_json::to_value(&netpol.spec.template).unwrap(),
+        serde_json::json!({"spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}})
+    );
+    for (policy, why) in [
+        ("per-team-config", "variables.team"),
+        ("only-some", "matchConditions"),
+        ("on-pods", "other than Namespaces"),
+    ] {
+        assert!(
+            t.skipped.iter().any(
+                |s| s.note.starts_with(&format!("GeneratingPolicy {policy}:"))
+                    && s.note.contains(why)
+                    && s.note.ends_with("not migrated")
+            ),
+            "{policy}: {why}\n{:#?}",
+            t.skipped
+        );
+    }
+    assert_eq!(t.skipped.len(), 3, "{:#?}", t.skipped);
 }
