@@ -44,7 +44,7 @@ pub enum Command {
     /// copies are deleted.
     Plan(Box<PlanArgs>),
     /// Print the copyrator configuration that expresses a peer's annotations (reflector,
-    /// replicator, kubed) or Kyverno clone policies; with --adopt, take over the peer's
+    /// replicator, kubed) or Kyverno generate policies; with --adopt, take over the peer's
     /// copies of the same sources.
     Migrate(Box<MigrateArgs>),
 }
@@ -335,8 +335,9 @@ pub enum Peer {
     Replicator,
     /// appscode kubed / config-syncer (`kubed.appscode.com/*`).
     Kubed,
-    /// Kyverno ClusterPolicies whose generate rules clone an object into Namespaces
-    /// (`clusterpolicies.kyverno.io`; namespaced Policies are reported).
+    /// Kyverno ClusterPolicies whose generate rules clone or hold an object for Namespaces
+    /// (`clusterpolicies.kyverno.io`; namespaced Policies are reported), and GeneratingPolicies
+    /// (`generatingpolicies.policies.kyverno.io`).
     Kyverno,
     /// cert-manager trust-manager Bundles and ClusterBundles (`bundles.trust.cert-manager.io`,
     /// `clusterbundles.trust-manager.io`).

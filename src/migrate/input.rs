@@ -316,6 +316,8 @@ mod tests {
                  "metadata": {"name": "sync-secrets"}, "spec": {"rules": []}},
                 {"apiVersion": "kyverno.io/v2beta1", "kind": "ClusterPolicy",
                  "metadata": {"name": "newer"}},
+                {"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy",
+                 "metadata": {"name": "cel"}},
                 {"apiVersion": "example.com/v1", "kind": "ClusterPolicy",
                  "metadata": {"name": "not-kyverno"}},
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
@@ -328,7 +330,7 @@ mod tests {
             .iter()
             .filter_map(|p| p["metadata"]["name"].as_str())
             .collect();
-        assert_eq!(names, ["sync-secrets", "newer"]);
+        assert_eq!(names, ["sync-secrets", "newer", "cel"]);
         assert_eq!(read.namespaces.len(), 1);
 
         let mut read = empty();

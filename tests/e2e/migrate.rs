@@ -10,6 +10,7 @@
 use crate::common;
 
 mod default_cas;
+mod kyverno_bootstrap;
 
 use common::{tenant::Tenant, *};
 use copyrator::{copyrule::CopyRule, marks};
@@ -641,8 +642,8 @@ async fn adopt_takes_no_copy_for_a_copy_rule_printed_commented_out() {
 }
 
 /// Kyverno policies as a user keeps them (`SRC`, `ID`, `SANDBOX` filled in by the test): the
-/// docs' sync-secrets selecting tenant namespaces, a NetworkPolicy cloned under another name,
-/// and the docs' add-networkpolicy, whose inline data copyrator cannot copy.
+/// docs' sync-secrets selecting tenant namespaces and a NetworkPolicy cloned under another
+/// name (inline data: `migrate/kyverno_bootstrap.rs`).
 const KYVERNO_POLICIES: &str = r#"
 apiVersion: kyverno.io/v1
 kind: ClusterPolicy
@@ -701,28 +702,6 @@ spec:
       clone:
         namespace: SRC
         name: default-deny
----
-apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata:
-  name: add-networkpolicy-ID
-spec:
-  rules:
-  - name: default-deny
-    match:
-      any:
-      - resources:
-          kinds: [Namespace]
-    generate:
-      apiVersion: networking.k8s.io/v1
-      kind: NetworkPolicy
-      name: default-deny
-      namespace: "{{request.object.metadata.name}}"
-      synchronize: true
-      data:
-        spec:
-          podSelector: {}
-          policyTypes: [Ingress, Egress]
 "#;
 
 #[tokio::test]
@@ -795,13 +774,6 @@ async fn kyverno_clone_policies_become_copy_rules() {
     .await;
     assert!(out.success, "{}", out.stderr);
     let yaml = &out.stdout;
-    assert!(
-        yaml.contains(&format!(
-            "# Not migrated: ClusterPolicy add-networkpolicy-{id}, rule \"default-deny\": \
-             generate.data"
-        )),
-        "{yaml}"
-    );
     let secrets_rule = format!("kyverno-sync-secrets-{id}-sync-image-pull-secret");
     let netpol_rule = format!("kyverno-netpol-{id}-clone-default-deny");
     for rule in [&secrets_rule, &netpol_rule] {
@@ -932,10 +904,35 @@ spec:
       openAPIV3Schema:
         type: object
         x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: generatingpolicies.policies.kyverno.io
+spec:
+  group: policies.kyverno.io
+  scope: Cluster
+  names:
+    kind: GeneratingPolicy
+    listKind: GeneratingPolicyList
+    plural: generatingpolicies
+    singular: generatingpolicy
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
 "#;
 
 /// The CRDs of `KYVERNO_CRD`.
-const KYVERNO_CRDS: [&str; 2] = ["clusterpolicies.kyverno.io", "policies.kyverno.io"];
+const KYVERNO_CRDS: [&str; 3] = [
+    "clusterpolicies.kyverno.io",
+    "policies.kyverno.io",
+    "generatingpolicies.policies.kyverno.io",
+];
 
 /// A namespaced Kyverno Policy in `SRC` with a clone rule: read from the cluster, reported.
 const KYVERNO_NAMESPACED_POLICY: &str = r#"
@@ -963,7 +960,32 @@ spec:
         name: shared
 "#;
 
-/// The only test that installs Kyverno's ClusterPolicy and Policy CRDs (stand-ins for
+/// A GeneratingPolicy (CEL) cloning `SRC/shared` into namespaces labelled `ID=on`.
+const KYVERNO_GENERATING_POLICY: &str = r#"
+---
+apiVersion: policies.kyverno.io/v1
+kind: GeneratingPolicy
+metadata:
+  name: cel-ID
+spec:
+  evaluation:
+    synchronize: {enabled: true}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["namespaces"]
+    namespaceSelector:
+      matchLabels: {ID: "on"}
+  variables:
+  - name: source
+    expression: resource.Get("v1", "configmaps", "SRC", "shared")
+  generate:
+  - expression: generator.Apply(object.metadata.name, [variables.source])
+"#;
+
+/// The only test that installs Kyverno's ClusterPolicy, Policy and GeneratingPolicy CRDs (stand-ins for
 /// Kyverno's own, which the API server serves the same way), so no other test sees them come
 /// and go.
 #[tokio::test]
@@ -981,10 +1003,11 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
     );
 
     install_crds(KYVERNO_CRD, &KYVERNO_CRDS).await;
-    let policies = format!("{KYVERNO_POLICIES}{KYVERNO_NAMESPACED_POLICY}")
-        .replace("SANDBOX", "kube-system")
-        .replace("SRC", &src)
-        .replace("ID", &id);
+    let policies =
+        format!("{KYVERNO_POLICIES}{KYVERNO_NAMESPACED_POLICY}{KYVERNO_GENERATING_POLICY}")
+            .replace("SANDBOX", "kube-system")
+            .replace("SRC", &src)
+            .replace("ID", &id);
     // kubectl learns of the new resource through discovery, which may lag a moment.
     eventually(CONVERGE, "the ClusterPolicies created", || async {
         kubectl(&["apply", "-f", "-"], &policies)
@@ -1016,10 +1039,24 @@ async fn kyverno_policies_are_read_from_the_cluster_when_kyverno_is_there() {
         rules,
         [
             format!("kyverno-sync-secrets-{id}-sync-image-pull-secret"),
+            format!("kyverno-cel-{id}"),
             format!("kyverno-netpol-{id}-clone-default-deny"),
         ],
         "{}",
         out.stdout
+    );
+    // The GeneratingPolicy's clone, read from the cluster and its CEL evaluated.
+    let cel = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == format!("kyverno-cel-{id}"))
+        .unwrap();
+    assert_eq!(
+        cel["spec"],
+        serde_json::json!({
+            "kind": "ConfigMap", "sourceNamespace": src, "sourceName": "shared",
+            "namespaceSelector": {"matchLabels": {id.as_str(): "on"}},
+            "deletionPolicy": "Delete", "conflictPolicy": "Skip",
+        })
     );
     t.cleanup().await;
 }
