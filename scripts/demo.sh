@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The copyrator demo: a throwaway local control plane, copyrator serving its webhooks over TLS,
-# and a source Secret copied into labelled namespaces while you watch. Everything is torn down
+# a source Secret copied into labelled namespaces while you watch, a namespace bootstrapped
+# (NetworkPolicy, RoleBinding) before its first Pod, and a CA bundle of the public CAs. Everything is torn down
 # at the end (or on Ctrl-C). First run: installs packages and builds kube-apiserver (~5 min).
 #
 #   scripts/demo.sh            run the demo
@@ -43,7 +44,10 @@ bold "Serving certificate for https://127.0.0.1:$WEBHOOK_PORT (copyrator certs)"
 run "$BIN" certs --out "$WORK/certs" --ip 127.0.0.1 --dns localhost
 
 bold "Starting copyrator (sources in 'default' and 'platform' are trusted; others need consent)"
+# Beyond Secrets and ConfigMaps: NetworkPolicies and RoleBindings (to ClusterRole admin only).
 "$BIN" serve --kubeconfig "$KUBECONFIG" --trusted-namespaces default,platform \
+  --copy-kinds NetworkPolicy.networking.k8s.io,RoleBinding.rbac.authorization.k8s.io \
+  --bind-cluster-roles admin \
   --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
   --tls-cert "$WORK/certs/tls.crt" --tls-key "$WORK/certs/tls.key" \
   --leader-election=false --resync-interval 1m >"$WORK/copyrator.log" 2>&1 &
@@ -57,7 +61,8 @@ echo "copyrator is ready (logs: $WORK/copyrator.log)"
 
 bold "Registering the CopyRule CRD and the webhooks with the API server"
 "$BIN" manifests crd | kubectl apply -f -
-"$BIN" manifests webhooks --url "https://127.0.0.1:$WEBHOOK_PORT" --ca-bundle "$WORK/certs/ca.crt" | kubectl apply -f -
+"$BIN" manifests webhooks --url "https://127.0.0.1:$WEBHOOK_PORT" --ca-bundle "$WORK/certs/ca.crt" \
+  --copy-kinds NetworkPolicy.networking.k8s.io,RoleBinding.rbac.authorization.k8s.io | kubectl apply -f -
 sleep 1
 pause
 
@@ -191,6 +196,71 @@ run kubectl run app -n ci-1 --image=registry.example/app:1 \
   --overrides='{"spec":{"automountServiceAccountToken":false}}'
 run kubectl get pod app -n ci-1 -o jsonpath='{.spec.imagePullSecrets}'; echo
 run kubectl get secret pull-cred -n ci-1
+pause
+
+bold "A new namespace starts with a default-deny NetworkPolicy and its team's RoleBinding"
+kubectl apply -f - <<'EOF'
+apiVersion: copyrator.io/v1alpha1
+kind: CopyRule
+metadata: {name: default-deny}
+spec:
+  apiVersion: networking.k8s.io/v1
+  kind: NetworkPolicy
+  targetName: default-deny
+  namespaceSelector: {matchLabels: {team: "true"}}
+  template:
+    spec: {podSelector: {}, policyTypes: [Ingress, Egress]}
+---
+apiVersion: copyrator.io/v1alpha1
+kind: CopyRule
+metadata: {name: team-admins}
+spec:
+  apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  targetName: team-admins
+  namespaceSelector: {matchLabels: {team: "true"}}
+  template:
+    roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}
+    subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "$(namespace)-admins"}]
+EOF
+# The namespace and its first Pod at once: the Pod gate admits the Pod only once both exist.
+kubectl create namespace payments --dry-run=client -o yaml \
+  | kubectl label --local -f - team=true -o yaml | kubectl apply -f -
+kubectl create serviceaccount default -n payments
+run kubectl run api -n payments --image=registry.example/api:1 \
+  --overrides='{"spec":{"automountServiceAccountToken":false}}'
+run kubectl get networkpolicy,rolebinding -n payments
+run kubectl get rolebinding team-admins -n payments -o jsonpath='{.subjects[0].name}'; echo
+pause
+
+# In a cluster, the read-only webhook refuses this edit to anyone but copyrator; here kubectl
+# and copyrator share one identity, so the edit lands and the copy is put back.
+bold "Someone opens the NetworkPolicy: copyrator puts it back"
+run kubectl patch networkpolicy default-deny -n payments --type merge -p '{"spec":{"policyTypes":["Ingress"]}}'
+sleep 1
+run kubectl get networkpolicy default-deny -n payments -o jsonpath='{.spec.policyTypes}'; echo
+pause
+
+bold "A CA bundle of the public CAs and your own root, in every team namespace"
+kubectl create secret generic corp-root -n platform --from-file=ca.crt="$WORK/certs/ca.crt"
+kubectl apply -f - <<'EOF'
+apiVersion: copyrator.io/v1alpha1
+kind: CopyRule
+metadata: {name: trust-bundle}
+spec:
+  kind: ConfigMap
+  sources:
+    - {defaultCAs: true}
+    - {kind: Secret, namespace: platform, name: corp-root, key: ca.crt}
+  targetName: trust-bundle
+  target: {key: ca-bundle.pem}
+  namespaceSelector: {matchLabels: {team: "true"}}
+EOF
+until kubectl get configmap trust-bundle -n payments >/dev/null 2>&1; do sleep 0.1; done
+printf 'payments/trust-bundle holds %s certificates\n' \
+  "$(kubectl get configmap trust-bundle -n payments -o jsonpath='{.data.ca-bundle\.pem}' | grep -c 'BEGIN CERTIFICATE')"
+sleep 1
+run kubectl get copyrule trust-bundle -o jsonpath='{.status.defaultCAs}'; echo
 pause
 
 bold "What copyrator counted"

@@ -60,11 +60,13 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
             // RBAC copies come only from where only administrators write (SPEC §9.10); the
             // planner refuses them too, trust may change with a restart. Which namespaces are
             // trusted is said only to the API server (SPEC §9.8).
-            let grants_unchecked = (caller == Caller::Unverified
-                && crate::admission::grants::needs_check(&parsed).is_some())
-            .then(|| GRANT_SOURCE_UNCHECKED.to_string());
+            // A template's source is the CopyRule itself, trusted as every CopyRule is.
+            let source_in_namespace = crate::admission::grants::needs_check(&parsed).is_some()
+                && parsed.template().is_none();
+            let grants_unchecked = (caller == Caller::Unverified && source_in_namespace)
+                .then(|| GRANT_SOURCE_UNCHECKED.to_string());
             if caller == Caller::Verified
-                && crate::admission::grants::needs_check(&parsed).is_some()
+                && source_in_namespace
                 && !policy.trust.is_trusted(&parsed.source_namespace)
             {
                 return Verdict::deny(format!(

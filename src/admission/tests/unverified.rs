@@ -174,3 +174,41 @@ fn a_rules_answer_to_an_unverified_caller_says_nothing_of_trust() {
         "{verified:?}"
     );
 }
+
+#[test]
+fn a_template_rolebinding_is_its_own_trusted_source_for_every_caller() {
+    crate::model::Kind::register(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+    )
+    .unwrap();
+    let policy = policy();
+    let rule = json!({
+        "apiVersion": "copyrator.io/v1alpha1", "kind": "CopyRule",
+        "metadata": {"name": "team-admins"},
+        "spec": {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "targetName": "team-admins", "namespaceSelector": {},
+            "template": {
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "$(namespace)-admins"}],
+            },
+        }
+    });
+    for caller in [Caller::Unverified, Caller::Verified] {
+        let sent = super::review("CopyRule", "CREATE", rule.clone(), None);
+        let text = sent.to_string();
+        let review: Review = serde_json::from_str(&text).unwrap();
+        let request = review.request.unwrap();
+        let (deny, warnings, _) = answer(&rules::review(&request, &policy, caller), &policy, "");
+        assert_eq!(deny, None, "{caller:?}");
+        assert!(
+            !warnings
+                .iter()
+                .any(|w| w.contains("copied only from a trusted namespace")),
+            "{caller:?}: {warnings:?}"
+        );
+    }
+}
