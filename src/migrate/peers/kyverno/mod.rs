@@ -143,14 +143,7 @@ fn translate_rule(
         let kind = generated_kind(generate)?;
         let target_name = literal("generate.name", generate.name.as_deref())?;
         into_the_trigger(generate.namespace.as_deref())?;
-        let mut notes = vec![from(policy, rule)];
-        let alternatives = matching::targets(
-            rule.match_.as_ref(),
-            rule.exclude.as_ref(),
-            namespaces,
-            &mut notes,
-        )?;
-        notes.extend(common_notes(policy, generate, generating));
+        let (alternatives, notes) = targets(policy, rule, generating, namespaces)?;
         return data::template_rules(
             &data::Generated {
                 rule_name: rule_name(policy, rule),
@@ -204,14 +197,7 @@ fn translate_rule(
     }
     into_the_trigger(generate.namespace.as_deref())?;
 
-    let mut notes = vec![from(policy, rule)];
-    let alternatives = matching::targets(
-        rule.match_.as_ref(),
-        rule.exclude.as_ref(),
-        namespaces,
-        &mut notes,
-    )?;
-    notes.extend(common_notes(policy, generate, generating));
+    let (alternatives, mut notes) = targets(policy, rule, generating, namespaces)?;
     let create_once = generate.synchronize != Some(true);
     if create_once {
         notes.push(CREATE_ONCE_NOTE.into());
@@ -237,6 +223,24 @@ fn translate_rule(
             })
             .collect(),
     ))
+}
+
+/// The ways a rule's match selects namespaces, and the notes every translated rule carries.
+fn targets(
+    policy: &Policy,
+    rule: &Rule,
+    generating: usize,
+    namespaces: &[NamespaceInfo],
+) -> Result<(Vec<super::Targets>, Vec<String>), String> {
+    let mut notes = vec![from(policy, rule)];
+    let alternatives = matching::targets(
+        rule.match_.as_ref(),
+        rule.exclude.as_ref(),
+        namespaces,
+        &mut notes,
+    )?;
+    notes.extend(common_notes(policy, &rule.generate, generating));
+    Ok((alternatives, notes))
 }
 
 /// The note every translated rule starts with.
