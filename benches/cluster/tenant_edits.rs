@@ -122,6 +122,9 @@ pub async fn run(report: &mut Report, sz: &Sizes) {
             &trusted,
             "--unlabelled-scan-interval",
             "0",
+            // All the tenant's sources are acted on (the default cap is 100, SPEC §9.7).
+            "--max-sources-per-namespace",
+            &sz.sources.to_string(),
             "--log-level",
             "warn",
         ]);
