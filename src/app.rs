@@ -114,6 +114,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         args.list_page_size,
     )
     .with_api_timeout(args.api_timeout);
+    let cluster = if args.namespaces.is_empty() {
+        cluster
+    } else {
+        cluster.scoped_to(args.namespaces.iter().cloned())
+    };
     let identity = args
         .identity
         .clone()
