@@ -80,12 +80,7 @@ pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
     if feed == Feed::Namespaces {
         // The one call a namespace that did not consent costs: a GET now and then.
         loop {
-            let mut waited = std::time::Duration::ZERO;
-            while waited < NOT_BOUND_RECHECK {
-                tokio::time::sleep(tick).await;
-                waited += tick;
-                w.progress.made();
-            }
+            quiet(w, NOT_BOUND_RECHECK).await;
             match w.cluster.check_namespace(ns).await {
                 Ok(_) if scope.binding(ns) == Some(Binding::Bound) => break,
                 _ => {}
@@ -96,12 +91,12 @@ pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
         if refused && !not_bound {
             // Bound, but this kind refused: the Role the owner bound lacks it. Looked at
             // again as seldom as a namespace not bound.
-            tracing::warn!(
+            tracing::debug!(
                 namespace = ns,
                 feed = feed.name(),
                 "refused to list here although bound: the Role bound here lacks this kind"
             );
-            tokio::time::sleep(NOT_BOUND_RECHECK).await;
+            quiet(w, NOT_BOUND_RECHECK).await;
         } else {
             while scope.binding(ns) != Some(Binding::Bound) {
                 if let Ok(Err(_)) = tokio::time::timeout(tick, changes.changed()).await {
@@ -114,4 +109,15 @@ pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
     // What was kept as "nothing there" is replaced by the LIST it starts over with.
     w.dispatcher.down(feed, Some(ns), &Ended::Expired);
     false
+}
+
+/// Waits `period` without a call, telling `/livez` the watch is idle on purpose.
+async fn quiet(w: &FeedWatch, period: std::time::Duration) {
+    let tick = w.cluster.api_timeout().min(period);
+    let mut waited = std::time::Duration::ZERO;
+    while waited < period {
+        tokio::time::sleep(tick).await;
+        waited += tick;
+        w.progress.made();
+    }
 }
