@@ -70,7 +70,7 @@ impl CopyRuleScope {
     /// A CopyRule's watch event; returns whether it forgot the rules (see the module
     /// documentation: an event that changed a known rule's status only does not).
     pub fn event(&self, meta: &Meta, deleted: bool) -> bool {
-        // A NamespacedCopyRule is held as the CopyRule `<namespace>/<name>`.
+        // A rule in a namespace is held as `<namespace>/<name>` (`namespaced.rs`).
         let name = meta
             .name
             .as_deref()

@@ -79,7 +79,7 @@ impl Feed {
         let name = m.name.clone()?;
         Some(match self {
             Feed::Namespaces => Watched::Namespace(name),
-            // A NamespacedCopyRule is known as `<namespace>/<name>`.
+            // A rule in a namespace is known as `<namespace>/<name>` (`namespaced.rs`).
             Feed::CopyRules => {
                 Watched::CopyRule(crate::namespaced::rule_name(m.namespace.as_deref(), &name))
             }

@@ -1,12 +1,11 @@
-//! A namespace's own copy rules (SPEC §13): in a namespace-scoped install a team declares
-//! copies from its own namespace with a `NamespacedCopyRule`, the namespaced sibling of the
-//! cluster-scoped `CopyRule` (as cert-manager's Issuer is of its ClusterIssuer). copyrator
-//! handles one as a CopyRule named `<namespace>/<name>`: a cluster-scoped name never holds a
-//! `/`, so the two never meet, and every path that knows a CopyRule by its name (jobs, status,
-//! marks) knows a NamespacedCopyRule the same way.
+//! How copyrator names a rule that lives in a namespace: `<namespace>/<name>`. A cluster-scoped
+//! CopyRule's name never holds a `/`, so the two never meet, and every path that knows a rule
+//! by its name (jobs, status, marks, the per-namespace re-list of a namespace-scoped install,
+//! SPEC §13) tells them apart. No namespaced rule kind is served yet (issue 45 item 3, the
+//! Issuer/ClusterIssuer pattern); a CopyRule, cluster-scoped, is always known by its own name.
 
 /// The name copyrator knows a rule by: its own for a CopyRule (`namespace` `None`),
-/// `<namespace>/<name>` for a NamespacedCopyRule.
+/// `<namespace>/<name>` for a rule that lives in a namespace.
 pub fn rule_name(namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) => format!("{ns}/{name}"),
@@ -14,7 +13,7 @@ pub fn rule_name(namespace: Option<&str>, name: &str) -> String {
     }
 }
 
-/// The namespace and name of a NamespacedCopyRule known as `name`; `None` for a CopyRule's.
+/// The namespace and name of the rule in a namespace known as `name`; `None` for a CopyRule's.
 pub fn split_rule_name(name: &str) -> Option<(&str, &str)> {
     name.split_once('/')
 }
