@@ -815,6 +815,18 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_are_names_never_patterns() {
+        let parse = |v: &str| serve(&["--namespaces", v]).map(|a| a.namespaces);
+        assert_eq!(parse("team-a,team-b").unwrap(), ["team-a", "team-b"]);
+        assert!(serve(&[]).unwrap().namespaces.is_empty(), "cluster-wide");
+        // A pattern would need a list of every namespace, which this mode may not make.
+        for bad in ["team-*", "*", "Team-A", "a/b"] {
+            let err = parse(bad).expect_err(bad).to_string();
+            assert!(err.contains("not a namespace name"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn threads_are_tokios_default_or_1_to_1024() {
         let parse = |v: &[&str]| serve(v).map(|a| a.threads);
         assert_eq!(parse(&[]).unwrap(), None);
