@@ -82,7 +82,10 @@ pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
         loop {
             quiet(w, NOT_BOUND_RECHECK).await;
             match w.cluster.check_namespace(ns).await {
-                Ok(_) if scope.binding(ns) == Some(Binding::Bound) => break,
+                Ok(_) if scope.binding(ns) == Some(Binding::Bound) => {
+                    w.dispatcher.bound_again(ns);
+                    break;
+                }
                 _ => {}
             }
         }

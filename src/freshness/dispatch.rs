@@ -464,6 +464,14 @@ impl Dispatcher {
         }
     }
 
+    /// copyrator is bound again in a listed namespace that had refused it (SPEC §13): what it
+    /// could not do there meanwhile is done by a resync, since the objects its watches list
+    /// there trigger no job of their own (the leader only).
+    pub fn bound_again(&self, namespace: &str) {
+        tracing::debug!(namespace, "bound again: resync");
+        self.queue(JobKey::Resync);
+    }
+
     /// Queues a copy job for a copy deleted or edited by someone else (the leader only).
     pub fn restore(&self, key: &ObjectKey) {
         tracing::debug!(copy = %key, "copy deleted or edited by someone else");

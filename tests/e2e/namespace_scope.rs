@@ -8,11 +8,12 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use crate::helm_chart::support::{Release, container_arg, render};
+use crate::helm_chart::support::{Release, container_arg, find_named, render};
 use common::*;
 use copyrator::marks;
 use k8s_openapi::api::{
     authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec},
+    core::v1::Secret,
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{
@@ -203,6 +204,49 @@ async fn a_namespace_scoped_install_copies_where_bound_and_nowhere_else() {
             "a copy in {ns}"
         );
     }
+
+    // c's owner consents later, with the Role and RoleBinding the chart renders for c: the
+    // copy follows within one look at c (every 30 s), with no restart.
+    let for_c = render(
+        &name,
+        &release_ns,
+        &[
+            "--set",
+            "scope=namespaces",
+            "--set-json",
+            &format!("namespaces=[\"{c}\"]"),
+        ],
+    );
+    let role: Role =
+        serde_json::from_value((*find_named(&for_c, "Role", &fullname)).clone()).unwrap();
+    let binding: RoleBinding =
+        serde_json::from_value((*find_named(&for_c, "RoleBinding", &fullname)).clone()).unwrap();
+    Api::<Role>::namespaced(env.client.clone(), &c)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(env.client.clone(), &c)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    // One look every 30 s (NOT_BOUND_RECHECK), then a resync.
+    let consented = Instant::now();
+    eventually(
+        Duration::from_secs(40),
+        "the copy once c's owner consented",
+        || async {
+            let copy: Option<Secret> = env.secrets(&c).get_opt("cred").await.unwrap();
+            copy.filter(holding("token", "v2")).map(drop)
+        },
+    )
+    .await;
+    eprintln!("copy in c {:?} after consent", consented.elapsed());
+    assert_eq!(p.metric("copyrator_namespaces_not_bound").await, 0.0);
+    assert!(p.logs().contains("now bound"), "{}", p.logs());
+    assert!(
+        env.secrets(&d).get_opt("cred").await.unwrap().is_none(),
+        "a copy in {d}, never listed"
+    );
     p.terminate();
     release.uninstall();
     env.cleanup().await;
