@@ -2,7 +2,8 @@
 //! chart's ServiceAccount, bound only by the Roles and RoleBindings the chart rendered with
 //! `scope: namespaces`, with no webhook registered. It may not read Secrets cluster-wide or in
 //! a namespace not listed; where it is bound, copies appear, follow and come back within 2 s; a
-//! listed namespace whose owner did not bind it gets nothing, said once, at a bounded cost.
+//! listed namespace whose owner did not bind it gets nothing, said once, at a bounded cost, and
+//! its copy once the owner binds it. Two teams' installs side by side each do their job.
 
 use crate::common;
 
