@@ -114,6 +114,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         args.list_page_size,
     )
     .with_api_timeout(args.api_timeout);
+    let cluster = if args.namespaces.is_empty() {
+        cluster
+    } else {
+        cluster.scoped_to(args.namespaces.iter().cloned())
+    };
     let identity = args
         .identity
         .clone()
@@ -276,6 +281,12 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         &watch_progress,
         &shutdown_rx,
     ));
+    if ctx.cluster.scope().listed().is_some() {
+        background.push(tokio::spawn(show_not_bound(
+            ctx.cluster.scope().not_bound(),
+            Arc::clone(&metrics),
+        )));
+    }
     background.push(tokio::spawn(watch_kinds(
         Arc::clone(&ctx),
         unresolved,
@@ -452,6 +463,21 @@ async fn watch_kinds(
                 &ctx.metrics,
                 Job::new(JobKey::Resync, Trigger::Reconciler),
             );
+        }
+    }
+}
+
+/// Keeps `copyrator_namespaces_not_bound` equal to the listed namespaces copyrator is not
+/// bound in (SPEC §13).
+async fn show_not_bound(
+    mut not_bound: watch::Receiver<std::collections::BTreeSet<String>>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        let n = not_bound.borrow_and_update().len();
+        metrics.namespaces_not_bound.set(n as i64);
+        if not_bound.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -410,6 +410,13 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// Namespace-scoped install (SPEC §13): serve only these namespaces (comma-separated
+    /// names), with no cluster-scoped right: one watch per namespace and kind, namespace labels
+    /// read by a GET of each Namespace object, cluster-scoped CopyRules ignored. A listed
+    /// namespace gets copies only once its owner binds copyrator's ServiceAccount there.
+    #[arg(long, env = "COPYRATOR_NAMESPACES", value_delimiter = ',', value_parser = parse_listed_namespace)]
+    pub namespaces: Vec<String>,
+
     /// Address of the HTTPS webhook server.
     #[arg(long, env = "COPYRATOR_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
     pub webhook_addr: SocketAddr,
@@ -760,6 +767,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is not a duration ({e}; e.g. 500ms, 2s, 1m30s, 1h)"))
 }
 
+/// One name of `--namespaces`: a namespace's name (a DNS label); patterns would need a list of
+/// every namespace, which a namespace-scoped install may not make.
+fn parse_listed_namespace(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    if crate::selector::is_dns_label(name) {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a namespace name (--namespaces takes names, not patterns)"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -792,6 +812,18 @@ mod tests {
             Command::Serve(args) => *args,
             _ => unreachable!("parsed as serve"),
         })
+    }
+
+    #[test]
+    fn namespaces_are_names_never_patterns() {
+        let parse = |v: &str| serve(&["--namespaces", v]).map(|a| a.namespaces);
+        assert_eq!(parse("team-a,team-b").unwrap(), ["team-a", "team-b"]);
+        assert!(serve(&[]).unwrap().namespaces.is_empty(), "cluster-wide");
+        // A pattern would need a list of every namespace, which this mode may not make.
+        for bad in ["team-*", "*", "Team-A", "a/b"] {
+            let err = parse(bad).expect_err(bad).to_string();
+            assert!(err.contains("not a namespace name"), "{bad}: {err}");
+        }
     }
 
     #[test]

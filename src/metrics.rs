@@ -179,6 +179,8 @@ pub struct Metrics {
     pub webhook_connections_idle_closed: Counter,
     pub webhook_shed: Family<LimitLabels, Counter>,
     pub leader: Gauge,
+    /// Listed namespaces of a namespace-scoped install where copyrator is not bound (SPEC §13).
+    pub namespaces_not_bound: Gauge,
     pub worker_threads: Gauge,
     pub pod_gate: Family<OutcomeLabels, Counter>,
 }
@@ -492,6 +494,12 @@ impl Metrics {
             "1 when this replica holds the lease and runs the reconciler",
             leader.clone(),
         );
+        let namespaces_not_bound = Gauge::default();
+        registry.register(
+            "namespaces_not_bound",
+            "Listed namespaces (--namespaces) whose owners have not bound copyrator: they get no copies",
+            namespaces_not_bound.clone(),
+        );
         let worker_threads = Gauge::default();
         registry.register(
             "worker_threads",
@@ -553,6 +561,7 @@ impl Metrics {
             webhook_connections_idle_closed,
             webhook_shed,
             leader,
+            namespaces_not_bound,
             worker_threads,
             pod_gate,
         }

@@ -36,6 +36,15 @@ fn replaced_when_changed(field: &str) -> bool {
 }
 
 impl ApiError {
+    /// An error of copyrator's own about a `verb` on `resource` (no API server answer).
+    pub fn other(verb: &'static str, resource: &'static str, why: String) -> Self {
+        Self {
+            verb,
+            resource,
+            source: kube::Error::Service(why.into()),
+        }
+    }
+
     fn status(&self) -> Option<&kube::core::Status> {
         match &self.source {
             kube::Error::Api(status) => Some(status),
@@ -81,6 +90,13 @@ impl ApiError {
             && self
                 .causes()
                 .any(|c| c.reason == reason::NAMESPACE_TERMINATING)
+    }
+
+    /// 403 Forbidden by the API server's authorizer (RBAC): copyrator holds no right to it. In
+    /// a namespace-scoped install, a namespace that answers so has not bound copyrator
+    /// (SPEC §13).
+    pub fn is_forbidden(&self) -> bool {
+        self.code() == 403 && !self.is_namespace_terminating()
     }
 
     /// 422 Invalid because an update tried to change a field that cannot change in place

@@ -16,6 +16,8 @@ pub mod passwords;
 pub mod progress;
 pub mod ratelimit;
 pub mod reads;
+pub mod scope;
+mod scoped_watch;
 #[cfg(test)]
 pub(crate) use crate::freshness::index::namespace_info;
 pub mod selectors;
@@ -94,6 +96,8 @@ pub struct Cluster {
     indexes: Arc<Indexes>,
     /// How long a connection may stay silent (`--api-timeout`); watches end before it.
     api_timeout: Duration,
+    /// Where copyrator reads and writes: every namespace, or those listed and bound (SPEC §13).
+    scope: Arc<scope::Scope>,
 }
 
 /// `--api-timeout`'s default: well below the minute a silent connection used to cost, and
@@ -126,7 +130,23 @@ impl Cluster {
             page_size: page_size.max(1),
             indexes: Arc::default(),
             api_timeout: DEFAULT_API_TIMEOUT,
+            scope: Arc::default(),
         }
+    }
+
+    /// The client of a namespace-scoped install (`--namespaces`): one watch per feed and
+    /// namespace, and no API call outside `namespaces` (SPEC §13). Before anything reads the
+    /// indexes.
+    pub fn scoped_to(mut self, namespaces: impl IntoIterator<Item = String>) -> Self {
+        let partitions = crate::freshness::coverage::Partitions::namespaces(namespaces);
+        self.indexes = Arc::new(Indexes::with_partitions(partitions.clone()));
+        self.scope = Arc::new(scope::Scope::new(partitions));
+        self
+    }
+
+    /// Where copyrator reads and writes (see [`scope::Scope`]).
+    pub fn scope(&self) -> &scope::Scope {
+        &self.scope
     }
 
     /// The client's `--api-timeout` (see [`DEFAULT_API_TIMEOUT`]), which the watches follow.

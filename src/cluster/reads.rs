@@ -52,7 +52,8 @@ impl Cluster {
     /// An invalid name (never from the API server) is never put into a URL: there is no such
     /// object.
     pub async fn get(&self, key: &ObjectKey) -> ApiResult<Option<Object>> {
-        if !key.is_valid() {
+        // Outside the install's namespaces there is nothing to copyrator (SPEC §13).
+        if !key.is_valid() || !self.scope.reads(&key.namespace) {
             return Ok(None);
         }
         let req = Self::objects_request(key.kind, Some(&key.namespace))
@@ -63,7 +64,7 @@ impl Cluster {
 
     /// Reads only the metadata of a Secret or ConfigMap.
     pub async fn get_meta(&self, key: &ObjectKey) -> ApiResult<Option<Meta>> {
-        if !key.is_valid() {
+        if !key.is_valid() || !self.scope.reads(&key.namespace) {
             return Ok(None);
         }
         let req = Self::objects_request(key.kind, Some(&key.namespace))
@@ -75,24 +76,44 @@ impl Cluster {
     }
 
     /// Metadata of every object of `kind` matching the selector, each item turned into what
-    /// the caller keeps by `keep` as its page arrives.
+    /// the caller keeps by `keep` as its page arrives. In a namespace-scoped install, "every
+    /// namespace" is one LIST per namespace it reads, and a namespace that refuses it (403)
+    /// holds nothing (SPEC §13).
     pub async fn list_meta<U>(
         &self,
         kind: Kind,
         namespace: Option<&str>,
         label_selector: &str,
         fresh: Freshness,
-        keep: impl FnMut(Meta) -> Option<U>,
+        mut keep: impl FnMut(Meta) -> Option<U>,
     ) -> ApiResult<Vec<U>> {
-        self.list_pages(
-            kind.plural(),
-            Object::url_path(&kind, namespace),
-            label_selector,
-            fresh,
-            keep,
-        )
-        .await
-        .map(|(items, _)| items)
+        let namespaces = match (namespace, self.scope.namespaces_read()) {
+            (None, None) => vec![None],
+            (None, Some(read)) => read.into_iter().map(Some).collect(),
+            (Some(ns), _) if self.scope.reads(ns) => vec![Some(ns.to_string())],
+            (Some(_), _) => Vec::new(),
+        };
+        let scoped = self.scope.listed().is_some();
+        let mut out = Vec::new();
+        for ns in namespaces {
+            let listed = self
+                .list_pages(
+                    kind.plural(),
+                    Object::url_path(&kind, ns.as_deref()),
+                    label_selector,
+                    fresh,
+                    &mut keep,
+                )
+                .await;
+            match listed {
+                Ok((items, _)) => out.extend(items),
+                Err(e) if scoped && e.is_forbidden() => {
+                    tracing::debug!(namespace = ?ns, kind = %kind.name(), "not allowed to list here: nothing there for copyrator");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// A watch's LIST: metadata of every object at `url_path` matching the selector, from the
@@ -198,23 +219,75 @@ impl Cluster {
         Ok(rest.metadata)
     }
 
-    /// One namespace's labels and state; `None` when it does not exist.
+    /// One namespace's labels and state; `None` when it does not exist, or, in a
+    /// namespace-scoped install, when copyrator may not read it (not listed, or not bound
+    /// there: SPEC §13).
     pub async fn get_namespace(&self, name: &str) -> ApiResult<Option<NamespaceInfo>> {
+        Ok(self
+            .get_namespace_meta(name)
+            .await?
+            .and_then(|m| namespace_info(&m)))
+    }
+
+    /// A namespace's metadata (see [`Cluster::get_namespace`]). In a namespace-scoped install
+    /// the answer also says whether copyrator is bound there: a 403 is "not bound".
+    pub(super) async fn get_namespace_meta(&self, name: &str) -> ApiResult<Option<Meta>> {
+        if !crate::selector::is_dns_label(name) || !self.scope.reads(name) {
+            return Ok(None);
+        }
+        self.check_namespace(name).await
+    }
+
+    /// A listed namespace's metadata, read even where copyrator was last found not bound: the
+    /// namespace watch looks again (bounded, `watch.rs`) so a binding made later is found.
+    pub(super) async fn check_namespace(&self, name: &str) -> ApiResult<Option<Meta>> {
+        use super::scope::Binding;
         if !crate::selector::is_dns_label(name) {
             return Ok(None);
         }
         let req = kube::core::Request::new(Namespace::url_path(&(), None))
             .get_metadata(name, &Default::default());
-        let item: Option<MetaItem> = self.call("get", "namespaces", self.fetch_opt(req)).await?;
-        Ok(item.and_then(|i| namespace_info(&i.metadata)))
+        let got: ApiResult<Option<MetaItem>> =
+            self.call("get", "namespaces", self.fetch_opt(req)).await;
+        if self.scope.listed().is_none() {
+            return got.map(|item| item.map(|i| i.metadata));
+        }
+        match got {
+            Ok(item) => {
+                self.scope.set(name, Binding::Bound);
+                Ok(item.map(|i| i.metadata))
+            }
+            Err(e) if e.is_forbidden() => {
+                self.scope.set(name, Binding::NotBound);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    /// Namespaces matching a label selector (`""`: all), metadata only.
+    /// Namespaces matching a label selector (`""`: all), metadata only. In a namespace-scoped
+    /// install: the listed namespaces copyrator may read, one GET each (it may not LIST
+    /// namespaces), matched here.
     pub async fn list_namespaces(
         &self,
         label_selector: &str,
         fresh: Freshness,
     ) -> ApiResult<Vec<NamespaceInfo>> {
+        if let Some(read) = self.scope.namespaces_read() {
+            let selector =
+                crate::selector::Selector::parse(label_selector).map_err(|e| super::ApiError {
+                    verb: "list",
+                    resource: "namespaces",
+                    source: kube::Error::Service(e.to_string().into()),
+                })?;
+            let found = each(read, |ns| async move { self.get_namespace(&ns).await }).await;
+            let mut out = Vec::new();
+            for (_, got) in found {
+                out.extend(got?.filter(|ns| selector.matches(&ns.labels)));
+            }
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(out);
+        }
         self.list_pages(
             "namespaces",
             Namespace::url_path(&(), None),
@@ -226,8 +299,14 @@ impl Cluster {
         .map(|(items, _)| items)
     }
 
-    /// Every CopyRule; none when the CRD is not installed (inline rules still work).
+    /// Every CopyRule; none when the CRD is not installed (inline rules still work). A
+    /// namespace-scoped install does not read cluster-scoped CopyRules (SPEC §13).
     pub async fn list_copy_rules(&self, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+        if self.scope.listed().is_some() {
+            let since = self.indexes.copy_rules.listing();
+            self.indexes.copy_rules.listed(since, &[]);
+            return Ok(Vec::new());
+        }
         let api: Api<CopyRule> = Api::all(self.client.clone());
         let mut lp = fresh.list_params(self.page_size);
         let mut out = Vec::new();

@@ -41,7 +41,7 @@ use crate::{
     model::{MetaItem, Object},
 };
 
-use super::selectors::SourceSelector;
+use super::{scoped_watch, selectors::SourceSelector};
 
 /// What one watch follows: a feed's objects in every namespace, or those of one namespace a
 /// CopyRule's `sourceSelector` matches ([`Target::selected`]).
@@ -93,6 +93,11 @@ impl Target {
     fn url_path(&self) -> String {
         let ns = self.namespace.as_deref();
         match self.feed {
+            // One namespace's own object, by the path whose request the API server attributes
+            // to that namespace: a RoleBinding there can grant watching it (SPEC §13).
+            Feed::Namespaces if ns.is_some() => {
+                format!("/api/v1/watch/namespaces/{}", ns.unwrap_or_default())
+            }
             Feed::Namespaces => Namespace::url_path(&(), None),
             Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => {
                 Object::url_path(&kind, ns)
@@ -116,14 +121,27 @@ pub fn spawn(
         let shutdown = shutdown.clone();
         tokio::spawn(async move { dispatcher.restore_edited_after_writes(shutdown).await })
     };
+    if let Some(listed) = cluster.scope().listed() {
+        // A namespace-scoped install reads no cluster-scoped CopyRule (SPEC §13): its feed
+        // has nothing to watch in any namespace.
+        tracing::info!(
+            namespaces = listed.len(),
+            "namespace-scoped install: cluster-scoped CopyRules are ignored; inline rules apply"
+        );
+        for ns in listed {
+            dispatcher.nothing_there(Feed::CopyRules, ns);
+        }
+    }
     Feed::all()
         .into_iter()
-        .map(|feed| spawn_feed(cluster, dispatcher, metrics, progress, shutdown, feed))
+        .filter(|feed| cluster.scope().listed().is_none() || *feed != Feed::CopyRules)
+        .flat_map(|feed| spawn_feed(cluster, dispatcher, metrics, progress, shutdown, feed))
         .chain([edited])
         .collect()
 }
 
-/// Starts the watch of one feed (at startup, or for a kind registered later).
+/// Starts the watch of one feed (at startup, or for a kind registered later): one of every
+/// namespace, or one per namespace of a namespace-scoped install.
 pub fn spawn_feed(
     cluster: &Cluster,
     dispatcher: &Arc<Dispatcher>,
@@ -131,15 +149,28 @@ pub fn spawn_feed(
     progress: &WatchProgress,
     shutdown: &watch::Receiver<bool>,
     feed: Feed,
-) -> tokio::task::JoinHandle<()> {
-    let watch = FeedWatch {
-        cluster: cluster.clone(),
-        target: Target::feed(feed),
-        dispatcher: Arc::clone(dispatcher),
-        metrics: Arc::clone(metrics),
-        progress: progress.track(feed.name()),
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let parts = match cluster.scope().listed() {
+        None => vec![None],
+        Some(listed) => listed.iter().cloned().map(Some).collect(),
     };
-    tokio::spawn(watch.run(shutdown.clone()))
+    parts
+        .into_iter()
+        .map(|part| {
+            let mut target = Target::feed(feed);
+            target.namespace.clone_from(&part);
+            let watch = FeedWatch {
+                cluster: cluster.clone(),
+                target,
+                part,
+                dispatcher: Arc::clone(dispatcher),
+                metrics: Arc::clone(metrics),
+                progress: progress.track(feed.name()),
+                refused: Default::default(),
+            };
+            tokio::spawn(watch.run(shutdown.clone()))
+        })
+        .collect()
 }
 
 /// Starts the watch of a CopyRule selector's sources (`crate::cluster::selectors`); it runs
@@ -158,30 +189,52 @@ pub fn spawn_selected(
         cluster: cluster.clone(),
         progress: progress.untracked(target.feed.name()),
         target,
+        // A selector's watch is its feed's only one, in any install.
+        part: None,
         dispatcher: Arc::clone(dispatcher),
         metrics: Arc::clone(metrics),
+        refused: Default::default(),
     };
     tokio::spawn(watch.run(shutdown.clone()))
 }
 
 /// One watch: the loop every feed and selector runs (list, watch, bookmarks, 410, backoff,
 /// silence).
-struct FeedWatch {
-    cluster: Cluster,
-    target: Target,
-    dispatcher: Arc<Dispatcher>,
+pub(super) struct FeedWatch {
+    pub(super) cluster: Cluster,
+    pub(super) target: Target,
+    /// Which of its feed's watches it is: `None` the one of every namespace, else the one of
+    /// a namespace of a namespace-scoped install.
+    pub(super) part: Option<String>,
+    pub(super) dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
-    progress: Arc<FeedProgress>,
+    pub(super) progress: Arc<FeedProgress>,
+    /// Refused (403) in its namespace since it last started over (`scoped_watch`).
+    pub(super) refused: std::sync::atomic::AtomicBool,
 }
 
 impl FeedWatch {
     async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let feed = self.target.feed;
+        let part = self.part.as_deref();
         let mut version = "0".to_string();
         // Each starts from a LIST that seeds its index (see `seed`).
         let mut seeded = false;
         let mut failures = 0u32;
         loop {
+            if let Some(ns) = part {
+                // A namespace that did not consent is not called, but for the bounded look
+                // of its Namespace watch (`scoped_watch.rs`).
+                let bound = tokio::select! {
+                    b = scoped_watch::until_bound(&self, ns) => b,
+                    _ = shutdown.changed() => break,
+                };
+                if !bound {
+                    seeded = false;
+                    version = "0".into();
+                    continue;
+                }
+            }
             let ended = tokio::select! {
                 r = async {
                     if !seeded {
@@ -190,14 +243,25 @@ impl FeedWatch {
                                 version = at;
                                 seeded = true;
                             }
-                            Err(why) => return Ended::Failed(why),
+                            Err(e) if part.is_some() && e.is_forbidden() => {
+                                scoped_watch::refused(&self);
+                                return Ended::Failed(e.to_string());
+                            }
+                            Err(e) => return Ended::Failed(e.to_string()),
                         }
                     }
                     self.watch_once(&mut version).await
                 } => r,
                 _ = shutdown.changed() => break,
             };
-            self.dispatcher.down(feed, &ended);
+            if part.is_some() && scoped_watch::is_refused(&self) {
+                // Said and handled as nothing there; looked at again once bound.
+                seeded = false;
+                version = "0".into();
+                failures = 0;
+                continue;
+            }
+            self.dispatcher.down(feed, part, &ended);
             match ended {
                 Ended::Timeout => {
                     failures = 0;
@@ -224,19 +288,22 @@ impl FeedWatch {
                 _ = shutdown.changed() => break,
             }
         }
-        self.dispatcher.stopped(feed);
+        self.dispatcher.stopped(feed, part);
     }
 
     /// Lists the feed's objects (metadata, from the API server's watch cache) into a seed the
     /// dispatcher handles item by item (no list of them is held besides); returns the list's
     /// resourceVersion, where the watch starts.
-    async fn seed(&self) -> Result<String, String> {
+    async fn seed(&self) -> crate::cluster::ApiResult<String> {
         let feed = self.target.feed;
         self.metrics
             .watch_lists
             .get_or_create(&FeedLabels { feed: feed.name() })
             .inc();
-        let mut seeding = self.dispatcher.seeding(feed);
+        if let (Feed::Namespaces, Some(ns)) = (feed, self.part.as_deref()) {
+            return scoped_watch::seed_namespace(self, ns).await;
+        }
+        let mut seeding = self.dispatcher.seeding(feed, self.part.as_deref());
         let at = self
             .cluster
             .list_feed(
@@ -249,12 +316,12 @@ impl FeedWatch {
                     self.dispatcher.listed(&mut seeding, meta)
                 },
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if at.is_empty() {
-            return Err(format!(
-                "the list of {} has no resourceVersion",
-                feed.name()
+            return Err(crate::cluster::ApiError::other(
+                "list",
+                self.target.resource(),
+                format!("the list of {} has no resourceVersion", feed.name()),
             ));
         }
         self.dispatcher.seeded(seeding);
@@ -277,9 +344,13 @@ impl FeedWatch {
         let stream = match self.cluster.watch_events::<MetaItem>(request).await {
             Ok(s) => s,
             Err(e) if e.code() == 410 => return Ended::Expired,
+            Err(e) if self.part.is_some() && e.is_forbidden() => {
+                scoped_watch::refused(self);
+                return Ended::Failed(e.to_string());
+            }
             Err(e) => return Ended::Failed(e.to_string()),
         };
-        self.dispatcher.up(feed);
+        self.dispatcher.up(feed, self.part.as_deref());
         self.progress.made();
         let events = self
             .metrics

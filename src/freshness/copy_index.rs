@@ -20,6 +20,7 @@ use std::{
 use std::collections::BTreeMap;
 
 use super::{
+    coverage::Partitions,
     echoes::Echoes,
     index::{Index, PerKind, Seed, Versioned},
 };
@@ -278,28 +279,38 @@ impl CopyIndex {
             .share(copy);
     }
 
-    /// An empty seed for a LIST of `kind` to fill as its items arrive.
-    pub fn seeding(&self, kind: Kind) -> CopySeed {
-        CopySeed(self.kind(kind).seeding())
+    /// The index of a namespace-scoped install: each kind's copies kept by one watch per
+    /// namespace of `partitions`.
+    pub fn with_partitions(partitions: &Partitions) -> Self {
+        Self {
+            kinds: PerKind::from_fn(|| Index::with_partitions(partitions)),
+            ..Self::default()
+        }
     }
 
-    /// Replaces what is held for `kind` by what a LIST returned; returns the keys held before
-    /// that the LIST no longer has (deleted while the watch was away).
-    pub fn seed(&self, kind: Kind, seed: CopySeed) -> Vec<ObjectKey> {
-        self.kind(kind).seed(seed.0)
+    /// An empty seed for a LIST of `kind` (by the watch of `part`, `None` for every
+    /// namespace) to fill as its items arrive.
+    pub fn seeding(&self, kind: Kind, part: Option<&str>) -> CopySeed {
+        CopySeed(self.kind(kind).seeding(part))
     }
 
-    /// The watch is up (events arrive) or down (they may be missed: answer nothing).
-    pub fn set_live(&self, kind: Kind, live: bool) {
-        self.kind(kind).set_live(live);
+    /// Replaces what the watch of `part` keeps of `kind` by what its LIST returned; returns the
+    /// keys held before that the LIST no longer has (deleted while the watch was away).
+    pub fn seed(&self, kind: Kind, part: Option<&str>, seed: CopySeed) -> Vec<ObjectKey> {
+        self.kind(kind).seed(part, seed.0)
     }
 
-    /// Stops answering until seeded again (the watch starts over with a new LIST).
-    pub fn unseed(&self, kind: Kind) {
-        self.kind(kind).unseed();
+    /// The watch of `part` is up (events arrive) or down (they may be missed: answer nothing).
+    pub fn set_live(&self, kind: Kind, part: Option<&str>, live: bool) {
+        self.kind(kind).set_live(part, live);
+    }
+
+    /// Stops answering until seeded again (the watch of `part` starts over with a new LIST).
+    pub fn unseed(&self, kind: Kind, part: Option<&str>) {
+        self.kind(kind).unseed(part);
         // Events may have been missed: a delete or write whose event never comes is forgotten
         // here.
-        self.echoes.forget_kind(kind);
+        self.echoes.forget_kind(kind, part);
     }
 
     /// copyrator is about to create or replace `key` (noted before the request is sent: its
@@ -491,15 +502,15 @@ mod tests {
 
     fn seeded(items: Vec<Meta>) -> CopyIndex {
         let index = CopyIndex::default();
-        let mut seed = index.seeding(Kind::Secret);
+        let mut seed = index.seeding(Kind::Secret, None);
         for item in items
             .into_iter()
             .filter_map(|m| index.item(Kind::Secret, m))
         {
             seed.insert(item);
         }
-        assert!(index.seed(Kind::Secret, seed).is_empty());
-        index.set_live(Kind::Secret, true);
+        assert!(index.seed(Kind::Secret, None, seed).is_empty());
+        index.set_live(Kind::Secret, None, true);
         index
     }
 
@@ -508,14 +519,14 @@ mod tests {
         let index = CopyIndex::default();
         let uids = BTreeSet::from(["u1".to_string()]);
         assert!(index.copies_of(Kind::Secret, &uids).is_none());
-        index.set_live(Kind::Secret, true);
+        index.set_live(Kind::Secret, None, true);
         assert!(index.copies_of(Kind::Secret, &uids).is_none(), "not seeded");
-        index.seed(Kind::Secret, index.seeding(Kind::Secret));
+        index.seed(Kind::Secret, None, index.seeding(Kind::Secret, None));
         assert_eq!(keys(index.copies_of(Kind::Secret, &uids)), Some(vec![]));
-        index.set_live(Kind::Secret, false);
+        index.set_live(Kind::Secret, None, false);
         assert!(index.copies_of(Kind::Secret, &uids).is_none(), "watch down");
-        index.set_live(Kind::Secret, true);
-        index.unseed(Kind::Secret);
+        index.set_live(Kind::Secret, None, true);
+        index.unseed(Kind::Secret, None);
         assert!(
             index.copies_of(Kind::Secret, &uids).is_none(),
             "starting over"
@@ -698,10 +709,10 @@ mod tests {
         // Its watch starts over: what it would have delivered is forgotten (the other
         // kind's watch is another matter).
         index.deleting(&key);
-        index.unseed(Kind::ConfigMap);
+        index.unseed(Kind::ConfigMap, None);
         assert!(index.own_delete_seen(&key));
         index.deleting(&key);
-        index.unseed(Kind::Secret);
+        index.unseed(Kind::Secret, None);
         assert!(!index.own_delete_seen(&key));
     }
 

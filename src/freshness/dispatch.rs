@@ -21,7 +21,9 @@
 //! A seeding LIST's items take steps 2-6 as they arrive and go into a fresh index, which
 //! answers only once the whole LIST is in ([`Dispatcher::seeded`]); objects the index held that
 //! the LIST no longer has are handled as deleted. A listed item triggers no job of its own (the
-//! startup resync reads everything), except a copy someone else edited.
+//! startup resync reads everything), except a copy someone else edited. In a namespace-scoped
+//! install each feed has one watch per namespace (its `part`): a LIST replaces that namespace's
+//! objects only, and a feed counts as up while all of its watches are (`coverage`).
 
 use std::sync::Arc;
 
@@ -30,6 +32,7 @@ use tokio::sync::{Notify, watch};
 use super::{
     Indexes,
     copy_index::{CopySeed, Seen},
+    coverage::{Coverage, Partitions},
     index::{Seed, namespace_info},
     ready::{Reach, ReadyIndex},
     waiters::{Feed, Waiters, Watched},
@@ -113,6 +116,9 @@ pub struct Dispatcher {
     /// Each CopyRule's `metadata.generation` as last seen: a change of its spec, not of its
     /// status (which copyrator writes), is one to act on.
     rule_generations: std::sync::Mutex<std::collections::HashMap<String, Option<i64>>>,
+    /// Which watches of each feed are up: the feed is, for the waiters, the Pod gate and the
+    /// metrics, while all of them are.
+    feeds_live: std::sync::Mutex<std::collections::HashMap<Feed, Coverage>>,
     metrics: Arc<Metrics>,
     /// Called before each step (tests of the order).
     #[cfg(test)]
@@ -141,6 +147,8 @@ struct Kept {
 /// A seeding LIST's objects so far (see [`Dispatcher::seeding`]).
 pub struct Seeding {
     feed: Feed,
+    /// The watch it seeds: `None` the one of every namespace, else one namespace's.
+    part: Option<String>,
     seed: FeedSeed,
 }
 
@@ -172,6 +180,7 @@ impl Dispatcher {
             work,
             rules_changed,
             rule_generations: Default::default(),
+            feeds_live: Default::default(),
             metrics,
             #[cfg(test)]
             probe: Default::default(),
@@ -289,7 +298,7 @@ impl Dispatcher {
     /// The job a CopyRule's event asks for: one whose spec changed (its generation), that is
     /// new, or that is gone. Its status, which copyrator writes, asks for none.
     fn rule_changed(&self, meta: &Meta, deleted: bool) -> Option<Job> {
-        let name = meta.name.clone()?;
+        let name = crate::namespaced::rule_name(meta.namespace.as_deref(), meta.name.as_deref()?);
         let mut known = self
             .rule_generations
             .lock()
@@ -455,6 +464,14 @@ impl Dispatcher {
         }
     }
 
+    /// copyrator is bound again in a listed namespace that had refused it (SPEC §13): what it
+    /// could not do there meanwhile is done by a resync, since the objects its watches list
+    /// there trigger no job of their own (the leader only).
+    pub fn bound_again(&self, namespace: &str) {
+        tracing::debug!(namespace, "bound again: resync");
+        self.queue(JobKey::Resync);
+    }
+
     /// Queues a copy job for a copy deleted or edited by someone else (the leader only).
     pub fn restore(&self, key: &ObjectKey) {
         tracing::debug!(copy = %key, "copy deleted or edited by someone else");
@@ -487,17 +504,31 @@ impl Dispatcher {
         }
     }
 
-    /// An empty seed for a seeding LIST of `feed` (see [`Dispatcher::listed`]).
-    pub fn seeding(&self, feed: Feed) -> Seeding {
+    /// An empty seed for a seeding LIST of `feed` by its watch of `part` (`None`: the one of
+    /// every namespace; see [`Dispatcher::listed`]).
+    pub fn seeding(&self, feed: Feed, part: Option<&str>) -> Seeding {
         let ix = &self.indexes;
         let seed = match feed {
-            Feed::Copies(kind) => FeedSeed::Copies(ix.copies.seeding(kind)),
-            Feed::Sources(kind) => FeedSeed::Sources(ix.sources.of(kind).seeding()),
-            Feed::Namespaces => FeedSeed::Namespaces(ix.namespaces.seeding()),
+            Feed::Copies(kind) => FeedSeed::Copies(ix.copies.seeding(kind, part)),
+            Feed::Sources(kind) => FeedSeed::Sources(ix.sources.of(kind).seeding(part)),
+            Feed::Namespaces => FeedSeed::Namespaces(ix.namespaces.seeding(part)),
             Feed::CopyRules => FeedSeed::CopyRules(Default::default()),
             Feed::Selected(_) => FeedSeed::Selected,
         };
-        Seeding { feed, seed }
+        Seeding {
+            feed,
+            part: part.map(String::from),
+            seed,
+        }
+    }
+
+    /// The watch of `feed` in `namespace` has nothing to watch (copyrator is not bound there,
+    /// or the kind is not served): it keeps nothing of that namespace, and answers for it, as
+    /// a LIST of nothing would have it (what it held there is handled as deleted).
+    pub fn nothing_there(&self, feed: Feed, namespace: &str) {
+        let seeding = self.seeding(feed, Some(namespace));
+        self.seeded(seeding);
+        self.up(feed, Some(namespace));
     }
 
     /// One item of a seeding LIST: handled as an ADDED event would be (steps 2-6), and kept in
@@ -538,7 +569,8 @@ impl Dispatcher {
                 }
             }
             FeedSeed::CopyRules(seed) => {
-                if let Some(name) = meta.name {
+                if let Some(name) = &meta.name {
+                    let name = crate::namespaced::rule_name(meta.namespace.as_deref(), name);
                     seed.insert(name, meta.generation);
                 }
             }
@@ -552,18 +584,19 @@ impl Dispatcher {
     pub fn seeded(&self, seeding: Seeding) {
         let ix = &self.indexes;
         let feed = seeding.feed;
+        let part = seeding.part.as_deref();
         let gone: Vec<Meta> = match seeding.seed {
             FeedSeed::Copies(seed) => match feed {
-                Feed::Copies(kind) => keys_gone(ix.copies.seed(kind, seed)),
+                Feed::Copies(kind) => keys_gone(ix.copies.seed(kind, part, seed)),
                 _ => Vec::new(),
             },
             FeedSeed::Sources(seed) => match feed {
-                Feed::Sources(kind) => keys_gone(ix.sources.of(kind).seed(seed)),
+                Feed::Sources(kind) => keys_gone(ix.sources.of(kind).seed(part, seed)),
                 _ => Vec::new(),
             },
             FeedSeed::Namespaces(seed) => ix
                 .namespaces
-                .seed(seed)
+                .seed(part, seed)
                 .into_iter()
                 .map(|name| Meta {
                     name: Some(name),
@@ -577,15 +610,26 @@ impl Dispatcher {
                     .rule_generations
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
+                // A namespace's rules are named `<namespace>/<name>` (see `rule_changed`).
+                let in_part = |name: &str| {
+                    part.is_none_or(|ns| {
+                        crate::namespaced::split_rule_name(name).is_some_and(|(n, _)| n == ns)
+                    })
+                };
                 let gone = known
                     .keys()
-                    .filter(|name| !seed.contains_key(*name))
+                    .filter(|name| in_part(name) && !seed.contains_key(*name))
                     .map(|name| Meta {
                         name: Some(name.clone()),
                         ..Default::default()
                     })
                     .collect();
-                *known = seed;
+                if part.is_none() {
+                    *known = seed;
+                } else {
+                    known.retain(|name, _| !in_part(name));
+                    known.extend(seed);
+                }
                 gone
             }
             FeedSeed::Selected => Vec::new(),
@@ -613,44 +657,62 @@ impl Dispatcher {
         self.show_index_size(feed);
     }
 
-    /// A feed's watch is connected: events arrive in order from now on.
-    pub fn up(&self, feed: Feed) {
+    /// A watch of `feed` (of `part`, see [`Dispatcher::seeding`]) is connected: events arrive
+    /// in order from now on. The feed is up once all of its watches are.
+    pub fn up(&self, feed: Feed, part: Option<&str>) {
+        self.set_index_live(feed, part, true);
+        if !self.feed_live(feed, part, true) {
+            return;
+        }
         self.waiters.set_live(feed, true);
-        self.set_index_live(feed, true);
         if !matches!(feed, Feed::Selected(_)) {
             self.ready.connected(feed);
         }
         self.show_live(feed, true);
     }
 
-    /// A feed's watch request ended (see [`Ended`]): waiting jobs poll until it is back; a watch
-    /// that timed out resumes where it ended, so its index keeps answering meanwhile; one that
-    /// may have missed events stops its index and the Pod gate's memory, and one that must
-    /// start over also wakes every job waiting on it.
-    pub fn down(&self, feed: Feed, ended: &Ended) {
+    /// A watch request of `feed` (of `part`) ended (see [`Ended`]): waiting jobs poll until it
+    /// is back; a watch that timed out resumes where it ended, so its index keeps answering
+    /// meanwhile; one that may have missed events stops its index and the Pod gate's memory,
+    /// and one that must start over also wakes every job waiting on it.
+    pub fn down(&self, feed: Feed, part: Option<&str>, ended: &Ended) {
+        self.feed_live(feed, part, false);
         self.waiters.set_live(feed, false);
         self.show_live(feed, false);
         match ended {
             Ended::Timeout => {}
             Ended::Expired => {
-                self.set_index_live(feed, false);
+                self.set_index_live(feed, part, false);
                 self.disconnected(feed);
-                self.unseed(feed);
+                self.unseed(feed, part);
                 self.waiters.notify_feed(feed);
             }
             Ended::Failed(_) => {
-                self.set_index_live(feed, false);
+                self.set_index_live(feed, part, false);
                 self.disconnected(feed);
             }
         }
     }
 
-    /// A feed's watch stopped for good (shutdown).
-    pub fn stopped(&self, feed: Feed) {
+    /// A watch of `feed` (of `part`) stopped for good (shutdown).
+    pub fn stopped(&self, feed: Feed, part: Option<&str>) {
+        self.feed_live(feed, part, false);
         self.waiters.set_live(feed, false);
         self.show_live(feed, false);
-        self.set_index_live(feed, false);
+        self.set_index_live(feed, part, false);
         self.disconnected(feed);
+    }
+
+    /// Records that the watch of `part` is up or down; returns whether every watch of `feed`
+    /// is up now. A selector's watches are not partitioned: each is the feed (as before).
+    fn feed_live(&self, feed: Feed, part: Option<&str>, live: bool) -> bool {
+        let mut feeds = self.feeds_live.lock().unwrap_or_else(|e| e.into_inner());
+        let coverage = feeds.entry(feed).or_insert_with(|| match feed {
+            Feed::Selected(_) => Coverage::new(&Partitions::default()),
+            _ => Coverage::new(&self.indexes.partitions),
+        });
+        coverage.set_live(part, live);
+        coverage.live()
     }
 
     /// The Pod gate trusts nothing while a feed it follows is down; a selector's watch is
@@ -661,13 +723,13 @@ impl Dispatcher {
         }
     }
 
-    fn set_index_live(&self, feed: Feed, live: bool) {
-        self.indexes.of(feed, |index| index.set_live(live));
+    fn set_index_live(&self, feed: Feed, part: Option<&str>, live: bool) {
+        self.indexes.of(feed, |index| index.set_live(part, live));
     }
 
-    /// The watch starts over with a new LIST: the index stops answering until then.
-    fn unseed(&self, feed: Feed) {
-        self.indexes.of(feed, |index| index.unseed());
+    /// The watch of `part` starts over with a new LIST: the index stops answering until then.
+    fn unseed(&self, feed: Feed, part: Option<&str>) {
+        self.indexes.of(feed, |index| index.unseed(part));
     }
 
     fn show_index_size(&self, feed: Feed) {

@@ -73,11 +73,12 @@ impl Echoes {
         self.own_deletes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Events of `kind` may have been missed (its watch starts over): a delete or write whose
-    /// event never comes is forgotten.
-    pub fn forget_kind(&self, kind: Kind) {
-        self.own_deletes().sent.retain(|k, _| k.kind != kind);
-        self.own_writes().written.retain(|k, _| k.kind != kind);
+    /// Events of `kind` (in `namespace`, or all) may have been missed (its watch starts over):
+    /// a delete or write whose event never comes is forgotten.
+    pub fn forget_kind(&self, kind: Kind, namespace: Option<&str>) {
+        let kept = |k: &ObjectKey| k.kind != kind || namespace.is_some_and(|ns| k.namespace != ns);
+        self.own_deletes().sent.retain(|k, _| kept(k));
+        self.own_writes().written.retain(|k, _| kept(k));
     }
 
     /// copyrator is about to create or replace `key`.

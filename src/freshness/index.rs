@@ -6,7 +6,8 @@
 //! was encoded as JSON for one job.
 //!
 //! An index answers only while it is seeded (by the LIST its watch starts from) and its watch
-//! has not failed since; otherwise callers LIST as before. What it answers is as fresh as a
+//! has not failed since; otherwise callers LIST as before. A namespace-scoped install keeps
+//! each index with one watch per namespace, each seeding its own namespace (`coverage`). What it answers is as fresh as a
 //! LIST from the API server's watch cache (the watch is fed by that same cache): a job that
 //! waited for its triggering change to be persisted sees that change here, because the watch
 //! applies an event to its index before it wakes the jobs waiting on it.
@@ -17,6 +18,7 @@ use std::{
     sync::Mutex,
 };
 
+use super::coverage::{Coverage, InNamespace, Partitions};
 use crate::{
     marks,
     model::{Kind, Labels, MAX_KINDS, Meta, NamespaceInfo, ObjectKey, SourceInfo},
@@ -87,9 +89,8 @@ fn not_older(new: &str, old: &str) -> bool {
 }
 
 struct State<K, V> {
-    /// Seeded by a LIST and its watch live: only then does it answer.
-    seeded: bool,
-    live: bool,
+    /// Which watches keep it, seeded by a LIST and live: only when all are does it answer.
+    coverage: Coverage,
     by_key: HashMap<K, V>,
     /// The keys of the values [`Versioned::marked`].
     marked: HashSet<K>,
@@ -98,8 +99,7 @@ struct State<K, V> {
 impl<K, V> Default for State<K, V> {
     fn default() -> Self {
         Self {
-            seeded: false,
-            live: false,
+            coverage: Coverage::default(),
             by_key: HashMap::new(),
             marked: HashSet::new(),
         }
@@ -144,6 +144,19 @@ impl<K, V> Default for Index<K, V> {
     }
 }
 
+impl<K, V> Index<K, V> {
+    /// An index kept by the watches of `partitions` (one per namespace of a namespace-scoped
+    /// install).
+    pub fn with_partitions(partitions: &Partitions) -> Self {
+        Self {
+            state: Mutex::new(State {
+                coverage: Coverage::new(partitions),
+                ..State::default()
+            }),
+        }
+    }
+}
+
 impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
     fn state(&self) -> std::sync::MutexGuard<'_, State<K, V>> {
         // A panic while holding the lock cannot leave the map half-updated in a way that
@@ -184,49 +197,32 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
         state.marked.remove(key);
     }
 
-    /// An empty map for a LIST to fill as its items arrive (no list of them held besides),
-    /// sized for what the index holds now.
-    pub fn seeding(&self) -> Seed<K, V> {
-        Seed(HashMap::with_capacity(self.len()))
+    /// An empty map for the LIST of the watch of `part` (`None`: the one watch of every
+    /// namespace) to fill as its items arrive (no list of them held besides), sized for what
+    /// the index holds now when that LIST replaces all of it.
+    pub fn seeding(&self, part: Option<&str>) -> Seed<K, V> {
+        Seed(HashMap::with_capacity(if part.is_none() {
+            self.len()
+        } else {
+            0
+        }))
     }
 
-    /// Replaces what is held by what a LIST returned; returns the keys held before that the
-    /// LIST no longer has (deleted while the watch was away).
-    pub fn seed(&self, fresh: Seed<K, V>) -> Vec<K> {
-        let mut fresh = fresh.0;
-        fresh.shrink_to_fit();
-        let mut state = self.state();
-        let gone = state
-            .by_key
-            .keys()
-            .filter(|k| !fresh.contains_key(*k))
-            .cloned()
-            .collect();
-        state.marked = fresh
-            .iter()
-            .filter(|(_, v)| v.marked())
-            .map(|(k, _)| k.clone())
-            .collect();
-        state.by_key = fresh;
-        state.seeded = true;
-        gone
+    /// Stops answering until seeded again (the watch of `part` starts over with a new LIST).
+    pub fn unseed(&self, part: Option<&str>) {
+        self.state().coverage.unseed(part);
     }
 
-    /// The watch is up (events arrive) or down (they may be missed: answer nothing).
-    pub fn set_live(&self, live: bool) {
-        self.state().live = live;
-    }
-
-    /// Stops answering until seeded again (the watch starts over with a new LIST).
-    pub fn unseed(&self) {
-        self.state().seeded = false;
+    /// The watch of `part` is up (events arrive) or down (they may be missed: answer nothing).
+    pub fn set_live(&self, part: Option<&str>, live: bool) {
+        self.state().coverage.set_live(part, live);
     }
 
     /// `read` over the objects held; `None` while the index cannot answer (not seeded, or its
     /// watch down).
     pub fn read<R>(&self, read: impl FnOnce(&HashMap<K, V>) -> R) -> Option<R> {
         let state = self.state();
-        (state.seeded && state.live).then(|| read(&state.by_key))
+        state.coverage.answers().then(|| read(&state.by_key))
     }
 
     /// `read` over the marked objects only ([`Versioned::marked`]); `None` while the index
@@ -236,7 +232,7 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
         read: impl FnOnce(&mut dyn Iterator<Item = &V>) -> R,
     ) -> Option<R> {
         let state = self.state();
-        (state.seeded && state.live).then(|| {
+        state.coverage.answers().then(|| {
             let mut marked = state.marked.iter().filter_map(|k| state.by_key.get(k));
             read(&mut marked)
         })
@@ -263,6 +259,46 @@ impl<K: Eq + Hash + Clone, V: Versioned> Index<K, V> {
     }
 }
 
+impl<K: Eq + Hash + Clone + InNamespace, V: Versioned> Index<K, V> {
+    /// Replaces what the watch of `part` keeps (`None`: everything) by what its LIST returned;
+    /// returns the keys held before that the LIST no longer has (deleted while the watch was
+    /// away). The other namespaces' objects stay as they are.
+    pub fn seed(&self, part: Option<&str>, fresh: Seed<K, V>) -> Vec<K> {
+        let mut fresh = fresh.0;
+        let mut state = self.state();
+        let gone: Vec<K> = state
+            .by_key
+            .keys()
+            .filter(|k| Coverage::covers(part, k.namespace()) && !fresh.contains_key(*k))
+            .cloned()
+            .collect();
+        if part.is_none() {
+            fresh.shrink_to_fit();
+            state.marked = fresh
+                .iter()
+                .filter(|(_, v)| v.marked())
+                .map(|(k, _)| k.clone())
+                .collect();
+            state.by_key = fresh;
+        } else {
+            for key in &gone {
+                state.by_key.remove(key);
+                state.marked.remove(key);
+            }
+            for (key, value) in fresh {
+                if value.marked() {
+                    state.marked.insert(key.clone());
+                } else {
+                    state.marked.remove(&key);
+                }
+                state.by_key.insert(key, value);
+            }
+        }
+        state.coverage.seeded(part);
+        gone
+    }
+}
+
 /// One index per kind copied (at most [`MAX_KINDS`]; an index of a kind not copied stays
 /// empty and costs a few empty maps).
 pub struct PerKind<T>([T; MAX_KINDS]);
@@ -274,6 +310,11 @@ impl<T: Default> Default for PerKind<T> {
 }
 
 impl<T> PerKind<T> {
+    /// One per kind, each made by `make`.
+    pub fn from_fn(make: impl Fn() -> T) -> Self {
+        Self(std::array::from_fn(|_| make()))
+    }
+
     pub fn of(&self, kind: Kind) -> &T {
         &self.0[kind.index()]
     }
@@ -317,22 +358,22 @@ mod tests {
     fn answers_only_when_seeded_and_live() {
         let index = NamespaceIndex::default();
         assert!(names(&index).is_none());
-        index.set_live(true);
+        index.set_live(None, true);
         assert!(names(&index).is_none(), "not seeded");
-        index.seed(Seed::from_iter([ns("a", 1)]));
+        index.seed(None, Seed::from_iter([ns("a", 1)]));
         assert_eq!(names(&index), Some(vec![("a".into(), "1".into())]));
-        index.set_live(false);
+        index.set_live(None, false);
         assert!(names(&index).is_none(), "watch down");
-        index.set_live(true);
-        index.unseed();
+        index.set_live(None, true);
+        index.unseed(None);
         assert!(names(&index).is_none(), "starting over");
     }
 
     #[test]
     fn an_older_event_never_replaces_a_newer_version() {
         let index = NamespaceIndex::default();
-        index.seed(Seed::from_iter([ns("a", 5)]));
-        index.set_live(true);
+        index.seed(None, Seed::from_iter([ns("a", 5)]));
+        index.set_live(None, true);
         let (k, v) = ns("a", 9);
         index.insert(k, v);
         let (k, v) = ns("a", 7);
@@ -363,12 +404,15 @@ mod tests {
             names.sort();
             names
         };
-        index.seed(Seed::from_iter([
-            consenting("a", 1, Some("tenant")),
-            consenting("b", 1, None),
-            consenting("c", 1, Some(" ")),
-        ]));
-        index.set_live(true);
+        index.seed(
+            None,
+            Seed::from_iter([
+                consenting("a", 1, Some("tenant")),
+                consenting("b", 1, None),
+                consenting("c", 1, Some(" ")),
+            ]),
+        );
+        index.set_live(None, true);
         assert_eq!(marked(&index), ["a"]);
         let (k, v) = consenting("b", 2, Some("tenant"));
         index.insert(k, v);
@@ -377,21 +421,102 @@ mod tests {
         assert_eq!(marked(&index), ["b"], "consent given and taken back");
         index.remove(&"b".to_string(), None);
         assert!(marked(&index).is_empty());
-        index.set_live(false);
+        index.set_live(None, false);
         assert!(index.read_marked(|_| ()).is_none(), "watch down");
     }
 
     #[test]
     fn a_new_seed_reports_what_was_deleted_meanwhile() {
         let index = NamespaceIndex::default();
-        index.seed(Seed::from_iter([ns("a", 1), ns("b", 2)]));
-        index.set_live(true);
-        let gone = index.seed(Seed::from_iter([ns("b", 3), ns("c", 4)]));
+        index.seed(None, Seed::from_iter([ns("a", 1), ns("b", 2)]));
+        index.set_live(None, true);
+        let gone = index.seed(None, Seed::from_iter([ns("b", 3), ns("c", 4)]));
         assert_eq!(gone, vec!["a".to_string()]);
         assert_eq!(
             names(&index),
             Some(vec![("b".into(), "3".into()), ("c".into(), "4".into())]),
             "still live: answers at once"
         );
+    }
+
+    #[test]
+    fn a_namespaces_relist_replaces_its_own_objects_only() {
+        // A namespace-scoped install: one watch per namespace feeds one index.
+        let partitions = Partitions::namespaces(["a".into(), "b".into()]);
+        let index: SourceIndex = PerKind::from_fn(|| Index::with_partitions(&partitions));
+        let index = index.of(Kind::Secret);
+        let source = |ns: &str, name: &str, rv: u64| {
+            let key = ObjectKey::new(Kind::Secret, ns, name);
+            let info = SourceInfo {
+                key: key.clone(),
+                uid: String::new(),
+                resource_version: rv.to_string(),
+                labels: Default::default(),
+                annotations: Default::default(),
+                created: 0,
+                deleting: false,
+                dropped: None,
+            };
+            (key, info)
+        };
+        let held = |index: &Index<ObjectKey, SourceInfo>| {
+            index.read(|m| {
+                let mut v: Vec<String> = m
+                    .keys()
+                    .map(|k| format!("{}/{}", k.namespace, k.name))
+                    .collect();
+                v.sort();
+                v
+            })
+        };
+        index.seed(
+            Some("a"),
+            Seed::from_iter([source("a", "x", 1), source("a", "y", 1)]),
+        );
+        index.set_live(Some("a"), true);
+        assert_eq!(held(index), None, "b's watch has not listed yet");
+        index.seed(Some("b"), Seed::from_iter([source("b", "z", 2)]));
+        index.set_live(Some("b"), true);
+        assert_eq!(
+            held(index),
+            Some(vec!["a/x".into(), "a/y".into(), "b/z".into()])
+        );
+        // b's watch expired and lists again: a's objects stay, b's deleted one is reported.
+        index.unseed(Some("b"));
+        assert_eq!(held(index), None, "b starts over");
+        let gone = index.seed(Some("b"), Seed::from_iter([source("b", "w", 3)]));
+        assert_eq!(gone, vec![ObjectKey::new(Kind::Secret, "b", "z")]);
+        assert_eq!(
+            held(index),
+            Some(vec!["a/x".into(), "a/y".into(), "b/w".into()])
+        );
+        // a namespace that is listed empty (copyrator not bound there) keeps nothing.
+        let gone = index.seed(Some("a"), Seed::from_iter([]));
+        assert_eq!(gone.len(), 2);
+        assert_eq!(held(index), Some(vec!["b/w".into()]));
+    }
+
+    #[test]
+    fn marked_namespaces_follow_a_partial_relist() {
+        let partitions = Partitions::namespaces(["a".into(), "b".into()]);
+        let index = NamespaceIndex::with_partitions(&partitions);
+        let (ka, mut a) = ns("a", 1);
+        a.accept_from = Some("x".into());
+        let (kb, mut b) = ns("b", 1);
+        b.accept_from = Some("x".into());
+        index.seed(Some("a"), Seed::from_iter([(ka, a)]));
+        index.seed(Some("b"), Seed::from_iter([(kb, b)]));
+        index.set_live(Some("a"), true);
+        index.set_live(Some("b"), true);
+        let marked = |index: &NamespaceIndex| {
+            let mut v = index
+                .read_marked(|m| m.map(|n| n.name.clone()).collect::<Vec<_>>())
+                .unwrap();
+            v.sort();
+            v
+        };
+        assert_eq!(marked(&index), ["a", "b"]);
+        index.seed(Some("b"), Seed::from_iter([ns("b", 2)]));
+        assert_eq!(marked(&index), ["a"], "b's consent is gone, a's stays");
     }
 }

@@ -20,9 +20,10 @@
 
 use std::sync::{
     Arc, Mutex,
-    atomic::{AtomicBool, AtomicU64, Ordering},
+    atomic::{AtomicU64, Ordering},
 };
 
+use super::coverage::{Coverage, Partitions};
 use crate::{copyrule::CopyRule, model::Meta, rules::Rule};
 
 /// What a LIST left (see the module documentation).
@@ -41,11 +42,20 @@ pub struct CopyRuleScope {
     /// Counts changes of CopyRules' specs (and anything that may hide one).
     generation: AtomicU64,
     known: Mutex<Option<Known>>,
-    /// The CopyRules watch is up.
-    live: AtomicBool,
+    /// Which CopyRules watches are up (one, or one per namespace of a namespace-scoped
+    /// install, where the rules are namespaced).
+    live: Mutex<Coverage>,
 }
 
 impl CopyRuleScope {
+    /// Kept by the watches of `partitions`.
+    pub fn with_partitions(partitions: &Partitions) -> Self {
+        Self {
+            live: Mutex::new(Coverage::new(partitions)),
+            ..Self::default()
+        }
+    }
+
     fn known(&self) -> std::sync::MutexGuard<'_, Option<Known>> {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -60,11 +70,16 @@ impl CopyRuleScope {
     /// A CopyRule's watch event; returns whether it forgot the rules (see the module
     /// documentation: an event that changed a known rule's status only does not).
     pub fn event(&self, meta: &Meta, deleted: bool) -> bool {
+        // A rule in a namespace is held as `<namespace>/<name>` (`namespaced.rs`).
+        let name = meta
+            .name
+            .as_deref()
+            .map(|n| crate::namespaced::rule_name(meta.namespace.as_deref(), n));
         let same_spec = !deleted
             && self.known().as_ref().is_some_and(|k| {
                 k.copy_rules.iter().any(|r| {
                     r.metadata.name.is_some()
-                        && r.metadata.name == meta.name
+                        && r.metadata.name == name
                         && r.metadata.uid == meta.uid
                         && r.metadata.generation.is_some()
                         && r.metadata.generation == meta.generation
@@ -111,7 +126,7 @@ impl CopyRuleScope {
     /// Every CopyRule, for a job that would LIST them: only while they are known and the
     /// watch is live.
     pub fn copy_rules(&self) -> Option<Arc<Vec<CopyRule>>> {
-        if !self.live.load(Ordering::SeqCst) {
+        if !self.live.lock().unwrap_or_else(|e| e.into_inner()).live() {
             return None;
         }
         let known = self.known();
@@ -119,9 +134,13 @@ impl CopyRuleScope {
         (k.at == self.generation.load(Ordering::SeqCst)).then(|| Arc::clone(&k.copy_rules))
     }
 
-    /// The CopyRules watch is up, or down (it may miss events: jobs LIST meanwhile).
-    pub fn set_live(&self, live: bool) {
-        self.live.store(live, Ordering::SeqCst);
+    /// The CopyRules watch of `part` is up, or down (it may miss events: jobs LIST
+    /// meanwhile).
+    pub fn set_live(&self, part: Option<&str>, live: bool) {
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_live(part, live);
     }
 }
 
@@ -181,7 +200,7 @@ mod tests {
 
     fn known_and_live() -> CopyRuleScope {
         let scope = CopyRuleScope::default();
-        scope.set_live(true);
+        scope.set_live(None, true);
         scope.listed(scope.listing(), &[listed_rule("a", "u1", 3)]);
         scope
     }
@@ -192,9 +211,9 @@ mod tests {
         scope.listed(scope.listing(), &[listed_rule("a", "u1", 3)]);
         assert!(scope.rules().is_some());
         assert!(scope.copy_rules().is_none(), "the watch is not up");
-        scope.set_live(true);
+        scope.set_live(None, true);
         assert_eq!(scope.copy_rules().unwrap().len(), 1);
-        scope.set_live(false);
+        scope.set_live(None, false);
         assert!(scope.copy_rules().is_none(), "the watch may miss events");
     }
 
@@ -235,7 +254,7 @@ mod tests {
         }
 
         let scope = CopyRuleScope::default();
-        scope.set_live(true);
+        scope.set_live(None, true);
         assert!(
             scope.event(&event("a", "u1", 3), false),
             "nothing known: nothing to compare with"

@@ -79,7 +79,10 @@ impl Feed {
         let name = m.name.clone()?;
         Some(match self {
             Feed::Namespaces => Watched::Namespace(name),
-            Feed::CopyRules => Watched::CopyRule(name),
+            // A rule in a namespace is known as `<namespace>/<name>` (`namespaced.rs`).
+            Feed::CopyRules => {
+                Watched::CopyRule(crate::namespaced::rule_name(m.namespace.as_deref(), &name))
+            }
             Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => {
                 Watched::Object(ObjectKey::new(kind, m.namespace.clone()?, name))
             }

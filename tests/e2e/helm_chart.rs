@@ -6,6 +6,7 @@
 mod admission_policy;
 mod copy_kinds;
 mod monitoring;
+mod namespace_scope;
 mod options;
 pub(crate) mod support;
 mod test_hook;

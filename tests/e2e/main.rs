@@ -20,6 +20,7 @@ mod inline_rules;
 mod keys;
 mod least_privilege;
 mod migrate;
+mod namespace_scope;
 mod not_opted_in;
 mod observability;
 mod pipeline;

@@ -9,6 +9,7 @@ pub mod copyrule;
 pub mod grants;
 pub mod marks;
 pub mod model;
+pub mod namespaced;
 pub mod plan;
 pub mod rules;
 pub mod selector;

@@ -52,9 +52,9 @@ fn rig() -> Rig {
         metrics,
     );
     for feed in Feed::all() {
-        let seeding = dispatcher.seeding(feed);
+        let seeding = dispatcher.seeding(feed, None);
         dispatcher.seeded(seeding);
-        dispatcher.up(feed);
+        dispatcher.up(feed, None);
     }
     Rig {
         dispatcher,
@@ -137,7 +137,7 @@ fn copy(ns: &str, name: &str, rv: &str) -> Meta {
 /// A copy, as the copies watch's seeding LIST found it.
 fn listed_copy(rig: &Rig, meta: Meta) {
     let feed = Feed::Copies(Kind::Secret);
-    let mut seeding = rig.dispatcher.seeding(feed);
+    let mut seeding = rig.dispatcher.seeding(feed, None);
     rig.dispatcher.listed(&mut seeding, meta);
     rig.dispatcher.seeded(seeding);
     assert_eq!(
@@ -374,7 +374,7 @@ fn a_seeding_list_answers_only_once_in_and_what_it_lacks_is_handled_as_deleted()
         &Watched::Namespace("old".into()),
         &JobKey::Namespace("old".into()),
     );
-    rig.dispatcher.down(feed, &Ended::Expired);
+    rig.dispatcher.down(feed, None, &Ended::Expired);
     assert_eq!(rig.indexes.namespaces.read(|_| ()), None, "stops answering");
     assert!(rig.waiters.is_empty(), "waiting jobs look again");
     rig.waiters.register(
@@ -382,7 +382,7 @@ fn a_seeding_list_answers_only_once_in_and_what_it_lacks_is_handled_as_deleted()
         &JobKey::Namespace("old".into()),
     );
 
-    let mut seeding = rig.dispatcher.seeding(feed);
+    let mut seeding = rig.dispatcher.seeding(feed, None);
     rig.dispatcher
         .listed(&mut seeding, namespace("new", "2", "b"));
     assert_eq!(
@@ -391,7 +391,7 @@ fn a_seeding_list_answers_only_once_in_and_what_it_lacks_is_handled_as_deleted()
         "not before the LIST is in"
     );
     rig.dispatcher.seeded(seeding);
-    rig.dispatcher.up(feed);
+    rig.dispatcher.up(feed, None);
     let names = rig
         .indexes
         .namespaces
@@ -415,15 +415,16 @@ fn a_watch_that_timed_out_keeps_its_index_one_that_failed_does_not() {
     rig.dispatcher
         .event(feed, Change::Added, &namespace("a", "1", "a"));
     settled(&rig, "a");
-    rig.dispatcher.down(feed, &Ended::Timeout);
+    rig.dispatcher.down(feed, None, &Ended::Timeout);
     assert!(rig.indexes.namespaces.answers());
     assert!(rig.ready.get("a").is_some(), "it missed nothing");
     assert!(
         !rig.waiters.is_live(feed),
         "but waiting jobs poll until it is back"
     );
-    rig.dispatcher.up(feed);
-    rig.dispatcher.down(feed, &Ended::Failed("reset".into()));
+    rig.dispatcher.up(feed, None);
+    rig.dispatcher
+        .down(feed, None, &Ended::Failed("reset".into()));
     assert!(!rig.indexes.namespaces.answers());
     assert!(rig.ready.get("a").is_none(), "events may have been missed");
 }
@@ -484,7 +485,7 @@ fn a_namespace_change_no_admitted_job_waited_for_queues_its_job() {
 /// A leading rig whose namespace index holds `name` (labelled team=a), as listed.
 fn rig_with_namespace(name: &str) -> Rig {
     let rig = rig();
-    let mut seeding = rig.dispatcher.seeding(Feed::Namespaces);
+    let mut seeding = rig.dispatcher.seeding(Feed::Namespaces, None);
     rig.dispatcher
         .listed(&mut seeding, namespace(name, "1", "a"));
     rig.dispatcher.seeded(seeding);
@@ -580,7 +581,7 @@ fn a_copy_rules_spec_change_queues_its_job_its_status_does_not() {
             .collect()
     };
     let expected = [(JobKey::Rule("ca".into()), Trigger::Watch, true)];
-    let mut seeding = rig.dispatcher.seeding(Feed::CopyRules);
+    let mut seeding = rig.dispatcher.seeding(Feed::CopyRules, None);
     rig.dispatcher.listed(&mut seeding, rule("1", 1));
     rig.dispatcher.seeded(seeding);
     assert_eq!(job(&rig), [], "listed");
@@ -598,7 +599,7 @@ fn a_copy_rules_spec_change_queues_its_job_its_status_does_not() {
 #[test]
 fn a_copy_rules_status_write_keeps_the_pod_gates_memory_its_spec_change_does_not() {
     let rig = rig();
-    let mut seeding = rig.dispatcher.seeding(Feed::CopyRules);
+    let mut seeding = rig.dispatcher.seeding(Feed::CopyRules, None);
     rig.dispatcher.listed(&mut seeding, rule("1", 1));
     rig.dispatcher.seeded(seeding);
     settled(&rig, "team-a");
@@ -631,8 +632,8 @@ fn rig_after_relist_without_the_rule() -> Rig {
         let job = rig.queue.pop().now_or_never().flatten().expect("a job");
         rig.queue.finish(&job.key, crate::queue::Finished::Done);
     }
-    rig.dispatcher.down(Feed::CopyRules, &Ended::Expired);
-    let seeding = rig.dispatcher.seeding(Feed::CopyRules);
+    rig.dispatcher.down(Feed::CopyRules, None, &Ended::Expired);
+    let seeding = rig.dispatcher.seeding(Feed::CopyRules, None);
     rig.dispatcher.seeded(seeding);
     rig
 }
@@ -641,13 +642,13 @@ fn rig_after_relist_without_the_rule() -> Rig {
 fn a_source_deleted_while_its_watch_was_away_queues_its_job() {
     let rig = rig();
     let feed = Feed::Sources(Kind::Secret);
-    let mut seeding = rig.dispatcher.seeding(feed);
+    let mut seeding = rig.dispatcher.seeding(feed, None);
     rig.dispatcher
         .listed(&mut seeding, source("platform", "app", "1"));
     rig.dispatcher.seeded(seeding);
     assert_eq!(queued(&rig), [], "a listed source asks for nothing");
-    rig.dispatcher.down(feed, &Ended::Expired);
-    let seeding = rig.dispatcher.seeding(feed);
+    rig.dispatcher.down(feed, None, &Ended::Expired);
+    let seeding = rig.dispatcher.seeding(feed, None);
     rig.dispatcher.seeded(seeding);
     assert_eq!(
         queued(&rig),
@@ -771,7 +772,7 @@ fn a_labelled_selector_match_is_the_sources_feeds_and_a_gone_one_queues_its_job(
 fn a_selector_watch_starting_on_a_new_leader_queues_the_unlabelled_matches_it_lists() {
     let rig = rig_with_selector_rule();
     let feed = Feed::Selected(Kind::ConfigMap);
-    let mut seeding = rig.dispatcher.seeding(feed);
+    let mut seeding = rig.dispatcher.seeding(feed, None);
     rig.dispatcher.listed(&mut seeding, selected("5", false));
     rig.dispatcher.seeded(seeding);
     let key = ObjectKey::new(Kind::ConfigMap, "platform", "web-config");

@@ -17,17 +17,17 @@ use crate::{
 fn rules_and_sources_known(api: &FakeApi, ctx: &Context) {
     let scope = ctx.cluster.copy_rule_scope();
     scope.listed(scope.listing(), &[]);
-    scope.set_live(true);
+    scope.set_live(None, true);
     let key = ObjectKey::new(Kind::Secret, "platform", "registry");
     let meta = api
         .store(|s| s.get("secrets", Some("platform"), "registry").cloned())
         .map(|v| serde_json::from_value(v["metadata"].clone()).unwrap())
         .unwrap();
     let index = ctx.cluster.source_index().of(Kind::Secret);
-    let mut seed = index.seeding();
+    let mut seed = index.seeding(None);
     seed.insert(key, SourceInfo::from_meta(Kind::Secret, &meta).unwrap());
-    index.seed(seed);
-    index.set_live(true);
+    index.seed(None, seed);
+    index.set_live(None, true);
 }
 
 fn created(ns: &str) -> Job {
@@ -113,7 +113,7 @@ async fn rules_are_listed_while_their_watch_is_down() {
     let ctx = context(&api);
     index_namespaces(&api, &ctx, &["platform", "team-a"]);
     rules_and_sources_known(&api, &ctx);
-    ctx.cluster.copy_rule_scope().set_live(false);
+    ctx.cluster.copy_rule_scope().set_live(None, false);
     run(&ctx, &created("team-a")).await.unwrap();
     assert_eq!(count(&api, "LIST copyrules -/*"), 1, "{:#?}", api.lines());
 }

@@ -246,13 +246,13 @@ async fn writes_that_never_settle_end_the_job_for_a_retry_after_a_few_rounds() {
 /// live, as the namespaces watch does once its LIST has returned.
 pub(crate) fn index_namespaces(api: &FakeApi, ctx: &Context, names: &[&str]) {
     let index = ctx.cluster.namespace_index();
-    let mut seed = index.seeding();
+    let mut seed = index.seeding(None);
     for name in names {
         let info = namespace_info_in(&api.store(|s| s.get("namespaces", None, name).cloned()));
         seed.insert(info.name.clone(), info);
     }
-    index.seed(seed);
-    index.set_live(true);
+    index.seed(None, seed);
+    index.set_live(None, true);
 }
 
 fn namespace_info_in(ns: &Option<Value>) -> crate::model::NamespaceInfo {
@@ -405,14 +405,14 @@ fn copy_meta(ns: &str, rule: &str) -> crate::model::Meta {
 fn index_copies(ctx: &Context, copies: Vec<crate::model::Meta>) {
     let index = ctx.cluster.copy_index();
     for kind in Kind::all() {
-        let mut seed = index.seeding(kind);
+        let mut seed = index.seeding(kind, None);
         if kind == Kind::Secret {
             for meta in copies.iter().cloned() {
                 seed.insert(index.item(kind, meta).unwrap());
             }
         }
-        index.seed(kind, seed);
-        index.set_live(kind, true);
+        index.seed(kind, None, seed);
+        index.set_live(kind, None, true);
     }
 }
 

@@ -278,3 +278,65 @@ copyrator.io/certificates: managed (src/certs/manager.rs writes no Secret withou
 {{- define "copyrator.cel.certificatesManaged" -}}
 {{ . }} != null && has({{ . }}.metadata.annotations) && 'copyrator.io/certificates' in {{ . }}.metadata.annotations && {{ . }}.metadata.annotations['copyrator.io/certificates'] == 'managed'
 {{- end }}
+
+{{/*
+Where copyrator serves: "cluster" (every namespace, a ClusterRole) or "namespaces" (only
+.Values.namespaces, Roles and RoleBindings only: SPEC §13).
+*/}}
+{{- define "copyrator.scope" -}}
+{{- if eq (toString .Values.scope) "namespaces" -}}
+{{- if not .Values.namespaces -}}
+{{- fail "scope: namespaces needs the namespaces to serve (namespaces: [..])" -}}
+{{- end -}}
+namespaces
+{{- else if eq (toString .Values.scope) "cluster" -}}
+cluster
+{{- else -}}
+{{- fail (printf "scope must be cluster or namespaces, not %q" (toString .Values.scope)) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The Role and RoleBinding by which a listed namespace consents to a namespace-scoped copyrator
+(SPEC §13): in that namespace only, what copyrator does there. A RoleBinding in a namespace
+grants `get` and `watch` of that Namespace object and of no other. Args: root, namespace.
+*/}}
+{{- define "copyrator.consentRbac" -}}
+{{- $root := .root -}}
+{{- $fullname := include "copyrator.fullname" $root -}}
+{{- $copied := include "copyrator.copiedResources" $root | fromJson -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $fullname }}
+  namespace: {{ .namespace }}
+rules:
+  # This namespace's labels: read and watched on this Namespace object only.
+  - apiGroups: [""]
+    resources: ["namespaces"]
+    verbs: ["get", "watch"]
+  {{- range $group, $resources := $copied }}
+  # Sources and copies here: read, watched (metadata), written and deleted (copies only).
+  - apiGroups: [{{ $group | quote }}]
+    resources: {{ include "copyrator.flowList" $resources }}
+    verbs: ["get", "list", "watch", "create", "update", "delete"]
+  {{- end }}
+  # Events about sources here.
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $fullname }}
+  namespace: {{ .namespace }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $fullname }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "copyrator.serviceAccountName" $root }}
+    namespace: {{ $root.Release.Namespace }}
+{{- end }}

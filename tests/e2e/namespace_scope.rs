@@ -1,0 +1,371 @@
+//! A namespace-scoped install (SPEC §13) on the real API server with RBAC: copyrator runs as the
+//! chart's ServiceAccount, bound only by the Roles and RoleBindings the chart rendered with
+//! `scope: namespaces`, with no webhook registered. It may not read Secrets cluster-wide or in
+//! a namespace not listed; where it is bound, copies appear, follow and come back within 2 s; a
+//! listed namespace whose owner did not bind it gets nothing, said once, at a bounded cost, and
+//! its copy once the owner binds it. Two teams' installs side by side each do their job.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use crate::helm_chart::support::{Release, container_arg, find_named, render};
+use common::*;
+use copyrator::marks;
+use k8s_openapi::api::{
+    authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec},
+    core::v1::Secret,
+    rbac::v1::{Role, RoleBinding},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+/// How long copyrator may take to make, follow or restore a copy with no webhook: its watches
+/// are the triggers.
+const WITHIN: Duration = Duration::from_secs(2);
+
+/// `kubectl auth can-i VERB secrets [-n NS | --all-namespaces]`, asked as `client`.
+async fn can_i(client: &Client, verb: &str, namespace: Option<&str>) -> bool {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                resource: Some("secrets".into()),
+                namespace: namespace.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// Waits at most [`WITHIN`] for `ns/name` to hold `token` = `want`; panics with `what`.
+async fn within(env: &TestEnv, ns: &str, name: &str, want: &str, what: &str) {
+    let secrets = env.secrets(ns);
+    let start = Instant::now();
+    loop {
+        let got = secrets.get_opt(name).await.unwrap();
+        if got
+            .as_ref()
+            .and_then(|s| secret_value(s, "token"))
+            .as_deref()
+            == Some(want)
+        {
+            return;
+        }
+        assert!(start.elapsed() < WITHIN, "{what}: not within {WITHIN:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_namespace_scoped_install_copies_where_bound_and_nowhere_else() {
+    let env = TestEnv::new().await;
+    let release_ns = env.namespace("nss-release", &[]).await;
+    // a holds the source, b wants it; c is listed but its owner did not bind copyrator; d is
+    // not listed.
+    let a = env.namespace("nss-a", &[]).await;
+    let b = env.namespace("nss-b", &[]).await;
+    let c = env.namespace("nss-c", &[]).await;
+    let d = env.namespace("nss-d", &[]).await;
+    let name = format!("nss{}", env.id);
+    let fullname = format!("{name}-copyrator");
+    let listed = format!("namespaces=[\"{a}\",\"{b}\",\"{c}\"]");
+    let values = ["--set", "scope=namespaces", "--set-json", listed.as_str()];
+    let mut release = Release::install(&name, &release_ns, &values);
+    // c's owner never applied the Role and RoleBinding: take away what the chart rendered.
+    let _ = Api::<RoleBinding>::namespaced(env.client.clone(), &c)
+        .delete(&fullname, &DeleteParams::default())
+        .await;
+    let _ = Api::<Role>::namespaced(env.client.clone(), &c)
+        .delete(&fullname, &DeleteParams::default())
+        .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sa_kubeconfig = dir.path().join("kubeconfig");
+    let token = service_account_token(&env.client, &release_ns, &fullname).await;
+    write_token_kubeconfig(&kubeconfig(), &token, &sa_kubeconfig);
+    let kc = sa_kubeconfig.display().to_string();
+    let as_copyrator = copyrator::cluster::client::kube_client(Some(&sa_kubeconfig))
+        .await
+        .unwrap();
+    assert!(
+        !can_i(&as_copyrator, "list", None).await,
+        "copyrator may list secrets --all-namespaces"
+    );
+    for ns in [&c, &d] {
+        assert!(
+            !can_i(&as_copyrator, "get", Some(ns)).await,
+            "copyrator may get secrets in {ns}"
+        );
+    }
+    assert!(
+        can_i(&as_copyrator, "get", Some(&b)).await,
+        "the review says yes where copyrator is bound"
+    );
+
+    // As a replica of the release runs it: the chart's --namespaces, its Lease.
+    let namespaces = container_arg(&render(&name, &release_ns, &values), "--namespaces");
+    let mut p = Process::spawn(&[
+        "--kubeconfig",
+        &kc,
+        &namespaces,
+        "--trusted-namespaces",
+        &a,
+        "--lease-namespace",
+        &release_ns,
+        "--lease-name",
+        &fullname,
+        "--resync-interval",
+        "1h",
+    ]);
+    p.wait_ready().await;
+
+    let targets = format!("{b},{c},{d}");
+    let source = secret(
+        "cred",
+        &[(marks::SOURCE_LABEL, "true")],
+        &[(marks::NAMESPACES_ANNOTATION, &targets)],
+        &[("token", "v1")],
+    );
+    env.secrets(&a)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    within(&env, &b, "cred", "v1", "the copy in a bound namespace").await;
+
+    env.secrets(&a)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"token": "v2"}})),
+        )
+        .await
+        .unwrap();
+    within(&env, &b, "cred", "v2", "the copy following its source").await;
+
+    env.secrets(&b)
+        .delete("cred", &DeleteParams::default())
+        .await
+        .unwrap();
+    within(&env, &b, "cred", "v2", "the deleted copy restored").await;
+
+    env.secrets(&b)
+        .patch(
+            "cred",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"token": "edited"}})),
+        )
+        .await
+        .unwrap();
+    within(&env, &b, "cred", "v2", "the edited copy restored").await;
+
+    // Nothing where copyrator is not bound, nor where it is not listed.
+    for ns in [&c, &d] {
+        assert!(
+            env.secrets(ns).get_opt("cred").await.unwrap().is_none(),
+            "a copy in {ns}"
+        );
+    }
+    // One line says why c gets nothing, and c costs a bounded number of refused calls.
+    let refused = p.metric("copyrator_api_errors_total{code=\"403\"}").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let refused_later = p.metric("copyrator_api_errors_total{code=\"403\"}").await;
+    let logs = p.logs();
+    let said: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("not bound in this listed namespace"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains(c.as_str()),
+        "one line about {c}: {said:?}\n{logs}"
+    );
+    assert_eq!(
+        p.metric("copyrator_namespaces_not_bound").await,
+        1.0,
+        "the metric counts {c}"
+    );
+    assert!(
+        refused <= 10.0 && refused_later <= refused + 1.0,
+        "refused calls: {refused}, then {refused_later} 5 s later\n{logs}"
+    );
+    for ns in [&c, &d] {
+        assert!(
+            env.secrets(ns).get_opt("cred").await.unwrap().is_none(),
+            "a copy in {ns}"
+        );
+    }
+
+    // c's owner consents later, with the Role and RoleBinding the chart renders for c: the
+    // copy follows within one look at c (every 30 s), with no restart.
+    let for_c = render(
+        &name,
+        &release_ns,
+        &[
+            "--set",
+            "scope=namespaces",
+            "--set-json",
+            &format!("namespaces=[\"{c}\"]"),
+        ],
+    );
+    let role: Role =
+        serde_json::from_value((*find_named(&for_c, "Role", &fullname)).clone()).unwrap();
+    let binding: RoleBinding =
+        serde_json::from_value((*find_named(&for_c, "RoleBinding", &fullname)).clone()).unwrap();
+    Api::<Role>::namespaced(env.client.clone(), &c)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(env.client.clone(), &c)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    // One look every 30 s (NOT_BOUND_RECHECK), then a resync.
+    let consented = Instant::now();
+    eventually(
+        Duration::from_secs(40),
+        "the copy once c's owner consented",
+        || async {
+            let copy: Option<Secret> = env.secrets(&c).get_opt("cred").await.unwrap();
+            copy.filter(holding("token", "v2")).map(drop)
+        },
+    )
+    .await;
+    eprintln!("copy in c {:?} after consent", consented.elapsed());
+    assert_eq!(p.metric("copyrator_namespaces_not_bound").await, 0.0);
+    assert!(p.logs().contains("now bound"), "{}", p.logs());
+    assert!(
+        env.secrets(&d).get_opt("cred").await.unwrap().is_none(),
+        "a copy in {d}, never listed"
+    );
+    p.terminate();
+    release.uninstall();
+    env.cleanup().await;
+}
+
+/// A release of `scope: namespaces` serving `listed`, and copyrator running as its
+/// ServiceAccount with the chart's `--namespaces`, trusting sources in `trusted`, on its own
+/// Lease.
+struct ScopedInstall {
+    release: Release,
+    process: Process,
+    _dir: tempfile::TempDir,
+}
+
+async fn scoped_install(
+    env: &TestEnv,
+    base: &str,
+    listed: &[&str],
+    trusted: &str,
+) -> ScopedInstall {
+    let release_ns = env.namespace(&format!("{base}-release"), &[]).await;
+    let name = format!("{base}{}", env.id);
+    let fullname = format!("{name}-copyrator");
+    let listed = format!("namespaces={}", serde_json::to_string(listed).unwrap());
+    let values = ["--set", "scope=namespaces", "--set-json", listed.as_str()];
+    let release = Release::install(&name, &release_ns, &values);
+    let dir = tempfile::tempdir().unwrap();
+    let sa_kubeconfig = dir.path().join("kubeconfig");
+    let token = service_account_token(&env.client, &release_ns, &fullname).await;
+    write_token_kubeconfig(&kubeconfig(), &token, &sa_kubeconfig);
+    let namespaces = container_arg(&render(&name, &release_ns, &values), "--namespaces");
+    let process = Process::spawn(&[
+        "--kubeconfig",
+        &sa_kubeconfig.display().to_string(),
+        &namespaces,
+        "--trusted-namespaces",
+        trusted,
+        "--leader-election=true",
+        "--lease-namespace",
+        &release_ns,
+        "--lease-name",
+        &fullname,
+        "--resync-interval",
+        "1h",
+    ]);
+    ScopedInstall {
+        release,
+        process,
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn two_teams_namespace_scoped_installs_each_do_their_job() {
+    let env = TestEnv::new().await;
+    // Team 1 serves src1 and dst1, team 2 src2 and dst2; each source asks for both targets.
+    let src1 = env.namespace("nst-src1", &[]).await;
+    let dst1 = env.namespace("nst-dst1", &[]).await;
+    let src2 = env.namespace("nst-src2", &[]).await;
+    let dst2 = env.namespace("nst-dst2", &[]).await;
+    let mut one = scoped_install(&env, "nst1", &[&src1, &dst1], &src1).await;
+    let mut two = scoped_install(&env, "nst2", &[&src2, &dst2], &src2).await;
+    one.process.wait_ready().await;
+    two.process.wait_ready().await;
+    let targets = format!("{dst1},{dst2}");
+    for (src, value) in [(&src1, "one"), (&src2, "two")] {
+        let source = secret(
+            "cred",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[(marks::NAMESPACES_ANNOTATION, &targets)],
+            &[("token", value)],
+        );
+        env.secrets(src)
+            .create(&PostParams::default(), &source)
+            .await
+            .unwrap();
+    }
+    within(&env, &dst1, "cred", "one", "team 1's copy in its namespace").await;
+    within(&env, &dst2, "cred", "two", "team 2's copy in its namespace").await;
+    // Each leads on its own Lease; neither wrote where the other serves.
+    for (install, team) in [(&one, "1"), (&two, "2")] {
+        assert_eq!(
+            install.process.metric("copyrator_leader").await,
+            1.0,
+            "team {team}'s install leads its own Lease"
+        );
+        assert_eq!(
+            install
+                .process
+                .metric("copyrator_api_errors_total{code=\"403\"}")
+                .await,
+            0.0,
+            "team {team}'s install was refused something\n{}",
+            install.process.logs()
+        );
+    }
+    let value = |ns: String| {
+        let secrets = env.secrets(&ns);
+        async move {
+            secrets
+                .get_opt("cred")
+                .await
+                .unwrap()
+                .and_then(|s| secret_value(&s, "token"))
+        }
+    };
+    stays(
+        Duration::from_secs(1),
+        "each copy stays its own team's",
+        || async {
+            value(dst1.clone()).await.as_deref() == Some("one")
+                && value(dst2.clone()).await.as_deref() == Some("two")
+        },
+    )
+    .await;
+    for mut install in [one, two] {
+        install.process.terminate();
+        install.release.uninstall();
+    }
+    env.cleanup().await;
+}
