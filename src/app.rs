@@ -327,6 +327,14 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             std::future::pending::<()>().await
         }));
     }
+    if !args.hub_sync_interval.is_zero() {
+        // Copies across clusters, member side (src/sync/hub/mod.rs).
+        background.push(tokio::spawn(crate::sync::hub::run(
+            Arc::clone(&ctx),
+            args.hub_sync_interval,
+            shutdown_rx.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(reconcile::run(
         Arc::clone(&ctx),
         args.resync_interval,

@@ -643,6 +643,11 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_UNLABELLED_SCAN_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub unlabelled_scan_interval: Duration,
 
+    /// How often a member cluster reads the hubs its HubLinks reach and converges their
+    /// copies (SPEC §13). 0 (the default) turns copies across clusters off: no HubLink is read.
+    #[arg(long, env = "COPYRATOR_HUB_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
+    pub hub_sync_interval: Duration,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 

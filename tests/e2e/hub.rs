@@ -1,0 +1,186 @@
+//! Copies across clusters (SPEC §13), with two real API servers: the test cluster is the
+//! member, a second control plane the hub. The member's copyrator pulls what the hub places
+//! on it through a HubLink, within the link's ceiling; a hub away or a refused token deletes
+//! nothing.
+
+mod fixture;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::common::{CONVERGE, Harness, Options, secret_value, stays};
+use fixture::{Hub, Member};
+
+/// Starts the member's copyrator (pulling every second) and a hub whose namespace
+/// `platform` holds `cred` (token=v1), placed on the member by rule `registry` into
+/// namespaces labelled `registry=<id>`.
+async fn setup() -> (Harness, Hub, Member) {
+    let hub = Hub::start().await;
+    let env = crate::common::TestEnv::new().await;
+    let member = Member::prepare(&env).await;
+    let h = Harness::start_in(
+        env,
+        Options {
+            extra: member.args(),
+            ..Default::default()
+        },
+    )
+    .await;
+    hub.namespace("platform").await;
+    hub.source("platform", "cred", "v1").await;
+    hub.grant("platform", "cred").await;
+    hub.rule("registry", ("platform", "cred"), ("registry", &h.name("r")))
+        .await;
+    (h, hub, member)
+}
+
+fn token(s: &Secret) -> Option<String> {
+    secret_value(s, "token")
+}
+
+#[tokio::test]
+async fn copies_follow_the_hub_within_the_link_ceiling() {
+    let (h, hub, member) = setup().await;
+    let selected = ("registry", h.name("r"));
+    let ceiling = ("hub-ceiling", h.name("c"));
+    let sel = (selected.0, selected.1.as_str());
+    let ceil = (ceiling.0, ceiling.1.as_str());
+    // Selected by the hub's rule and inside the ceiling; selected but outside the ceiling;
+    // inside both but holding the member's own Secret of the same name.
+    let inside = h.namespace("team-in", &[sel, ceil]).await;
+    let outside = h.namespace("team-out", &[sel]).await;
+    let owned = h.namespace("team-owned", &[sel, ceil]).await;
+    crate::common::build::secret("cred")
+        .data("token", "mine")
+        .create(&h, &owned)
+        .await;
+    // A source of a hub namespace the ceiling does not accept, readable by the member.
+    hub.namespace("other").await;
+    hub.source("other", "other-cred", "o1").await;
+    hub.grant("other", "other-cred").await;
+    hub.rule("elsewhere", ("other", "other-cred"), sel).await;
+    member.set_token(&h, &hub.member_token().await).await;
+
+    // No link: nothing from the hub is written.
+    stays(
+        Duration::from_secs(3),
+        "no copy without a HubLink",
+        || async { matches!(h.secrets(&inside).get_opt("cred").await, Ok(None)) },
+    )
+    .await;
+
+    member.link(&h, &hub, &["platform"], ceil).await;
+    let copy: Secret = h.wait_value(&inside, "cred", "token", "v1").await;
+    let annotations = copy.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("copyrator.io/source").map(String::as_str),
+        Some(format!("{}/platform/cred", member.link).as_str()),
+        "the copy names its link and source"
+    );
+    member.wait_reachable(&h, "True", CONVERGE).await;
+    // A few more rounds: what the ceiling excludes and what the member owns stay as they are.
+    stays(
+        Duration::from_secs(4),
+        "the ceiling and the member's own objects hold",
+        || async {
+            let out = h.secrets(&outside).get_opt("cred").await;
+            let other = h.secrets(&inside).get_opt("other-cred").await;
+            let mine = h.secrets(&owned).get("cred").await;
+            matches!(out, Ok(None))
+                && matches!(other, Ok(None))
+                && mine.is_ok_and(|s| {
+                    token(&s).as_deref() == Some("mine")
+                        && s.metadata
+                            .annotations
+                            .unwrap_or_default()
+                            .get("copyrator.io/source")
+                            .is_none()
+                })
+        },
+    )
+    .await;
+
+    hub.source("platform", "cred", "v2").await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v2").await;
+    hub.delete_source("platform", "cred").await;
+    h.wait_gone::<Secret>(&inside, "cred").await;
+    assert_eq!(
+        token(&h.secrets(&owned).get("cred").await.unwrap()).as_deref(),
+        Some("mine"),
+        "the member's own Secret is never touched"
+    );
+    member.delete_link(&h).await;
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_hub_away_or_a_refused_token_deletes_nothing() {
+    let (h, hub, member) = setup().await;
+    let sel = ("registry", h.name("r"));
+    let ceil = ("hub-ceiling", h.name("c"));
+    let inside = h
+        .namespace(
+            "team-in",
+            &[(sel.0, sel.1.as_str()), (ceil.0, ceil.1.as_str())],
+        )
+        .await;
+    member.set_token(&h, &hub.member_token().await).await;
+    member
+        .link(&h, &hub, &["platform"], (ceil.0, ceil.1.as_str()))
+        .await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v1").await;
+    member.wait_reachable(&h, "True", CONVERGE).await;
+
+    // The hub's API server frozen: the copy stays as last synced, the link says since when.
+    hub.signal("STOP");
+    let (_, reason, since) = member
+        .wait_reachable(&h, "False", Duration::from_secs(40))
+        .await;
+    assert_eq!(reason, "HubUnreachable");
+    stays(
+        Duration::from_secs(10),
+        "the copy stays while the hub is away",
+        || async {
+            h.secrets(&inside)
+                .get("cred")
+                .await
+                .is_ok_and(|s| token(&s).as_deref() == Some("v1"))
+        },
+    )
+    .await;
+    let (_, _, still) = member.reachable(&h).await.expect("a Reachable condition");
+    assert_eq!(
+        since, still,
+        "Reachable=False keeps the time of the first failure"
+    );
+    hub.signal("CONT");
+    member
+        .wait_reachable(&h, "True", Duration::from_secs(40))
+        .await;
+    hub.source("platform", "cred", "v2").await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v2").await;
+
+    // A token the hub refuses: nothing deleted either.
+    member.set_token(&h, "not-a-token").await;
+    let (_, reason, _) = member.wait_reachable(&h, "False", CONVERGE).await;
+    assert_eq!(reason, "CredentialRefused");
+    stays(
+        Duration::from_secs(3),
+        "the copy stays while the token is refused",
+        || async {
+            h.secrets(&inside)
+                .get("cred")
+                .await
+                .is_ok_and(|s| token(&s).as_deref() == Some("v2"))
+        },
+    )
+    .await;
+    // A new token in the Secret: sync goes on, no restart.
+    member.set_token(&h, &hub.member_token().await).await;
+    member.wait_reachable(&h, "True", CONVERGE).await;
+    hub.source("platform", "cred", "v3").await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v3").await;
+    member.delete_link(&h).await;
+    h.finish().await;
+}
