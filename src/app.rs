@@ -335,6 +335,19 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             shutdown_rx.clone(),
         )));
     }
+    if let Some(members) = &args.hub_members_namespace {
+        // Copies across clusters, hub side (src/sync/hub/members.rs).
+        let every = match args.hub_sync_interval.is_zero() {
+            true => std::time::Duration::from_secs(10),
+            false => args.hub_sync_interval,
+        };
+        background.push(tokio::spawn(crate::sync::hub::run_hub(
+            Arc::clone(&ctx),
+            every,
+            members.clone(),
+            shutdown_rx.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(reconcile::run(
         Arc::clone(&ctx),
         args.resync_interval,

@@ -648,6 +648,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_HUB_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
     pub hub_sync_interval: Duration,
 
+    /// On a hub (SPEC §13.1): the namespace of the member clusters' ServiceAccounts
+    /// (`copyrator-member-<cluster>`). Set, the leader keeps each member's Roles equal to what
+    /// the CopyRules place on it, every --hub-sync-interval (10 s when that is 0).
+    #[arg(long, env = "COPYRATOR_HUB_MEMBERS_NAMESPACE")]
+    pub hub_members_namespace: Option<String>,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 

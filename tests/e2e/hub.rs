@@ -29,9 +29,9 @@ async fn setup() -> (Harness, Hub, Member) {
     .await;
     hub.namespace("platform").await;
     hub.source("platform", "cred", "v1").await;
-    hub.grant("platform", "cred").await;
     hub.rule("registry", ("platform", "cred"), ("registry", &h.name("r")))
         .await;
+    hub.grant_members().await;
     (h, hub, member)
 }
 
@@ -58,8 +58,10 @@ async fn copies_follow_the_hub_within_the_link_ceiling() {
     // A source of a hub namespace the ceiling does not accept, readable by the member.
     hub.namespace("other").await;
     hub.source("other", "other-cred", "o1").await;
-    hub.grant("other", "other-cred").await;
     hub.rule("elsewhere", ("other", "other-cred"), sel).await;
+    // Readable by the member: only the ceiling keeps it out.
+    hub.grant_members().await;
+    assert!(hub.can_get(fixture::MEMBER, "other", "other-cred").await);
     member.set_token(&h, &hub.member_token().await).await;
 
     // No link: nothing from the hub is written.
@@ -90,12 +92,12 @@ async fn copies_follow_the_hub_within_the_link_ceiling() {
             matches!(out, Ok(None))
                 && matches!(other, Ok(None))
                 && mine.is_ok_and(|s| {
-                    token(&s).as_deref() == Some("mine")
-                        && s.metadata
-                            .annotations
-                            .unwrap_or_default()
-                            .get("copyrator.io/source")
-                            .is_none()
+                    let marked = s
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("copyrator.io/source"));
+                    token(&s).as_deref() == Some("mine") && !marked
                 })
         },
     )
@@ -183,4 +185,42 @@ async fn a_hub_away_or_a_refused_token_deletes_nothing() {
     h.wait_value::<Secret>(&inside, "cred", "token", "v3").await;
     member.delete_link(&h).await;
     h.finish().await;
+}
+
+#[tokio::test]
+async fn a_member_reads_only_the_sources_placed_on_it() {
+    let hub = Hub::start().await;
+    hub.service_account("member-2").await;
+    hub.namespace("platform").await;
+    hub.source("platform", "cred", "v1").await;
+    hub.source("platform", "cred-2", "v1").await;
+    hub.rule("registry", ("platform", "cred"), ("registry", "on"))
+        .await;
+    hub.rule_on(
+        "second",
+        ("platform", "cred-2"),
+        ("registry", "on"),
+        "member-2",
+    )
+    .await;
+    hub.grant_members().await;
+    let m1 = fixture::MEMBER;
+    assert!(
+        hub.can_get(m1, "platform", "cred").await,
+        "member-1 reads its source"
+    );
+    assert!(
+        !hub.can_get("member-2", "platform", "cred").await,
+        "member-2 cannot read member-1's source"
+    );
+    assert!(hub.can_get("member-2", "platform", "cred-2").await);
+    assert!(!hub.can_get(m1, "platform", "cred-2").await);
+    // No longer placed: no longer readable.
+    hub.delete_rule("registry").await;
+    hub.grant_members().await;
+    assert!(
+        !hub.can_get(m1, "platform", "cred").await,
+        "access follows the placement"
+    );
+    assert!(hub.can_get("member-2", "platform", "cred-2").await);
 }

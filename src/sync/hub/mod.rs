@@ -5,6 +5,7 @@
 //! since the first failure.
 
 mod converge;
+mod members;
 mod remote;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -22,7 +23,29 @@ use crate::{
     sync::context::Context,
 };
 
+pub use members::grant_members;
 pub use remote::HubError;
+
+/// The hub side (SPEC §13.1): every `interval`, while this replica leads, each member's read
+/// access is made equal to what the CopyRules place on it (`members.rs`).
+pub async fn run_hub(
+    ctx: Arc<Context>,
+    interval: Duration,
+    members_namespace: String,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        if *ctx.leading.borrow()
+            && let Err(e) = grant_members(ctx.cluster.client(), &members_namespace).await
+        {
+            tracing::warn!(error = %e, "members' hub access not updated; retried next round");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
 
 /// What the member remembers of a link between rounds, for its status.
 #[derive(Debug, Default)]

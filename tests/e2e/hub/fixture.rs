@@ -18,8 +18,8 @@ use copyrator::{
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::{
     api::{
+        authorization::v1::SubjectAccessReview,
         core::v1::{Namespace, Secret, ServiceAccount},
-        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::LabelSelector,
@@ -93,62 +93,60 @@ impl Hub {
         hub
     }
 
-    /// The member's identity on the hub: it lists CopyRules, nothing else yet.
+    /// The members' namespace on the hub and [`MEMBER`]'s ServiceAccount there; what it may
+    /// read is granted by copyrator ([`Hub::grant_members`]).
     async fn member_identity(&self) {
-        let name = copyrator::hub::member_identity(MEMBER);
         self.namespace(MEMBERS_NS).await;
+        self.service_account(MEMBER).await;
+    }
+
+    /// The ServiceAccount of member `cluster` on the hub.
+    pub async fn service_account(&self, cluster: &str) {
+        let name = copyrator::hub::member_identity(cluster);
         create_in(
             &self.client,
             MEMBERS_NS,
             serde_json::from_value::<ServiceAccount>(json!({"metadata": {"name": name}})).unwrap(),
         )
         .await;
-        create(
-            &self.client,
-            serde_json::from_value::<ClusterRole>(json!({
-                "metadata": {"name": name},
-                "rules": [{"apiGroups": ["copyrator.io"], "resources": ["copyrules"], "verbs": ["get", "list", "watch"]}],
-            }))
-            .unwrap(),
-        )
-        .await;
-        create(
-            &self.client,
-            serde_json::from_value::<ClusterRoleBinding>(json!({
-                "metadata": {"name": name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": MEMBERS_NS}],
-            }))
-            .unwrap(),
-        )
-        .await;
     }
 
-    /// Lets the member read the Secret `namespace/name` of the hub.
-    pub async fn grant(&self, namespace: &str, name: &str) {
-        let member = copyrator::hub::member_identity(MEMBER);
-        let role = format!("{member}-{name}");
-        create_in(
-            &self.client,
-            namespace,
-            serde_json::from_value::<Role>(json!({
-                "metadata": {"name": role},
-                "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [name], "verbs": ["get"]}],
-            }))
-            .unwrap(),
-        )
-        .await;
-        create_in(
-            &self.client,
-            namespace,
-            serde_json::from_value::<RoleBinding>(json!({
-                "metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": member, "namespace": MEMBERS_NS}],
-            }))
-            .unwrap(),
-        )
-        .await;
+    /// What the hub's copyrator does every round (`--hub-members-namespace`): each member may
+    /// read what is placed on it.
+    pub async fn grant_members(&self) {
+        copyrator::sync::hub::grant_members(&self.client, MEMBERS_NS)
+            .await
+            .expect("granting members their sources");
+    }
+
+    /// Whether member `cluster`'s identity may get the Secret `namespace/name` (the hub's
+    /// answer to a SubjectAccessReview, as `kubectl auth can-i --as` asks it).
+    pub async fn can_get(&self, cluster: &str, namespace: &str, name: &str) -> bool {
+        let user = format!(
+            "system:serviceaccount:{MEMBERS_NS}:{}",
+            copyrator::hub::member_identity(cluster)
+        );
+        let review: SubjectAccessReview = serde_json::from_value(json!({
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{MEMBERS_NS}")],
+                "resourceAttributes": {"verb": "get", "resource": "secrets", "namespace": namespace, "name": name},
+            },
+        }))
+        .unwrap();
+        Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .expect("a SubjectAccessReview")
+            .status
+            .is_some_and(|s| s.allowed)
+    }
+
+    pub async fn delete_rule(&self, name: &str) {
+        Api::<CopyRule>::all(self.client.clone())
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("deleting a hub CopyRule");
     }
 
     /// A new token of the member's identity on the hub.
@@ -191,11 +189,17 @@ impl Hub {
 
     /// A hub CopyRule placed on [`MEMBER`], copying the Secret `namespace/name` into the
     /// member's namespaces labelled `key=value`, overwriting what it finds if it could.
-    pub async fn rule(
+    pub async fn rule(&self, rule: &str, source: (&str, &str), selector: (&str, &str)) {
+        self.rule_on(rule, source, selector, MEMBER).await;
+    }
+
+    /// As [`Hub::rule`], placed on member `cluster`.
+    pub async fn rule_on(
         &self,
         rule: &str,
         (namespace, name): (&str, &str),
         (key, value): (&str, &str),
+        cluster: &str,
     ) {
         let spec = CopyRuleSpec {
             kind: "Secret".into(),
@@ -208,7 +212,7 @@ impl Hub {
             deletion_policy: DeletionPolicy::Delete,
             conflict_policy: ConflictPolicy::Overwrite,
             clusters: Some(ClusterPlacement {
-                names: vec![MEMBER.into()],
+                names: vec![cluster.into()],
                 selector: None,
             }),
             ..Default::default()

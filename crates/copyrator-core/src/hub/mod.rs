@@ -10,10 +10,12 @@
 //! [`ObjectKey::namespaced_name`] is the copies' `copyrator.io/source` mark,
 //! `<link>/<namespace>/<name>`.
 
+mod access;
 mod link;
 mod placement;
 mod view;
 
+pub use access::{NamespaceAccess, member_access};
 pub use link::{LinkSettings, parse_ca_bundle};
 pub use placement::{
     MAX_PLACED_SOURCES, Placement, Refusal, RefusedRule, check_placement, place, placed_on,

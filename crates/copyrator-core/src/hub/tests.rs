@@ -71,10 +71,18 @@ fn ceiling() -> CeilingSpec {
     }
 }
 
+/// A placement case: its name, the rule, the member's ClusterProfile labels, whether placed.
+type PlacementCase<'a> = (
+    &'a str,
+    CopyRuleSpec,
+    Option<&'a BTreeMap<String, String>>,
+    bool,
+);
+
 #[test]
 fn a_rule_is_placed_by_name_or_by_the_labels_of_the_clusters_profile() {
     let prod = map(&[("env", "prod")]);
-    let cases: &[(&str, CopyRuleSpec, Option<&BTreeMap<String, String>>, bool)] = &[
+    let cases: &[PlacementCase] = &[
         ("named", placed_spec(&["member-1"], None), None, true),
         (
             "another named",

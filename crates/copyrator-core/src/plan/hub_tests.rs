@@ -252,7 +252,7 @@ fn a_hub_copy_lands_within_the_ceiling_and_consent() {
         (
             "a labelled namespace within the ceiling gets the copy, marked with hub and source",
             Member::new()
-                .link("hub-a", &[trusted.clone()])
+                .link("hub-a", std::slice::from_ref(&trusted))
                 .ns("team-a", RECEIVING),
             vec!["create team-a by hub-a/copyrule/registry from hub-a/platform/cred"],
         ),
@@ -264,20 +264,20 @@ fn a_hub_copy_lands_within_the_ceiling_and_consent() {
         (
             "the rule's selector does not match: nothing",
             Member::new()
-                .link("hub-a", &[trusted.clone()])
+                .link("hub-a", std::slice::from_ref(&trusted))
                 .ns("team-a", &[("hub", "allowed")]),
             vec![],
         ),
         (
             "the ceiling's namespaceSelector does not match: nothing",
             Member::new()
-                .link("hub-a", &[trusted.clone()])
+                .link("hub-a", std::slice::from_ref(&trusted))
                 .ns("team-a", &[("registry", "enabled")]),
             vec![],
         ),
         (
             "copyrator's own namespace never receives a hub copy",
-            Member::new().link("hub-a", &[trusted.clone()]),
+            Member::new().link("hub-a", std::slice::from_ref(&trusted)),
             vec![],
         ),
         (
@@ -290,21 +290,21 @@ fn a_hub_copy_lands_within_the_ceiling_and_consent() {
         (
             "a tenant's source without consent: nothing",
             Member::new()
-                .link("hub-a", &[tenant.clone()])
+                .link("hub-a", std::slice::from_ref(&tenant))
                 .ns("team-a", RECEIVING),
             vec![],
         ),
         (
             "a tenant's source where the namespace consents to <link>/<namespace>",
             Member::new()
-                .link("hub-a", &[tenant.clone()])
+                .link("hub-a", std::slice::from_ref(&tenant))
                 .consenting("team-a", "hub-a/team-*"),
             vec!["create team-a by hub-a/copyrule/tenant from hub-a/team-x/cred"],
         ),
         (
             "consent to this cluster's namespaces (`*`) is no consent to a hub's",
             Member::new()
-                .link("hub-a", &[tenant.clone()])
+                .link("hub-a", std::slice::from_ref(&tenant))
                 .consenting("team-a", "*"),
             vec![],
         ),
