@@ -55,11 +55,22 @@ async fn copies_follow_the_hub_within_the_link_ceiling() {
         .data("token", "mine")
         .create(&h, &owned)
         .await;
-    // A source of a hub namespace the ceiling does not accept, readable by the member.
+    // A source of a hub namespace the ceiling does not accept, readable by the member, and
+    // `inside` consenting to every namespace of the hub: the ceiling alone keeps it out.
+    let consent = serde_json::json!({"metadata": {"annotations": {
+        "copyrator.io/accept-from": format!("{}/*", member.link),
+    }}});
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(h.client.clone())
+        .patch(
+            &inside,
+            &Default::default(),
+            &kube::api::Patch::Merge(&consent),
+        )
+        .await
+        .expect("annotating the namespace");
     hub.namespace("other").await;
     hub.source("other", "other-cred", "o1").await;
     hub.rule("elsewhere", ("other", "other-cred"), sel).await;
-    // Readable by the member: only the ceiling keeps it out.
     hub.grant_members().await;
     assert!(hub.can_get(fixture::MEMBER, "other", "other-cred").await);
     member.set_token(&h, &hub.member_token().await).await;
