@@ -711,6 +711,9 @@ pub struct CertsArgs {
 pub enum ManifestsCommand {
     /// The CopyRule CustomResourceDefinition.
     Crd,
+    /// The HubLink CustomResourceDefinition, for a member cluster of copies across clusters
+    /// (SPEC §13).
+    HubLinkCrd,
     /// The ValidatingWebhookConfiguration for the admission endpoints.
     Webhooks(WebhooksArgs),
 }

@@ -96,16 +96,12 @@ pub struct CeilingSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HubLinkStatus {
-    /// `Reachable` (False since the first failed read), `CredentialExpiring`, `Valid`.
+    /// `Reachable` (False since the first failed read of the hub), `Valid`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// When every watch of the hub was last live: the member's view of the hub was current
-    /// then.
+    /// When the hub was last read in full and the link's copies converged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
-    /// When the token in the credential Secret expires (its `exp` claim).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credential_expires_at: Option<Time>,
     /// The hub's CopyRules placed on this cluster and within the ceiling.
     #[serde(default)]
     pub placed_rules: u32,
