@@ -145,6 +145,13 @@ async fn a_hub_away_or_a_refused_token_deletes_nothing() {
     h.wait_value::<Secret>(&inside, "cred", "token", "v1").await;
     member.wait_reachable(&h, "True", CONVERGE).await;
 
+    let synced = h
+        .secrets(&inside)
+        .get("cred")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
     // The hub's API server frozen: the copy stays as last synced, the link says since when.
     hub.signal("STOP");
     let (_, reason, since) = member
@@ -171,6 +178,14 @@ async fn a_hub_away_or_a_refused_token_deletes_nothing() {
     member
         .wait_reachable(&h, "True", Duration::from_secs(40))
         .await;
+    let after = h
+        .secrets(&inside)
+        .get("cred")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    assert_eq!(after, synced, "back in reach, a copy in sync gets no write");
     hub.source("platform", "cred", "v2").await;
     h.wait_value::<Secret>(&inside, "cred", "token", "v2").await;
 
