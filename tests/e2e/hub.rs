@@ -162,6 +162,12 @@ async fn a_hub_away_or_a_refused_token_deletes_nothing() {
         .wait_reachable(&h, "False", Duration::from_secs(40))
         .await;
     assert_eq!(reason, "HubUnreachable");
+    let last_sync = format!(
+        "copyrator_hub_last_sync_timestamp_seconds{{link=\"{}\"}}",
+        member.link
+    );
+    let frozen_at = h.metric(&last_sync).await;
+    assert!(frozen_at > 0.0, "the last full sync is known: {frozen_at}");
     stays(
         Duration::from_secs(10),
         "the copy stays while the hub is away",
@@ -175,6 +181,11 @@ async fn a_hub_away_or_a_refused_token_deletes_nothing() {
     .await;
     let (_, _, still) = member.reachable(&h).await.expect("a Reachable condition");
     assert_eq!(
+        h.metric(&last_sync).await,
+        frozen_at,
+        "the last sync time stands still while the hub is away"
+    );
+    assert_eq!(
         since, still,
         "Reachable=False keeps the time of the first failure"
     );
@@ -182,6 +193,10 @@ async fn a_hub_away_or_a_refused_token_deletes_nothing() {
     member
         .wait_reachable(&h, "True", Duration::from_secs(40))
         .await;
+    assert!(
+        h.metric(&last_sync).await > frozen_at,
+        "the last sync time moves again once the hub is back"
+    );
     let after = h
         .secrets(&inside)
         .get("cred")

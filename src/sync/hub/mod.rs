@@ -94,7 +94,14 @@ async fn round(ctx: &Context, states: &mut BTreeMap<String, LinkState>) {
         .iter()
         .filter_map(|l| l.metadata.name.clone())
         .collect();
-    states.retain(|n, _| names.contains(n));
+    states.retain(|n, _| {
+        let kept = names.contains(n);
+        if !kept {
+            let link = crate::metrics::HubLinkLabels { link: n.clone() };
+            ctx.metrics.hub_last_sync.remove(&link);
+        }
+        kept
+    });
     for link in &links {
         let Some(name) = link.metadata.name.clone() else {
             continue;
@@ -106,6 +113,10 @@ async fn round(ctx: &Context, states: &mut BTreeMap<String, LinkState>) {
             Ok(done) => {
                 state.unreachable_since = None;
                 state.last_sync = Some(now);
+                ctx.metrics
+                    .hub_last_sync
+                    .get_or_create(&crate::metrics::HubLinkLabels { link: name.clone() })
+                    .set(now.as_millisecond() as f64 / 1000.0);
                 status(
                     state,
                     "True",
