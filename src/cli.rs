@@ -644,11 +644,11 @@ pub struct ServeArgs {
     pub unlabelled_scan_interval: Duration,
 
     /// How often a member cluster reads the hubs its HubLinks reach and converges their
-    /// copies (SPEC §13). 0 (the default) turns copies across clusters off: no HubLink is read.
+    /// copies (SPEC §14). 0 (the default) turns copies across clusters off: no HubLink is read.
     #[arg(long, env = "COPYRATOR_HUB_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
     pub hub_sync_interval: Duration,
 
-    /// On a hub (SPEC §13.1): the namespace of the member clusters' ServiceAccounts
+    /// On a hub (SPEC §14.1): the namespace of the member clusters' ServiceAccounts
     /// (`copyrator-member-<cluster>`). Set, the leader keeps each member's Roles equal to what
     /// the CopyRules place on it, every --hub-sync-interval (10 s when that is 0).
     #[arg(long, env = "COPYRATOR_HUB_MEMBERS_NAMESPACE")]
@@ -712,7 +712,7 @@ pub enum ManifestsCommand {
     /// The CopyRule CustomResourceDefinition.
     Crd,
     /// The HubLink CustomResourceDefinition, for a member cluster of copies across clusters
-    /// (SPEC §13).
+    /// (SPEC §14).
     HubLinkCrd,
     /// The ValidatingWebhookConfiguration for the admission endpoints.
     Webhooks(WebhooksArgs),

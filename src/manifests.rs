@@ -308,7 +308,7 @@ pub fn crd_yaml() -> Result<String, YamlError> {
     yaml(&CopyRule::crd())
 }
 
-/// YAML of the HubLink CRD (SPEC §13), as committed under `deploy/`.
+/// YAML of the HubLink CRD (SPEC §14), as committed under `deploy/`.
 pub fn hub_link_crd_yaml() -> Result<String, YamlError> {
     yaml(&crate::hub::HubLink::crd())
 }

@@ -107,7 +107,7 @@ pub struct CodeLabels {
     pub code: u16,
 }
 
-/// A member's HubLink, by name (SPEC §13): one series per link its administrator made.
+/// A member's HubLink, by name (SPEC §14): one series per link its administrator made.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HubLinkLabels {
     pub link: String,
@@ -174,7 +174,7 @@ pub struct Metrics {
     pub watch_live: Family<FeedLabels, Gauge>,
     /// Unix time of each watch's last progress (`crate::cluster::progress`).
     pub watch_last_progress: Family<FeedLabels, Gauge<f64, AtomicU64>>,
-    /// Unix time each HubLink's hub was last read in full and its copies converged (SPEC §13.3).
+    /// Unix time each HubLink's hub was last read in full and its copies converged (SPEC §14.3).
     pub hub_last_sync: Family<HubLinkLabels, Gauge<f64, AtomicU64>>,
     pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,

@@ -21,7 +21,7 @@ pub async fn read_sources(
     contents: &mut Contents,
     keys: &[ObjectKey],
 ) {
-    // A hub's source (SPEC §13) is never read from this cluster (its key names no namespace
+    // A hub's source (SPEC §14) is never read from this cluster (its key names no namespace
     // here): a plan holds its copies (`Unreadable::holds`) unless its link's round read it.
     let keys: Vec<ObjectKey> = keys.iter().filter(|k| !k.is_hub()).cloned().collect();
     let keys = &keys[..];

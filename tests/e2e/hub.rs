@@ -1,4 +1,4 @@
-//! Copies across clusters (SPEC §13), with two real API servers: the test cluster is the
+//! Copies across clusters (SPEC §14), with two real API servers: the test cluster is the
 //! member, a second control plane the hub. The member's copyrator pulls what the hub places
 //! on it through a HubLink, within the link's ceiling; a hub away or a refused token deletes
 //! nothing.

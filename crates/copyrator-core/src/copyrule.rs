@@ -112,7 +112,7 @@ pub struct CopyRuleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetSpec>,
     /// Member clusters this rule copies into instead of this cluster's namespaces (a hub's
-    /// rule, SPEC §13): those named, and those whose ClusterProfile's labels the selector
+    /// rule, SPEC §14): those named, and those whose ClusterProfile's labels the selector
     /// matches. Each member pulls its copies through a HubLink, within that link's ceiling.
     /// The rule must name its source (sourceName), a Secret or ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -49,7 +49,7 @@ impl NamespacePatterns {
     }
 
     /// Whether any pattern matches `namespace`. A hub's namespace (`<link>/<namespace>`, SPEC
-    /// §13.2) is matched only by a pattern naming that link, and a pattern naming a link
+    /// §14.2) is matched only by a pattern naming that link, and a pattern naming a link
     /// matches nothing else: `*` is every namespace of this cluster, no hub's.
     pub fn matches(&self, namespace: &str) -> bool {
         self.patterns
@@ -71,7 +71,7 @@ impl fmt::Display for NamespacePatterns {
 }
 
 /// An entry is `*`, a namespace name, or a namespace name with `*` wildcards; or one of those
-/// after `<link>/`, for a hub's namespaces (SPEC §13.2).
+/// after `<link>/`, for a hub's namespaces (SPEC §14.2).
 fn validate_pattern(entry: &str) -> Result<(), String> {
     if let Some((link, pattern)) = entry.split_once('/') {
         return match selector::is_dns_label(link) && validate_pattern(pattern).is_ok() {
@@ -119,7 +119,7 @@ pub enum Tier {
     /// The inline rule of a source in a trusted namespace.
     TrustedInline,
     /// A hub's rule placed on this cluster whose source's namespace the link trusts (SPEC
-    /// §13.2). A hub's other rules need the target's consent, as the lowest tier.
+    /// §14.2). A hub's other rules need the target's consent, as the lowest tier.
     Hub,
     /// The inline rule of a source in any other namespace: needs the target's consent.
     ConsentedInline,
@@ -180,7 +180,7 @@ pub fn accepts_from(target: &NamespaceInfo, source_namespace: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// SPEC §13.2: `<link>/<pattern>` consents to a hub's namespaces, and only to them; a
+    /// SPEC §14.2: `<link>/<pattern>` consents to a hub's namespaces, and only to them; a
     /// pattern of this cluster's namespaces, `*` included, never to a hub's.
     #[test]
     fn hub_namespaces_are_matched_only_by_patterns_naming_their_link() {

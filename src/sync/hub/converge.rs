@@ -1,4 +1,4 @@
-//! One link's copies made equal to what its hub places here (SPEC §13.2, §13.3): the member's
+//! One link's copies made equal to what its hub places here (SPEC §14.2, §14.3): the member's
 //! rules and namespaces read as a job reads them, the hub's placed rules and sources joined to
 //! them, then planned and applied within the link's scope like any job. Called only after the
 //! hub was read in full: what is deleted here was positively read from a reachable hub.
@@ -30,7 +30,7 @@ pub async fn converge_link(
     let cluster = &ctx.cluster;
     let fresh = Freshness::Indexed;
     let kinds = [Kind::Secret, Kind::ConfigMap];
-    // The member's own rules too: they take precedence over a hub's (SPEC §13.2).
+    // The member's own rules too: they take precedence over a hub's (SPEC §14.2).
     let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;
     world.set_hubs(hubs);
     let rules: Vec<Rule> = world

@@ -1,4 +1,4 @@
-//! The hub side (SPEC §13.1): each member's read access kept equal to what is placed on it.
+//! The hub side (SPEC §14.1): each member's read access kept equal to what is placed on it.
 //! Per member and source namespace a Role `copyrator-member-<cluster>` naming the placed
 //! Secrets and ConfigMaps (resourceNames, `get`), bound to the member's ServiceAccount of the
 //! same name in the members' namespace; one ClusterRole to list CopyRules, bound per member.

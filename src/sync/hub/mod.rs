@@ -1,4 +1,4 @@
-//! The member side of copies across clusters (SPEC §13): every `--hub-sync-interval`, the
+//! The member side of copies across clusters (SPEC §14): every `--hub-sync-interval`, the
 //! leader reads each HubLink, reads its hub with the token in the link's Secret, and makes the
 //! link's copies equal to what the hub places here. A hub that cannot be read in full changes
 //! nothing here: its copies stay as last synced, and the link's `Reachable` condition is False
@@ -26,7 +26,7 @@ use crate::{
 pub use members::grant_members;
 pub use remote::HubError;
 
-/// The hub side (SPEC §13.1): every `interval`, while this replica leads, each member's read
+/// The hub side (SPEC §14.1): every `interval`, while this replica leads, each member's read
 /// access is made equal to what the CopyRules place on it (`members.rs`).
 pub async fn run_hub(
     ctx: Arc<Context>,

@@ -1,4 +1,4 @@
-//! What a member reads from its hub (SPEC §13.2): with the token in the link's credential
+//! What a member reads from its hub (SPEC §14.2): with the token in the link's credential
 //! Secret (read again every round, so a replaced token is used at once, with no restart), the
 //! hub's CopyRules, and each source placed on this member, by name. Every read has a short
 //! timeout: a frozen hub is an unreachable one, never a stuck member.

@@ -1,4 +1,4 @@
-//! What each member may read on the hub (SPEC §13.1): per member and source namespace, the
+//! What each member may read on the hub (SPEC §14.1): per member and source namespace, the
 //! names of the Secrets and ConfigMaps placed on it by name — the resourceNames of the Role the
 //! hub keeps for it there. A member's identity so reads what is placed on it, and no other
 //! member's sources.

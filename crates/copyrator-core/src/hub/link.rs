@@ -1,5 +1,5 @@
 //! A `HubLink` validated into what the member acts on: the hub's name here, this cluster's
-//! name there, and the ceiling (SPEC §13.2). Every error names the field.
+//! name there, and the ceiling (SPEC §14.2). Every error names the field.
 
 use crate::{
     model::Kind,

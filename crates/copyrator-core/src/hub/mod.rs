@@ -1,4 +1,4 @@
-//! Copies across clusters (SPEC §13): a member cluster pulls copies of a hub's sources through a
+//! Copies across clusters (SPEC §14): a member cluster pulls copies of a hub's sources through a
 //! cluster-scoped `HubLink`, within the link's ceiling. This module is the API surface (the
 //! `HubLink` resource, from which its CRD is generated), the link's settings parsed
 //! (`link`), what a hub places on a member and how a placed rule becomes one of the member's
@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Kind, ObjectKey};
 
 /// A member cluster's link to a hub: where the hub is, the member's credential there, and
-/// the ceiling of what the hub may write here (SPEC §13.2). Without one, nothing from any hub
+/// the ceiling of what the hub may write here (SPEC §14.2). Without one, nothing from any hub
 /// is written.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

@@ -1,4 +1,4 @@
-//! What a hub places on a member (SPEC §13.1) and how the member takes it (SPEC §13.2): a hub
+//! What a hub places on a member (SPEC §14.1) and how the member takes it (SPEC §14.2): a hub
 //! CopyRule whose `spec.clusters` names or selects the member becomes one of the member's
 //! rules, of the hub's tier, reading its source through the link, if the link's ceiling
 //! accepts its source's namespace and kind; otherwise it is refused, with the reason.
@@ -40,7 +40,7 @@ pub fn placed_on(
         }
 }
 
-/// What a CopyRule with `spec.clusters` must be (SPEC §13.1): placed somewhere, on valid
+/// What a CopyRule with `spec.clusters` must be (SPEC §14.1): placed somewhere, on valid
 /// cluster names or a valid selector, copying one named Secret or ConfigMap. Checked at
 /// admission, beside the rest of the rule.
 pub fn check_placement(spec: &CopyRuleSpec) -> Result<(), RuleError> {
@@ -231,7 +231,7 @@ pub fn place(
     out
 }
 
-/// The member's rule for the hub CopyRule `cr` placed on it (SPEC §13.2): the hub's tier when
+/// The member's rule for the hub CopyRule `cr` placed on it (SPEC §14.2): the hub's tier when
 /// its source's namespace is trusted by the link, else one that needs the target's consent;
 /// never overwriting an object copyrator does not manage here.
 fn member_rule(link: &LinkSettings, cr: &CopyRule) -> Result<Rule, Refusal> {

@@ -1,4 +1,4 @@
-//! The member's view of its hubs, as a plan takes it (SPEC §13.2, §13.3): per link, its
+//! The member's view of its hubs, as a plan takes it (SPEC §14.2, §14.3): per link, its
 //! settings, what the hub places here and what each placed source was when last read. What is
 //! not known (the links not listed yet, a link whose hub was never read, a source not read
 //! yet or not readable) holds its copies as they are: a hub copy is deleted only on what was

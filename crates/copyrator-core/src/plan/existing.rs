@@ -167,7 +167,7 @@ impl ManagedCopy {
                 .filter(|k| k.is_consentable() && kind.is_consentable())
                 .ok_or(MarksError::BadSourceKind)?,
         };
-        // A hub's copy (SPEC §13.2): `<link>/<namespace>/<name>`, made by
+        // A hub's copy (SPEC §14.2): `<link>/<namespace>/<name>`, made by
         // `<link>/copyrule/<name>` of the same link.
         if source.matches('/').count() == 2 {
             return Self::hub_marks(
@@ -206,7 +206,7 @@ impl ManagedCopy {
         ))
     }
 
-    /// The marks of a hub's copy, whose source is `<link>/<namespace>/<name>` (SPEC §13.2).
+    /// The marks of a hub's copy, whose source is `<link>/<namespace>/<name>` (SPEC §14.2).
     fn hub_marks(
         source_kind: crate::model::Kind,
         source: &str,

@@ -1,4 +1,4 @@
-//! Table-driven tests of the planner with a hub's copies (SPEC §13): the link's ceiling,
+//! Table-driven tests of the planner with a hub's copies (SPEC §14): the link's ceiling,
 //! consent, precedence beside local rules, and no deletion without a positive signal.
 
 use super::*;
@@ -339,7 +339,7 @@ fn a_hub_copy_goes_only_on_a_positive_signal() {
     };
     let cases: Vec<(&str, Member, Vec<&str>)> = vec![
         (
-            "in sync: no write (§13.3)",
+            "in sync: no write (§14.3)",
             copied(),
             vec!["in-sync team-a"],
         ),

@@ -229,7 +229,7 @@ pub enum Scope {
     /// Every target in these namespaces: a full resync plans the cluster a chunk of namespaces
     /// at a time, so that what planning holds is one chunk's (SPEC §5).
     Namespaces(BTreeSet<String>),
-    /// Every target of one link's hub (SPEC §13): its rules' claims and its copies.
+    /// Every target of one link's hub (SPEC §14): its rules' claims and its copies.
     Link(String),
 }
 

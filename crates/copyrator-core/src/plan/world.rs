@@ -82,7 +82,7 @@ pub struct Unreadable {
     /// rules, [`RuleSet::capped_sources`]).
     pub capped: BTreeSet<ObjectKey>,
     /// Links whose hub was never read, or is invalid: their copies stay as they are (SPEC
-    /// §13.3).
+    /// §14.3).
     pub hubs: BTreeSet<String>,
     /// Whether the member's HubLinks are known ([`crate::hub::Hubs::links_known`]): until
     /// then no hub copy is written or deleted, since any link may exist.
@@ -115,7 +115,7 @@ pub struct World {
     namespaces: BTreeMap<String, NamespaceInfo>,
     policy: Policy,
     unreadable: Unreadable,
-    /// The member's hubs as a job read them (SPEC §13): their placed rules join the rules,
+    /// The member's hubs as a job read them (SPEC §14): their placed rules join the rules,
     /// their sources the sources.
     hubs: Arc<crate::hub::Hubs>,
     /// The placed rules of the hubs known, as member rules.
@@ -225,7 +225,7 @@ impl World {
         self.rebuild_rules();
     }
 
-    /// The member's hubs as read now (SPEC §13): what they place joins the rules, their
+    /// The member's hubs as read now (SPEC §14): what they place joins the rules, their
     /// sources as last read join the sources, and what is not known holds its copies.
     pub fn set_hubs(&mut self, hubs: Arc<crate::hub::Hubs>) {
         use crate::hub::HubSource;
@@ -264,7 +264,7 @@ impl World {
         &self.hubs
     }
 
-    /// Whether the ceiling of `link` lets `ns` receive its copies (SPEC §13.2): the link is
+    /// Whether the ceiling of `link` lets `ns` receive its copies (SPEC §14.2): the link is
     /// known, its namespace selector matches, and `ns` is not copyrator's own.
     pub fn hub_admits(&self, link: &str, ns: &NamespaceInfo) -> bool {
         self.hub_links
@@ -458,7 +458,7 @@ impl World {
                 continue;
             }
             for src in self.sources.values() {
-                // A hub's source has no Event here to say it (SPEC §13.2).
+                // A hub's source has no Event here to say it (SPEC §14.2).
                 if src.deleting
                     || src.key.is_hub()
                     || self.unreadable.capped.contains(&src.key)
@@ -543,7 +543,7 @@ pub enum Targeting {
     /// Selected, but excluded by `--exclude-namespaces`.
     ExcludedGlobally,
     /// A hub's rule selects the namespace, but its link's ceiling does not let it receive
-    /// (SPEC §13.2).
+    /// (SPEC §14.2).
     BeyondCeiling,
     /// Selected, but the namespace is being deleted: nothing may be created in it.
     Terminating,

@@ -32,7 +32,7 @@ pub enum RuleId {
     Inline(ObjectKey),
     /// A CopyRule, by name.
     CopyRule(String),
-    /// A hub's CopyRule placed on this cluster, by link and name (SPEC §13).
+    /// A hub's CopyRule placed on this cluster, by link and name (SPEC §14).
     Hub { link: String, rule: String },
 }
 

@@ -92,7 +92,7 @@ impl RuleSet {
         // The sources of each untrusted namespace, oldest first: the first ones act.
         let mut untrusted: BTreeMap<&str, Vec<&SourceInfo>> = BTreeMap::new();
         let mut acting = Vec::new();
-        // A hub's sources (SPEC §13) make no rule of their own here.
+        // A hub's sources (SPEC §14) make no rule of their own here.
         for source in labelled_sources.into_iter().filter(|s| !s.key.is_hub()) {
             if trust.is_trusted(&source.key.namespace) {
                 acting.push(source);
@@ -139,7 +139,7 @@ impl RuleSet {
                 continue;
             }
             match Rule::from_copy_rule(cr) {
-                // Placed on member clusters (SPEC §13.1): it copies nothing here.
+                // Placed on member clusters (SPEC §14.1): it copies nothing here.
                 Ok(_) if cr.spec.clusters.is_some() => {}
                 Ok(rule) => set.rules.push(rule),
                 Err(e) => {

@@ -16,11 +16,11 @@ pub enum Verdict {
     NotSelected(Selection),
     /// Selected, but excluded by `--exclude-namespaces`.
     ExcludedGlobally,
-    /// A hub's rule, refused here by its link's ceiling (SPEC §13.2): the namespace may not
+    /// A hub's rule, refused here by its link's ceiling (SPEC §14.2): the namespace may not
     /// receive, or the hub namespace or kind is not accepted.
     BeyondCeiling,
     /// A hub's copy whose hub is not known now (unreachable since it started, or its link
-    /// invalid): kept as it is (SPEC §13.3).
+    /// invalid): kept as it is (SPEC §14.3).
     HubUnknown,
     /// Selected, but the namespace is terminating.
     Terminating,
