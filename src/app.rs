@@ -327,6 +327,27 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             std::future::pending::<()>().await
         }));
     }
+    if !args.hub_sync_interval.is_zero() {
+        // Copies across clusters, member side (src/sync/hub/mod.rs).
+        background.push(tokio::spawn(crate::sync::hub::run(
+            Arc::clone(&ctx),
+            args.hub_sync_interval,
+            shutdown_rx.clone(),
+        )));
+    }
+    if let Some(members) = &args.hub_members_namespace {
+        // Copies across clusters, hub side (src/sync/hub/members.rs).
+        let every = match args.hub_sync_interval.is_zero() {
+            true => std::time::Duration::from_secs(10),
+            false => args.hub_sync_interval,
+        };
+        background.push(tokio::spawn(crate::sync::hub::run_hub(
+            Arc::clone(&ctx),
+            every,
+            members.clone(),
+            shutdown_rx.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(reconcile::run(
         Arc::clone(&ctx),
         args.resync_interval,

@@ -643,6 +643,17 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_UNLABELLED_SCAN_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub unlabelled_scan_interval: Duration,
 
+    /// How often a member cluster reads the hubs its HubLinks reach and converges their
+    /// copies (SPEC §14). 0 (the default) turns copies across clusters off: no HubLink is read.
+    #[arg(long, env = "COPYRATOR_HUB_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
+    pub hub_sync_interval: Duration,
+
+    /// On a hub (SPEC §14.1): the namespace of the member clusters' ServiceAccounts
+    /// (`copyrator-member-<cluster>`). Set, the leader keeps each member's Roles equal to what
+    /// the CopyRules place on it, every --hub-sync-interval (10 s when that is 0).
+    #[arg(long, env = "COPYRATOR_HUB_MEMBERS_NAMESPACE")]
+    pub hub_members_namespace: Option<String>,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 
@@ -700,6 +711,9 @@ pub struct CertsArgs {
 pub enum ManifestsCommand {
     /// The CopyRule CustomResourceDefinition.
     Crd,
+    /// The HubLink CustomResourceDefinition, for a member cluster of copies across clusters
+    /// (SPEC §14).
+    HubLinkCrd,
     /// The ValidatingWebhookConfiguration for the admission endpoints.
     Webhooks(WebhooksArgs),
 }

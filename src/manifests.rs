@@ -308,6 +308,11 @@ pub fn crd_yaml() -> Result<String, YamlError> {
     yaml(&CopyRule::crd())
 }
 
+/// YAML of the HubLink CRD (SPEC §14), as committed under `deploy/`.
+pub fn hub_link_crd_yaml() -> Result<String, YamlError> {
+    yaml(&crate::hub::HubLink::crd())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,6 +502,16 @@ mod tests {
             committed,
             crd_yaml().unwrap(),
             "deploy/crds/copyrules.copyrator.io.yaml is stale: run `cargo run -- manifests crd > deploy/crds/copyrules.copyrator.io.yaml`"
+        );
+    }
+
+    #[test]
+    fn committed_hub_link_crd_equals_the_generated_one() {
+        let committed = include_str!("../deploy/crds/hublinks.copyrator.io.yaml");
+        assert_eq!(
+            committed,
+            hub_link_crd_yaml().unwrap(),
+            "deploy/crds/hublinks.copyrator.io.yaml is stale: run `cargo run -- manifests hub-link-crd > deploy/crds/hublinks.copyrator.io.yaml`"
         );
     }
 

@@ -107,6 +107,12 @@ pub struct CodeLabels {
     pub code: u16,
 }
 
+/// A member's HubLink, by name (SPEC §14): one series per link its administrator made.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HubLinkLabels {
+    pub link: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CertificateLabels {
     /// `ca` or `serving`.
@@ -168,6 +174,8 @@ pub struct Metrics {
     pub watch_live: Family<FeedLabels, Gauge>,
     /// Unix time of each watch's last progress (`crate::cluster::progress`).
     pub watch_last_progress: Family<FeedLabels, Gauge<f64, AtomicU64>>,
+    /// Unix time each HubLink's hub was last read in full and its copies converged (SPEC §14.3).
+    pub hub_last_sync: Family<HubLinkLabels, Gauge<f64, AtomicU64>>,
     pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,
     pub watch_triggered: Family<FeedLabels, Counter>,
@@ -412,6 +420,12 @@ impl Metrics {
             "Unix time of the last progress of the metadata watch of a feed: connected, listed, an event or a bookmark",
             watch_last_progress.clone(),
         );
+        let hub_last_sync = Family::<HubLinkLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "hub_last_sync_timestamp_seconds",
+            "Unix time a HubLink's hub was last read in full and the link's copies converged",
+            hub_last_sync.clone(),
+        );
         let selector_watches = Gauge::default();
         registry.register(
             "selector_watches",
@@ -550,6 +564,7 @@ impl Metrics {
             certificates_issued,
             watch_live,
             watch_last_progress,
+            hub_last_sync,
             selector_watches,
             watch_events,
             watch_triggered,

@@ -86,6 +86,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, sources: usize, writes: usi
     let rule = CopyRule::new(
         &rule_name,
         CopyRuleSpec {
+            clusters: None,
             api_version: None,
             kind: copyrator::model::Kind::ConfigMap.as_str().into(),
             source_namespace: src.clone(),

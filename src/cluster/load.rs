@@ -388,9 +388,10 @@ pub async fn ensure_sources(
     world: &mut World,
     keys: BTreeSet<ObjectKey>,
 ) -> ApiResult<()> {
+    // A hub's source (SPEC §14) is never read here: only its link's round knows it.
     let missing: Vec<ObjectKey> = keys
         .into_iter()
-        .filter(|k| !world.sources().contains_key(k))
+        .filter(|k| !k.is_hub() && !world.sources().contains_key(k))
         .collect();
     if missing.is_empty() {
         return Ok(());

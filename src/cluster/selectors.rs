@@ -133,6 +133,7 @@ mod tests {
 
     fn rule(name: &str, ns: &str, selector: Option<(&str, &str)>) -> Rule {
         let spec = CopyRuleSpec {
+            clusters: None,
             api_version: None,
             kind: Kind::ConfigMap.as_str().into(),
             source_namespace: ns.into(),

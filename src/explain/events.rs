@@ -21,6 +21,8 @@ impl About {
         match rule {
             RuleId::Inline(key) => About::Source(key.clone()),
             RuleId::CopyRule(name) => About::CopyRule(name.clone()),
+            // A hub's rule is no object here: no Event of this cluster is about it.
+            RuleId::Hub { .. } => About::CopyRule(rule.to_string()),
         }
     }
 }

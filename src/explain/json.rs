@@ -278,11 +278,13 @@ pub(super) fn rule_out(rule: &RuleId, tier: Option<Tier>) -> RuleOut {
         type_: match rule {
             RuleId::Inline(_) => "Inline",
             RuleId::CopyRule(_) => "CopyRule",
+            RuleId::Hub { .. } => "HubCopyRule",
         },
         name: rule.copy_rule_name().map(String::from),
         tier: tier.map(|t| match t {
             Tier::CopyRule => "CopyRule",
             Tier::TrustedInline => "TrustedInline",
+            Tier::Hub => "Hub",
             Tier::ConsentedInline => "ConsentedInline",
         }),
     }

@@ -105,6 +105,8 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
                         .map(|t| t.0),
                 ),
                 RuleId::Inline(_) => render::Verified::LeaderResync(resolved.last_resync),
+                // A hub's copies are verified by their link's rounds (its status).
+                RuleId::Hub { .. } => render::Verified::LeaderResync(None),
             };
             (f.rule.clone(), v)
         })

@@ -408,6 +408,7 @@ fn copy_rule(
             drop_expired: false,
             template: None,
             create_once: intent.create_once,
+            clusters: None,
             source_name: Some(intent.source.name.clone()),
             source_selector: None,
             namespace_selector: targets.namespace_selector,

@@ -452,6 +452,8 @@ fn regarding(world: &World, by: &ClaimRef) -> Option<Regarding> {
                     uid: String::new(),
                 }),
         ),
+        // A hub's rule is no object here (SPEC §14): its Events go nowhere yet.
+        RuleId::Hub { .. } => None,
         RuleId::Inline(key) => world
             .sources()
             .get(key)

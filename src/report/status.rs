@@ -197,6 +197,7 @@ mod tests {
         let mut r = CopyRule::new(
             "r",
             CopyRuleSpec {
+                clusters: None,
                 api_version: None,
                 kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: "src".into(),

@@ -21,6 +21,10 @@ pub async fn read_sources(
     contents: &mut Contents,
     keys: &[ObjectKey],
 ) {
+    // A hub's source (SPEC §14) is never read from this cluster (its key names no namespace
+    // here): a plan holds its copies (`Unreadable::holds`) unless its link's round read it.
+    let keys: Vec<ObjectKey> = keys.iter().filter(|k| !k.is_hub()).cloned().collect();
+    let keys = &keys[..];
     // A bundle's stand-in source is read as its sources (SPEC §3.2, Bundles).
     let (bundles, keys): (Vec<&ObjectKey>, Vec<&ObjectKey>) =
         keys.iter().partition(|k| k.is_bundle());

@@ -7,6 +7,7 @@ pub(crate) mod bundles;
 pub mod context;
 mod converge;
 mod follow_up;
+pub mod hub;
 mod inputs;
 mod jobs;
 pub mod persisted;

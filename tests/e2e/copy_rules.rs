@@ -23,6 +23,7 @@ use serde_json::json;
 
 fn spec(kind: Kind, source_ns: &str) -> CopyRuleSpec {
     CopyRuleSpec {
+        clusters: None,
         api_version: None,
         kind: kind.as_str().into(),
         source_namespace: source_ns.into(),

@@ -370,6 +370,7 @@ async fn explain_uses_the_running_copyrators_policy_from_its_lease() {
         .copy_rule(
             "exl-rule",
             CopyRuleSpec {
+                clusters: None,
                 api_version: None,
                 kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),

@@ -63,6 +63,7 @@ fn selecting(key: &str) -> Option<LabelSelector> {
 
 fn rule(source_ns: &str, source: &str) -> CopyRuleSpec {
     CopyRuleSpec {
+        clusters: None,
         api_version: None,
         kind: "Secret".into(),
         source_namespace: source_ns.into(),

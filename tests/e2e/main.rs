@@ -16,6 +16,7 @@ mod grants;
 mod ha;
 mod helm_chart;
 mod hostile;
+mod hub;
 mod inline_rules;
 mod keys;
 mod least_privilege;

@@ -181,6 +181,7 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
     }
     // A CopyRule asking for injection, under another name.
     let mut spec = CopyRuleSpec {
+        clusters: None,
         api_version: None,
         kind: Kind::Secret.as_str().into(),
         source_namespace: src.clone(),

@@ -76,6 +76,7 @@ async fn read_only_copy_scenario(t: Harness, verified: bool) {
         .copy_rule(
             "ro",
             CopyRuleSpec {
+                clusters: None,
                 api_version: None,
                 kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),

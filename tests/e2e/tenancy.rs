@@ -315,6 +315,7 @@ async fn a_retained_copy_is_not_taken_over_by_a_tenant() {
         .copy_rule(
             "retain",
             CopyRuleSpec {
+                clusters: None,
                 api_version: None,
                 kind: Kind::Secret.as_str().into(),
                 source_namespace: platform.clone(),
@@ -447,6 +448,7 @@ async fn a_tenant_copy_is_never_a_source() {
         .copy_rule(
             "ca-bundles",
             CopyRuleSpec {
+                clusters: None,
                 api_version: None,
                 kind: Kind::Secret.as_str().into(),
                 source_namespace: shared.clone(),
@@ -478,6 +480,7 @@ async fn a_tenant_copy_is_never_a_source() {
         .copy_rule(
             "cacerts",
             CopyRuleSpec {
+                clusters: None,
                 api_version: None,
                 kind: Kind::Secret.as_str().into(),
                 source_namespace: shared.clone(),
@@ -630,6 +633,7 @@ async fn a_tenant_with_view_on_default_reads_no_copy_rule_event() {
         .copy_rule(
             "taken",
             CopyRuleSpec {
+                clusters: None,
                 api_version: None,
                 kind: Kind::ConfigMap.as_str().into(),
                 source_namespace: src.clone(),

@@ -111,6 +111,24 @@ pub struct CopyRuleSpec {
     /// copied is PEM certificates and nothing else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetSpec>,
+    /// Member clusters this rule copies into instead of this cluster's namespaces (a hub's
+    /// rule, SPEC §14): those named, and those whose ClusterProfile's labels the selector
+    /// matches. Each member pulls its copies through a HubLink, within that link's ceiling.
+    /// The rule must name its source (sourceName), a Secret or ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<ClusterPlacement>,
+}
+
+/// `spec.clusters`: the member clusters a hub's CopyRule is placed on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClusterPlacement {
+    /// Member clusters by name (their ClusterProfile's name on the hub).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Member clusters whose ClusterProfile (multicluster.x-k8s.io, in the hub's
+    /// --cluster-inventory-namespace) has matching labels; OR'ed with names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
 }
 
 /// One entry of `spec.keys`: a key's name, or a key and its name in the copies.

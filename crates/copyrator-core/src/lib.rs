@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod content;
 pub mod copyrule;
 pub mod grants;
+pub mod hub;
 pub mod marks;
 pub mod model;
 pub mod namespaced;

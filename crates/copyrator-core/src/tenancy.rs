@@ -48,9 +48,19 @@ impl NamespacePatterns {
         self.patterns.is_empty()
     }
 
-    /// Whether any pattern matches `namespace`.
+    /// Whether any pattern matches `namespace`. A hub's namespace (`<link>/<namespace>`, SPEC
+    /// §14.2) is matched only by a pattern naming that link, and a pattern naming a link
+    /// matches nothing else: `*` is every namespace of this cluster, no hub's.
     pub fn matches(&self, namespace: &str) -> bool {
-        self.patterns.iter().any(|p| glob_match(p, namespace))
+        self.patterns
+            .iter()
+            .any(|p| match (p.split_once('/'), namespace.split_once('/')) {
+                (None, None) => glob_match(p, namespace),
+                (Some((link, pattern)), Some((of, name))) => {
+                    link == of && glob_match(pattern, name)
+                }
+                _ => false,
+            })
     }
 }
 
@@ -60,8 +70,17 @@ impl fmt::Display for NamespacePatterns {
     }
 }
 
-/// An entry is `*`, a namespace name, or a namespace name with `*` wildcards.
+/// An entry is `*`, a namespace name, or a namespace name with `*` wildcards; or one of those
+/// after `<link>/`, for a hub's namespaces (SPEC §14.2).
 fn validate_pattern(entry: &str) -> Result<(), String> {
+    if let Some((link, pattern)) = entry.split_once('/') {
+        return match selector::is_dns_label(link) && validate_pattern(pattern).is_ok() {
+            true if !pattern.contains('/') => Ok(()),
+            _ => Err(format!(
+                "{entry:?} is not <link>/<namespace or pattern> (e.g. hub-a/platform)"
+            )),
+        };
+    }
     let literal = entry.replace('*', "a");
     if entry.len() <= 63 && (entry == "*" || selector::is_dns_label(&literal)) {
         Ok(())
@@ -99,6 +118,9 @@ pub enum Tier {
     CopyRule,
     /// The inline rule of a source in a trusted namespace.
     TrustedInline,
+    /// A hub's rule placed on this cluster whose source's namespace the link trusts (SPEC
+    /// §14.2). A hub's other rules need the target's consent, as the lowest tier.
+    Hub,
     /// The inline rule of a source in any other namespace: needs the target's consent.
     ConsentedInline,
 }
@@ -108,6 +130,7 @@ impl Tier {
         match self {
             Tier::CopyRule => "CopyRule",
             Tier::TrustedInline => "trusted inline rule",
+            Tier::Hub => "hub rule",
             Tier::ConsentedInline => "inline rule of an untrusted namespace",
         }
     }
@@ -157,6 +180,35 @@ pub fn accepts_from(target: &NamespaceInfo, source_namespace: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// SPEC §14.2: `<link>/<pattern>` consents to a hub's namespaces, and only to them; a
+    /// pattern of this cluster's namespaces, `*` included, never to a hub's.
+    #[test]
+    fn hub_namespaces_are_matched_only_by_patterns_naming_their_link() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("hub-a/team-x", "hub-a/team-x", true),
+            ("hub-a/team-*", "hub-a/team-x", true),
+            ("hub-a/*", "hub-a/anything", true),
+            ("hub-a/team-*", "hub-b/team-x", false),
+            ("*", "hub-a/team-x", false),
+            ("team-*", "hub-a/team-x", false),
+            ("hub-a/team-x", "team-x", false),
+            ("hub-a/*", "hub-a", false),
+        ];
+        for (list, name, want) in cases {
+            let patterns = NamespacePatterns::parse(list).expect("valid");
+            assert_eq!(patterns.matches(name), *want, "{list} ~ {name}");
+        }
+        for bad in [
+            "hub-a/",
+            "/team-x",
+            "hub-a/team/x",
+            "Hub_A/x",
+            "hub-a/Bad Name",
+        ] {
+            assert!(NamespacePatterns::parse(bad).is_err(), "{bad} is invalid");
+        }
+    }
+
     #[test]
     fn patterns_match_names_and_wildcards() {
         let cases: &[(&str, &str, bool)] = &[
@@ -183,7 +235,7 @@ mod tests {
         let p = NamespacePatterns::parse(" tenant-a, team-*,,").unwrap();
         assert!(p.matches("tenant-a") && p.matches("team-x") && !p.matches("other"));
         assert!(NamespacePatterns::parse("").unwrap().is_empty());
-        for bad in ["Tenant", "a b", "a/b", "-x", &"a".repeat(64)] {
+        for bad in ["Tenant", "a b", "a/b/c", "/b", "-x", &"a".repeat(64)] {
             assert!(NamespacePatterns::parse(bad).is_err(), "{bad}");
         }
         let (ok, invalid) = NamespacePatterns::parse_lenient("tenant-a, Bad Name ,team-*");

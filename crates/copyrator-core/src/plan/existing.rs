@@ -102,12 +102,15 @@ impl SharedMarks {
 pub enum MarksError {
     #[error("annotation {} is missing", marks::SOURCE_ANNOTATION)]
     MissingSource,
-    #[error("annotation {} is not <namespace>/<name>", marks::SOURCE_ANNOTATION)]
+    #[error(
+        "annotation {} is neither <namespace>/<name> nor <link>/<namespace>/<name>",
+        marks::SOURCE_ANNOTATION
+    )]
     BadSource,
     #[error("annotation {} is missing", marks::RULE_ANNOTATION)]
     MissingRule,
     #[error(
-        "annotation {} is neither \"inline\" nor copyrule/<name>",
+        "annotation {} is neither \"inline\" nor copyrule/<name> (a hub's copy: <link>/copyrule/<name>)",
         marks::RULE_ANNOTATION
     )]
     BadRule,
@@ -164,6 +167,18 @@ impl ManagedCopy {
                 .filter(|k| k.is_consentable() && kind.is_consentable())
                 .ok_or(MarksError::BadSourceKind)?,
         };
+        // A hub's copy (SPEC §14.2): `<link>/<namespace>/<name>`, made by
+        // `<link>/copyrule/<name>` of the same link.
+        if source.matches('/').count() == 2 {
+            return Self::hub_marks(
+                source_kind,
+                source,
+                labels,
+                annotations,
+                resource_version,
+                deleting,
+            );
+        }
         let source = match source.split_once('/') {
             Some((ns, name)) if selector::is_dns_label(ns) && selector::is_dns_subdomain(name) => {
                 ObjectKey::new(source_kind, ns, name)
@@ -183,6 +198,48 @@ impl ManagedCopy {
         };
         Ok(Self::parsed(
             source,
+            rule,
+            labels,
+            annotations,
+            resource_version,
+            deleting,
+        ))
+    }
+
+    /// The marks of a hub's copy, whose source is `<link>/<namespace>/<name>` (SPEC §14.2).
+    fn hub_marks(
+        source_kind: crate::model::Kind,
+        source: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        resource_version: String,
+        deleting: bool,
+    ) -> Result<Self, MarksError> {
+        let mut parts = source.splitn(3, '/');
+        let (Some(link), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(MarksError::BadSource);
+        };
+        if !(selector::is_dns_label(link)
+            && selector::is_dns_label(ns)
+            && selector::is_dns_subdomain(name))
+        {
+            return Err(MarksError::BadSource);
+        }
+        let rule = annotations
+            .get(marks::RULE_ANNOTATION)
+            .ok_or(MarksError::MissingRule)?;
+        let rule = match rule
+            .strip_prefix(link)
+            .and_then(|r| r.strip_prefix("/copyrule/"))
+        {
+            Some(rule) if selector::is_dns_subdomain(rule) => RuleId::Hub {
+                link: link.to_string(),
+                rule: rule.to_string(),
+            },
+            _ => return Err(MarksError::BadRule),
+        };
+        Ok(Self::parsed(
+            ObjectKey::hub(source_kind, link, ns, name),
             rule,
             labels,
             annotations,
@@ -224,6 +281,7 @@ impl ManagedCopy {
     pub fn recorded_tier(&self, trust: &TrustPolicy) -> Tier {
         match &self.rule {
             RuleId::CopyRule(_) => Tier::CopyRule,
+            RuleId::Hub { .. } => Tier::Hub,
             RuleId::Inline(source) => trust.inline_tier(&source.namespace),
         }
     }

@@ -229,6 +229,8 @@ pub enum Scope {
     /// Every target in these namespaces: a full resync plans the cluster a chunk of namespaces
     /// at a time, so that what planning holds is one chunk's (SPEC §5).
     Namespaces(BTreeSet<String>),
+    /// Every target of one link's hub (SPEC §14): its rules' claims and its copies.
+    Link(String),
 }
 
 impl Scope {
@@ -249,6 +251,10 @@ impl Scope {
             }
             Scope::Rule(id) => {
                 claims.iter().any(|c| &c.rule.id == id) || managed.is_some_and(|m| &m.rule == id)
+            }
+            Scope::Link(link) => {
+                let of = |id: &RuleId| id.hub_link() == Some(link.as_str());
+                claims.iter().any(|c| of(&c.rule.id)) || managed.is_some_and(|m| of(&m.rule))
             }
         }
     }
@@ -648,6 +654,8 @@ mod bundle_tests;
 mod default_cas_tests;
 #[cfg(test)]
 mod grants_tests;
+#[cfg(test)]
+mod hub_tests;
 #[cfg(test)]
 mod keys_tests;
 #[cfg(test)]

@@ -231,6 +231,7 @@ fn rule_spec(kind: Kind, source: &str) -> CopyRuleSpec {
         read_only: None,
         keys: None,
         target: None,
+        clusters: None,
     }
 }
 

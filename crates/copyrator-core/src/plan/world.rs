@@ -81,6 +81,12 @@ pub struct Unreadable {
     /// copies are neither written nor deleted, but nothing reads them again (derived from the
     /// rules, [`RuleSet::capped_sources`]).
     pub capped: BTreeSet<ObjectKey>,
+    /// Links whose hub was never read, or is invalid: their copies stay as they are (SPEC
+    /// §14.3).
+    pub hubs: BTreeSet<String>,
+    /// Whether the member's HubLinks are known ([`crate::hub::Hubs::links_known`]): until
+    /// then no hub copy is written or deleted, since any link may exist.
+    pub hub_links_known: bool,
 }
 
 impl Unreadable {
@@ -91,7 +97,11 @@ impl Unreadable {
 
     /// Whether targets depending on `source` are left as they are.
     pub fn holds(&self, source: &ObjectKey) -> bool {
-        self.sources.contains(source) || self.capped.contains(source)
+        self.sources.contains(source)
+            || self.capped.contains(source)
+            || source
+                .hub_link()
+                .is_some_and(|link| !self.hub_links_known || self.hubs.contains(link))
     }
 }
 
@@ -105,6 +115,13 @@ pub struct World {
     namespaces: BTreeMap<String, NamespaceInfo>,
     policy: Policy,
     unreadable: Unreadable,
+    /// The member's hubs as a job read them (SPEC §14): their placed rules join the rules,
+    /// their sources the sources.
+    hubs: Arc<crate::hub::Hubs>,
+    /// The placed rules of the hubs known, as member rules.
+    hub_rules: Vec<Rule>,
+    /// The settings of the links known, by name (their ceilings).
+    hub_links: BTreeMap<String, Arc<crate::hub::LinkSettings>>,
 }
 
 impl World {
@@ -208,6 +225,54 @@ impl World {
         self.rebuild_rules();
     }
 
+    /// The member's hubs as read now (SPEC §14): what they place joins the rules, their
+    /// sources as last read join the sources, and what is not known holds its copies.
+    pub fn set_hubs(&mut self, hubs: Arc<crate::hub::Hubs>) {
+        use crate::hub::HubSource;
+        self.sources.retain(|k, _| !k.is_hub());
+        self.unreadable.sources.retain(|k| !k.is_hub());
+        self.unreadable.hubs.clear();
+        self.unreadable.hub_links_known = hubs.links_known;
+        self.hub_rules.clear();
+        self.hub_links.clear();
+        for link in &hubs.links {
+            let (Ok(settings), Some(placement)) = (&link.settings, &link.placement) else {
+                self.unreadable.hubs.insert(link.name.clone());
+                continue;
+            };
+            self.hub_links
+                .insert(link.name.clone(), Arc::clone(settings));
+            self.hub_rules.extend(placement.rules.iter().cloned());
+            for key in placement.sources() {
+                match link.sources.get(&key) {
+                    Some(HubSource::Present(info)) => {
+                        self.sources.insert(key, info.clone());
+                    }
+                    Some(HubSource::Gone) => {}
+                    Some(HubSource::Pending | HubSource::Unreadable(_)) | None => {
+                        self.unreadable.sources.insert(key);
+                    }
+                }
+            }
+        }
+        self.hubs = hubs;
+        self.rebuild_rules();
+    }
+
+    /// The member's hubs as this world was given them.
+    pub fn hubs(&self) -> &crate::hub::Hubs {
+        &self.hubs
+    }
+
+    /// Whether the ceiling of `link` lets `ns` receive its copies (SPEC §14.2): the link is
+    /// known, its namespace selector matches, and `ns` is not copyrator's own.
+    pub fn hub_admits(&self, link: &str, ns: &NamespaceInfo) -> bool {
+        self.hub_links
+            .get(link)
+            .is_some_and(|l| l.namespace_selector.matches(&ns.labels))
+            && self.policy.own_namespace.as_deref() != Some(ns.name.as_str())
+    }
+
     fn rebuild_rules(&mut self) {
         self.rules = RuleSet::build_capped(
             self.sources.values(),
@@ -215,6 +280,12 @@ impl World {
             &self.policy.trust,
             &self.policy.caps,
         );
+        if !self.hub_rules.is_empty() {
+            self.rules.rules.extend(self.hub_rules.iter().cloned());
+            self.rules
+                .rules
+                .sort_by(|a, b| (a.tier, a.created, &a.id).cmp(&(b.tier, b.created, &b.id)));
+        }
         // What a cap holds back is neither written nor deleted: its copies stay as they are.
         self.unreadable.capped = self.rules.capped_sources.keys().cloned().collect();
     }
@@ -228,6 +299,10 @@ impl World {
             Targeting::NotSelected(selection)
         } else if self.policy.is_excluded_for(&ns.name, rule.target_kind()) {
             Targeting::ExcludedGlobally
+        } else if let Some(link) = rule.id.hub_link()
+            && !self.hub_admits(link, ns)
+        {
+            Targeting::BeyondCeiling
         } else if ns.terminating {
             Targeting::Terminating
         } else if rule.consented_by(ns) {
@@ -383,7 +458,9 @@ impl World {
                 continue;
             }
             for src in self.sources.values() {
+                // A hub's source has no Event here to say it (SPEC §14.2).
                 if src.deleting
+                    || src.key.is_hub()
                     || self.unreadable.capped.contains(&src.key)
                     || !rule.applies_to(src)
                     || source.is_some_and(|key| key != &src.key)
@@ -465,6 +542,9 @@ pub enum Targeting {
     NotSelected(Selection),
     /// Selected, but excluded by `--exclude-namespaces`.
     ExcludedGlobally,
+    /// A hub's rule selects the namespace, but its link's ceiling does not let it receive
+    /// (SPEC §14.2).
+    BeyondCeiling,
     /// Selected, but the namespace is being deleted: nothing may be created in it.
     Terminating,
 }

@@ -20,6 +20,7 @@ impl Rule {
     pub fn from_copy_rule(rule: &CopyRule) -> Result<Rule, RuleError> {
         let name = rule.metadata.name.clone().unwrap_or_default();
         let spec = &rule.spec;
+        crate::hub::check_placement(spec)?;
         if spec.sources.is_some() {
             return bundle_rule(rule, name);
         }
@@ -102,7 +103,8 @@ impl Rule {
             .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?;
         let namespaces = namespace_set("spec.namespaces", &spec.namespaces)?;
         let exclude_namespaces = namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?;
-        if namespaces.contains(&spec.source_namespace) {
+        // A rule placed on member clusters copies from the hub's namespace into theirs.
+        if spec.clusters.is_none() && namespaces.contains(&spec.source_namespace) {
             return Err(RuleError::new(
                 "spec.namespaces",
                 format!(

@@ -32,6 +32,8 @@ pub enum RuleId {
     Inline(ObjectKey),
     /// A CopyRule, by name.
     CopyRule(String),
+    /// A hub's CopyRule placed on this cluster, by link and name (SPEC §14).
+    Hub { link: String, rule: String },
 }
 
 impl RuleId {
@@ -40,13 +42,23 @@ impl RuleId {
         match self {
             RuleId::Inline(_) => "inline".to_string(),
             RuleId::CopyRule(name) => format!("copyrule/{name}"),
+            RuleId::Hub { link, rule } => format!("{link}/copyrule/{rule}"),
         }
     }
 
+    /// The name of a CopyRule of this cluster.
     pub fn copy_rule_name(&self) -> Option<&str> {
         match self {
             RuleId::CopyRule(name) => Some(name),
-            RuleId::Inline(_) => None,
+            RuleId::Inline(_) | RuleId::Hub { .. } => None,
+        }
+    }
+
+    /// The link of a hub's rule.
+    pub fn hub_link(&self) -> Option<&str> {
+        match self {
+            RuleId::Hub { link, .. } => Some(link),
+            _ => None,
         }
     }
 }
@@ -56,6 +68,7 @@ impl std::fmt::Display for RuleId {
         match self {
             RuleId::Inline(src) => write!(f, "inline rule of {src}"),
             RuleId::CopyRule(name) => write!(f, "CopyRule {name}"),
+            RuleId::Hub { link, rule } => write!(f, "CopyRule {rule} of hub {link}"),
         }
     }
 }
@@ -198,7 +211,7 @@ impl Rule {
     pub fn applies_to(&self, source: &SourceInfo) -> bool {
         match &self.id {
             RuleId::Inline(key) => key == &source.key && !source.is_copy(),
-            RuleId::CopyRule(_) => self.selects_source(source),
+            RuleId::CopyRule(_) | RuleId::Hub { .. } => self.selects_source(source),
         }
     }
 

@@ -92,7 +92,8 @@ impl RuleSet {
         // The sources of each untrusted namespace, oldest first: the first ones act.
         let mut untrusted: BTreeMap<&str, Vec<&SourceInfo>> = BTreeMap::new();
         let mut acting = Vec::new();
-        for source in labelled_sources {
+        // A hub's sources (SPEC §14) make no rule of their own here.
+        for source in labelled_sources.into_iter().filter(|s| !s.key.is_hub()) {
             if trust.is_trusted(&source.key.namespace) {
                 acting.push(source);
             } else {
@@ -138,6 +139,8 @@ impl RuleSet {
                 continue;
             }
             match Rule::from_copy_rule(cr) {
+                // Placed on member clusters (SPEC §14.1): it copies nothing here.
+                Ok(_) if cr.spec.clusters.is_some() => {}
                 Ok(rule) => set.rules.push(rule),
                 Err(e) => {
                     set.invalid_copy_rules

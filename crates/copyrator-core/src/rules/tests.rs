@@ -73,6 +73,7 @@ fn spec() -> CopyRuleSpec {
         read_only: None,
         keys: None,
         target: None,
+        clusters: None,
     }
 }
 

@@ -35,10 +35,36 @@ pub(super) fn judge(
                 ns.name
             ),
         ),
+        Targeting::BeyondCeiling => (
+            Verdict::BeyondCeiling,
+            copy(None),
+            format!(
+                "the ceiling of HubLink {link} does not let {ns} receive its hub's copies \
+                 (spec.ceiling.namespaceSelector, and never copyrator's own namespace)",
+                link = rule.id.hub_link().unwrap_or_default(),
+                ns = ns.name
+            ),
+        ),
         Targeting::Terminating => (
             Verdict::Terminating,
             copy(None),
             format!("{} is terminating: nothing is written into it", ns.name),
+        ),
+        Targeting::Refused(_) if rule.id.hub_link().is_some() => (
+            Verdict::NotConsented,
+            copy(None),
+            format!(
+                "HubLink {link} does not trust hub namespace {src} \
+                 (spec.ceiling.trustedSourceNamespaces) and {ns} does not accept copies from it \
+                 (it needs the annotation {ann}: {link}/{src})",
+                link = rule.id.hub_link().unwrap_or_default(),
+                src = rule
+                    .source_namespace
+                    .split_once('/')
+                    .map_or("", |(_, ns)| ns),
+                ns = ns.name,
+                ann = marks::ACCEPT_FROM_ANNOTATION
+            ),
         ),
         Targeting::Refused(_) => (
             Verdict::NotConsented,
@@ -434,7 +460,7 @@ fn fields(rule: &Rule) -> (&'static str, &'static str) {
             marks::NAMESPACES_ANNOTATION,
             marks::NAMESPACE_SELECTOR_ANNOTATION,
         ),
-        RuleId::CopyRule(_) => ("spec.namespaces", "spec.namespaceSelector"),
+        RuleId::CopyRule(_) | RuleId::Hub { .. } => ("spec.namespaces", "spec.namespaceSelector"),
     }
 }
 

@@ -83,6 +83,7 @@ fn rule_spec(source: &str) -> CopyRuleSpec {
         read_only: None,
         keys: None,
         target: None,
+        clusters: None,
     }
 }
 

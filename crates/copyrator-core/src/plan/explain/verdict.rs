@@ -16,6 +16,12 @@ pub enum Verdict {
     NotSelected(Selection),
     /// Selected, but excluded by `--exclude-namespaces`.
     ExcludedGlobally,
+    /// A hub's rule, refused here by its link's ceiling (SPEC §14.2): the namespace may not
+    /// receive, or the hub namespace or kind is not accepted.
+    BeyondCeiling,
+    /// A hub's copy whose hub is not known now (unreachable since it started, or its link
+    /// invalid): kept as it is (SPEC §14.3).
+    HubUnknown,
     /// Selected, but the namespace is terminating.
     Terminating,
     /// Named by the rule, but no such namespace exists.
@@ -49,6 +55,8 @@ impl Verdict {
             Verdict::NotSelected(Selection::Excluded) => "ExcludedByRule",
             Verdict::NotSelected(_) => "NotSelected",
             Verdict::ExcludedGlobally => "ExcludedGlobally",
+            Verdict::BeyondCeiling => "BeyondCeiling",
+            Verdict::HubUnknown => "HubUnknown",
             Verdict::Terminating => "NamespaceTerminating",
             Verdict::NamespaceNotFound => "NamespaceNotFound",
             Verdict::NotConsented => "NotConsented",

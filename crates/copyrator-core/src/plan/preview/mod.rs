@@ -77,7 +77,10 @@ impl Change {
             },
             Verdict::NoRuleWants(DeletionPolicy::Delete) => Change::Delete,
             Verdict::NoRuleWants(DeletionPolicy::Retain) => Change::Retain,
-            Verdict::NotConsented | Verdict::Conflict(_) => Change::Refused,
+            Verdict::NotConsented | Verdict::Conflict(_) | Verdict::BeyondCeiling => {
+                Change::Refused
+            }
+            Verdict::HubUnknown => Change::Unknown,
             Verdict::NotSelected(_)
             | Verdict::ExcludedGlobally
             | Verdict::Terminating

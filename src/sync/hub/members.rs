@@ -1,0 +1,167 @@
+//! The hub side (SPEC §14.1): each member's read access kept equal to what is placed on it.
+//! Per member and source namespace a Role `copyrator-member-<cluster>` naming the placed
+//! Secrets and ConfigMaps (resourceNames, `get`), bound to the member's ServiceAccount of the
+//! same name in the members' namespace; one ClusterRole to list CopyRules, bound per member.
+//! What no rule places any more is deleted (found by the `copyrator.io/member` label).
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    copyrule::CopyRule,
+    hub::{MEMBER_LABEL, NamespaceAccess, member_access, member_identity},
+    marks,
+};
+
+/// The ClusterRole every member is bound to: CopyRules, read-only.
+const READ_RULES: &str = "copyrator-member-copyrules";
+
+/// Makes every member's Roles and bindings on the hub `hub` equal to what its CopyRules place;
+/// members' ServiceAccounts live in `members_namespace`. Returns how many members have access.
+pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Result<usize> {
+    let rules = Api::<CopyRule>::all(hub.clone())
+        .list(&ListParams::default())
+        .await?;
+    let access = member_access(&rules.items);
+    let apply = PatchParams::apply("copyrator").force();
+    apply_object(
+        hub,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        READ_RULES,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": READ_RULES, "labels": {marks::MANAGED_BY_LABEL: marks::MANAGED_BY_VALUE}},
+            "rules": [{"apiGroups": ["copyrator.io"], "resources": ["copyrules"], "verbs": ["get", "list", "watch"]}],
+        }),
+        &apply,
+    )
+    .await?;
+    let mut kept: BTreeSet<(String, String)> = BTreeSet::new();
+    for (cluster, namespaces) in &access {
+        let name = member_identity(cluster);
+        let labels =
+            json!({MEMBER_LABEL: cluster, marks::MANAGED_BY_LABEL: marks::MANAGED_BY_VALUE});
+        let subject =
+            json!([{"kind": "ServiceAccount", "name": name, "namespace": members_namespace}]);
+        apply_object(
+            hub,
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            &name,
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name, "labels": labels},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READ_RULES},
+                "subjects": subject,
+            }),
+            &apply,
+        )
+        .await?;
+        for (namespace, sources) in namespaces {
+            let base = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}");
+            apply_object(
+                hub,
+                &format!("{base}/roles"),
+                &name,
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                    "rules": role_rules(sources),
+                }),
+                &apply,
+            )
+            .await?;
+            apply_object(
+                hub,
+                &format!("{base}/rolebindings"),
+                &name,
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": subject,
+                }),
+                &apply,
+            )
+            .await?;
+            kept.insert((namespace.clone(), name.clone()));
+        }
+    }
+    remove_stale(hub, &access.keys().cloned().collect(), &kept).await?;
+    Ok(access.len())
+}
+
+/// `get` on the placed sources, by name.
+fn role_rules(sources: &NamespaceAccess) -> Value {
+    let mut rules = Vec::new();
+    for (resource, names) in [
+        ("secrets", &sources.secrets),
+        ("configmaps", &sources.config_maps),
+    ] {
+        if !names.is_empty() {
+            rules.push(json!({"apiGroups": [""], "resources": [resource], "resourceNames": names, "verbs": ["get"]}));
+        }
+    }
+    Value::Array(rules)
+}
+
+/// Server-side applies `body` at `collection/name`.
+async fn apply_object(
+    hub: &Client,
+    collection: &str,
+    name: &str,
+    body: Value,
+    params: &PatchParams,
+) -> kube::Result<()> {
+    let req = kube::api::Request::new(collection)
+        .patch(name, params, &Patch::Apply(&body))
+        .map_err(kube::Error::BuildRequest)?;
+    hub.request::<Value>(req).await.map(|_| ())
+}
+
+/// Deletes the member Roles, RoleBindings and ClusterRoleBindings not kept this round.
+async fn remove_stale(
+    hub: &Client,
+    members: &BTreeSet<String>,
+    kept: &BTreeSet<(String, String)>,
+) -> kube::Result<()> {
+    let labelled = ListParams::default().labels(MEMBER_LABEL);
+    for role in Api::<Role>::all(hub.clone()).list(&labelled).await?.items {
+        let key = (role.namespace().unwrap_or_default(), role.name_any());
+        if !kept.contains(&key) {
+            Api::<Role>::namespaced(hub.clone(), &key.0)
+                .delete(&key.1, &DeleteParams::default())
+                .await?;
+        }
+    }
+    for binding in Api::<RoleBinding>::all(hub.clone())
+        .list(&labelled)
+        .await?
+        .items
+    {
+        let key = (binding.namespace().unwrap_or_default(), binding.name_any());
+        if !kept.contains(&key) {
+            Api::<RoleBinding>::namespaced(hub.clone(), &key.0)
+                .delete(&key.1, &DeleteParams::default())
+                .await?;
+        }
+    }
+    let api = Api::<ClusterRoleBinding>::all(hub.clone());
+    for binding in api.list(&labelled).await?.items {
+        let member = binding
+            .labels()
+            .get(MEMBER_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        if !members.contains(&member) {
+            api.delete(&binding.name_any(), &DeleteParams::default())
+                .await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! What a member reads from its hub (SPEC §14.2): with the token in the link's credential
+//! Secret (read again every round, so a replaced token is used at once, with no restart), the
+//! hub's CopyRules, and each source placed on this member, by name. Every read has a short
+//! timeout: a frozen hub is an unreachable one, never a stuck member.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, api::ListParams};
+
+use crate::{
+    content,
+    copyrule::CopyRule,
+    hub::{HubLink, HubSource, LinkSettings, Placement, parse_ca_bundle, place},
+    model::{Object, ObjectKey, SourceInfo},
+    plan::Contents,
+};
+
+/// How long a hub has to answer one request before it counts as unreachable.
+const HUB_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the hub could not be read this round: its copies stay as they are.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("credential Secret {0}: {1}")]
+    Credential(String, String),
+    #[error("hub refused the credential (401): {0}")]
+    Refused(String),
+    #[error("hub unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl HubError {
+    /// The `Reachable` condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HubError::Credential(..) => "CredentialUnreadable",
+            HubError::Refused(_) => "CredentialRefused",
+            HubError::Unreachable(_) => "HubUnreachable",
+        }
+    }
+}
+
+/// One round's reading of a hub: what it places here, each placed source as read, and the
+/// payloads of those present (as a plan takes them).
+pub struct HubRead {
+    pub placement: Placement,
+    pub sources: BTreeMap<ObjectKey, HubSource>,
+    pub contents: Contents,
+}
+
+/// The member's token for `link`, read now from its Secret in `namespace`.
+pub async fn read_token(
+    member: &Client,
+    namespace: &str,
+    link: &HubLink,
+) -> Result<String, HubError> {
+    let secret_ref = &link.spec.credential_secret;
+    let key = secret_ref.key.as_deref().unwrap_or("token");
+    let what = format!("{namespace}/{} key {key}", secret_ref.name);
+    let secret = Api::<Secret>::namespaced(member.clone(), namespace)
+        .get_opt(&secret_ref.name)
+        .await
+        .map_err(|e| HubError::Credential(what.clone(), e.to_string()))?
+        .ok_or_else(|| HubError::Credential(what.clone(), "not found".into()))?;
+    let token = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| HubError::Credential(what, "has no token under that key".into()))?;
+    Ok(token)
+}
+
+/// A client of the hub `link` names, authenticating with `token`.
+pub fn hub_client(link: &HubLink, token: &str) -> Result<Client, HubError> {
+    let bad = |e: String| HubError::Unreachable(format!("spec: {e}"));
+    let url = link.spec.server.parse().map_err(|e| bad(format!("{e}")))?;
+    let mut config = kube::Config::new(url);
+    config.root_cert = Some(parse_ca_bundle(&link.spec.ca_bundle).map_err(bad)?);
+    config.auth_info.token = Some(secrecy::SecretString::from(token.to_string()));
+    config.connect_timeout = Some(HUB_TIMEOUT);
+    config.read_timeout = Some(HUB_TIMEOUT);
+    config.write_timeout = Some(HUB_TIMEOUT);
+    Client::try_from(config).map_err(|e| bad(e.to_string()))
+}
+
+/// Whether a failed request says the credential is refused.
+fn classify(e: kube::Error) -> HubError {
+    match &e {
+        kube::Error::Api(s) if s.code == 401 => HubError::Refused(s.message.clone()),
+        _ => HubError::Unreachable(e.to_string()),
+    }
+}
+
+/// Reads what the hub places on the member `settings` describes, and each placed source.
+/// A source the hub says is not there is [`HubSource::Gone`]; one it does not let the member
+/// read is [`HubSource::Unreadable`]; any other failure fails the whole read.
+pub async fn read_hub(hub: &Client, settings: &LinkSettings) -> Result<HubRead, HubError> {
+    let rules = tokio::time::timeout(
+        HUB_TIMEOUT * 2,
+        Api::<CopyRule>::all(hub.clone()).list(&ListParams::default()),
+    )
+    .await
+    .map_err(|_| HubError::Unreachable("listing CopyRules timed out".into()))?
+    .map_err(classify)?;
+    // ClusterProfile labels are not read yet: a rule reaches a member by its name.
+    let placement = place(settings, None, &rules.items);
+    let mut sources = BTreeMap::new();
+    let mut contents = Contents::default();
+    for key in placement.sources() {
+        let on_hub = key.on_hub();
+        let path = format!(
+            "/api/v1/namespaces/{}/{}",
+            on_hub.namespace,
+            on_hub.kind.plural()
+        );
+        let req = kube::api::Request::new(path).get(&on_hub.name, &Default::default());
+        let req = req.map_err(|e| HubError::Unreachable(e.to_string()))?;
+        let read = tokio::time::timeout(HUB_TIMEOUT * 2, hub.request::<Object>(req))
+            .await
+            .map_err(|_| HubError::Unreachable(format!("reading {on_hub} timed out")))?;
+        let state = match read {
+            Ok(obj) => present(&key, obj, &mut contents),
+            Err(kube::Error::Api(s)) if s.code == 404 => HubSource::Gone,
+            Err(kube::Error::Api(s)) if s.code == 403 => HubSource::Unreadable(s.message),
+            Err(e) => return Err(classify(e)),
+        };
+        sources.insert(key, state);
+    }
+    Ok(HubRead {
+        placement,
+        sources,
+        contents,
+    })
+}
+
+/// A source read from the hub, known here by its member key; its payload and hash go into
+/// `contents`, as a local source's read does.
+fn present(key: &ObjectKey, obj: Object, contents: &mut Contents) -> HubSource {
+    let Some(mut info) = SourceInfo::from_meta(key.kind, &(&obj.metadata).into()) else {
+        return HubSource::Unreadable("the hub returned an object without a name".into());
+    };
+    info.key = key.clone();
+    let payload = obj.payload.for_kind(key.kind);
+    contents
+        .known_hashes
+        .insert(key.clone(), content::source_hash(&info, &payload));
+    contents.payloads.insert(key.clone(), Arc::new(payload));
+    HubSource::Present(info)
+}

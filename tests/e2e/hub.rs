@@ -1,0 +1,271 @@
+//! Copies across clusters (SPEC §14), with two real API servers: the test cluster is the
+//! member, a second control plane the hub. The member's copyrator pulls what the hub places
+//! on it through a HubLink, within the link's ceiling; a hub away or a refused token deletes
+//! nothing.
+
+mod fixture;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::common::{CONVERGE, Harness, Options, secret_value, stays};
+use fixture::{Hub, Member};
+
+/// Starts the member's copyrator (pulling every second) and a hub whose namespace
+/// `platform` holds `cred` (token=v1), placed on the member by rule `registry` into
+/// namespaces labelled `registry=<id>`.
+async fn setup() -> (Harness, Hub, Member) {
+    let hub = Hub::start().await;
+    let env = crate::common::TestEnv::new().await;
+    let member = Member::prepare(&env).await;
+    let h = Harness::start_in(
+        env,
+        Options {
+            extra: member.args(),
+            ..Default::default()
+        },
+    )
+    .await;
+    hub.namespace("platform").await;
+    hub.source("platform", "cred", "v1").await;
+    hub.rule("registry", ("platform", "cred"), ("registry", &h.name("r")))
+        .await;
+    hub.grant_members().await;
+    (h, hub, member)
+}
+
+fn token(s: &Secret) -> Option<String> {
+    secret_value(s, "token")
+}
+
+#[tokio::test]
+async fn copies_follow_the_hub_within_the_link_ceiling() {
+    let (h, hub, member) = setup().await;
+    let selected = ("registry", h.name("r"));
+    let ceiling = ("hub-ceiling", h.name("c"));
+    let sel = (selected.0, selected.1.as_str());
+    let ceil = (ceiling.0, ceiling.1.as_str());
+    // Selected by the hub's rule and inside the ceiling; selected but outside the ceiling;
+    // inside both but holding the member's own Secret of the same name.
+    let inside = h.namespace("team-in", &[sel, ceil]).await;
+    let outside = h.namespace("team-out", &[sel]).await;
+    let owned = h.namespace("team-owned", &[sel, ceil]).await;
+    crate::common::build::secret("cred")
+        .data("token", "mine")
+        .create(&h, &owned)
+        .await;
+    // A source of a hub namespace the ceiling does not accept, readable by the member, and
+    // `inside` consenting to every namespace of the hub: the ceiling alone keeps it out.
+    let consent = serde_json::json!({"metadata": {"annotations": {
+        "copyrator.io/accept-from": format!("{}/*", member.link),
+    }}});
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(h.client.clone())
+        .patch(
+            &inside,
+            &Default::default(),
+            &kube::api::Patch::Merge(&consent),
+        )
+        .await
+        .expect("annotating the namespace");
+    hub.namespace("other").await;
+    hub.source("other", "other-cred", "o1").await;
+    hub.rule("elsewhere", ("other", "other-cred"), sel).await;
+    hub.grant_members().await;
+    assert!(hub.can_get(fixture::MEMBER, "other", "other-cred").await);
+    member.set_token(&h, &hub.member_token().await).await;
+
+    // No link: nothing from the hub is written.
+    stays(
+        Duration::from_secs(3),
+        "no copy without a HubLink",
+        || async { matches!(h.secrets(&inside).get_opt("cred").await, Ok(None)) },
+    )
+    .await;
+
+    member.link(&h, &hub, &["platform"], ceil).await;
+    let copy: Secret = h.wait_value(&inside, "cred", "token", "v1").await;
+    let annotations = copy.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("copyrator.io/source").map(String::as_str),
+        Some(format!("{}/platform/cred", member.link).as_str()),
+        "the copy names its link and source"
+    );
+    member.wait_reachable(&h, "True", CONVERGE).await;
+    // explain on the member still answers with a hub copy in the namespace (it does not
+    // explain hub copies yet: docs/clusters.md).
+    let explained = crate::common::run_copyrator(&["explain", "namespace", &inside]).await;
+    assert!(explained.success, "explain answers: {}", explained.stderr);
+    // A few more rounds: what the ceiling excludes and what the member owns stay as they are.
+    stays(
+        Duration::from_secs(4),
+        "the ceiling and the member's own objects hold",
+        || async {
+            let out = h.secrets(&outside).get_opt("cred").await;
+            let other = h.secrets(&inside).get_opt("other-cred").await;
+            let mine = h.secrets(&owned).get("cred").await;
+            matches!(out, Ok(None))
+                && matches!(other, Ok(None))
+                && mine.is_ok_and(|s| {
+                    let marked = s
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("copyrator.io/source"));
+                    token(&s).as_deref() == Some("mine") && !marked
+                })
+        },
+    )
+    .await;
+
+    hub.source("platform", "cred", "v2").await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v2").await;
+    hub.delete_source("platform", "cred").await;
+    h.wait_gone::<Secret>(&inside, "cred").await;
+    assert_eq!(
+        token(&h.secrets(&owned).get("cred").await.unwrap()).as_deref(),
+        Some("mine"),
+        "the member's own Secret is never touched"
+    );
+    member.delete_link(&h).await;
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_hub_away_or_a_refused_token_deletes_nothing() {
+    let (h, hub, member) = setup().await;
+    let sel = ("registry", h.name("r"));
+    let ceil = ("hub-ceiling", h.name("c"));
+    let inside = h
+        .namespace(
+            "team-in",
+            &[(sel.0, sel.1.as_str()), (ceil.0, ceil.1.as_str())],
+        )
+        .await;
+    member.set_token(&h, &hub.member_token().await).await;
+    member
+        .link(&h, &hub, &["platform"], (ceil.0, ceil.1.as_str()))
+        .await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v1").await;
+    member.wait_reachable(&h, "True", CONVERGE).await;
+
+    let synced = h
+        .secrets(&inside)
+        .get("cred")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    // The hub's API server frozen: the copy stays as last synced, the link says since when.
+    hub.signal("STOP");
+    let (_, reason, since) = member
+        .wait_reachable(&h, "False", Duration::from_secs(40))
+        .await;
+    assert_eq!(reason, "HubUnreachable");
+    let last_sync = format!(
+        "copyrator_hub_last_sync_timestamp_seconds{{link=\"{}\"}}",
+        member.link
+    );
+    let frozen_at = h.metric(&last_sync).await;
+    assert!(frozen_at > 0.0, "the last full sync is known: {frozen_at}");
+    stays(
+        Duration::from_secs(10),
+        "the copy stays while the hub is away",
+        || async {
+            h.secrets(&inside)
+                .get("cred")
+                .await
+                .is_ok_and(|s| token(&s).as_deref() == Some("v1"))
+        },
+    )
+    .await;
+    let (_, _, still) = member.reachable(&h).await.expect("a Reachable condition");
+    assert_eq!(
+        h.metric(&last_sync).await,
+        frozen_at,
+        "the last sync time stands still while the hub is away"
+    );
+    assert_eq!(
+        since, still,
+        "Reachable=False keeps the time of the first failure"
+    );
+    hub.signal("CONT");
+    member
+        .wait_reachable(&h, "True", Duration::from_secs(40))
+        .await;
+    assert!(
+        h.metric(&last_sync).await > frozen_at,
+        "the last sync time moves again once the hub is back"
+    );
+    let after = h
+        .secrets(&inside)
+        .get("cred")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    assert_eq!(after, synced, "back in reach, a copy in sync gets no write");
+    hub.source("platform", "cred", "v2").await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v2").await;
+
+    // A token the hub refuses: nothing deleted either.
+    member.set_token(&h, "not-a-token").await;
+    let (_, reason, _) = member.wait_reachable(&h, "False", CONVERGE).await;
+    assert_eq!(reason, "CredentialRefused");
+    stays(
+        Duration::from_secs(3),
+        "the copy stays while the token is refused",
+        || async {
+            h.secrets(&inside)
+                .get("cred")
+                .await
+                .is_ok_and(|s| token(&s).as_deref() == Some("v2"))
+        },
+    )
+    .await;
+    // A new token in the Secret: sync goes on, no restart.
+    member.set_token(&h, &hub.member_token().await).await;
+    member.wait_reachable(&h, "True", CONVERGE).await;
+    hub.source("platform", "cred", "v3").await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v3").await;
+    member.delete_link(&h).await;
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_member_reads_only_the_sources_placed_on_it() {
+    let hub = Hub::start().await;
+    hub.service_account("member-2").await;
+    hub.namespace("platform").await;
+    hub.source("platform", "cred", "v1").await;
+    hub.source("platform", "cred-2", "v1").await;
+    hub.rule("registry", ("platform", "cred"), ("registry", "on"))
+        .await;
+    hub.rule_on(
+        "second",
+        ("platform", "cred-2"),
+        ("registry", "on"),
+        "member-2",
+    )
+    .await;
+    hub.grant_members().await;
+    let m1 = fixture::MEMBER;
+    assert!(
+        hub.can_get(m1, "platform", "cred").await,
+        "member-1 reads its source"
+    );
+    assert!(
+        !hub.can_get("member-2", "platform", "cred").await,
+        "member-2 cannot read member-1's source"
+    );
+    assert!(hub.can_get("member-2", "platform", "cred-2").await);
+    assert!(!hub.can_get(m1, "platform", "cred-2").await);
+    // No longer placed: no longer readable.
+    hub.delete_rule("registry").await;
+    hub.grant_members().await;
+    assert!(
+        !hub.can_get(m1, "platform", "cred").await,
+        "access follows the placement"
+    );
+    assert!(hub.can_get("member-2", "platform", "cred-2").await);
+}
