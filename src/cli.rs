@@ -645,13 +645,20 @@ pub struct ServeArgs {
 
     /// How often a member cluster reads the hubs its HubLinks reach and converges their
     /// copies (SPEC §14). 0 (the default) turns copies across clusters off: no HubLink is read.
-    #[arg(long, env = "COPYRATOR_HUB_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
+    /// Not with --namespaces: HubLinks are cluster-scoped.
+    #[arg(long, env = "COPYRATOR_HUB_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration,
+          conflicts_with = "namespaces")]
     pub hub_sync_interval: Duration,
 
     /// On a hub (SPEC §14.1): the namespace of the member clusters' ServiceAccounts
     /// (`copyrator-member-<cluster>`). Set, the leader keeps each member's Roles equal to what
-    /// the CopyRules place on it, every --hub-sync-interval (10 s when that is 0).
-    #[arg(long, env = "COPYRATOR_HUB_MEMBERS_NAMESPACE")]
+    /// the CopyRules place on it, every --hub-sync-interval (10 s when that is 0). Not with
+    /// --namespaces: it reads the cluster-scoped CopyRules.
+    #[arg(
+        long,
+        env = "COPYRATOR_HUB_MEMBERS_NAMESPACE",
+        conflicts_with = "namespaces"
+    )]
     pub hub_members_namespace: Option<String>,
 
     #[command(flatten)]
@@ -837,6 +844,21 @@ mod tests {
         for bad in ["team-*", "*", "Team-A", "a/b"] {
             let err = parse(bad).expect_err(bad).to_string();
             assert!(err.contains("not a namespace name"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_namespace_scoped_install_takes_no_hub_flag() {
+        // HubLinks and CopyRules are cluster-scoped: §13 makes no cluster-scoped call.
+        for hub in [
+            ["--hub-sync-interval", "10s"],
+            ["--hub-members-namespace", "members"],
+        ] {
+            let err = serve(&["--namespaces", "team-a", hub[0], hub[1]])
+                .expect_err(hub[0])
+                .to_string();
+            assert!(err.contains("cannot be used with"), "{err}");
+            assert!(serve(&hub).is_ok(), "{}: cluster-wide it is fine", hub[0]);
         }
     }
 
