@@ -92,10 +92,18 @@ async fn copies_follow_the_hub_within_the_link_ceiling() {
         "the copy names its link and source"
     );
     member.wait_reachable(&h, "True", CONVERGE).await;
-    // explain on the member still answers with a hub copy in the namespace (it does not
-    // explain hub copies yet: docs/clusters.md).
+    // explain on the member names the hub copy's link and hub source (it does not read the
+    // hub: docs/clusters.md).
     let explained = crate::common::run_copyrator(&["explain", "namespace", &inside]).await;
     assert!(explained.success, "explain answers: {}", explained.stderr);
+    assert!(
+        explained.stdout.contains(&format!(
+            "platform/cred on the hub of HubLink {}",
+            member.link
+        )),
+        "explain names the hub copy: {}",
+        explained.stdout
+    );
     // A few more rounds: what the ceiling excludes and what the member owns stay as they are.
     stays(
         Duration::from_secs(4),

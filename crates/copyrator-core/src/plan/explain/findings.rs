@@ -328,6 +328,48 @@ pub(super) fn orphan(action: &Action, existing: &BTreeMap<ObjectKey, Existing>) 
     })
 }
 
+/// A hub's copies in the namespace asked about (SPEC §14): kept by their HubLink's sync, which
+/// reads the hub; `explain` reads only this cluster, so it names the hub source and the link
+/// and says where to look rather than judging them.
+pub(super) fn hub_copies(
+    focus: &Focus,
+    existing: &BTreeMap<ObjectKey, Existing>,
+    already: &[Finding],
+) -> Vec<Finding> {
+    let Focus::Namespace(ns) = focus else {
+        return Vec::new();
+    };
+    existing
+        .iter()
+        .filter(|(target, _)| &target.namespace == ns)
+        .filter(|(target, _)| !already.iter().any(|f| f.target.as_ref() == Some(*target)))
+        .filter_map(|(target, e)| match e {
+            Existing::Managed(m) => m.source.hub_parts().map(|(link, hub_ns)| Finding {
+                rule: m.rule.clone(),
+                tier: None,
+                source: Some(m.source.clone()),
+                target: Some(target.clone()),
+                verdict: Verdict::HubUnknown,
+                copy: if m.deleting {
+                    CopyState::BeingDeleted
+                } else {
+                    CopyState::Present
+                },
+                message: format!(
+                    "a copy of {hub_ns}/{name} on the hub of HubLink {link}: its link's sync \
+                         keeps it and deletes it only on what a reachable hub says; explain \
+                         reads this cluster only (kubectl get hublink {link} -o yaml: whether \
+                         the hub is reachable, since when)",
+                    name = m.source.name,
+                ),
+                shape: None,
+                bundle: None,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Rules whose configuration is invalid: ignored, whatever they ask for.
 pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
     let set = world.rules();

@@ -17,7 +17,7 @@ use crate::{
 pub use bundles::{
     BundleReads, BundleSources, Bundles, DefaultCasFinding, EntryFinding, ObjectFinding,
 };
-use findings::{invalid, judge, missing_namespaces, no_source, not_opted_in, orphan};
+use findings::{hub_copies, invalid, judge, missing_namespaces, no_source, not_opted_in, orphan};
 pub use verdict::{CopyState, Planned, Verdict};
 
 /// What is being explained.
@@ -269,6 +269,8 @@ pub fn explain(
     out.findings.extend(invalid(world, focus));
     out.findings
         .extend(not_opted_in(world, focus, unlabelled, existing));
+    let from_hubs = hub_copies(focus, existing, &out.findings);
+    out.findings.extend(from_hubs);
     out
 }
 

@@ -522,3 +522,49 @@ fn explanation_agrees_with_the_plan() {
         assert_eq!(applying, kept, "{namespace}");
     }
 }
+
+#[test]
+fn a_hubs_copy_is_named_with_its_link_not_called_an_orphan() {
+    let mut case = Case::trusted(&[ns("team-a", &[])]);
+    let labels = map(&[(marks::MANAGED_BY_LABEL, marks::MANAGED_BY_VALUE)]);
+    let annotations = map(&[
+        (marks::SOURCE_ANNOTATION, "hub-a/platform/registry"),
+        (marks::RULE_ANNOTATION, "hub-a/copyrule/registry"),
+        (marks::CONTENT_HASH_ANNOTATION, "abc"),
+    ]);
+    let managed =
+        ManagedCopy::from_marks(Kind::Secret, &labels, &annotations, "7".into(), false).unwrap();
+    case.existing.insert(
+        ObjectKey::new(Kind::Secret, "team-a", "registry"),
+        Existing::Managed(managed),
+    );
+    let e = case.explain(Focus::Namespace("team-a".into()));
+    let hub: Vec<&Finding> = e
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::HubUnknown)
+        .collect();
+    assert_eq!(hub.len(), 1, "{:#?}", e.findings);
+    assert!(
+        hub[0]
+            .message
+            .contains("platform/registry on the hub of HubLink hub-a")
+            && hub[0].message.contains("kubectl get hublink hub-a"),
+        "{}",
+        hub[0].message
+    );
+    assert!(
+        e.findings
+            .iter()
+            .all(|f| f.verdict.code() != "NoRuleWantsCopy"),
+        "never called a copy no rule wants: {:#?}",
+        e.findings
+    );
+    // Asked about another namespace, it is not mentioned.
+    assert!(
+        case.explain(Focus::Namespace("team-b".into()))
+            .findings
+            .iter()
+            .all(|f| f.verdict != Verdict::HubUnknown)
+    );
+}
