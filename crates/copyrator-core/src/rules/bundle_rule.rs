@@ -11,10 +11,7 @@ use crate::{
     transform::{self, Transform},
 };
 
-use super::{
-    Rule, RuleError, RuleId, SourceMatch, check_key,
-    copy_rule::{check_secret_type, namespace_set},
-};
+use super::{Rule, RuleError, RuleId, SourceMatch, check_key, copy_rule::check_secret_type};
 
 /// Validates a CopyRule with `spec.sources` (a bundle, SPEC §3.2) and converts it: the
 /// fields of a one-source rule are refused, each source and the target checked.
@@ -165,26 +162,14 @@ pub(super) fn bundle_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleErr
             key: entry.key.clone(),
         });
     }
-    let namespace_selector = spec
-        .namespace_selector
-        .as_ref()
-        .map(Selector::from_label_selector)
-        .transpose()
-        .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?;
-    let namespaces = namespace_set("spec.namespaces", &spec.namespaces)?;
-    let exclude_namespaces = namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?;
-    if namespace_selector.is_none() && namespaces.is_empty() {
-        return Err(RuleError::new(
-            "spec.namespaceSelector",
-            "one of spec.namespaceSelector or spec.namespaces is required (use namespaceSelector: {} for every namespace)",
-        ));
-    }
-    let created = rule
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.as_second())
-        .unwrap_or_default();
+    let targets = super::copy_rule::TargetClauses::of(spec)?;
+    targets.require_some()?;
+    let super::copy_rule::TargetClauses {
+        namespace_selector,
+        namespaces,
+        exclude_namespaces,
+    } = targets;
+    let created = super::copy_rule::created(rule);
     let owner = SourceInfo {
         key: ObjectKey::bundle(kind, &name),
         uid: rule.metadata.uid.clone().unwrap_or_default(),

@@ -95,16 +95,9 @@ impl Rule {
                 ));
             }
         }
-        let namespace_selector = spec
-            .namespace_selector
-            .as_ref()
-            .map(Selector::from_label_selector)
-            .transpose()
-            .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?;
-        let namespaces = namespace_set("spec.namespaces", &spec.namespaces)?;
-        let exclude_namespaces = namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?;
+        let targets = TargetClauses::of(spec)?;
         // A rule placed on member clusters copies from the hub's namespace into theirs.
-        if spec.clusters.is_none() && namespaces.contains(&spec.source_namespace) {
+        if spec.clusters.is_none() && targets.namespaces.contains(&spec.source_namespace) {
             return Err(RuleError::new(
                 "spec.namespaces",
                 format!(
@@ -120,12 +113,12 @@ impl Rule {
                 "is only for copies that are Secrets (of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg)",
             ));
         }
-        if namespace_selector.is_none() && namespaces.is_empty() {
-            return Err(RuleError::new(
-                "spec.namespaceSelector",
-                "one of spec.namespaceSelector or spec.namespaces is required (use namespaceSelector: {} for every namespace)",
-            ));
-        }
+        targets.require_some()?;
+        let TargetClauses {
+            namespace_selector,
+            namespaces,
+            exclude_namespaces,
+        } = targets;
         Ok(Rule {
             id: RuleId::CopyRule(name),
             kind,
@@ -137,12 +130,7 @@ impl Rule {
             target_name: spec.target_name.clone(),
             deletion_policy: spec.deletion_policy,
             conflict_policy: spec.conflict_policy,
-            created: rule
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_second())
-                .unwrap_or_default(),
+            created: created(rule),
             tier: Tier::CopyRule,
             image_pull_secret: spec.image_pull_secret,
             // Create-once copies are their namespace's: never read-only.
@@ -295,6 +283,49 @@ pub fn copy_rule_kind(spec: &crate::copyrule::CopyRuleSpec) -> Result<Kind, Rule
             ),
         )
     })
+}
+
+/// A CopyRule's target clauses, checked: `namespaceSelector`, `namespaces`,
+/// `excludeNamespaces`.
+pub(super) struct TargetClauses {
+    pub namespace_selector: Option<Selector>,
+    pub namespaces: BTreeSet<String>,
+    pub exclude_namespaces: BTreeSet<String>,
+}
+
+impl TargetClauses {
+    pub(super) fn of(spec: &crate::copyrule::CopyRuleSpec) -> Result<Self, RuleError> {
+        Ok(Self {
+            namespace_selector: spec
+                .namespace_selector
+                .as_ref()
+                .map(Selector::from_label_selector)
+                .transpose()
+                .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?,
+            namespaces: namespace_set("spec.namespaces", &spec.namespaces)?,
+            exclude_namespaces: namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?,
+        })
+    }
+
+    /// A rule must select some namespace, by selector or by name.
+    pub(super) fn require_some(&self) -> Result<(), RuleError> {
+        if self.namespace_selector.is_none() && self.namespaces.is_empty() {
+            return Err(RuleError::new(
+                "spec.namespaceSelector",
+                "one of spec.namespaceSelector or spec.namespaces is required (use namespaceSelector: {} for every namespace)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// When the CopyRule was created (seconds; 0 when not known), for precedence between rules.
+pub(super) fn created(rule: &CopyRule) -> i64 {
+    rule.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .unwrap_or_default()
 }
 
 pub(super) fn namespace_set(field: &str, names: &[String]) -> Result<BTreeSet<String>, RuleError> {

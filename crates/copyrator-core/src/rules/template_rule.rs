@@ -8,16 +8,13 @@ use serde_json::Value;
 use crate::{
     copyrule::CopyRule,
     model::{Kind, ObjectKey, SourceInfo},
-    selector::{self, Selector},
+    selector,
     template::{MAX_TEMPLATE_BYTES, Template, mentions_namespace},
     tenancy::Tier,
     transform::Transform,
 };
 
-use super::{
-    Rule, RuleError, RuleId, SourceMatch,
-    copy_rule::{copy_rule_kind, namespace_set},
-};
+use super::{Rule, RuleError, RuleId, SourceMatch, copy_rule::copy_rule_kind};
 
 /// Top-level fields a template may not set: the API server's and copyrator's own.
 const NOT_IN_A_TEMPLATE: [&str; 3] = ["apiVersion", "kind", "status"];
@@ -98,26 +95,14 @@ pub(super) fn template_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleE
             .values()
             .chain(annotations.values())
             .any(|v: &String| v.contains(crate::template::NAMESPACE_VARIABLE));
-    let namespace_selector = spec
-        .namespace_selector
-        .as_ref()
-        .map(Selector::from_label_selector)
-        .transpose()
-        .map_err(|e| RuleError::new("spec.namespaceSelector", e.to_string()))?;
-    let namespaces = namespace_set("spec.namespaces", &spec.namespaces)?;
-    let exclude_namespaces = namespace_set("spec.excludeNamespaces", &spec.exclude_namespaces)?;
-    if namespace_selector.is_none() && namespaces.is_empty() {
-        return Err(RuleError::new(
-            "spec.namespaceSelector",
-            "one of spec.namespaceSelector or spec.namespaces is required (use namespaceSelector: {} for every namespace)",
-        ));
-    }
-    let created = rule
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.as_second())
-        .unwrap_or_default();
+    let targets = super::copy_rule::TargetClauses::of(spec)?;
+    targets.require_some()?;
+    let super::copy_rule::TargetClauses {
+        namespace_selector,
+        namespaces,
+        exclude_namespaces,
+    } = targets;
+    let created = super::copy_rule::created(rule);
     let owner = SourceInfo {
         key: ObjectKey::bundle(kind, &name),
         uid: rule.metadata.uid.clone().unwrap_or_default(),
