@@ -117,7 +117,19 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let cluster = if args.namespaces.is_empty() {
         cluster
     } else {
-        cluster.scoped_to(args.namespaces.iter().cloned())
+        // A watch per feed and namespace: on HTTP/2 lanes, not a connection each (SPEC §13).
+        let watches = args.namespaces.len()
+            * (crate::freshness::waiters::Feed::all().len() + 2 * unresolved.len());
+        let lanes = crate::cluster::client::watch_lanes(
+            args.kubeconfig.as_deref(),
+            args.api_timeout,
+            &metrics,
+            watches.div_ceil(crate::cluster::client::WATCHES_PER_LANE),
+        )
+        .await?;
+        cluster
+            .scoped_to(args.namespaces.iter().cloned())
+            .with_watch_lanes(lanes)
     };
     let identity = args
         .identity

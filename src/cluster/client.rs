@@ -80,40 +80,103 @@ pub async fn counting_client(
     api_timeout: Duration,
     metrics: &Metrics,
 ) -> anyhow::Result<Client> {
-    use axum::http::Response;
+    let builder = builder(kube_config(kubeconfig, api_timeout).await?)
+        .context("building the Kubernetes client")?;
+    Ok(builder.with_layer(&counting(metrics)).build())
+}
+
+/// A layer counting the bytes of every API response into `metrics`.
+fn counting(
+    metrics: &Metrics,
+) -> tower::util::MapResponseLayer<
+    impl Fn(Response<Box<DynBody>>) -> Response<Box<DynBody>> + Clone + use<>,
+> {
     use http_body_util::BodyExt;
-    use kube::client::DynBody;
 
     let counter = metrics.api_response_bytes.clone();
-    let count = tower::util::MapResponseLayer::new(move |response: Response<Box<DynBody>>| {
+    tower::util::MapResponseLayer::new(move |response: Response<Box<DynBody>>| {
         let counter = counter.clone();
         response.map(move |body| {
-            body.map_frame(move |frame| {
+            Box::new(body.map_frame(move |frame| {
                 if let Some(data) = frame.data_ref() {
                     counter.inc_by(data.len() as u64);
                 }
                 frame
-            })
+            })) as Box<DynBody>
         })
-    });
-    let builder = builder(kube_config(kubeconfig, api_timeout).await?)
-        .context("building the Kubernetes client")?;
-    Ok(builder.with_layer(&count).build())
+    })
 }
+
+/// The clients a namespace-scoped install's watches share (SPEC §13), `lanes` of them, each
+/// counting response bytes like the service's client. Each multiplexes its watches over one
+/// HTTP/2 connection and sends a PING every third of `api_timeout`: a connection that goes
+/// silent fails all its watches within `api_timeout`, so a quiet watch need not be renewed
+/// that often (`Cluster::watch_seconds`). One lane carries [`WATCHES_PER_LANE`] watches at
+/// most, well under the API server's streams per connection.
+pub async fn watch_lanes(
+    kubeconfig: Option<&std::path::Path>,
+    api_timeout: Duration,
+    metrics: &Metrics,
+    lanes: usize,
+) -> anyhow::Result<Vec<Client>> {
+    let config = kube_config(kubeconfig, api_timeout).await?;
+    (0..lanes.max(1))
+        .map(|_| {
+            let builder = builder_with(config.clone(), Transport::Multiplexed)
+                .context("building a watch client")?;
+            Ok(builder.with_layer(&counting(metrics)).build())
+        })
+        .collect()
+}
+
+/// How many watches one of [`watch_lanes`] carries at most (the API server allows 1,000
+/// streams per HTTP/2 connection by default; Go's server 250).
+pub const WATCHES_PER_LANE: usize = 100;
 
 /// The service stack `ClientBuilder::try_from(config)` builds.
 pub type Stack = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
+/// How a client's requests reach the API server.
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    /// HTTP/1.1, a connection per request in flight (a watch holds one).
+    PerRequest,
+    /// HTTP/2 where the API server offers it: every request over one connection, kept honest
+    /// by PINGs.
+    Multiplexed,
+}
+
 /// kube's default client stack for `config` with TCP_NODELAY on its connections. A proxy in
 /// the configuration gets kube's own stack (its proxy support), Nagle's algorithm included.
 pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
+    builder_with(config, Transport::PerRequest)
+}
+
+fn builder_with(config: Config, transport: Transport) -> Result<ClientBuilder<Stack>, kube::Error> {
     if config.proxy_url.is_some() {
         return ClientBuilder::try_from(config);
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    let https = config.rustls_https_connector_with_connector(http)?;
+    let https = match transport {
+        Transport::PerRequest => config.rustls_https_connector_with_connector(http)?,
+        Transport::Multiplexed => {
+            let tls = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(config.rustls_client_config()?)
+                .https_or_http();
+            let tls = match &config.tls_server_name {
+                Some(name) => {
+                    let name = name.clone().try_into().map_err(|e| {
+                        kube::Error::Service(format!("invalid TLS server name: {e}").into())
+                    })?;
+                    tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+                }
+                None => tls,
+            };
+            tls.enable_all_versions().wrap_connector(http)
+        }
+    };
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
@@ -128,6 +191,14 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
     if let Some(read_timeout) = config.read_timeout {
         pool.pool_timer(TokioTimer::new())
             .pool_idle_timeout(read_timeout / 3);
+        if transport == Transport::Multiplexed {
+            // A PING answered keeps the connection's reads within the read timeout however
+            // quiet its watches; one unanswered closes it, failing every stream on it.
+            pool.timer(TokioTimer::new())
+                .http2_keep_alive_interval(read_timeout / 3)
+                .http2_keep_alive_timeout(read_timeout / 3)
+                .http2_keep_alive_while_idle(true);
+        }
     }
     let client: hyper_util::client::legacy::Client<_, Body> = pool.build(connector);
 

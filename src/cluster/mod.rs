@@ -98,7 +98,14 @@ pub struct Cluster {
     api_timeout: Duration,
     /// Where copyrator reads and writes: every namespace, or those listed and bound (SPEC §13).
     scope: Arc<scope::Scope>,
+    /// The clients a namespace-scoped install's watches share, HTTP/2 and kept honest by
+    /// PINGs (`client::watch_lanes`); none: watches use `client`.
+    watch_lanes: Arc<[Client]>,
 }
+
+/// A watch's server-side timeout on a watch lane, seconds, and the spread added to it.
+const LANE_WATCH_SECONDS: u32 = 240;
+const LANE_WATCH_SPREAD_SECONDS: u32 = 120;
 
 /// `--api-timeout`'s default: well below the minute a silent connection used to cost, and
 /// well above the API server's usual answer times (SPEC §5).
@@ -131,6 +138,7 @@ impl Cluster {
             indexes: Arc::default(),
             api_timeout: DEFAULT_API_TIMEOUT,
             scope: Arc::default(),
+            watch_lanes: Arc::new([]),
         }
     }
 
@@ -160,12 +168,54 @@ impl Cluster {
         self.api_timeout
     }
 
-    /// The server-side timeout of a watch request: two thirds of the API timeout, so that a
-    /// quiet watch is ended by the API server, and resumed, well before its silence would
-    /// count as a dead connection (the API server 1.20 sends bookmarks only about once a
-    /// minute).
+    /// The watches' own clients (see [`client::watch_lanes`]).
+    pub fn with_watch_lanes(mut self, lanes: Vec<Client>) -> Self {
+        self.watch_lanes = lanes.into();
+        self
+    }
+
+    /// The client that carries the watch of namespace `part` (any namespace: `None`).
+    fn watch_client(&self, part: Option<&str>) -> &Client {
+        match (part, self.watch_lanes.len()) {
+            (_, 0) => &self.client,
+            (None, _) => &self.watch_lanes[0],
+            // The listed namespaces dealt round: every lane carries as many watches.
+            (Some(ns), lanes) => {
+                let at = self
+                    .scope
+                    .listed()
+                    .and_then(|listed| listed.iter().position(|n| n == ns))
+                    .unwrap_or(0);
+                &self.watch_lanes[at % lanes]
+            }
+        }
+    }
+
+    /// The server-side timeout of a watch request. On a connection of its own (HTTP/1.1),
+    /// two thirds of the API timeout, so that a quiet watch is ended by the API server, and
+    /// resumed, well before its silence would count as a dead connection (the API server
+    /// 1.20 sends bookmarks only about once a minute). On a watch lane, whose PINGs find a
+    /// dead connection, minutes, spread so the renewals do not come together.
     pub fn watch_seconds(&self) -> u32 {
-        ((self.api_timeout.as_secs() * 2 / 3) as u32).max(1)
+        if self.watch_lanes.is_empty() {
+            return ((self.api_timeout.as_secs() * 2 / 3) as u32).max(1);
+        }
+        let spread = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() % LANE_WATCH_SPREAD_SECONDS);
+        LANE_WATCH_SECONDS + spread
+    }
+
+    /// How long a watch may go without an event before it counts as wedged: the API timeout
+    /// on a connection of its own; past its server-side end on a lane, whose PINGs watch the
+    /// connection.
+    pub fn watch_silence(&self) -> Duration {
+        if self.watch_lanes.is_empty() {
+            self.api_timeout
+        } else {
+            Duration::from_secs(u64::from(LANE_WATCH_SECONDS + LANE_WATCH_SPREAD_SECONDS))
+                + self.api_timeout
+        }
     }
 
     /// The indexes, for the dispatcher that applies watch events to them.

@@ -37,14 +37,16 @@ where
 }
 
 impl Cluster {
-    /// Opens a watch; its events are parsed as `T`.
+    /// Opens a watch (of namespace `part`, or any); its events are parsed as `T`.
     pub async fn watch_events<T: Clone + serde::de::DeserializeOwned>(
         &self,
+        part: Option<&str>,
         req: axum::http::Request<Vec<u8>>,
     ) -> ApiResult<
         impl futures::Stream<Item = Result<kube::core::WatchEvent<T>, kube::Error>> + use<T>,
     > {
-        self.call("watch", "watch", self.client.request_events::<T>(req))
+        let client = self.watch_client(part);
+        self.call("watch", "watch", client.request_events::<T>(req))
             .await
     }
 

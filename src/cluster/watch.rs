@@ -341,7 +341,11 @@ impl FeedWatch {
             Ok(r) => r,
             Err(e) => return Ended::Failed(e.to_string()),
         };
-        let stream = match self.cluster.watch_events::<MetaItem>(request).await {
+        let stream = match self
+            .cluster
+            .watch_events::<MetaItem>(self.part.as_deref(), request)
+            .await
+        {
             Ok(s) => s,
             Err(e) if e.code() == 410 => return Ended::Expired,
             Err(e) if self.part.is_some() && e.is_forbidden() => {
@@ -359,19 +363,30 @@ impl FeedWatch {
             .clone();
         let mut stream = std::pin::pin!(stream);
         // The API server ends the request before this; silence past it is a dead connection
-        // (the client's read timeout says the same; this holds whatever the transport).
-        let deadline = self.cluster.api_timeout();
+        // (the client's read timeout, or a lane's PINGs, say it sooner; this holds whatever
+        // the transport).
+        let tick = self.cluster.api_timeout();
+        let silence = self.cluster.watch_silence();
+        let mut quiet = Duration::ZERO;
         loop {
-            let event = match tokio::time::timeout(deadline, stream.next()).await {
+            let event = match tokio::time::timeout(tick, stream.next()).await {
                 Ok(Some(event)) => event,
                 Ok(None) => break,
+                // On a watch lane a quiet stream still open is on a connection that answers
+                // PINGs (one that does not is closed, failing the stream): progress.
+                Err(_) if quiet + tick < silence => {
+                    quiet += tick;
+                    self.progress.made();
+                    continue;
+                }
                 Err(_) => {
                     return Ended::Failed(format!(
                         "no progress for {}s: the connection went silent",
-                        deadline.as_secs()
+                        (quiet + tick).as_secs()
                     ));
                 }
             };
+            quiet = Duration::ZERO;
             if !matches!(event, Err(_) | Ok(WatchEvent::Error(_))) {
                 self.progress.made();
             }

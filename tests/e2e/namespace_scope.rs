@@ -205,6 +205,14 @@ async fn a_namespace_scoped_install_copies_where_bound_and_nowhere_else() {
             "a copy in {ns}"
         );
     }
+    // Quiet watches are not renewed every few seconds: a watch per feed and namespace shares
+    // HTTP/2 connections that PINGs keep honest (10 watches here; on connections of their own
+    // each would be renewed every 6 s).
+    let watches = "copyrator_api_requests_total{verb=\"watch\",resource=\"watch\"}";
+    let before = p.metric(watches).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let renewed = p.metric(watches).await - before;
+    assert!(renewed <= 2.0, "{renewed} watch requests in 15 s of quiet");
 
     // c's owner consents later, with the Role and RoleBinding the chart renders for c: the
     // copy follows within one look at c (every 30 s), with no restart.
