@@ -135,7 +135,30 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         .identity
         .clone()
         .unwrap_or_else(leader::default_identity);
-    let events = Events::new(client.clone(), identity.clone(), Arc::clone(&metrics));
+    // The install this process belongs to, named by its Lease: Events and metrics say it, so
+    // that several installs side by side are told apart (SPEC §13).
+    let lease_namespace = args
+        .lease
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(leader::default_lease_namespace);
+    let install = format!("{lease_namespace}/{}", args.lease.lease_name);
+    metrics
+        .install
+        .get_or_create(&crate::metrics::InstallLabels {
+            install: install.clone(),
+            scope: if args.namespaces.is_empty() {
+                "cluster"
+            } else {
+                "namespaces"
+            },
+        })
+        .set(1);
+    let events = Events::new(
+        client.clone(),
+        format!("{install}/{identity}"),
+        Arc::clone(&metrics),
+    );
     let mut policy = args.policy.policy();
     policy.own_namespace = leader::own_namespace(args.lease.lease_namespace.as_deref());
     if let Some(file) = &args.default_cas_file {
@@ -297,6 +320,12 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         background.push(tokio::spawn(show_not_bound(
             ctx.cluster.scope().not_bound(),
             Arc::clone(&metrics),
+            ctx.events.clone(),
+            crate::report::events::Regarding::Install {
+                namespace: lease_namespace.clone(),
+                lease: args.lease.lease_name.clone(),
+            },
+            leading_rx.clone(),
         )));
     }
     background.push(tokio::spawn(watch_kinds(
@@ -319,7 +348,22 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             name: args.lease.lease_name.clone(),
             identity: identity.clone(),
             lease_duration: args.lease_duration,
-            published: crate::pipeline::published::policy_annotations(&ctx.settings.policy),
+            published: {
+                use crate::pipeline::published;
+                let mut p = published::policy_annotations(&ctx.settings.policy);
+                if let Some(listed) = ctx.cluster.scope().listed() {
+                    p.insert(
+                        published::LISTED_NAMESPACES.into(),
+                        published::joined(listed),
+                    );
+                }
+                p
+            },
+            not_bound: ctx
+                .cluster
+                .scope()
+                .listed()
+                .map(|_| ctx.cluster.scope().not_bound()),
         };
         tasks.push(tokio::spawn(leader::run(
             client.clone(),
@@ -505,12 +549,33 @@ async fn watch_kinds(
 async fn show_not_bound(
     mut not_bound: watch::Receiver<std::collections::BTreeSet<String>>,
     metrics: Arc<Metrics>,
+    events: Events,
+    install: crate::report::events::Regarding,
+    mut leading: watch::Receiver<bool>,
 ) {
+    use crate::report::events::reason;
+    let mut told = std::collections::BTreeSet::new();
     loop {
-        let n = not_bound.borrow_and_update().len();
-        metrics.namespaces_not_bound.set(n as i64);
-        if not_bound.changed().await.is_err() {
-            return;
+        let now = not_bound.borrow_and_update().clone();
+        metrics.namespaces_not_bound.set(now.len() as i64);
+        // The leader tells, once per change; a replica taking over tells what it finds.
+        if *leading.borrow_and_update() {
+            for ns in now.difference(&told) {
+                let note = format!(
+                    "copyrator is not bound in listed namespace {ns}: nothing is copied there \
+                     until its owner applies the Role and RoleBinding `helm get notes` prints"
+                );
+                events.warning(&install, reason::NOT_BOUND, note).await;
+            }
+            for ns in told.difference(&now) {
+                let note = format!("copyrator is bound in {ns} now: its copies follow");
+                events.normal(&install, reason::BOUND, note).await;
+            }
+            told = now;
+        }
+        tokio::select! {
+            changed = not_bound.changed() => if changed.is_err() { return },
+            changed = leading.changed() => if changed.is_err() { return },
         }
     }
 }

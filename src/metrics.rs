@@ -90,6 +90,14 @@ pub struct ApiLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstallLabels {
+    /// `<namespace>/<name>` of the install's Lease.
+    pub install: String,
+    /// `cluster` or `namespaces` (SPEC §13).
+    pub scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabels {
     pub limit: &'static str,
 }
@@ -189,6 +197,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Listed namespaces of a namespace-scoped install where copyrator is not bound (SPEC §13).
     pub namespaces_not_bound: Gauge,
+    /// Which install this process is (its Lease) and its scope, for several side by side.
+    pub install: Family<InstallLabels, Gauge>,
     pub worker_threads: Gauge,
     pub pod_gate: Family<OutcomeLabels, Counter>,
 }
@@ -514,6 +524,12 @@ impl Metrics {
             "Listed namespaces (--namespaces) whose owners have not bound copyrator: they get no copies",
             namespaces_not_bound.clone(),
         );
+        let install = Family::<InstallLabels, Gauge>::default();
+        registry.register(
+            "install_info",
+            "Always 1: the install this process belongs to (its Lease) and its scope",
+            install.clone(),
+        );
         let worker_threads = Gauge::default();
         registry.register(
             "worker_threads",
@@ -577,6 +593,7 @@ impl Metrics {
             webhook_shed,
             leader,
             namespaces_not_bound,
+            install,
             worker_threads,
             pod_gate,
         }

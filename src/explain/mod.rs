@@ -67,6 +67,14 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         explicit,
     )
     .await?;
+    let mut resolved = resolved;
+    resolved.notes.extend(policy::scope_notes(
+        resolved.scope.as_ref(),
+        match &focus {
+            Focus::Namespace(ns) => Some(ns.as_str()),
+            Focus::Source(_) | Focus::Rule(_) => None,
+        },
+    ));
     let policy = resolved.policy.clone();
     let inputs = match &focus {
         Focus::Namespace(name) => load::for_namespace(&cluster, &policy, name).await?,

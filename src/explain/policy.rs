@@ -5,7 +5,7 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::lease::{LeaseRef, Lookup};
-use crate::{cli::ExplicitPolicy, plan::Policy};
+use crate::{cli::ExplicitPolicy, pipeline::published::PublishedScope, plan::Policy};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {
@@ -17,6 +17,8 @@ pub struct Resolved {
     /// The flags given here that replaced a published value (`--trusted-namespaces`, ...).
     pub overridden: Vec<&'static str>,
     pub notes: Vec<String>,
+    /// A namespace-scoped install's namespaces and those not bound, as published (SPEC §13).
+    pub scope: Option<PublishedScope>,
 }
 
 impl Resolved {
@@ -45,6 +47,7 @@ pub fn resolve(flags: &Policy, explicit: ExplicitPolicy, lookup: Lookup) -> Reso
                     "the running copyrator's policy was not found ({why}): using this command's \
                      policy flags; give it the running copyrator's values"
                 )],
+                scope: None,
             };
         }
     };
@@ -111,7 +114,39 @@ pub fn resolve(flags: &Policy, explicit: ExplicitPolicy, lookup: Lookup) -> Reso
         last_resync: published.last_resync,
         overridden,
         notes,
+        scope: published.scope.map(|s| *s),
     }
+}
+
+/// What a namespace-scoped install's published scope says of `namespace` (`None`: any
+/// namespace), as notes (SPEC §13).
+pub fn scope_notes(scope: Option<&PublishedScope>, namespace: Option<&str>) -> Vec<String> {
+    let Some(scope) = scope else {
+        return Vec::new();
+    };
+    let mut notes = Vec::new();
+    if let Some(ns) = namespace
+        && !scope.listed.contains(ns)
+    {
+        notes.push(format!(
+            "the running copyrator is namespace-scoped and {ns} is not one of its namespaces: \
+             nothing is copied into or from it"
+        ));
+    }
+    let not_bound: Vec<&str> = scope
+        .not_bound
+        .iter()
+        .map(String::as_str)
+        .filter(|n| namespace.is_none_or(|ns| ns == *n))
+        .collect();
+    if !not_bound.is_empty() {
+        notes.push(format!(
+            "copyrator is not bound in {}: its owner has not applied the Role and RoleBinding \
+             the chart prints (`helm get notes`); nothing is copied there until then",
+            not_bound.join(", ")
+        ));
+    }
+    notes
 }
 
 #[cfg(test)]
@@ -196,6 +231,28 @@ mod tests {
             r.notes[0].contains("no Lease ops/copyrator"),
             "{:?}",
             r.notes
+        );
+    }
+
+    #[test]
+    fn a_scoped_install_says_where_it_does_not_serve_and_where_it_is_not_bound() {
+        let scope = PublishedScope {
+            listed: ["a".to_string(), "c".into()].into(),
+            not_bound: ["c".to_string()].into(),
+        };
+        assert!(scope_notes(None, Some("x")).is_empty(), "cluster-wide");
+        assert!(scope_notes(Some(&scope), Some("a")).is_empty());
+        let x = scope_notes(Some(&scope), Some("x"));
+        assert!(
+            x.len() == 1 && x[0].contains("x is not one of its namespaces"),
+            "{x:?}"
+        );
+        let c = scope_notes(Some(&scope), Some("c"));
+        assert!(c.len() == 1 && c[0].contains("not bound in c"), "{c:?}");
+        let any = scope_notes(Some(&scope), None);
+        assert!(
+            any.len() == 1 && any[0].contains("not bound in c"),
+            "{any:?}"
         );
     }
 }

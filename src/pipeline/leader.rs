@@ -31,6 +31,8 @@ pub struct ElectionConfig {
     /// Annotations the holder keeps on the Lease: its policy
     /// ([`published::policy_annotations`]).
     pub published: BTreeMap<String, String>,
+    /// A namespace-scoped install's namespaces not bound now, published as they change.
+    pub not_bound: Option<watch::Receiver<std::collections::BTreeSet<String>>>,
 }
 
 impl ElectionConfig {
@@ -158,6 +160,10 @@ impl Elector {
         annotations.extend(self.config.published.clone());
         if let Some(at) = self.resyncs.borrow().last_started {
             annotations.insert(published::LAST_RESYNC.into(), at.to_string());
+        }
+        if let Some(not_bound) = &self.config.not_bound {
+            let value = published::joined(not_bound.borrow().iter());
+            annotations.insert(published::NOT_BOUND.into(), value);
         }
     }
 

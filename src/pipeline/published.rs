@@ -33,6 +33,15 @@ pub const OWN_NAMESPACE: &str = "copyrator.io/own-namespace";
 pub const DEFAULT_CAS: &str = "copyrator.io/default-cas";
 /// When the leader's last completed full resync began (RFC 3339).
 pub const LAST_RESYNC: &str = "copyrator.io/last-resync";
+/// A namespace-scoped install's `--namespaces`, comma-separated (SPEC §13).
+pub const LISTED_NAMESPACES: &str = "copyrator.io/namespaces";
+/// The listed namespaces where copyrator is not bound now, comma-separated (SPEC §13).
+pub const NOT_BOUND: &str = "copyrator.io/not-bound";
+
+/// A comma-separated list of `names`, as published.
+pub fn joined<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
+    names.into_iter().cloned().collect::<Vec<_>>().join(",")
+}
 
 /// The annotations that publish `policy`.
 pub fn policy_annotations(policy: &Policy) -> BTreeMap<String, String> {
@@ -95,7 +104,16 @@ pub struct Published {
     /// Boxed, as the grants: read rarely.
     pub default_cas: Option<Box<DefaultCasOrigin>>,
     pub last_resync: Option<Timestamp>,
+    /// A namespace-scoped install's namespaces, and those of them not bound (SPEC §13).
+    pub scope: Option<Box<PublishedScope>>,
     pub unreadable: Vec<String>,
+}
+
+/// What a namespace-scoped install publishes: where it serves and where it may not.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PublishedScope {
+    pub listed: BTreeSet<String>,
+    pub not_bound: BTreeSet<String>,
 }
 
 impl Published {
@@ -127,6 +145,8 @@ impl Published {
         let escalate_roles = get(ESCALATE_ROLES, &|_| true);
         let own = get(OWN_NAMESPACE, &|v| crate::selector::is_dns_label(v));
         let default_cas = get(DEFAULT_CAS, &|v| DefaultCasOrigin::parse(v).is_some());
+        let listed = get(LISTED_NAMESPACES, &|_| true);
+        let not_bound = get(NOT_BOUND, &|_| true);
         // Published together, by every version that publishes any: one missing is an older
         // copyrator's Lease, and its grants are not known.
         let grants = match (bind_cluster_roles, bind_roles, escalate_roles) {
@@ -148,6 +168,12 @@ impl Published {
                 .and_then(|v| DefaultCasOrigin::parse(&v))
                 .map(Box::new),
             last_resync: resync.and_then(|v| v.parse().ok()),
+            scope: listed.map(|l| {
+                Box::new(PublishedScope {
+                    listed: entries(&l),
+                    not_bound: not_bound.as_deref().map(entries).unwrap_or_default(),
+                })
+            }),
             unreadable,
         }
     }
@@ -278,5 +304,28 @@ mod tests {
             Some("2026-11-22T10:00:00Z".parse().unwrap())
         );
         assert!(!Published::is_published(&BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_scoped_installs_namespaces_and_those_not_bound_read_back() {
+        let mut annotations = policy_annotations(&policy("a", &[], (1, 2)));
+        assert_eq!(Published::read(&annotations).scope, None, "cluster-wide");
+        let listed: BTreeSet<String> = ["a".to_string(), "b".into(), "c".into()].into();
+        annotations.insert(LISTED_NAMESPACES.into(), joined(&listed));
+        annotations.insert(NOT_BOUND.into(), String::new());
+        let read = Published::read(&annotations);
+        assert_eq!(
+            read.scope.as_deref(),
+            Some(&PublishedScope {
+                listed: listed.clone(),
+                not_bound: BTreeSet::new(),
+            })
+        );
+        annotations.insert(NOT_BOUND.into(), "c".into());
+        let read = Published::read(&annotations);
+        assert_eq!(
+            read.scope.map(|s| s.not_bound),
+            Some(["c".to_string()].into())
+        );
     }
 }

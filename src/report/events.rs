@@ -43,8 +43,20 @@ const DEDUP_WINDOW: Duration = Duration::from_secs(15 * 60);
 /// What an Event is about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Regarding {
-    Source { key: ObjectKey, uid: String },
-    CopyRule { name: String, uid: String },
+    Source {
+        key: ObjectKey,
+        uid: String,
+    },
+    CopyRule {
+        name: String,
+        uid: String,
+    },
+    /// The install itself, by its Lease: what it says of a namespace where it may not
+    /// write (SPEC §13) is told here.
+    Install {
+        namespace: String,
+        lease: String,
+    },
 }
 
 impl Regarding {
@@ -56,6 +68,13 @@ impl Regarding {
                 namespace: Some(key.namespace.clone()),
                 name: Some(key.name.clone()),
                 uid: Some(uid.clone()).filter(|u| !u.is_empty()),
+                ..Default::default()
+            },
+            Regarding::Install { namespace, lease } => ObjectReference {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+                namespace: Some(namespace.clone()),
+                name: Some(lease.clone()),
                 ..Default::default()
             },
             Regarding::CopyRule { name, uid } => ObjectReference {
@@ -73,6 +92,7 @@ impl Regarding {
         match self {
             Regarding::Source { key, .. } => &key.namespace,
             Regarding::CopyRule { .. } => COPY_RULE_EVENTS_NAMESPACE,
+            Regarding::Install { namespace, .. } => namespace,
         }
     }
 
@@ -122,6 +142,10 @@ pub mod reason {
     /// A truststore's password cannot be read from its Secret: the copy is left as it is
     /// (SPEC §3.2, Bundles).
     pub const NO_PASSWORD: &str = "TruststorePasswordUnavailable";
+    /// A listed namespace where copyrator is not bound: nothing is copied there (SPEC §13).
+    pub const NOT_BOUND: &str = "NotBound";
+    /// A listed namespace where copyrator is bound again.
+    pub const BOUND: &str = "Bound";
 }
 
 #[derive(Clone)]

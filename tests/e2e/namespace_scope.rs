@@ -15,6 +15,7 @@ use copyrator::marks;
 use k8s_openapi::api::{
     authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec},
     core::v1::Secret,
+    events::v1::Event,
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{
@@ -47,6 +48,31 @@ async fn can_i(client: &Client, verb: &str, namespace: Option<&str>) -> bool {
         .unwrap()
         .status
         .is_some_and(|s| s.allowed)
+}
+
+/// The Events with `reason` about the install's Lease `lease` in `namespace` that name
+/// namespace `about`.
+async fn events_about(
+    env: &TestEnv,
+    namespace: &str,
+    lease: &str,
+    about: &str,
+    reason: &str,
+) -> Vec<Event> {
+    env.api::<Event>(namespace)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.note.as_deref().is_some_and(|n| n.contains(about))
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("Lease") && r.name.as_deref() == Some(lease)
+                })
+        })
+        .collect()
 }
 
 /// Waits at most [`WITHIN`] for `ns/name` to hold `token` = `want`; panics with `what`.
@@ -205,6 +231,46 @@ async fn a_namespace_scoped_install_copies_where_bound_and_nowhere_else() {
             "a copy in {ns}"
         );
     }
+    // Said in an Event beside the Lease, naming the install, and by explain, which reads the
+    // Lease; explain also says d is not served at all.
+    let told = eventually(CONVERGE, "a NotBound Event about c", || async {
+        events_about(&env, &release_ns, &fullname, &c, "NotBound")
+            .await
+            .pop()
+    })
+    .await;
+    let instance = told.reporting_instance.unwrap_or_default();
+    assert!(
+        instance.starts_with(&format!("{release_ns}/{fullname}/")),
+        "the Event names the install: {instance}"
+    );
+    let lease = [
+        "--lease-namespace",
+        release_ns.as_str(),
+        "--lease-name",
+        &fullname,
+    ];
+    for (ns, says) in [
+        (&c, format!("copyrator is not bound in {c}")),
+        (&d, format!("{d} is not one of its namespaces")),
+    ] {
+        eventually(CONVERGE, "explain saying why", || async {
+            let mut args = vec!["explain", "namespace", ns.as_str()];
+            args.extend(lease);
+            let out = run_copyrator_with(&args, &[]).await;
+            (out.success && out.stdout.contains(&says)).then_some(())
+        })
+        .await;
+    }
+    let install = format!(
+        "copyrator_install_info{{install=\"{release_ns}/{fullname}\",scope=\"namespaces\"}}"
+    );
+    assert_eq!(
+        p.metric(&install).await,
+        1.0,
+        "the metrics name the install"
+    );
+
     // Quiet watches are not renewed every few seconds: a watch per feed and namespace shares
     // HTTP/2 connections that PINGs keep honest (10 watches here; on connections of their own
     // each would be renewed every 6 s).
@@ -251,6 +317,12 @@ async fn a_namespace_scoped_install_copies_where_bound_and_nowhere_else() {
     .await;
     eprintln!("copy in c {:?} after consent", consented.elapsed());
     assert_eq!(p.metric("copyrator_namespaces_not_bound").await, 0.0);
+    eventually(CONVERGE, "a Bound Event about c", || async {
+        events_about(&env, &release_ns, &fullname, &c, "Bound")
+            .await
+            .pop()
+    })
+    .await;
     assert!(p.logs().contains("now bound"), "{}", p.logs());
     assert!(
         env.secrets(&d).get_opt("cred").await.unwrap().is_none(),
@@ -267,7 +339,13 @@ async fn a_namespace_scoped_install_copies_where_bound_and_nowhere_else() {
 struct ScopedInstall {
     release: Release,
     process: Process,
+    /// `<namespace>/<name>` of its Lease.
+    lease: String,
     _dir: tempfile::TempDir,
+}
+
+fn lease_of(install: &ScopedInstall) -> String {
+    install.lease.clone()
 }
 
 async fn scoped_install(
@@ -304,22 +382,47 @@ async fn scoped_install(
     ScopedInstall {
         release,
         process,
+        lease: format!("{release_ns}/{fullname}"),
         _dir: dir,
     }
 }
 
 #[tokio::test]
-async fn two_teams_namespace_scoped_installs_each_do_their_job() {
+async fn two_teams_and_a_cluster_wide_install_side_by_side_each_do_their_job() {
     let env = TestEnv::new().await;
     // Team 1 serves src1 and dst1, team 2 src2 and dst2; each source asks for both targets.
     let src1 = env.namespace("nst-src1", &[]).await;
     let dst1 = env.namespace("nst-dst1", &[]).await;
     let src2 = env.namespace("nst-src2", &[]).await;
     let dst2 = env.namespace("nst-dst2", &[]).await;
+    // The platform's cluster-wide install serves the rest: the teams' namespaces are excluded
+    // from it (SPEC §13), and its source asks for its own target and a team's.
+    let platform = env.namespace("nst-platform", &[]).await;
+    let shared = env.namespace("nst-shared", &[]).await;
+    let excluded = format!("kube-system,kube-node-lease,{src1},{dst1},{src2},{dst2}");
+    let mut cluster_wide = Process::spawn(&[
+        "--exclude-namespaces",
+        &excluded,
+        "--lease-namespace",
+        &platform,
+        "--resync-interval",
+        "1h",
+    ]);
     let mut one = scoped_install(&env, "nst1", &[&src1, &dst1], &src1).await;
     let mut two = scoped_install(&env, "nst2", &[&src2, &dst2], &src2).await;
     one.process.wait_ready().await;
     two.process.wait_ready().await;
+    cluster_wide.wait_ready().await;
+    let source = secret(
+        "cred",
+        &[(marks::SOURCE_LABEL, "true")],
+        &[(marks::NAMESPACES_ANNOTATION, &format!("{shared},{dst1}"))],
+        &[("token", "platform")],
+    );
+    env.secrets(&platform)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
     let targets = format!("{dst1},{dst2}");
     for (src, value) in [(&src1, "one"), (&src2, "two")] {
         let source = secret(
@@ -335,6 +438,25 @@ async fn two_teams_namespace_scoped_installs_each_do_their_job() {
     }
     within(&env, &dst1, "cred", "one", "team 1's copy in its namespace").await;
     within(&env, &dst2, "cred", "two", "team 2's copy in its namespace").await;
+    within(
+        &env,
+        &shared,
+        "cred",
+        "platform",
+        "the cluster-wide install's copy",
+    )
+    .await;
+    let version = |ns: String| {
+        let secrets = env.secrets(&ns);
+        async move {
+            secrets
+                .get_opt("cred")
+                .await
+                .unwrap()
+                .and_then(|s| s.metadata.resource_version)
+        }
+    };
+    let team_versions = (version(dst1.clone()).await, version(dst2.clone()).await);
     // Each leads on its own Lease; neither wrote where the other serves.
     for (install, team) in [(&one, "1"), (&two, "2")] {
         assert_eq!(
@@ -363,14 +485,25 @@ async fn two_teams_namespace_scoped_installs_each_do_their_job() {
         }
     };
     stays(
-        Duration::from_secs(1),
-        "each copy stays its own team's",
+        Duration::from_secs(3),
+        "each copy stays its own team's, unwritten",
         || async {
             value(dst1.clone()).await.as_deref() == Some("one")
                 && value(dst2.clone()).await.as_deref() == Some("two")
+                && (version(dst1.clone()).await, version(dst2.clone()).await) == team_versions
+                && value(shared.clone()).await.as_deref() == Some("platform")
         },
     )
     .await;
+    // Each names its install (its Lease) in its metrics.
+    for (process, install, scope) in [
+        (&cluster_wide, format!("{platform}/copyrator"), "cluster"),
+        (&one.process, lease_of(&one), "namespaces"),
+    ] {
+        let info = format!("copyrator_install_info{{install=\"{install}\",scope=\"{scope}\"}}");
+        assert_eq!(process.metric(&info).await, 1.0, "{info}");
+    }
+    cluster_wide.terminate();
     for mut install in [one, two] {
         install.process.terminate();
         install.release.uninstall();

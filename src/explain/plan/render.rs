@@ -351,6 +351,7 @@ mod tests {
             last_resync: None,
             overridden: Vec::new(),
             notes: vec!["the running copyrator's policy was not found".into()],
+            scope: None,
         }
     }
 

@@ -334,6 +334,14 @@ fn plan_target<'w>(
             reason: "namespace is terminating",
         }];
     }
+    // An excluded namespace is not this install's (another may serve it, SPEC §13): nothing
+    // is written or deleted there, a copy made before included.
+    if world.policy().is_excluded(&target.namespace) {
+        return vec![Action::Skip {
+            target: target.clone(),
+            reason: "namespace is excluded (--exclude-namespaces)",
+        }];
+    }
     if let Existing::Managed(m) = existing
         && m.deleting
     {
