@@ -510,3 +510,71 @@ async fn two_teams_and_a_cluster_wide_install_side_by_side_each_do_their_job() {
     }
     env.cleanup().await;
 }
+
+/// Webhooks an administrator registers for a namespace-scoped install work for its namespaces
+/// (SPEC §13): a Pod in a listed namespace finds the pull secret it needs, injected, the moment
+/// it is admitted; one in a namespace not listed, labelled the same, gets nothing.
+#[tokio::test]
+async fn registered_webhooks_gate_pods_in_the_listed_namespaces_only() {
+    let env = TestEnv::new().await;
+    let key = format!("nsw{}", env.id);
+    let selector = format!("{key}=on");
+    let src = env.namespace("nsw-src", &[]).await;
+    let listed = env.namespace("nsw-listed", &[]).await;
+    let other = env.namespace("nsw-other", &[(&key, "on")]).await;
+    let t = Harness::start_in(
+        env,
+        Options {
+            extra: vec![
+                format!("--namespaces={src},{listed}"),
+                format!("--trusted-namespaces={src}"),
+            ],
+            ..Default::default()
+        },
+    )
+    .await;
+    t.secrets(&src)
+        .create(
+            &PostParams::default(),
+            &registry_secret("registry", &selector, true),
+        )
+        .await
+        .unwrap();
+    for ns in [&listed, &other] {
+        service_account(&t.client, ns).await;
+    }
+    crate::pod_gate::wait_for_pod_gate(&t.client, &listed, || {
+        t.metric(crate::pod_gate::DRY_RUN_PODS)
+    })
+    .await;
+    // Labelled now: the namespace webhook and the Pod right after it race the watches.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(t.client.clone())
+        .patch(
+            &listed,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {&key: "on"}}})),
+        )
+        .await
+        .unwrap();
+    let admitted = create_pod(&t.client, &listed, &pod("app", &[], None)).await;
+    assert_eq!(pull_secret_names(&admitted), ["registry"]);
+    assert!(
+        t.secrets(&listed)
+            .get_opt("registry")
+            .await
+            .unwrap()
+            .is_some(),
+        "the pull secret is there when its Pod is admitted"
+    );
+    let elsewhere = create_pod(&t.client, &other, &pod("app", &[], None)).await;
+    assert!(pull_secret_names(&elsewhere).is_empty());
+    assert!(
+        t.secrets(&other)
+            .get_opt("registry")
+            .await
+            .unwrap()
+            .is_none(),
+        "a copy in {other}, not listed"
+    );
+    t.finish().await;
+}
