@@ -155,6 +155,74 @@ impl Hub {
         service_account_token(&self.client, MEMBERS_NS, &name).await
     }
 
+    /// A token of the member's identity on the hub bound to a Secret `handle` there: deleting
+    /// the Secret ([`Hub::revoke`]) revokes the token.
+    pub async fn member_token_bound(&self, handle: &str) -> String {
+        use k8s_openapi::api::authentication::v1::{
+            BoundObjectReference, TokenRequest, TokenRequestSpec,
+        };
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": handle}})).expect("a Secret");
+        let secret = Api::<Secret>::namespaced(self.client.clone(), MEMBERS_NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("the token's Secret");
+        let name = copyrator::hub::member_identity(MEMBER);
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+            self.client.clone(),
+            MEMBERS_NS,
+        )
+        .create_token_request(
+            &name,
+            &Default::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(3600),
+                    bound_object_ref: Some(BoundObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Secret".into()),
+                        name: Some(handle.into()),
+                        uid: secret.metadata.uid,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("a bound token")
+        .status
+        .and_then(|s| s.token)
+        .expect("a token in the TokenRequest status")
+    }
+
+    /// Revokes the tokens bound to Secret `handle` (see [`Hub::member_token_bound`]).
+    pub async fn revoke(&self, handle: &str) {
+        Api::<Secret>::namespaced(self.client.clone(), MEMBERS_NS)
+            .delete(handle, &DeleteParams::default())
+            .await
+            .expect("deleting the token's Secret");
+    }
+
+    /// Whether the hub authenticates `token` (a TokenReview).
+    pub async fn authenticates(&self, token: &str) -> bool {
+        use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<TokenReview>::all(self.client.clone())
+            .create(&Default::default(), &review)
+            .await
+            .expect("a TokenReview")
+            .status
+            .and_then(|s| s.authenticated)
+            .unwrap_or(false)
+    }
+
     pub async fn namespace(&self, name: &str) {
         create(
             &self.client,
@@ -361,6 +429,19 @@ impl Member {
         env: &TestEnv,
         hub: &Hub,
         source_namespaces: &[&str],
+        selector: (&str, &str),
+    ) {
+        self.link_through(env, hub, &hub.server, source_namespaces, selector)
+            .await
+    }
+
+    /// As [`Member::link`], the hub reached at `server` (a proxy in front of it).
+    pub async fn link_through(
+        &self,
+        env: &TestEnv,
+        hub: &Hub,
+        server: &str,
+        source_namespaces: &[&str],
         (key, value): (&str, &str),
     ) {
         let link: HubLink = serde_json::from_value(json!({
@@ -368,7 +449,7 @@ impl Member {
             "kind": "HubLink",
             "metadata": {"name": self.link},
             "spec": {
-                "server": hub.server,
+                "server": server,
                 "caBundle": hub.ca_bundle,
                 "credentialSecret": {"name": "hub-token"},
                 "clusterName": MEMBER,
