@@ -723,6 +723,67 @@ pub enum ManifestsCommand {
     HubLinkCrd,
     /// The ValidatingWebhookConfiguration for the admission endpoints.
     Webhooks(WebhooksArgs),
+    /// Joining a member cluster to a hub (SPEC §14): `--side hub` (the member's identity on
+    /// the hub) and `--side member` (its HubLink and token), one `kubectl apply` each.
+    HubJoin(HubJoinArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HubJoinArgs {
+    /// Which side's manifests to print.
+    #[arg(long, value_enum)]
+    pub side: crate::manifests::hub_join::Side,
+
+    /// The member's name on the hub, as hub CopyRules name it in `spec.clusters.names`.
+    #[arg(long)]
+    pub cluster: String,
+
+    /// The hub's namespace of members' identities (its `serve --hub-members-namespace`).
+    #[arg(long, default_value = "copyrator-members")]
+    pub members_namespace: String,
+
+    /// The HubLink's name on the member.
+    #[arg(long, default_value = "hub")]
+    pub link: String,
+
+    /// copyrator's own namespace on the member, where the token's Secret goes.
+    #[arg(long, default_value = "copyrator")]
+    pub member_namespace: String,
+
+    /// Member side: the hub API server's URL (https://HOST:PORT).
+    #[arg(long)]
+    pub server: Option<String>,
+
+    /// Member side: PEM file of the CA that signed the hub API server's certificate.
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
+
+    /// Member side: a file holding the member's token on the hub (the hub side's Secret's
+    /// `data.token`, decoded).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+
+    /// Member side, the ceiling: hub namespaces whose sources the member accepts
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub source_namespaces: Vec<String>,
+
+    /// Member side, the ceiling: those of them whose sources need no namespace's consent
+    /// (comma-separated; default none).
+    #[arg(long, value_delimiter = ',')]
+    pub trusted_source_namespaces: Vec<String>,
+
+    /// Member side, the ceiling: the labels (KEY=VALUE, comma-separated, all required) of the
+    /// member namespaces that may receive.
+    #[arg(long, value_delimiter = ',', value_parser = parse_label)]
+    pub namespace_selector: Vec<(String, String)>,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
 }
 
 #[derive(Debug, Args)]

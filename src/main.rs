@@ -75,6 +75,31 @@ fn main() -> ExitCode {
         Command::Manifests(ManifestsCommand::HubLinkCrd) => manifests::hub_link_crd_yaml()
             .map(|y| print!("{y}"))
             .map_err(Into::into),
+        Command::Manifests(ManifestsCommand::HubJoin(args)) => (|| {
+            let read = |path: &Option<std::path::PathBuf>, flag: &str| {
+                path.as_ref()
+                    .map(|p| {
+                        std::fs::read(p)
+                            .map_err(|e| anyhow::anyhow!("reading {flag} {}: {e}", p.display()))
+                    })
+                    .transpose()
+            };
+            let join = copyrator::manifests::hub_join::Join {
+                cluster: args.cluster,
+                members_namespace: args.members_namespace,
+                link: args.link,
+                member_namespace: args.member_namespace,
+                server: args.server,
+                ca: read(&args.ca_file, "--ca-file")?,
+                token: read(&args.token_file, "--token-file")?
+                    .map(|t| String::from_utf8_lossy(&t).into_owned()),
+                source_namespaces: args.source_namespaces,
+                trusted_source_namespaces: args.trusted_source_namespaces,
+                namespace_labels: args.namespace_selector,
+            };
+            print!("{}", join.manifests(args.side).map_err(anyhow::Error::msg)?);
+            Ok(())
+        })(),
         Command::Manifests(ManifestsCommand::Webhooks(args)) => (|| {
             let target = match (args.url, args.service) {
                 (Some(url), None) => WebhookTarget::Url(url),

@@ -16,6 +16,8 @@ use kube::CustomResourceExt;
 
 use crate::{admission::Endpoint, copyrule::CopyRule, marks, model::Kind};
 
+pub mod hub_join;
+
 /// Where the API server reaches the webhooks.
 #[derive(Clone, Debug)]
 pub enum WebhookTarget {

@@ -4,6 +4,7 @@
 //! nothing.
 
 mod fixture;
+mod join;
 mod recovery;
 
 use std::time::Duration;

@@ -42,6 +42,8 @@ const MEMBERS_NS: &str = "copyrator-members";
 /// A hub control plane, stopped and deleted when dropped.
 pub struct Hub {
     dir: PathBuf,
+    /// The hub's admin kubeconfig (for kubectl).
+    pub kubeconfig: PathBuf,
     pub client: Client,
     pub server: String,
     /// The hub's serving CA, base64 PEM (a HubLink's `caBundle`).
@@ -84,6 +86,7 @@ impl Hub {
         let ca = std::fs::read(dir.join("certs/apiserver.crt")).expect("hub CA");
         let hub = Self {
             dir,
+            kubeconfig,
             client,
             server,
             ca_bundle: base64::engine::general_purpose::STANDARD.encode(ca),
@@ -286,6 +289,18 @@ impl Hub {
             ..Default::default()
         };
         create(&self.client, CopyRule::new(rule, spec)).await;
+    }
+
+    /// The PEM file of the CA of the hub API server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("certs/apiserver.crt")
+    }
+
+    /// A token of member `cluster`'s identity on the hub, as `kubectl create token` makes it
+    /// (the test control plane has no token controller to fill a token Secret).
+    pub async fn token_of(&self, cluster: &str) -> String {
+        let name = copyrator::hub::member_identity(cluster);
+        service_account_token(&self.client, MEMBERS_NS, &name).await
     }
 
     /// The hub's kube-apiserver process.
