@@ -732,7 +732,7 @@ pub enum ManifestsCommand {
 pub struct HubJoinArgs {
     /// Which side's manifests to print.
     #[arg(long, value_enum)]
-    pub side: crate::manifests::hub_join::Side,
+    pub side: HubJoinSide,
 
     /// The member's name on the hub, as hub CopyRules name it in `spec.clusters.names`.
     #[arg(long)]
@@ -777,6 +777,13 @@ pub struct HubJoinArgs {
     /// member namespaces that may receive.
     #[arg(long, value_delimiter = ',', value_parser = parse_label)]
     pub namespace_selector: Vec<(String, String)>,
+}
+
+/// Which side of a hub join `manifests hub-join` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HubJoinSide {
+    Hub,
+    Member,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {

@@ -11,11 +11,7 @@ use serde_json::{Value, json};
 use crate::{hub::member_identity, marks, selector::is_dns_label};
 
 /// Which side's manifests to print.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Side {
-    Hub,
-    Member,
-}
+pub use crate::cli::HubJoinSide as Side;
 
 /// What a join needs; see `copyrator manifests hub-join --help`.
 #[derive(Clone, Debug)]

@@ -5,6 +5,7 @@
 
 mod admission_policy;
 mod copy_kinds;
+mod hub;
 mod monitoring;
 mod namespace_scope;
 mod options;
