@@ -39,6 +39,7 @@ use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
     model::{MetaItem, Object},
+    namespaced::NamespacedCopyRule,
 };
 
 use super::{scoped_watch, selectors::SourceSelector};
@@ -62,7 +63,9 @@ impl Target {
             // A copy is never a source (SPEC §9.6): copies do not even enter the index.
             Feed::Sources(_) => Some(marks::OPTED_IN_SELECTOR.to_string()),
             Feed::Copies(_) => Some(marks::MANAGED_SELECTOR.to_string()),
-            Feed::Namespaces | Feed::CopyRules | Feed::Selected(_) => None,
+            Feed::Namespaces | Feed::CopyRules | Feed::NamespacedCopyRules | Feed::Selected(_) => {
+                None
+            }
         };
         Self {
             feed,
@@ -87,6 +90,7 @@ impl Target {
             Feed::Namespaces => "namespaces",
             Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => kind.plural(),
             Feed::CopyRules => "copyrules",
+            Feed::NamespacedCopyRules => "namespacedcopyrules",
         }
     }
 
@@ -103,18 +107,21 @@ impl Target {
                 Object::url_path(&kind, ns)
             }
             Feed::CopyRules => CopyRule::url_path(&(), None),
+            Feed::NamespacedCopyRules => NamespacedCopyRule::url_path(&(), ns),
         }
     }
 }
 
 /// Starts one watch per feed, and the restoring of copies found edited while copyrator's own
-/// write was in flight; they run until `shutdown` fires.
+/// write was in flight; they run until `shutdown` fires. NamespacedCopyRules are watched only
+/// when `namespaced_rules` (their CRD is installed).
 pub fn spawn(
     cluster: &Cluster,
     dispatcher: &Arc<Dispatcher>,
     metrics: &Arc<Metrics>,
     progress: &WatchProgress,
     shutdown: &watch::Receiver<bool>,
+    namespaced_rules: bool,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let edited = {
         let dispatcher = Arc::clone(dispatcher);
@@ -132,9 +139,24 @@ pub fn spawn(
             dispatcher.nothing_there(Feed::CopyRules, ns);
         }
     }
+    if !namespaced_rules {
+        // Said once; nothing is looked for again (installing the CRD takes a restart).
+        tracing::info!(
+            "the NamespacedCopyRule CRD is not installed: NamespacedCopyRules are not read"
+        );
+        match cluster.scope().listed() {
+            None => dispatcher.nothing_there_at_all(Feed::NamespacedCopyRules),
+            Some(listed) => {
+                for ns in listed {
+                    dispatcher.nothing_there(Feed::NamespacedCopyRules, ns);
+                }
+            }
+        }
+    }
     Feed::all()
         .into_iter()
         .filter(|feed| cluster.scope().listed().is_none() || *feed != Feed::CopyRules)
+        .filter(|feed| namespaced_rules || *feed != Feed::NamespacedCopyRules)
         .flat_map(|feed| spawn_feed(cluster, dispatcher, metrics, progress, shutdown, feed))
         .chain([edited])
         .collect()

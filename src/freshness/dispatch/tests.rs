@@ -702,6 +702,8 @@ fn rig_with_selector_rule() -> Rig {
         },
     );
     rig.indexes.copy_rules.listed(since, &[rule]);
+    let since = rig.indexes.namespaced_rules.listing();
+    rig.indexes.namespaced_rules.listed(since, &[]);
     while rig.queue.depth() > 0 {
         let job = rig.queue.pop().now_or_never().flatten().expect("a job");
         rig.queue.finish(&job.key, crate::queue::Finished::Done);

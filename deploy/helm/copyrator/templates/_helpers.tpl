@@ -321,6 +321,10 @@ rules:
     resources: {{ include "copyrator.flowList" $resources }}
     verbs: ["get", "list", "watch", "create", "update", "delete"]
   {{- end }}
+  # This namespace's NamespacedCopyRules, where an administrator installed their CRD.
+  - apiGroups: ["copyrator.io"]
+    resources: ["namespacedcopyrules"]
+    verbs: ["get", "list", "watch"]
   # Events about sources here.
   - apiGroups: [""]
     resources: ["events"]
