@@ -42,7 +42,7 @@ use crate::{
     namespaced::NamespacedCopyRule,
 };
 
-use super::{scoped_watch, selectors::SourceSelector};
+use super::{scope, scoped_watch, selectors::SourceSelector};
 
 /// What one watch follows: a feed's objects in every namespace, or those of one namespace a
 /// CopyRule's `sourceSelector` matches ([`Target::selected`]).
@@ -220,6 +220,13 @@ pub fn spawn_selected(
     tokio::spawn(watch.run(shutdown.clone()))
 }
 
+/// Whether the failed LIST of `feed` (its watch of `part`) finds an optional resource absent:
+/// NamespacedCopyRules, watched cluster-wide, not served (CRD deleted) or not granted (a
+/// hand-made role without them). Watched per namespace, a 403 is `scoped_watch`'s.
+fn optional(feed: Feed, part: Option<&str>, e: &crate::cluster::ApiError) -> bool {
+    feed == Feed::NamespacedCopyRules && part.is_none() && (e.is_forbidden() || e.is_not_found())
+}
+
 /// One watch: the loop every feed and selector runs (list, watch, bookmarks, 410, backoff,
 /// silence).
 pub(super) struct FeedWatch {
@@ -243,6 +250,8 @@ impl FeedWatch {
         // Each starts from a LIST that seeds its index (see `seed`).
         let mut seeded = false;
         let mut failures = 0u32;
+        // Whether "NamespacedCopyRules not readable" was said (once).
+        let mut said = false;
         loop {
             if let Some(ns) = part {
                 // A namespace that did not consent is not called, but for the bounded look
@@ -269,6 +278,7 @@ impl FeedWatch {
                                 scoped_watch::refused(&self);
                                 return Ended::Failed(e.to_string());
                             }
+                            Err(e) if optional(feed, part, &e) => return Ended::Absent(e.to_string()),
                             Err(e) => return Ended::Failed(e.to_string()),
                         }
                     }
@@ -281,6 +291,19 @@ impl FeedWatch {
                 seeded = false;
                 version = "0".into();
                 failures = 0;
+                continue;
+            }
+            if let Ended::Absent(why) = &ended {
+                // Not served or not granted: nothing there, said once, looked at again as
+                // seldom as a namespace not bound; no error loop.
+                if !std::mem::replace(&mut said, true) {
+                    tracing::warn!(feed = feed.name(), error = %why, "not readable: none are read; looked at again every {}s", scope::NOT_BOUND_RECHECK.as_secs());
+                }
+                self.dispatcher.nothing_there_at_all(feed);
+                tokio::select! {
+                    _ = scoped_watch::quiet(&self, scope::NOT_BOUND_RECHECK) => {}
+                    _ = shutdown.changed() => break,
+                }
                 continue;
             }
             self.dispatcher.down(feed, part, &ended);
@@ -296,7 +319,7 @@ impl FeedWatch {
                     failures = 0;
                     continue;
                 }
-                Ended::Failed(why) => {
+                Ended::Failed(why) | Ended::Absent(why) => {
                     failures += 1;
                     if failures == 1 || failures.is_power_of_two() {
                         tracing::warn!(feed = feed.name(), error = %why, failures, "watch failed; waiting jobs poll meanwhile");

@@ -89,6 +89,9 @@ pub enum Ended {
     Expired,
     /// It failed (events may have been missed); it is tried again.
     Failed(String),
+    /// What it watches is optional and not there (not served, or not granted): handled as
+    /// nothing there ([`Dispatcher::nothing_there_at_all`]), looked at again seldom.
+    Absent(String),
 }
 
 /// Where the work an event asks for goes: the queue, on the replica that leads (the others
@@ -703,7 +706,7 @@ impl Dispatcher {
                 self.unseed(feed, part);
                 self.waiters.notify_feed(feed);
             }
-            Ended::Failed(_) => {
+            Ended::Failed(_) | Ended::Absent(_) => {
                 self.set_index_live(feed, part, false);
                 self.disconnected(feed);
             }
