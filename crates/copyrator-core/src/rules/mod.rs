@@ -356,3 +356,6 @@ pub(crate) fn check_key(field: impl Into<String>, key: &str) -> Result<(), RuleE
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod namespaced_tests;
