@@ -189,6 +189,33 @@ async fn a_tenants_namespaced_rule_copies_only_where_its_namespace_is_accepted()
         .await;
     never_copied(&t, &[&refusing], Duration::from_secs(1)).await;
 
+    // explain names the rule of the copy, and says why the other namespace has none.
+    let explain = |ns: String| {
+        let platform = platform.clone();
+        async move {
+            let out = run_copyrator(&[
+                "explain",
+                "namespace",
+                &ns,
+                "--trusted-namespaces",
+                &platform,
+            ])
+            .await;
+            assert!(out.success, "{}", out.stderr);
+            out.stdout
+        }
+    };
+    let table = explain(accepting.clone()).await;
+    let mark = format!("namespacedcopyrule/{own}/push");
+    assert!(
+        table.lines().any(|l| l.starts_with(&mark)
+            && l.contains("in sync")
+            && l.contains("listed in spec.namespaces")),
+        "{table}"
+    );
+    let table = explain(refusing.clone()).await;
+    assert!(table.contains("does not accept copies from"), "{table}");
+
     // Consent withdrawn: the tenant's copy goes.
     accept_from(&t, &accepting, "someone-else").await;
     eventually(Duration::from_secs(10), "the copy deleted", || async {
