@@ -54,9 +54,12 @@ impl Cluster {
             let mut lp = fresh.list_params(self.page_size);
             loop {
                 match self.call("list", RESOURCE, api.list(&lp)).await {
-                    // Not installed, or (namespace-scoped) not granted there: nothing there.
-                    Err(e) if e.is_not_found() => break,
-                    Err(e) if self.scope.listed().is_some() && e.is_forbidden() => break,
+                    // Not installed, or not granted (there): none readable, as the watch has
+                    // it. Known as none until the watch looks again, so jobs do not ask again.
+                    Err(e) if e.is_not_found() || e.is_forbidden() => {
+                        tracing::debug!(error = %e, "NamespacedCopyRules not readable: none read");
+                        break;
+                    }
                     Err(e) => return Err(e),
                     Ok(page) => {
                         out.extend(
@@ -87,8 +90,7 @@ impl Cluster {
         }
         let api: Api<NamespacedCopyRule> = Api::namespaced(self.client.clone(), ns);
         match self.call("get", RESOURCE, api.get_opt(name)).await {
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) if self.scope.listed().is_some() && e.is_forbidden() => Ok(None),
+            Err(e) if e.is_not_found() || e.is_forbidden() => Ok(None),
             Err(e) => Err(e),
             Ok(rule) => Ok(rule.and_then(|r| r.as_copy_rule())),
         }
