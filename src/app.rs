@@ -309,12 +309,15 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         Arc::clone(&rules_changed),
         Arc::clone(&metrics),
     ));
+    // NamespacedCopyRules are an administrator's optional extra: found once, here.
+    let namespaced_rules = ctx.cluster.find_namespaced_rules().await;
     tasks.extend(crate::cluster::watch::spawn(
         &ctx.cluster,
         &dispatcher,
         &metrics,
         &watch_progress,
         &shutdown_rx,
+        namespaced_rules,
     ));
     if ctx.cluster.scope().listed().is_some() {
         background.push(tokio::spawn(show_not_bound(

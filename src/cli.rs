@@ -718,6 +718,9 @@ pub struct CertsArgs {
 pub enum ManifestsCommand {
     /// The CopyRule CustomResourceDefinition.
     Crd,
+    /// The NamespacedCopyRule CustomResourceDefinition: a team's rule in its own namespace
+    /// (SPEC §2.2).
+    NamespacedCrd,
     /// The HubLink CustomResourceDefinition, for a member cluster of copies across clusters
     /// (SPEC §14).
     HubLinkCrd,

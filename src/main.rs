@@ -72,6 +72,9 @@ fn main() -> ExitCode {
         Command::Manifests(ManifestsCommand::Crd) => manifests::crd_yaml()
             .map(|y| print!("{y}"))
             .map_err(Into::into),
+        Command::Manifests(ManifestsCommand::NamespacedCrd) => manifests::namespaced_crd_yaml()
+            .map(|y| print!("{y}"))
+            .map_err(Into::into),
         Command::Manifests(ManifestsCommand::HubLinkCrd) => manifests::hub_link_crd_yaml()
             .map(|y| print!("{y}"))
             .map_err(Into::into),

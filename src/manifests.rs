@@ -216,7 +216,7 @@ pub fn webhook_configuration(opts: &WebhookOptions) -> ValidatingWebhookConfigur
                 vec![rule(
                     &["copyrator.io"],
                     "v1alpha1",
-                    &["copyrules"],
+                    &["copyrules", "namespacedcopyrules"],
                     &["CREATE", "UPDATE", "DELETE"],
                 )],
                 None,
@@ -308,6 +308,11 @@ pub fn webhooks_yaml(opts: &WebhookOptions) -> Result<String, YamlError> {
 /// YAML of the CopyRule CRD, as committed under `deploy/`.
 pub fn crd_yaml() -> Result<String, YamlError> {
     yaml(&CopyRule::crd())
+}
+
+/// YAML of the NamespacedCopyRule CRD, as committed under `deploy/`.
+pub fn namespaced_crd_yaml() -> Result<String, YamlError> {
+    yaml(&crate::namespaced::NamespacedCopyRule::crd())
 }
 
 /// YAML of the HubLink CRD (SPEC §14), as committed under `deploy/`.
@@ -505,6 +510,18 @@ mod tests {
             crd_yaml().unwrap(),
             "deploy/crds/copyrules.copyrator.io.yaml is stale: run `cargo run -- manifests crd > deploy/crds/copyrules.copyrator.io.yaml`"
         );
+    }
+
+    #[test]
+    fn committed_namespaced_crd_equals_the_generated_one() {
+        let committed = include_str!("../deploy/crds/namespacedcopyrules.copyrator.io.yaml");
+        assert_eq!(
+            committed,
+            namespaced_crd_yaml().unwrap(),
+            "deploy/crds/namespacedcopyrules.copyrator.io.yaml is stale: run `cargo run -- manifests namespaced-crd > deploy/crds/namespacedcopyrules.copyrator.io.yaml`"
+        );
+        let crd = crate::namespaced::NamespacedCopyRule::crd();
+        assert_eq!(crd.spec.scope, "Namespaced");
     }
 
     #[test]

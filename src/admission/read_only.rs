@@ -78,6 +78,7 @@ pub fn review(
     let rule = match &copy.rule {
         RuleId::Inline(_) => "its inline rule (annotation copyrator.io/read-only)".to_string(),
         RuleId::CopyRule(name) => format!("CopyRule {name} (spec.readOnly)"),
+        RuleId::Namespaced(name) => format!("NamespacedCopyRule {name} (spec.readOnly)"),
         RuleId::Hub { link, rule } => format!("CopyRule {rule} of hub {link} (spec.readOnly)"),
     };
     Verdict::deny(format!(

@@ -1,5 +1,7 @@
-//! `/admission/rules`: CopyRule CREATE, UPDATE and DELETE. Denies invalid rules with a
-//! message naming the field (the API server of 1.20 has no CEL validation to do it).
+//! `/admission/rules`: CopyRule and NamespacedCopyRule CREATE, UPDATE and DELETE. Denies
+//! invalid rules with a message naming the field (the API server of 1.20 has no CEL
+//! validation to do it). A NamespacedCopyRule is checked as the CopyRule it stands for
+//! (`copyrator_core::namespaced`), and as a rule of its namespace's tier.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -10,6 +12,7 @@ use super::{
 };
 use crate::{
     copyrule::{CopyRule, CopyRuleSpec},
+    namespaced::{NamespacedCopyRule, NamespacedCopyRuleSpec},
     plan::Policy,
     queue::job::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
@@ -23,24 +26,51 @@ const PASSWORD_UNCHECKED: &str = "copyrator: a store's passwordSecretRef is read
 /// Likewise for a rule copying RBAC objects, whose source must be in a trusted namespace.
 const GRANT_SOURCE_UNCHECKED: &str = "copyrator: RoleBindings and Roles are copied only from a trusted namespace (--trusted-namespaces): checked when copies are made, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
 
+/// Likewise for a NamespacedCopyRule of a kind only a trusted namespace's rule copies.
+const TIER_UNCHECKED: &str = "copyrator: a NamespacedCopyRule copies kinds other than Secret and ConfigMap only in a trusted namespace (--trusted-namespaces): checked when copies are made (run copyrator with --client-ca to have it denied here)";
+
 pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
     if req.name.is_empty() && req.operation != Operation::Create {
         return Verdict::allow();
     }
+    // A NamespacedCopyRule is the only rule kind reviewed in a namespace.
+    let namespace = req.namespace.as_deref().filter(|ns| !ns.is_empty());
+    let kind = match namespace {
+        Some(_) => "NamespacedCopyRule",
+        None => "CopyRule",
+    };
+    if namespace.is_some_and(|ns| !selector::is_dns_label(ns)) {
+        // Not a namespace the API server would send (a hand-made review): no work.
+        return Verdict::allow();
+    }
+    let job_name = |name: &str| crate::namespaced::rule_name(namespace, name);
     match req.operation {
         Operation::Create | Operation::Update => {
             let Some(obj) = req.object.as_ref() else {
                 return Verdict::allow();
             };
-            let rule = match copy_rule(obj) {
+            let rule = match namespace {
+                Some(ns) => namespaced_rule(obj, ns),
+                None => copy_rule(obj),
+            };
+            let rule = match rule {
                 Ok(r) => r,
                 Err(e) => {
-                    return Verdict::deny(format!("copyrator: not a valid CopyRule: {e}"));
+                    return Verdict::deny(format!("copyrator: not a valid {kind}: {e}"));
                 }
             };
             let parsed = match Rule::from_copy_rule(&rule) {
                 Ok(parsed) => parsed,
-                Err(e) => return Verdict::deny(format!("copyrator: invalid CopyRule: {e}")),
+                Err(e) => return Verdict::deny(format!("copyrator: invalid {kind}: {e}")),
+            };
+            // A NamespacedCopyRule's tier is its namespace's: whether that is trusted is said
+            // only to the API server (SPEC §9.8); the planner checks again.
+            let tier_unchecked = match parsed.clone().tiered(&policy.trust) {
+                Err(e) if caller == Caller::Verified => {
+                    return Verdict::deny(format!("copyrator: invalid {kind}: {e}"));
+                }
+                Err(_) => Some(TIER_UNCHECKED.to_string()),
+                Ok(_) => None,
             };
             // A store's password is read only from the platform's own namespaces (SPEC §3.2);
             // the planner checks again, trust may change with a restart.
@@ -83,7 +113,7 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
             });
             // A Secret's data for ConfigMaps is judged on what its sources hold now.
             let check = super::certificates::needs_check(&parsed).then(|| Box::new(parsed));
-            let name = rule
+            let name = obj
                 .metadata
                 .name
                 .clone()
@@ -92,7 +122,7 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
                 // Not a name the API server would send (a hand-made review): no work.
                 return Verdict::allow();
             }
-            let job = Job::new(JobKey::Rule(name), Trigger::Admission).full_scan();
+            let job = Job::new(JobKey::Rule(job_name(&name)), Trigger::Admission).full_scan();
             let mut verdict = if req.operation == Operation::Create {
                 Verdict::job(job.awaiting(Awaited::Exists))
             } else {
@@ -113,16 +143,42 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
             verdict.check_grant = check_grant;
             verdict.warnings.extend(password_unchecked);
             verdict.warnings.extend(grants_unchecked);
+            verdict.warnings.extend(tier_unchecked);
             verdict
         }
         Operation::Delete if !selector::is_dns_subdomain(&req.name) => Verdict::allow(),
         Operation::Delete => Verdict::job(
-            Job::new(JobKey::Rule(req.name.clone()), Trigger::Admission)
+            Job::new(JobKey::Rule(job_name(&req.name)), Trigger::Admission)
                 .full_scan()
                 .awaiting(Awaited::Gone),
         ),
         Operation::Connect => Verdict::allow(),
     }
+}
+
+/// The NamespacedCopyRule of a review in namespace `ns`, as the CopyRule it stands for.
+fn namespaced_rule(obj: &Object<'_>, ns: &str) -> Result<CopyRule, serde_json::Error> {
+    let spec: NamespacedCopyRuleSpec = match obj.spec {
+        Some(raw) => serde_json::from_str(raw.get())?,
+        None => return Err(serde::de::Error::missing_field("spec")),
+    };
+    let m = &obj.metadata;
+    let mut rule = NamespacedCopyRule::new(m.name.as_deref().unwrap_or_default(), spec);
+    rule.metadata = ObjectMeta {
+        name: m.name.clone(),
+        namespace: Some(ns.to_string()),
+        uid: m.uid.clone(),
+        resource_version: m.resource_version.clone(),
+        creation_timestamp: m.creation_timestamp.clone(),
+        deletion_timestamp: m.deletion_timestamp.clone(),
+        ..Default::default()
+    };
+    // A CREATE may leave the name to generateName: the rule is checked all the same.
+    if rule.metadata.name.is_none() {
+        rule.metadata.name = Some(String::new());
+    }
+    rule.as_copy_rule()
+        .ok_or_else(|| serde::de::Error::custom("a NamespacedCopyRule needs a namespace"))
 }
 
 /// The CopyRule of a review: its metadata and its spec, parsed.

@@ -148,9 +148,32 @@ pub async fn load_rules(
     ))
 }
 
+/// Every CopyRule, and every NamespacedCopyRule as the CopyRule it stands for.
+async fn copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+    let (mut rules, namespaced) = tokio::try_join!(
+        cluster_copy_rules(cluster, fresh),
+        namespaced_rules(cluster, fresh)
+    )?;
+    rules.extend(namespaced);
+    Ok(rules)
+}
+
+/// Every NamespacedCopyRule: from what their watch keeps when it can answer and a cached read
+/// was asked for, else by a LIST.
+async fn namespaced_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+    if fresh == Freshness::Indexed {
+        if let Some(held) = cluster.indexes().namespaced_rules.copy_rules() {
+            cluster.metrics.index_read("namespacedcopyrules", "index");
+            return Ok(held.as_ref().clone());
+        }
+        cluster.metrics.index_read("namespacedcopyrules", "list");
+    }
+    cluster.list_namespaced_rules(fresh).await
+}
+
 /// Every CopyRule: from what the CopyRules watch keeps when it can answer and a cached read
 /// was asked for, else by a LIST.
-async fn copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+async fn cluster_copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
     if fresh == Freshness::Indexed {
         if let Some(held) = cluster.copy_rule_scope().copy_rules() {
             cluster.metrics.index_read("copyrules", "index");

@@ -12,6 +12,7 @@ pub mod client;
 mod error;
 pub mod kinds;
 pub mod load;
+pub mod namespaced_rules;
 pub mod passwords;
 pub mod progress;
 pub mod ratelimit;

@@ -35,6 +35,9 @@ pub struct Scope {
     bindings: Mutex<BTreeMap<String, Binding>>,
     /// The namespaces not bound, told to whoever reports them (Events, metrics).
     not_bound: watch::Sender<BTreeSet<String>>,
+    /// Whether the NamespacedCopyRule CRD is installed, as found at start; not known (a
+    /// one-off command) until then.
+    namespaced_rules: std::sync::OnceLock<bool>,
 }
 
 impl Default for Scope {
@@ -56,6 +59,7 @@ impl Scope {
             partitions,
             bindings: Mutex::new(bindings),
             not_bound: watch::channel(BTreeSet::new()).0,
+            namespaced_rules: std::sync::OnceLock::new(),
         }
     }
 
@@ -135,6 +139,16 @@ impl Scope {
     /// How copyrator stands in `namespace`; `None` when it is not listed.
     pub fn binding(&self, namespace: &str) -> Option<Binding> {
         self.bindings().get(namespace).copied()
+    }
+
+    /// Records whether the NamespacedCopyRule CRD is installed (found once, at start).
+    pub fn set_namespaced_rules_served(&self, served: bool) {
+        let _ = self.namespaced_rules.set(served);
+    }
+
+    /// Whether NamespacedCopyRules are read: `false` only once found not installed.
+    pub fn reads_namespaced_rules(&self) -> bool {
+        self.namespaced_rules.get().copied().unwrap_or(true)
     }
 
     /// The listed namespaces not bound, now and as they change.

@@ -115,7 +115,7 @@ pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
 }
 
 /// Waits `period` without a call, telling `/livez` the watch is idle on purpose.
-async fn quiet(w: &FeedWatch, period: std::time::Duration) {
+pub(super) async fn quiet(w: &FeedWatch, period: std::time::Duration) {
     let tick = w.cluster.api_timeout().min(period);
     let mut waited = std::time::Duration::ZERO;
     while waited < period {

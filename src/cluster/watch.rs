@@ -39,9 +39,10 @@ use crate::{
     marks,
     metrics::{FeedLabels, Metrics},
     model::{MetaItem, Object},
+    namespaced::NamespacedCopyRule,
 };
 
-use super::{scoped_watch, selectors::SourceSelector};
+use super::{scope, scoped_watch, selectors::SourceSelector};
 
 /// What one watch follows: a feed's objects in every namespace, or those of one namespace a
 /// CopyRule's `sourceSelector` matches ([`Target::selected`]).
@@ -62,7 +63,9 @@ impl Target {
             // A copy is never a source (SPEC §9.6): copies do not even enter the index.
             Feed::Sources(_) => Some(marks::OPTED_IN_SELECTOR.to_string()),
             Feed::Copies(_) => Some(marks::MANAGED_SELECTOR.to_string()),
-            Feed::Namespaces | Feed::CopyRules | Feed::Selected(_) => None,
+            Feed::Namespaces | Feed::CopyRules | Feed::NamespacedCopyRules | Feed::Selected(_) => {
+                None
+            }
         };
         Self {
             feed,
@@ -87,6 +90,7 @@ impl Target {
             Feed::Namespaces => "namespaces",
             Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => kind.plural(),
             Feed::CopyRules => "copyrules",
+            Feed::NamespacedCopyRules => "namespacedcopyrules",
         }
     }
 
@@ -103,18 +107,21 @@ impl Target {
                 Object::url_path(&kind, ns)
             }
             Feed::CopyRules => CopyRule::url_path(&(), None),
+            Feed::NamespacedCopyRules => NamespacedCopyRule::url_path(&(), ns),
         }
     }
 }
 
 /// Starts one watch per feed, and the restoring of copies found edited while copyrator's own
-/// write was in flight; they run until `shutdown` fires.
+/// write was in flight; they run until `shutdown` fires. NamespacedCopyRules are watched only
+/// when `namespaced_rules` (their CRD is installed).
 pub fn spawn(
     cluster: &Cluster,
     dispatcher: &Arc<Dispatcher>,
     metrics: &Arc<Metrics>,
     progress: &WatchProgress,
     shutdown: &watch::Receiver<bool>,
+    namespaced_rules: bool,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let edited = {
         let dispatcher = Arc::clone(dispatcher);
@@ -132,9 +139,24 @@ pub fn spawn(
             dispatcher.nothing_there(Feed::CopyRules, ns);
         }
     }
+    if !namespaced_rules {
+        // Said once; nothing is looked for again (installing the CRD takes a restart).
+        tracing::info!(
+            "the NamespacedCopyRule CRD is not installed: NamespacedCopyRules are not read"
+        );
+        match cluster.scope().listed() {
+            None => dispatcher.nothing_there_at_all(Feed::NamespacedCopyRules),
+            Some(listed) => {
+                for ns in listed {
+                    dispatcher.nothing_there(Feed::NamespacedCopyRules, ns);
+                }
+            }
+        }
+    }
     Feed::all()
         .into_iter()
         .filter(|feed| cluster.scope().listed().is_none() || *feed != Feed::CopyRules)
+        .filter(|feed| namespaced_rules || *feed != Feed::NamespacedCopyRules)
         .flat_map(|feed| spawn_feed(cluster, dispatcher, metrics, progress, shutdown, feed))
         .chain([edited])
         .collect()
@@ -198,6 +220,13 @@ pub fn spawn_selected(
     tokio::spawn(watch.run(shutdown.clone()))
 }
 
+/// Whether the failed LIST of `feed` (its watch of `part`) finds an optional resource absent:
+/// NamespacedCopyRules, watched cluster-wide, not served (CRD deleted) or not granted (a
+/// hand-made role without them). Watched per namespace, a 403 is `scoped_watch`'s.
+fn optional(feed: Feed, part: Option<&str>, e: &crate::cluster::ApiError) -> bool {
+    feed == Feed::NamespacedCopyRules && part.is_none() && (e.is_forbidden() || e.is_not_found())
+}
+
 /// One watch: the loop every feed and selector runs (list, watch, bookmarks, 410, backoff,
 /// silence).
 pub(super) struct FeedWatch {
@@ -221,6 +250,8 @@ impl FeedWatch {
         // Each starts from a LIST that seeds its index (see `seed`).
         let mut seeded = false;
         let mut failures = 0u32;
+        // Whether "NamespacedCopyRules not readable" was said (once).
+        let mut said = false;
         loop {
             if let Some(ns) = part {
                 // A namespace that did not consent is not called, but for the bounded look
@@ -247,6 +278,7 @@ impl FeedWatch {
                                 scoped_watch::refused(&self);
                                 return Ended::Failed(e.to_string());
                             }
+                            Err(e) if optional(feed, part, &e) => return Ended::Absent(e.to_string()),
                             Err(e) => return Ended::Failed(e.to_string()),
                         }
                     }
@@ -259,6 +291,19 @@ impl FeedWatch {
                 seeded = false;
                 version = "0".into();
                 failures = 0;
+                continue;
+            }
+            if let Ended::Absent(why) = &ended {
+                // Not served or not granted: nothing there, said once, looked at again as
+                // seldom as a namespace not bound; no error loop.
+                if !std::mem::replace(&mut said, true) {
+                    tracing::warn!(feed = feed.name(), error = %why, "not readable: none are read; looked at again every {}s", scope::NOT_BOUND_RECHECK.as_secs());
+                }
+                self.dispatcher.nothing_there_at_all(feed);
+                tokio::select! {
+                    _ = scoped_watch::quiet(&self, scope::NOT_BOUND_RECHECK) => {}
+                    _ = shutdown.changed() => break,
+                }
                 continue;
             }
             self.dispatcher.down(feed, part, &ended);
@@ -274,7 +319,7 @@ impl FeedWatch {
                     failures = 0;
                     continue;
                 }
-                Ended::Failed(why) => {
+                Ended::Failed(why) | Ended::Absent(why) => {
                     failures += 1;
                     if failures == 1 || failures.is_power_of_two() {
                         tracing::warn!(feed = feed.name(), error = %why, failures, "watch failed; waiting jobs poll meanwhile");

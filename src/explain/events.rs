@@ -21,6 +21,9 @@ impl About {
         match rule {
             RuleId::Inline(key) => About::Source(key.clone()),
             RuleId::CopyRule(name) => About::CopyRule(name.clone()),
+            // Its Events are on its sources, as an inline rule's (`report`), and a rule
+            // selects several: none is looked up here.
+            RuleId::Namespaced(_) => About::CopyRule(rule.to_string()),
             // A hub's rule is no object here: no Event of this cluster is about it.
             RuleId::Hub { .. } => About::CopyRule(rule.to_string()),
         }

@@ -279,6 +279,7 @@ pub(super) fn rule_out(rule: &RuleId, tier: Option<Tier>) -> RuleOut {
             RuleId::Inline(_) => "Inline",
             RuleId::CopyRule(_) => "CopyRule",
             RuleId::Hub { .. } => "HubCopyRule",
+            RuleId::Namespaced(_) => "NamespacedCopyRule",
         },
         name: rule.copy_rule_name().map(String::from),
         tier: tier.map(|t| match t {

@@ -112,7 +112,9 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
                         .and_then(|cr| cr.status.as_ref()?.last_verified_time.clone())
                         .map(|t| t.0),
                 ),
-                RuleId::Inline(_) => render::Verified::LeaderResync(resolved.last_resync),
+                RuleId::Inline(_) | RuleId::Namespaced(_) => {
+                    render::Verified::LeaderResync(resolved.last_resync)
+                }
                 // A hub's copies are verified by their link's rounds (its status).
                 RuleId::Hub { .. } => render::Verified::LeaderResync(None),
             };

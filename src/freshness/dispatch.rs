@@ -89,6 +89,9 @@ pub enum Ended {
     Expired,
     /// It failed (events may have been missed); it is tried again.
     Failed(String),
+    /// What it watches is optional and not there (not served, or not granted): handled as
+    /// nothing there ([`Dispatcher::nothing_there_at_all`]), looked at again seldom.
+    Absent(String),
 }
 
 /// Where the work an event asks for goes: the queue, on the replica that leads (the others
@@ -212,7 +215,7 @@ impl Dispatcher {
             }
             Step::Work => self.work(feed, meta, kept),
             Step::Listeners => {
-                if feed == Feed::CopyRules {
+                if matches!(feed, Feed::CopyRules | Feed::NamespacedCopyRules) {
                     self.rules_changed.notify_one();
                 }
             }
@@ -282,10 +285,10 @@ impl Dispatcher {
                 kept.trigger = selected_trigger(kind, meta, deleted);
                 return kept;
             }
-            (Feed::CopyRules, _) => {
+            (Feed::CopyRules | Feed::NamespacedCopyRules, _) => {
                 // What the CopyRules were is not known any more (a source's reach, jobs'
                 // reads), unless only a known rule's status changed.
-                ix.copy_rules.event(meta, deleted);
+                ix.rules_of(feed).event(meta, deleted);
                 kept.trigger = self.rule_changed(meta, deleted);
                 return kept;
             }
@@ -316,9 +319,17 @@ impl Dispatcher {
     /// (its inline rule, the CopyRules selecting it) can have copies. Every namespace while
     /// the CopyRules or the namespaces are not known, or when it reaches most of them.
     fn source_reach(&self, before: Option<&SourceInfo>, after: Option<&SourceInfo>) -> Reach {
-        let Some(copy_rules) = self.indexes.copy_rules.rules() else {
+        let (Some(copy_rules), Some(namespaced)) = (
+            self.indexes.copy_rules.rules(),
+            self.indexes.namespaced_rules.rules(),
+        ) else {
             return Reach::All;
         };
+        // A NamespacedCopyRule's tier is its namespace's.
+        let namespaced: Vec<Rule> = namespaced
+            .iter()
+            .filter_map(|r| r.clone().tiered(&self.policy.trust).ok())
+            .collect();
         let mut rules = Vec::new();
         for source in [before, after].into_iter().flatten() {
             if let Ok(Some(mut inline)) = Rule::inline(source) {
@@ -328,6 +339,7 @@ impl Dispatcher {
             rules.extend(
                 copy_rules
                     .iter()
+                    .chain(&namespaced)
                     // A rule following it (a bundle's source, a store's password) reaches
                     // the rule's namespaces (SPEC §3.2).
                     .filter(|r| r.selects_source(source) || r.follows(&source.key))
@@ -372,7 +384,9 @@ impl Dispatcher {
     fn early_reads(&self, feed: Feed, meta: &Meta, deleted: bool) {
         let prefetch = &self.waiters.prefetch;
         match feed {
-            Feed::Sources(_) | Feed::Selected(_) | Feed::CopyRules => prefetch.inputs_changed(),
+            Feed::Sources(_) | Feed::Selected(_) | Feed::CopyRules | Feed::NamespacedCopyRules => {
+                prefetch.inputs_changed()
+            }
             Feed::Copies(_) => {
                 if let Some(ns) = &meta.namespace {
                     prefetch.copy_changed(ns);
@@ -398,7 +412,7 @@ impl Dispatcher {
         // A CopyRule event that changed no spec (its status, which copyrator writes after a
         // burst of namespace jobs) changes no namespace's answer: forgetting every namespace
         // then made the Pods of settled namespaces wait for a sync of their own.
-        if feed == Feed::CopyRules && kept.trigger.is_none() {
+        if matches!(feed, Feed::CopyRules | Feed::NamespacedCopyRules) && kept.trigger.is_none() {
             return;
         }
         match (
@@ -512,7 +526,7 @@ impl Dispatcher {
             Feed::Copies(kind) => FeedSeed::Copies(ix.copies.seeding(kind, part)),
             Feed::Sources(kind) => FeedSeed::Sources(ix.sources.of(kind).seeding(part)),
             Feed::Namespaces => FeedSeed::Namespaces(ix.namespaces.seeding(part)),
-            Feed::CopyRules => FeedSeed::CopyRules(Default::default()),
+            Feed::CopyRules | Feed::NamespacedCopyRules => FeedSeed::CopyRules(Default::default()),
             Feed::Selected(_) => FeedSeed::Selected,
         };
         Seeding {
@@ -529,6 +543,14 @@ impl Dispatcher {
         let seeding = self.seeding(feed, Some(namespace));
         self.seeded(seeding);
         self.up(feed, Some(namespace));
+    }
+
+    /// The one watch of `feed` (a cluster-wide install's) has nothing to watch (its CRD is
+    /// not installed): [`Dispatcher::nothing_there`] of every namespace.
+    pub fn nothing_there_at_all(&self, feed: Feed) {
+        let seeding = self.seeding(feed, None);
+        self.seeded(seeding);
+        self.up(feed, None);
     }
 
     /// One item of a seeding LIST: handled as an ADDED event would be (steps 2-6), and kept in
@@ -605,16 +627,17 @@ impl Dispatcher {
                 .collect(),
             FeedSeed::CopyRules(seed) => {
                 // A change made between a job's LIST and this one has no event of its own.
-                ix.copy_rules.changed();
+                ix.rules_of(feed).changed();
                 let mut known = self
                     .rule_generations
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                // A namespace's rules are named `<namespace>/<name>` (see `rule_changed`).
+                // A namespace's rules are named `<namespace>/<name>` (see `rule_changed`); the
+                // two feeds of rules share the generations, each replacing only its own.
                 let in_part = |name: &str| {
-                    part.is_none_or(|ns| {
-                        crate::namespaced::split_rule_name(name).is_some_and(|(n, _)| n == ns)
-                    })
+                    let of = crate::namespaced::split_rule_name(name);
+                    Feed::of_rule(name) == feed
+                        && part.is_none_or(|ns| of.is_some_and(|(n, _)| n == ns))
                 };
                 let gone = known
                     .keys()
@@ -624,12 +647,8 @@ impl Dispatcher {
                         ..Default::default()
                     })
                     .collect();
-                if part.is_none() {
-                    *known = seed;
-                } else {
-                    known.retain(|name, _| !in_part(name));
-                    known.extend(seed);
-                }
+                known.retain(|name, _| !in_part(name));
+                known.extend(seed);
                 gone
             }
             FeedSeed::Selected => Vec::new(),
@@ -640,7 +659,7 @@ impl Dispatcher {
                 (Feed::Sources(_), Some(Watched::Object(key))) => {
                     Some(Job::new(JobKey::Source(key), Trigger::Watch))
                 }
-                (Feed::CopyRules, Some(Watched::CopyRule(name))) => {
+                (Feed::CopyRules | Feed::NamespacedCopyRules, Some(Watched::CopyRule(name))) => {
                     Some(Job::new(JobKey::Rule(name), Trigger::Watch).full_scan())
                 }
                 _ => None,
@@ -687,7 +706,7 @@ impl Dispatcher {
                 self.unseed(feed, part);
                 self.waiters.notify_feed(feed);
             }
-            Ended::Failed(_) => {
+            Ended::Failed(_) | Ended::Absent(_) => {
                 self.set_index_live(feed, part, false);
                 self.disconnected(feed);
             }

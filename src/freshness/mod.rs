@@ -109,6 +109,8 @@ pub struct Indexes {
     pub namespaces: Arc<index::NamespaceIndex>,
     /// The CopyRules as last listed, unless a CopyRule event came since.
     pub copy_rules: Arc<rule_scope::CopyRuleScope>,
+    /// The NamespacedCopyRules likewise, as the CopyRules they stand for.
+    pub namespaced_rules: Arc<rule_scope::CopyRuleScope>,
     /// The watches that keep each index: one per feed, or one per feed and namespace listed.
     pub partitions: Partitions,
 }
@@ -123,7 +125,16 @@ impl Indexes {
             })),
             namespaces: Arc::new(index::Index::with_partitions(&partitions)),
             copy_rules: Arc::new(rule_scope::CopyRuleScope::with_partitions(&partitions)),
+            namespaced_rules: Arc::new(rule_scope::CopyRuleScope::with_partitions(&partitions)),
             partitions,
+        }
+    }
+
+    /// What the watch of CopyRules or of NamespacedCopyRules (`feed`) keeps.
+    pub fn rules_of(&self, feed: Feed) -> &rule_scope::CopyRuleScope {
+        match feed {
+            Feed::NamespacedCopyRules => &self.namespaced_rules,
+            _ => &self.copy_rules,
         }
     }
 
@@ -134,6 +145,7 @@ impl Indexes {
             Feed::Sources(kind) => f(self.sources.of(kind)),
             Feed::Namespaces => f(&*self.namespaces),
             Feed::CopyRules => f(&*self.copy_rules),
+            Feed::NamespacedCopyRules => f(&*self.namespaced_rules),
             Feed::Selected(_) => f(&NoIndex),
         }
     }

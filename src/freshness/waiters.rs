@@ -53,20 +53,23 @@ pub enum Feed {
     /// Objects of one kind labelled `app.kubernetes.io/managed-by=copyrator`.
     Copies(Kind),
     CopyRules,
+    /// NamespacedCopyRules: one watch, or one per namespace of a namespace-scoped install;
+    /// none, and nothing there, when their CRD is not installed.
+    NamespacedCopyRules,
     /// Objects of one kind that a CopyRule's `sourceSelector` matches, labelled or not yet:
     /// one watch per selector, run by the leader (SPEC §5), not in [`Feed::all`].
     Selected(Kind),
 }
 
 impl Feed {
-    /// Most feeds: namespaces, CopyRules, and the sources, copies and selected sources of
-    /// each kind.
-    pub const MAX: usize = 2 + 3 * MAX_KINDS;
+    /// Most feeds: namespaces, both kinds of rules, and the sources, copies and selected
+    /// sources of each kind.
+    pub const MAX: usize = 3 + 3 * MAX_KINDS;
 
     /// Every feed of this process: namespaces, CopyRules, and the sources and copies of
     /// every kind copied here ([`Kind::all`]: a kind registered later adds its two).
     pub fn all() -> Vec<Feed> {
-        let mut all = vec![Feed::Namespaces, Feed::CopyRules];
+        let mut all = vec![Feed::Namespaces, Feed::CopyRules, Feed::NamespacedCopyRules];
         for kind in Kind::served() {
             all.push(Feed::Sources(kind));
             all.push(Feed::Copies(kind));
@@ -80,7 +83,7 @@ impl Feed {
         Some(match self {
             Feed::Namespaces => Watched::Namespace(name),
             // A rule in a namespace is known as `<namespace>/<name>` (`namespaced.rs`).
-            Feed::CopyRules => {
+            Feed::CopyRules | Feed::NamespacedCopyRules => {
                 Watched::CopyRule(crate::namespaced::rule_name(m.namespace.as_deref(), &name))
             }
             Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => {
@@ -95,6 +98,7 @@ impl Feed {
         match self {
             Feed::Namespaces => "namespaces",
             Feed::CopyRules => "copyrules",
+            Feed::NamespacedCopyRules => "namespacedcopyrules",
             Feed::Sources(kind) => NAMES[self.index()]
                 .get_or_init(|| Box::leak(format!("source {}", kind.plural()).into_boxed_str())),
             Feed::Copies(kind) => NAMES[self.index()]
@@ -109,9 +113,18 @@ impl Feed {
         match self {
             Feed::Namespaces => 0,
             Feed::CopyRules => 1,
-            Feed::Sources(kind) => 2 + 2 * kind.index(),
-            Feed::Copies(kind) => 3 + 2 * kind.index(),
-            Feed::Selected(kind) => 2 + 2 * MAX_KINDS + kind.index(),
+            Feed::NamespacedCopyRules => 2,
+            Feed::Sources(kind) => 3 + 2 * kind.index(),
+            Feed::Copies(kind) => 4 + 2 * kind.index(),
+            Feed::Selected(kind) => 3 + 2 * MAX_KINDS + kind.index(),
+        }
+    }
+
+    /// The feed of the rule copyrator knows as `name` (`crate::namespaced`).
+    pub fn of_rule(name: &str) -> Feed {
+        match crate::namespaced::split_rule_name(name) {
+            Some(_) => Feed::NamespacedCopyRules,
+            None => Feed::CopyRules,
         }
     }
 
@@ -121,7 +134,7 @@ impl Feed {
             JobKey::Namespace(n) => Some((Feed::Namespaces, Watched::Namespace(n.clone()))),
             JobKey::Source(k) => Some((Feed::Sources(k.kind), Watched::Object(k.clone()))),
             JobKey::Copy(k) => Some((Feed::Copies(k.kind), Watched::Object(k.clone()))),
-            JobKey::Rule(n) => Some((Feed::CopyRules, Watched::CopyRule(n.clone()))),
+            JobKey::Rule(n) => Some((Feed::of_rule(n), Watched::CopyRule(n.clone()))),
             JobKey::Resync => None,
         }
     }

@@ -39,14 +39,14 @@ pub async fn run(
         Instant::now()
     };
     // The startup resync waits until the watches that keep an index are up (at most
-    // `WATCHES_WAIT`; CopyRules keep none, and without the CRD their watch never is): their seeding
+    // `WATCHES_WAIT`; rules keep none, and without the CRD their watch never is): their seeding
     // LISTs and the resync's own then do not hold every namespace and copy at the same time
     // (SPEC §5, the resync's peak memory).
     let deadline = Instant::now() + WATCHES_WAIT;
     let indexed_live = || {
         Feed::all()
             .into_iter()
-            .filter(|f| *f != Feed::CopyRules)
+            .filter(|f| !matches!(f, Feed::CopyRules | Feed::NamespacedCopyRules))
             .all(|f| ctx.waiters.is_live(f))
     };
     while !indexed_live() && Instant::now() < deadline {

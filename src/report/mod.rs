@@ -433,6 +433,10 @@ fn untrusted_source<'a>(world: &World, by: &'a ClaimRef) -> Option<&'a ObjectKey
         RuleId::Inline(source) if !world.policy().trust.is_trusted(&source.namespace) => {
             Some(source)
         }
+        // A NamespacedCopyRule's sources are of its namespace.
+        RuleId::Namespaced(_) if !world.policy().trust.is_trusted(&by.source.namespace) => {
+            Some(&by.source)
+        }
         _ => None,
     }
 }
@@ -458,5 +462,11 @@ fn regarding(world: &World, by: &ClaimRef) -> Option<Regarding> {
             .sources()
             .get(key)
             .map(|s| Regarding::source(key.kind, key, &s.uid)),
+        // A NamespacedCopyRule's Events go on its source, in its namespace, as an inline
+        // rule's do.
+        RuleId::Namespaced(_) => world
+            .sources()
+            .get(&by.source)
+            .map(|s| Regarding::source(by.source.kind, &by.source, &s.uid)),
     }
 }

@@ -37,7 +37,8 @@ pub(super) async fn write_rule_status(
     let Some(name) = cr.metadata.name.as_deref() else {
         return;
     };
-    if cr.metadata.deletion_timestamp.is_some() {
+    // A NamespacedCopyRule has no status: its copies are told on its sources (SPEC §2.2).
+    if cr.metadata.deletion_timestamp.is_some() || cr.metadata.namespace.is_some() {
         return;
     }
     let id = RuleId::CopyRule(name.to_string());
@@ -212,6 +213,8 @@ pub(super) async fn after(
     let rules: BTreeSet<String> = report::tally(outcomes)
         .into_iter()
         .filter(|(_, t)| t.writes() > 0 || !t.conflicts.is_empty() || t.failed > 0)
+        // A NamespacedCopyRule has no status to follow up.
+        .filter(|(id, _)| id.namespaced().is_none())
         .filter_map(|(id, _)| id.copy_rule_name().map(str::to_string))
         .collect();
     // The status waits a moment: the jobs of a burst of new namespaces (or sources) then

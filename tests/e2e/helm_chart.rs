@@ -72,9 +72,24 @@ fn expected_cluster_rules(webhooks: &str) -> RuleSet {
         rule(&[""], &["namespaces"], &[], &["get"]),
         rule(&[""], &["namespaces"], &[], &["list"]),
         rule(&[""], &["namespaces"], &[], &["watch"]),
-        rule(&["copyrator.io"], &["copyrules"], &[], &["get"]),
-        rule(&["copyrator.io"], &["copyrules"], &[], &["list"]),
-        rule(&["copyrator.io"], &["copyrules"], &[], &["watch"]),
+        rule(
+            &["copyrator.io"],
+            &["copyrules", "namespacedcopyrules"],
+            &[],
+            &["get"],
+        ),
+        rule(
+            &["copyrator.io"],
+            &["copyrules", "namespacedcopyrules"],
+            &[],
+            &["list"],
+        ),
+        rule(
+            &["copyrator.io"],
+            &["copyrules", "namespacedcopyrules"],
+            &[],
+            &["watch"],
+        ),
         rule(&["copyrator.io"], &["copyrules/status"], &[], &["patch"]),
         rule(&[""], &["events"], &[], &["create"]),
     ]);
@@ -796,6 +811,37 @@ fn chart_trusts_its_namespace_and_ships_copyrule_roles_for_people() {
             &[],
             &["get", "list", "watch"]
         )])
+    );
+    // A namespace's own rules come with editing the namespace (they copy out of it only,
+    // where they are accepted), and are read with view.
+    let edit = find_named(&docs, "ClusterRole", "demo-copyrator-namespaced-edit");
+    assert_eq!(
+        rule_set(&rules_of(edit)),
+        RuleSet::from([rule(
+            &["copyrator.io"],
+            &["namespacedcopyrules"],
+            &[],
+            &[
+                "get",
+                "list",
+                "watch",
+                "create",
+                "update",
+                "patch",
+                "delete",
+                "deletecollection"
+            ]
+        )])
+    );
+    for (role, aggregated) in [("view", false), ("edit", true), ("admin", true)] {
+        let label =
+            &edit["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")];
+        assert_eq!(label == "true", aggregated, "aggregated into {role}");
+    }
+    let namespaced_view = find_named(&docs, "ClusterRole", "demo-copyrator-namespaced-view");
+    assert_eq!(
+        namespaced_view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
     );
     let without = render(
         "demo",

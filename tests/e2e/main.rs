@@ -22,6 +22,7 @@ mod keys;
 mod least_privilege;
 mod migrate;
 mod namespace_scope;
+mod namespaced_rules;
 mod not_opted_in;
 mod observability;
 mod pipeline;

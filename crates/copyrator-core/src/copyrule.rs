@@ -243,7 +243,7 @@ fn template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 /// `spec.keys` in the CRD: each entry is a string or a `{from, to}` map, which a structural
 /// schema can only say by leaving the entry's type open; admission checks the entries.
-fn key_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn key_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "array",
         "nullable": true,

@@ -47,8 +47,11 @@ pub const SOURCE_KIND_ANNOTATION: &str = "copyrator.io/source-kind";
 pub const BUNDLE_SOURCE_KIND: &str = "CopyRule";
 /// Annotation on copies: hash of the copied content (payload and carried metadata).
 pub const CONTENT_HASH_ANNOTATION: &str = "copyrator.io/content-hash";
-/// Annotation on copies: the rule that made the copy (`inline` or `copyrule/<name>`).
+/// Annotation on copies: the rule that made the copy (`inline`, `copyrule/<name>`, or
+/// `namespacedcopyrule/<namespace>/<name>`).
 pub const RULE_ANNOTATION: &str = "copyrator.io/rule";
+/// How [`RULE_ANNOTATION`] begins for a NamespacedCopyRule's copy.
+pub const NAMESPACED_RULE_MARK: &str = "namespacedcopyrule";
 /// Annotation on copies: what happens to the copy when no rule wants it any more
 /// (`Delete` or `Retain`), so the answer survives the deletion of its rule.
 pub const DELETION_POLICY_ANNOTATION: &str = "copyrator.io/deletion-policy";

@@ -618,6 +618,40 @@ fn a_copy_rules_status_write_keeps_the_pod_gates_memory_its_spec_change_does_not
     assert!(rig.ready.get("team-a").is_none(), "deleted");
 }
 
+#[test]
+fn each_feed_of_rules_relists_only_its_own_rules() {
+    let rig = rig();
+    let namespaced = Meta {
+        namespace: Some("team-a".into()),
+        ..rule("1", 1)
+    };
+    let mut seeding = rig.dispatcher.seeding(Feed::CopyRules, None);
+    rig.dispatcher.listed(&mut seeding, rule("1", 1));
+    rig.dispatcher.seeded(seeding);
+    let mut seeding = rig.dispatcher.seeding(Feed::NamespacedCopyRules, None);
+    rig.dispatcher.listed(&mut seeding, namespaced.clone());
+    rig.dispatcher.seeded(seeding);
+    assert_eq!(queued(&rig), [], "both listed: nothing gone");
+    // Each feed's re-list holds its own rules only: the other's are not gone.
+    for feed in [Feed::NamespacedCopyRules, Feed::CopyRules] {
+        let mut seeding = rig.dispatcher.seeding(feed, None);
+        let meta = match feed {
+            Feed::CopyRules => rule("1", 1),
+            _ => namespaced.clone(),
+        };
+        rig.dispatcher.listed(&mut seeding, meta);
+        rig.dispatcher.seeded(seeding);
+        assert_eq!(queued(&rig), [], "{feed:?} re-listed");
+    }
+    // The NamespacedCopyRule gone while its watch was away: its job, by its namespaced name.
+    let seeding = rig.dispatcher.seeding(Feed::NamespacedCopyRules, None);
+    rig.dispatcher.seeded(seeding);
+    assert_eq!(
+        queued(&rig),
+        [(JobKey::Rule("team-a/ca".into()), Trigger::Watch)]
+    );
+}
+
 fn rig_after_relist_without_the_rule() -> Rig {
     let rig = rig();
     let rule = Meta {
@@ -702,6 +736,8 @@ fn rig_with_selector_rule() -> Rig {
         },
     );
     rig.indexes.copy_rules.listed(since, &[rule]);
+    let since = rig.indexes.namespaced_rules.listing();
+    rig.indexes.namespaced_rules.listed(since, &[]);
     while rig.queue.depth() > 0 {
         let job = rig.queue.pop().now_or_never().flatten().expect("a job");
         rig.queue.finish(&job.key, crate::queue::Finished::Done);

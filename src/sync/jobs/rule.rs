@@ -1,4 +1,5 @@
-//! A rule job: every copy of one CopyRule, then its status (SPEC §2.2).
+//! A rule job: every copy of one CopyRule or NamespacedCopyRule, then a CopyRule's status
+//! (SPEC §2.2).
 
 use std::collections::BTreeSet;
 
@@ -29,12 +30,11 @@ pub(in crate::sync) async fn run(
     name: &str,
 ) -> Result<Outcome, SyncError> {
     let cluster = &ctx.cluster;
-    let Some(copy_rule) =
-        read_persisted(ctx, job, || cluster.get_copy_rule(name), persisted).await?
+    let Some(copy_rule) = read_persisted(ctx, job, || cluster.get_rule(name), persisted).await?
     else {
         return Ok(Outcome::NotPersisted);
     };
-    let id = RuleId::CopyRule(name.to_string());
+    let id = RuleId::of_rule_name(name);
     if copy_rule.is_none() && cluster.copy_index().any_copy(|m| m.rule == id) == Some(false) {
         // No such rule and no copy of it: nothing to do. A review of a CopyRule that never
         // existed (forged, or denied by another webhook) costs this one read (SPEC §9.8).

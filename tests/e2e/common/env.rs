@@ -94,20 +94,39 @@ pub async fn client() -> Client {
     client
 }
 
-/// Installs the CopyRule CRD (server-side apply, idempotent) and waits until it is served.
+/// Installs the CopyRule and NamespacedCopyRule CRDs (server-side apply, idempotent), as the
+/// chart does, and waits until they are served.
 async fn install_crd(client: &Client) {
+    use copyrator::namespaced::NamespacedCopyRule;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = CopyRule::crd();
-    let name = crd.name_any();
-    crds.patch(
-        &name,
-        &PatchParams::apply("copyrator-e2e").force(),
-        &Patch::Apply(&crd),
+    for crd in [CopyRule::crd(), NamespacedCopyRule::crd()] {
+        let name = crd.name_any();
+        crds.patch(
+            &name,
+            &PatchParams::apply("copyrator-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("installing a CRD of copyrator's");
+    }
+    let namespaced: Api<NamespacedCopyRule> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(30),
+        "the NamespacedCopyRule CRD being served",
+        || {
+            let rules = namespaced.clone();
+            async move {
+                rules
+                    .list(&ListParams::default().limit(1))
+                    .await
+                    .ok()
+                    .map(|_| ())
+            }
+        },
     )
-    .await
-    .expect("installing the CopyRule CRD");
+    .await;
     let rules: Api<CopyRule> = Api::all(client.clone());
     eventually(
         Duration::from_secs(30),

@@ -110,7 +110,7 @@ pub enum MarksError {
     #[error("annotation {} is missing", marks::RULE_ANNOTATION)]
     MissingRule,
     #[error(
-        "annotation {} is neither \"inline\" nor copyrule/<name> (a hub's copy: <link>/copyrule/<name>)",
+        "annotation {} is neither \"inline\", copyrule/<name> nor namespacedcopyrule/<source namespace>/<name> (a hub's copy: <link>/copyrule/<name>)",
         marks::RULE_ANNOTATION
     )]
     BadRule,
@@ -191,8 +191,14 @@ impl ManagedCopy {
             .as_str()
         {
             "inline" => RuleId::Inline(source.clone()),
-            other => match other.strip_prefix("copyrule/") {
-                Some(name) if selector::is_dns_subdomain(name) => RuleId::CopyRule(name.into()),
+            other => match (
+                other.strip_prefix("copyrule/"),
+                namespaced_rule(other, &source.namespace),
+            ) {
+                (Some(name), _) if selector::is_dns_subdomain(name) => {
+                    RuleId::CopyRule(name.into())
+                }
+                (_, Some(id)) => id,
                 _ => return Err(MarksError::BadRule),
             },
         };
@@ -283,12 +289,26 @@ impl ManagedCopy {
             RuleId::CopyRule(_) => Tier::CopyRule,
             RuleId::Hub { .. } => Tier::Hub,
             RuleId::Inline(source) => trust.inline_tier(&source.namespace),
+            // Its source's namespace is the rule's.
+            RuleId::Namespaced(_) => trust.inline_tier(&self.source.namespace),
         }
     }
 
     pub(super) fn held_hash(&self) -> Option<&String> {
         self.actual_hash.as_ref().or(self.content_hash.as_ref())
     }
+}
+
+/// The NamespacedCopyRule a copy's `copyrator.io/rule` names
+/// (`namespacedcopyrule/<namespace>/<name>`): only one of its source's namespace, where such a
+/// rule's sources are.
+fn namespaced_rule(mark: &str, source_namespace: &str) -> Option<RuleId> {
+    let rest = mark
+        .strip_prefix(marks::NAMESPACED_RULE_MARK)?
+        .strip_prefix('/')?;
+    let (ns, name) = crate::namespaced::split_rule_name(rest)?;
+    (ns == source_namespace && selector::is_dns_subdomain(name))
+        .then(|| RuleId::Namespaced(rest.to_string()))
 }
 
 /// What exists at a target name.

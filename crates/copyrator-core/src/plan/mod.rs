@@ -351,7 +351,9 @@ fn plan_target<'w>(
         }];
     }
     let unreadable = world.unreadable();
-    if matches!(existing, Existing::Managed(m) if unreadable.capped.contains(&m.source)) {
+    if matches!(existing, Existing::Managed(m)
+        if unreadable.capped.contains(&m.source) || unreadable.capped_rules.contains(&m.rule))
+    {
         return vec![Action::Skip {
             target: target.clone(),
             reason: "its source is held back by a cap (SPEC §9.7)",

@@ -81,6 +81,9 @@ pub struct Unreadable {
     /// copies are neither written nor deleted, but nothing reads them again (derived from the
     /// rules, [`RuleSet::capped_sources`]).
     pub capped: BTreeSet<ObjectKey>,
+    /// NamespacedCopyRules over their namespace's count cap: their copies are neither written
+    /// nor deleted ([`RuleSet::capped_rules`]).
+    pub capped_rules: BTreeSet<RuleId>,
     /// Links whose hub was never read, or is invalid: their copies stay as they are (SPEC
     /// §14.3).
     pub hubs: BTreeSet<String>,
@@ -288,6 +291,7 @@ impl World {
         }
         // What a cap holds back is neither written nor deleted: its copies stay as they are.
         self.unreadable.capped = self.rules.capped_sources.keys().cloned().collect();
+        self.unreadable.capped_rules = self.rules.capped_rules.keys().cloned().collect();
     }
 
     /// Whether `rule` gets copies in `ns`, and why (SPEC §2.3, §9.2): the rule's own clauses
@@ -297,7 +301,11 @@ impl World {
         let selection = rule.selection(ns);
         if !selection.selects() {
             Targeting::NotSelected(selection)
-        } else if self.policy.is_excluded_for(&ns.name, rule.target_kind()) {
+        } else if self.policy.is_excluded_for(&ns.name, rule.target_kind())
+            || (rule.id.namespaced().is_some()
+                && self.policy.own_namespace.as_deref() == Some(ns.name.as_str()))
+        {
+            // A team's rule never writes into copyrator's own namespace.
             Targeting::ExcludedGlobally
         } else if let Some(link) = rule.id.hub_link()
             && !self.hub_admits(link, ns)

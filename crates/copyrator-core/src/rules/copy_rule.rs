@@ -20,6 +20,18 @@ impl Rule {
     pub fn from_copy_rule(rule: &CopyRule) -> Result<Rule, RuleError> {
         let name = rule.metadata.name.clone().unwrap_or_default();
         let spec = &rule.spec;
+        if rule.metadata.namespace.is_some()
+            && (spec.sources.is_some()
+                || spec.template.is_some()
+                || spec.clusters.is_some()
+                || spec.create_once)
+        {
+            // What reaches beyond its namespace, or needs a status, is a CopyRule's only.
+            return Err(RuleError::new(
+                "spec",
+                "a NamespacedCopyRule has no sources, template, clusters or createOnce",
+            ));
+        }
         crate::hub::check_placement(spec)?;
         if spec.sources.is_some() {
             return bundle_rule(rule, name);
@@ -40,6 +52,16 @@ impl Rule {
             ));
         }
         let kind = copy_rule_kind(spec)?;
+        // A NamespacedCopyRule (`crate::namespaced`): a team's rule, never an RBAC copy.
+        let namespaced = rule.metadata.namespace.is_some();
+        if namespaced && kind.facts().grants.is_some() {
+            return Err(RuleError::new(
+                "spec.kind",
+                format!(
+                    "a NamespacedCopyRule never copies a {kind}: RBAC objects are copied only by a CopyRule that names its source, written by someone who may grant what it copies (SPEC §9.10)"
+                ),
+            ));
+        }
         if !selector::is_dns_label(&spec.source_namespace) {
             return Err(RuleError::new(
                 "spec.sourceNamespace",
@@ -120,7 +142,10 @@ impl Rule {
             exclude_namespaces,
         } = targets;
         Ok(Rule {
-            id: RuleId::CopyRule(name),
+            id: match namespaced {
+                true => RuleId::Namespaced(name),
+                false => RuleId::CopyRule(name),
+            },
             kind,
             source_namespace: spec.source_namespace.clone(),
             sources,
@@ -131,7 +156,12 @@ impl Rule {
             deletion_policy: spec.deletion_policy,
             conflict_policy: spec.conflict_policy,
             created: created(rule),
-            tier: Tier::CopyRule,
+            // A NamespacedCopyRule's tier is its namespace's ([`super::RuleSet`] says which):
+            // the lowest until then.
+            tier: match namespaced {
+                true => Tier::ConsentedInline,
+                false => Tier::CopyRule,
+            },
             image_pull_secret: spec.image_pull_secret,
             // Create-once copies are their namespace's: never read-only.
             read_only: spec
@@ -141,6 +171,28 @@ impl Rule {
             create_once: spec.create_once,
             created_in: super::created_in(rule),
         })
+    }
+}
+
+impl Rule {
+    /// The rule with its tier as `trust` decides it: a CopyRule's is its own; a
+    /// NamespacedCopyRule's is its namespace's inline tier (SPEC §9), and in an untrusted
+    /// namespace it copies only Secrets and ConfigMaps, as an inline rule there does.
+    pub fn tiered(mut self, trust: &crate::tenancy::TrustPolicy) -> Result<Rule, RuleError> {
+        if self.id.namespaced().is_none() {
+            return Ok(self);
+        }
+        self.tier = trust.inline_tier(&self.source_namespace);
+        if self.tier == Tier::ConsentedInline && !self.kind.is_consentable() {
+            return Err(RuleError::new(
+                "spec.kind",
+                format!(
+                    "a NamespacedCopyRule of namespace {:?}, which is not trusted, copies only Secrets and ConfigMaps: other kinds are copied only by a CopyRule or from a trusted namespace (--trusted-namespaces), and a namespace's consent (copyrator.io/accept-from) never suffices for them",
+                    self.source_namespace
+                ),
+            ));
+        }
+        Ok(self)
     }
 }
 

@@ -34,6 +34,8 @@ pub enum RuleId {
     CopyRule(String),
     /// A hub's CopyRule placed on this cluster, by link and name (SPEC §14).
     Hub { link: String, rule: String },
+    /// A NamespacedCopyRule, as `<namespace>/<name>` (`crate::namespaced`).
+    Namespaced(String),
 }
 
 impl RuleId {
@@ -43,14 +45,33 @@ impl RuleId {
             RuleId::Inline(_) => "inline".to_string(),
             RuleId::CopyRule(name) => format!("copyrule/{name}"),
             RuleId::Hub { link, rule } => format!("{link}/copyrule/{rule}"),
+            RuleId::Namespaced(name) => format!("{}/{name}", crate::marks::NAMESPACED_RULE_MARK),
         }
     }
 
-    /// The name of a CopyRule of this cluster.
+    /// The name a rule resource of this cluster is known by (jobs, the world): a CopyRule's
+    /// own, or a NamespacedCopyRule's `<namespace>/<name>`.
     pub fn copy_rule_name(&self) -> Option<&str> {
         match self {
-            RuleId::CopyRule(name) => Some(name),
+            RuleId::CopyRule(name) | RuleId::Namespaced(name) => Some(name),
             RuleId::Inline(_) | RuleId::Hub { .. } => None,
+        }
+    }
+
+    /// The rule resource copyrator knows as `name`: a NamespacedCopyRule when it is
+    /// `<namespace>/<name>`, else a CopyRule.
+    pub fn of_rule_name(name: &str) -> RuleId {
+        match crate::namespaced::split_rule_name(name) {
+            Some(_) => RuleId::Namespaced(name.to_string()),
+            None => RuleId::CopyRule(name.to_string()),
+        }
+    }
+
+    /// The namespace and name of a NamespacedCopyRule.
+    pub fn namespaced(&self) -> Option<(&str, &str)> {
+        match self {
+            RuleId::Namespaced(name) => crate::namespaced::split_rule_name(name),
+            _ => None,
         }
     }
 
@@ -69,6 +90,7 @@ impl std::fmt::Display for RuleId {
             RuleId::Inline(src) => write!(f, "inline rule of {src}"),
             RuleId::CopyRule(name) => write!(f, "CopyRule {name}"),
             RuleId::Hub { link, rule } => write!(f, "CopyRule {rule} of hub {link}"),
+            RuleId::Namespaced(name) => write!(f, "NamespacedCopyRule {name}"),
         }
     }
 }
@@ -125,7 +147,8 @@ pub struct Rule {
     /// Creation time (seconds): when two rules of one tier want the same target, the older
     /// one wins.
     pub created: i64,
-    /// Precedence and trust (SPEC §9): CopyRule, trusted inline or consented inline.
+    /// Precedence and trust (SPEC §9): CopyRule, trusted inline or consented inline (a
+    /// NamespacedCopyRule's is its namespace's inline tier).
     pub tier: Tier,
     /// The copies are image pull secrets, injected into Pods of target namespaces (SPEC §10).
     pub image_pull_secret: bool,
@@ -211,7 +234,9 @@ impl Rule {
     pub fn applies_to(&self, source: &SourceInfo) -> bool {
         match &self.id {
             RuleId::Inline(key) => key == &source.key && !source.is_copy(),
-            RuleId::CopyRule(_) | RuleId::Hub { .. } => self.selects_source(source),
+            RuleId::CopyRule(_) | RuleId::Hub { .. } | RuleId::Namespaced(_) => {
+                self.selects_source(source)
+            }
         }
     }
 
@@ -331,3 +356,6 @@ pub(crate) fn check_key(field: impl Into<String>, key: &str) -> Result<(), RuleE
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod namespaced_tests;

@@ -67,6 +67,29 @@ pub struct RuleSet {
     /// Sources of untrusted namespaces over a cap: no rule applies to them, and their copies
     /// stay as they are (neither written nor deleted).
     pub capped_sources: BTreeMap<ObjectKey, Capped>,
+    /// NamespacedCopyRules of untrusted namespaces over the count cap, which counts them with
+    /// their namespace's sources: not in force, their copies stay as they are.
+    pub capped_rules: BTreeMap<RuleId, Capped>,
+}
+
+/// What the count cap of an untrusted namespace counts (SPEC §9.7): its opted-in sources and
+/// its NamespacedCopyRules, the oldest first.
+enum Counted<'a> {
+    Source(&'a SourceInfo),
+    Rule(&'a CopyRule),
+}
+
+impl Counted<'_> {
+    /// Oldest first; then by name, for a stable order.
+    fn order(&self) -> (i64, String) {
+        match self {
+            Counted::Source(s) => (s.created, s.key.to_string()),
+            Counted::Rule(r) => (
+                super::copy_rule::created(r),
+                r.metadata.name.clone().unwrap_or_default(),
+            ),
+        }
+    }
 }
 
 impl RuleSet {
@@ -89,8 +112,8 @@ impl RuleSet {
         caps: &SourceCaps,
     ) -> Self {
         let mut set = RuleSet::default();
-        // The sources of each untrusted namespace, oldest first: the first ones act.
-        let mut untrusted: BTreeMap<&str, Vec<&SourceInfo>> = BTreeMap::new();
+        // What each untrusted namespace asks for, oldest first: the first ones act.
+        let mut untrusted: BTreeMap<&str, Vec<Counted>> = BTreeMap::new();
         let mut acting = Vec::new();
         // A hub's sources (SPEC §14) make no rule of their own here.
         for source in labelled_sources.into_iter().filter(|s| !s.key.is_hub()) {
@@ -100,13 +123,39 @@ impl RuleSet {
                 untrusted
                     .entry(source.key.namespace.as_str())
                     .or_default()
-                    .push(source);
+                    .push(Counted::Source(source));
             }
         }
-        for (_, mut sources) in untrusted {
-            sources.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
+        let mut copy_rules_acting = Vec::new();
+        for cr in copy_rules {
+            if cr.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match cr.metadata.namespace.as_deref() {
+                Some(ns) if !trust.is_trusted(ns) => {
+                    untrusted.entry(ns).or_default().push(Counted::Rule(cr));
+                }
+                _ => copy_rules_acting.push(cr),
+            }
+        }
+        for (_, mut counted) in untrusted {
+            counted.sort_by_key(Counted::order);
             let mut held = 0;
-            for source in sources {
+            for entry in counted {
+                let source = match entry {
+                    Counted::Rule(cr) if held >= caps.per_namespace => {
+                        if let Ok(rule) = Rule::from_copy_rule(cr) {
+                            set.capped_rules.insert(rule.id, Capped::PerNamespace);
+                        }
+                        continue;
+                    }
+                    Counted::Rule(cr) => {
+                        held += 1;
+                        copy_rules_acting.push(cr);
+                        continue;
+                    }
+                    Counted::Source(source) => source,
+                };
                 let bytes = source.dropped.unwrap_or_else(|| source.metadata_bytes());
                 if bytes > caps.metadata_bytes {
                     set.capped_sources
@@ -134,11 +183,8 @@ impl RuleSet {
                 }
             }
         }
-        for cr in copy_rules {
-            if cr.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            match Rule::from_copy_rule(cr) {
+        for cr in copy_rules_acting {
+            match Rule::from_copy_rule(cr).and_then(|r| r.tiered(trust)) {
                 // Placed on member clusters (SPEC §14.1): it copies nothing here.
                 Ok(_) if cr.spec.clusters.is_some() => {}
                 Ok(rule) => set.rules.push(rule),

@@ -316,11 +316,17 @@ rules:
     resources: ["namespaces"]
     verbs: ["get", "watch"]
   {{- range $group, $resources := $copied }}
-  # Sources and copies here: read, watched (metadata), written and deleted (copies only).
+  # Sources and copies here: read, watched (metadata), written and deleted (copies only);
+  # patch only labels a NamespacedCopyRule's source copyrator.io/source=true, so its watch
+  # sees the source's changes.
   - apiGroups: [{{ $group | quote }}]
     resources: {{ include "copyrator.flowList" $resources }}
-    verbs: ["get", "list", "watch", "create", "update", "delete"]
+    verbs: ["get", "list", "watch", "create", "update", "delete", "patch"]
   {{- end }}
+  # This namespace's NamespacedCopyRules, where an administrator installed their CRD.
+  - apiGroups: ["copyrator.io"]
+    resources: ["namespacedcopyrules"]
+    verbs: ["get", "list", "watch"]
   # Events about sources here.
   - apiGroups: [""]
     resources: ["events"]

@@ -405,7 +405,10 @@ pub(super) fn invalid(world: &World, focus: &Focus) -> Vec<Finding> {
             }),
         })
         .map(|(name, err)| Finding {
-            rule: RuleId::CopyRule(name.clone()),
+            rule: match crate::namespaced::split_rule_name(name) {
+                Some(_) => RuleId::Namespaced(name.clone()),
+                None => RuleId::CopyRule(name.clone()),
+            },
             tier: None,
             source: None,
             target: None,
@@ -502,7 +505,9 @@ fn fields(rule: &Rule) -> (&'static str, &'static str) {
             marks::NAMESPACES_ANNOTATION,
             marks::NAMESPACE_SELECTOR_ANNOTATION,
         ),
-        RuleId::CopyRule(_) | RuleId::Hub { .. } => ("spec.namespaces", "spec.namespaceSelector"),
+        RuleId::CopyRule(_) | RuleId::Hub { .. } | RuleId::Namespaced(_) => {
+            ("spec.namespaces", "spec.namespaceSelector")
+        }
     }
 }
 
