@@ -11,6 +11,7 @@
 //! `<link>/<namespace>/<name>`.
 
 mod access;
+pub mod credential;
 mod link;
 mod placement;
 mod view;

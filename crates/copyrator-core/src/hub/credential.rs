@@ -1,0 +1,82 @@
+//! When a member's hub token expires (SPEC §14.3): read from the token itself, a JWT's `exp`
+//! claim, without verifying it (the hub does that). A token that is not a JWT, or carries no
+//! `exp`, has no known expiry.
+
+use base64::Engine as _;
+
+/// The Unix time `token` expires at, if it is a JWT that says.
+pub fn token_expiry(token: &str) -> Option<i64> {
+    let mut parts = token.trim().split('.');
+    let (_header, payload, _signature) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims.get("exp")?.as_i64()
+}
+
+/// Whether a token expiring at `expiry` is due for replacement at `now`: within the last fifth
+/// of a lifetime started at `issued` (a 10-minute token: its last 2 minutes), and always
+/// within the last `floor` seconds.
+pub fn expires_soon(issued: Option<i64>, expiry: i64, now: i64, floor: i64) -> bool {
+    let left = expiry - now;
+    let fifth = issued.map_or(0, |iat| (expiry - iat) / 5);
+    left <= fifth.max(floor)
+}
+
+/// The `iat` (issued at) claim of `token`, if it is a JWT that says.
+pub fn token_issued(token: &str) -> Option<i64> {
+    let payload = token.trim().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims.get("iat")?.as_i64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jwt(claims: &str) -> String {
+        let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!(
+            "{}.{}.sig",
+            e.encode(r#"{"alg":"RS256"}"#),
+            e.encode(claims)
+        )
+    }
+
+    #[test]
+    fn a_jwts_expiry_and_issue_time_are_read_and_anything_else_has_none() {
+        let t = jwt(r#"{"exp":1700000600,"iat":1700000000,"sub":"system:serviceaccount:m:x"}"#);
+        assert_eq!(token_expiry(&t), Some(1_700_000_600));
+        assert_eq!(token_issued(&t), Some(1_700_000_000));
+        assert_eq!(
+            token_expiry(&format!("{t}\n")),
+            Some(1_700_000_600),
+            "a file's newline"
+        );
+        assert_eq!(token_expiry(&jwt(r#"{"sub":"x"}"#)), None, "no exp");
+        for not_jwt in ["", "opaque-token", "a.b", "a.!!.c", "a.b.c.d"] {
+            assert_eq!(token_expiry(not_jwt), None, "{not_jwt:?}");
+        }
+    }
+
+    #[test]
+    fn a_token_is_due_in_the_last_fifth_of_its_life_or_its_last_minutes() {
+        // A 10-minute token: due in its last 2 minutes.
+        assert!(!expires_soon(Some(0), 600, 479, 60));
+        assert!(expires_soon(Some(0), 600, 480, 60));
+        // A year-long token: due in its last fifth, long before it bites.
+        let year = 365 * 86_400;
+        assert!(expires_soon(Some(0), year, year - year / 5, 60));
+        // Issue time unknown: the floor only.
+        assert!(!expires_soon(None, 600, 539, 60));
+        assert!(expires_soon(None, 600, 540, 60));
+        assert!(expires_soon(None, 600, 700, 60), "already expired");
+    }
+}
