@@ -12,7 +12,8 @@
 #                                           selector-sources, new-namespace, fanout, bundle,
 #                                           restore, watch-triggers, admission, pod-gate,
 #                                           apiserver-profile, memory, resync, scale,
-#                                           tenant-sources, bootstrap; always in that order
+#                                           tenant-sources, bootstrap, hub; always in that
+#                                           order
 #   scripts/bench.sh --phase bundle         a CopyRule bundling one Secret of 100 CA
 #                                           certificates into a ConfigMap in 500 namespaces
 #                                           (--fanout): the source updated -> every copy,
@@ -46,9 +47,19 @@
 #                                           none (~5 min, estimated; 30 s with --quick). A
 #                                           fresh control plane of its own too: the default
 #                                           run starts a fourth one
+#   scripts/bench.sh --phase hub            copies across clusters: one hub and 3 member
+#                                           clusters (--members N), each a control plane of
+#                                           its own here, members following the hub by
+#                                           watches: a hub source update -> every member's
+#                                           copy beside the same update copied inside one
+#                                           cluster, p50/p99; hub API calls per member per
+#                                           update; a member's RSS with 2,000 unrelated hub
+#                                           CopyRules (~3 min, estimated). The default run
+#                                           starts a fifth control plane for it (member 1)
 #   scripts/bench.sh --no-scale             the default run without the scale curve
 #   scripts/bench.sh --no-tenant-sources    the default run without tenant-sources
 #   scripts/bench.sh --no-bootstrap         the default run without bootstrap
+#   scripts/bench.sh --no-hub               the default run without hub
 #   scripts/bench.sh --fanout N             namespaces in the fanout and bundle phases (500;
 #                                           100 --quick)
 #
@@ -76,13 +87,14 @@ cargo bench --bench cluster --no-run --quiet
 unset COPYRATOR_KUBECONFIG
 # --no-scale, --no-tenant-sources and --no-bootstrap are this script's; with --phase the phases
 # named are all that run.
-args=() scale=1 tenant=1 bootstrap=1 quick=()
+args=() scale=1 tenant=1 bootstrap=1 hub=1 quick=()
 for a in "$@"; do
   case "$a" in
     --no-scale) scale=0; continue ;;
     --no-tenant-sources) tenant=0; continue ;;
     --no-bootstrap) bootstrap=0; continue ;;
-    --phase|--phase=*) scale=0 tenant=0 bootstrap=0 ;;
+    --no-hub) hub=0; continue ;;
+    --phase|--phase=*) scale=0 tenant=0 bootstrap=0 hub=0 ;;
     --quick) quick=(--quick) ;;
   esac
   args+=("$a")
@@ -106,6 +118,11 @@ if [ "$bootstrap" = 1 ]; then
   # 100,000 unrelated objects loaded for its memory part.
   "$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${quick[@]}" --phase bootstrap --out "$out.bootstrap"
   cat "$out.bootstrap" >>"$out.body" && rm -f "$out.bootstrap"
+fi
+if [ "$hub" = 1 ]; then
+  # hub on a fifth fresh control plane (member 1); the hub and the other members start their own.
+  "$ROOT/scripts/control-plane.sh" run -- cargo bench --bench cluster --quiet -- "${quick[@]}" --phase hub --out "$out.hub"
+  cat "$out.hub" >>"$out.body" && rm -f "$out.hub"
 fi
 cat "$out.head" "$out.body" >"$out" && rm -f "$out.head" "$out.body"
 echo "cluster results: $out"

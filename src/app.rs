@@ -391,6 +391,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         background.push(tokio::spawn(crate::sync::hub::run(
             Arc::clone(&ctx),
             args.hub_sync_interval,
+            Arc::clone(&watch_progress),
             shutdown_rx.clone(),
         )));
     }

@@ -643,8 +643,9 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_UNLABELLED_SCAN_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub unlabelled_scan_interval: Duration,
 
-    /// How often a member cluster reads the hubs its HubLinks reach and converges their
-    /// copies (SPEC §14). 0 (the default) turns copies across clusters off: no HubLink is read.
+    /// How often a member cluster reads the hubs its HubLinks reach in full and converges their
+    /// copies (SPEC §14); between full reads it follows each hub by watches. 0 (the default)
+    /// turns copies across clusters off: no HubLink is read.
     /// Not with --namespaces: HubLinks are cluster-scoped.
     #[arg(long, env = "COPYRATOR_HUB_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration,
           conflicts_with = "namespaces")]

@@ -46,6 +46,12 @@
 //!   Pod gate's added time, a fresh process's RSS with 50,000 unrelated RoleBindings and as
 //!   many NetworkPolicies against none. Not in the default set (`--phase bootstrap`); bench.sh
 //!   starts a fourth control plane for it.
+//! - hub: copies across clusters, one hub and `--members` member clusters (control planes of
+//!   their own, member 1 the cluster under test), each member following the hub by watches:
+//!   a hub source update → every member's copy, beside the same update copied inside member
+//!   1; the hub's API calls per member per update; a member's RSS as the hub gains unrelated
+//!   CopyRules. Not in the default set (`--phase hub`); bench.sh runs it on a fifth control
+//!   plane of its own.
 //!
 //! `cargo bench --bench cluster -- [--quick] [--out FILE] [--fanout N] [--phase NAME,...]`
 
@@ -59,6 +65,11 @@ mod big_payload;
 mod bootstrap;
 mod bundle;
 mod fanout;
+mod hub;
+// The e2e tests' hub fixture (a hub control plane, its member identities).
+#[allow(dead_code, unused_imports)]
+#[path = "../../tests/e2e/hub/fixture.rs"]
+mod hub_fixture;
 mod list_cost;
 mod measure;
 mod memory;
@@ -111,6 +122,9 @@ struct Args {
     /// Lists nothing and exits (`cargo bench -- --list`).
     #[arg(long)]
     list: bool,
+    /// Member clusters in the hub phase [default: 3].
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    members: usize,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -159,6 +173,11 @@ enum Phase {
     /// API calls, the Pod gate, RSS with 50,000 unrelated RoleBindings and NetworkPolicies
     /// (not in the default set; scripts/bench.sh runs it on a control plane of its own)
     Bootstrap,
+    /// One hub and --members member clusters on this machine: a hub update → every member's
+    /// copy beside a local one, hub calls per member per update, a member's RSS with unrelated
+    /// hub CopyRules (not in the default set; scripts/bench.sh runs it on a control plane of
+    /// its own)
+    Hub,
 }
 
 impl Phase {
@@ -166,7 +185,11 @@ impl Phase {
     fn own_control_plane(self) -> bool {
         matches!(
             self,
-            Phase::Scale | Phase::TenantSources | Phase::TenantEdits | Phase::Bootstrap
+            Phase::Scale
+                | Phase::TenantSources
+                | Phase::TenantEdits
+                | Phase::Bootstrap
+                | Phase::Hub
         )
     }
 }
@@ -210,6 +233,7 @@ pub struct Sizes {
     tenant: tenant_sources::Sizes,
     tenant_edits: tenant_edits::Sizes,
     bootstrap: bootstrap::Sizes,
+    hub: hub::Sizes,
     /// LISTs of each kind in a row, and the unrelated Secrets added, in apiserver-profile's
     /// LIST-by-LIST measurement.
     list_cost_lists: usize,
@@ -253,6 +277,11 @@ fn sizes(quick: bool) -> Sizes {
                 gate_namespaces: 20,
                 unrelated: 300,
             },
+            hub: hub::Sizes {
+                members: 3,
+                updates: 10,
+                unrelated_rules: 200,
+            },
             list_cost_lists: 10,
             list_cost_unrelated: 2_000,
             out: PathBuf::new(),
@@ -291,6 +320,11 @@ fn sizes(quick: bool) -> Sizes {
                 gate_namespaces: 100,
                 unrelated: 50_000,
             },
+            hub: hub::Sizes {
+                members: 3,
+                updates: 50,
+                unrelated_rules: 2_000,
+            },
             list_cost_lists: 50,
             list_cost_unrelated: 20_000,
             out: PathBuf::new(),
@@ -325,6 +359,7 @@ fn main() {
     if let Some(n) = args.fanout {
         sz.fanout = n;
     }
+    sz.hub.members = args.members.max(1);
     sz.out = args
         .out
         .clone()
@@ -398,6 +433,15 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
             );
         }
         bootstrap::run(&mut report, &sz.bootstrap).await;
+    }
+    if phases.contains(&Phase::Hub) {
+        if phases.len() > 1 {
+            report.note(
+                "hub ran after other phases: member 1 also holds what they left (run it alone)"
+                    .into(),
+            );
+        }
+        hub::run(&mut report, &sz.hub).await;
     }
     report
 }

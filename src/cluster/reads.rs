@@ -102,7 +102,7 @@ impl Cluster {
                 .list_pages(
                     kind.plural(),
                     Object::url_path(&kind, ns.as_deref()),
-                    label_selector,
+                    (label_selector, ""),
                     fresh,
                     &mut keep,
                 )
@@ -126,13 +126,15 @@ impl Cluster {
         resource: &'static str,
         url_path: String,
         label_selector: &str,
+        field_selector: &str,
         mut each: impl FnMut(Meta),
     ) -> ApiResult<String> {
         let keep = |meta| {
             each(meta);
             None::<()>
         };
-        self.list_pages(resource, url_path, label_selector, Freshness::Cached, keep)
+        let selectors = (label_selector, field_selector);
+        self.list_pages(resource, url_path, selectors, Freshness::Cached, keep)
             .await
             .map(|(_, at)| at)
     }
@@ -141,7 +143,7 @@ impl Cluster {
         &self,
         resource: &'static str,
         url_path: String,
-        label_selector: &str,
+        (label_selector, field_selector): (&str, &str),
         fresh: Freshness,
         mut keep: impl FnMut(Meta) -> Option<U>,
     ) -> ApiResult<(Vec<U>, String)> {
@@ -150,6 +152,9 @@ impl Cluster {
         let mut lp = fresh.list_params(self.page_size);
         if !label_selector.is_empty() {
             lp = lp.labels(label_selector);
+        }
+        if !field_selector.is_empty() {
+            lp = lp.fields(field_selector);
         }
         loop {
             let req = request
@@ -293,7 +298,7 @@ impl Cluster {
         self.list_pages(
             "namespaces",
             Namespace::url_path(&(), None),
-            label_selector,
+            (label_selector, ""),
             fresh,
             |m| namespace_info(&m),
         )

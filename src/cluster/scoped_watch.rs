@@ -10,12 +10,12 @@ use std::sync::atomic::Ordering;
 use super::{
     ApiResult,
     scope::{Binding, NOT_BOUND_RECHECK},
-    watch::FeedWatch,
+    watch::{FeedWatch, WatchSink},
 };
 use crate::freshness::{dispatch::Ended, waiters::Feed};
 
 /// The watch `w` was refused in its namespace (403): nothing is there for it.
-pub(super) fn refused(w: &FeedWatch) {
+pub(super) fn refused<S: WatchSink>(w: &FeedWatch<S>) {
     if let (Feed::Namespaces, Some(ns)) = (w.target.feed, w.part.as_deref()) {
         w.cluster.scope().set(ns, Binding::NotBound);
     }
@@ -23,13 +23,13 @@ pub(super) fn refused(w: &FeedWatch) {
 }
 
 /// Whether the watch `w` was refused since it last started over.
-pub(super) fn is_refused(w: &FeedWatch) -> bool {
+pub(super) fn is_refused<S: WatchSink>(w: &FeedWatch<S>) -> bool {
     w.refused.load(Ordering::SeqCst)
 }
 
 /// Seeds the Namespaces watch of `ns` with its object (one GET); returns the version its
 /// watch starts from. A 403 marks the namespace not bound and the watch refused.
-pub(super) async fn seed_namespace(w: &FeedWatch, ns: &str) -> ApiResult<String> {
+pub(super) async fn seed_namespace<S: WatchSink>(w: &FeedWatch<S>, ns: &str) -> ApiResult<String> {
     let meta = w.cluster.check_namespace(ns).await?;
     if w.cluster.scope().binding(ns) == Some(Binding::NotBound) {
         refused(w);
@@ -44,11 +44,11 @@ pub(super) async fn seed_namespace(w: &FeedWatch, ns: &str) -> ApiResult<String>
         .as_ref()
         .and_then(|m| m.resource_version.clone())
         .unwrap_or_else(|| "0".into());
-    let mut seeding = w.dispatcher.seeding(Feed::Namespaces, Some(ns));
+    let mut seeding = w.sink.seeding(Feed::Namespaces, Some(ns));
     if let Some(meta) = meta {
-        w.dispatcher.listed(&mut seeding, meta);
+        w.sink.listed(&mut seeding, meta);
     }
-    w.dispatcher.seeded(seeding);
+    w.sink.seeded(seeding);
     w.progress.made();
     Ok(at)
 }
@@ -56,7 +56,7 @@ pub(super) async fn seed_namespace(w: &FeedWatch, ns: &str) -> ApiResult<String>
 /// Before the watch `w` of namespace `ns` calls the API server: returns `true` at once while
 /// copyrator is (or may be) bound there. Otherwise it keeps nothing of `ns`, waits until
 /// copyrator is bound there, and returns `false`: the watch starts over with a LIST.
-pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
+pub(super) async fn until_bound<S: WatchSink>(w: &FeedWatch<S>, ns: &str) -> bool {
     let feed = w.target.feed;
     let scope = w.cluster.scope();
     let refused = w.refused.swap(false, Ordering::SeqCst);
@@ -76,14 +76,14 @@ pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
     if !refused && !not_bound {
         return true;
     }
-    w.dispatcher.nothing_there(feed, ns);
+    w.sink.nothing_there(feed, ns);
     if feed == Feed::Namespaces {
         // The one call a namespace that did not consent costs: a GET now and then.
         loop {
             quiet(w, NOT_BOUND_RECHECK).await;
             match w.cluster.check_namespace(ns).await {
                 Ok(_) if scope.binding(ns) == Some(Binding::Bound) => {
-                    w.dispatcher.bound_again(ns);
+                    w.sink.bound_again(ns);
                     break;
                 }
                 _ => {}
@@ -110,12 +110,12 @@ pub(super) async fn until_bound(w: &FeedWatch, ns: &str) -> bool {
         }
     }
     // What was kept as "nothing there" is replaced by the LIST it starts over with.
-    w.dispatcher.down(feed, Some(ns), &Ended::Expired);
+    w.sink.down(feed, Some(ns), &Ended::Expired);
     false
 }
 
 /// Waits `period` without a call, telling `/livez` the watch is idle on purpose.
-pub(super) async fn quiet(w: &FeedWatch, period: std::time::Duration) {
+pub(super) async fn quiet<S: WatchSink>(w: &FeedWatch<S>, period: std::time::Duration) {
     let tick = w.cluster.api_timeout().min(period);
     let mut waited = std::time::Duration::ZERO;
     while waited < period {

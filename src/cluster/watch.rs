@@ -1,7 +1,8 @@
 //! Metadata-only watches: I/O only, one loop for all of them. Each turns the API server's
 //! stream of one [`Target`] (a feed, or the sources a CopyRule's selector matches) into events
-//! and hands every one to the [`Dispatcher`], which keeps the indexes and decides what an event
-//! wakes and queues (`crate::freshness::dispatch`). Each is label-selected where the resource is
+//! and hands every one to its [`WatchSink`]: this cluster's [`Dispatcher`], which keeps the
+//! indexes and decides what an event wakes and queues (`crate::freshness::dispatch`), or a
+//! HubLink's follower, for the watches of a hub (`crate::sync::hub::follow`). Each is label-selected where the resource is
 //! numerous (sources and copies, never every Secret), so memory stays flat in the number of
 //! unrelated objects. A watch starts from a LIST that seeds its index and resumes from the
 //! last resourceVersion it saw; when the API server no longer has that version (410), it starts
@@ -38,7 +39,7 @@ use crate::{
     },
     marks,
     metrics::{FeedLabels, Metrics},
-    model::{MetaItem, Object},
+    model::{Meta, MetaItem, Object},
     namespaced::NamespacedCopyRule,
 };
 
@@ -53,6 +54,71 @@ pub struct Target {
     pub namespace: Option<String>,
     /// The label selector the API server filters by.
     pub selector: Option<String>,
+    /// The field selector it filters by: `metadata.name=<name>` watches one object, which
+    /// RBAC authorizes against a Role's `resourceNames`.
+    pub fields: Option<String>,
+    /// How logs, metrics and `/livez` name it: its feed's name, unless said otherwise.
+    pub name: &'static str,
+}
+
+/// Where a watch hands what it sees, in order: the same calls whatever it follows.
+pub trait WatchSink: Send + Sync + 'static {
+    /// What a seeding LIST gathers until it is in.
+    type Seeding: Send;
+    /// A seeding LIST of `feed` (its watch of `part`) starts.
+    fn seeding(&self, feed: Feed, part: Option<&str>) -> Self::Seeding;
+    /// One item of it.
+    fn listed(&self, seeding: &mut Self::Seeding, meta: Meta);
+    /// It is in.
+    fn seeded(&self, seeding: Self::Seeding);
+    /// A watch event.
+    fn event(&self, feed: Feed, change: Change, meta: &Meta);
+    /// A watch request is connected: events arrive in order from now on.
+    fn up(&self, feed: Feed, part: Option<&str>);
+    /// A watch request ended (see [`Ended`]).
+    fn down(&self, feed: Feed, part: Option<&str>, ended: &Ended);
+    /// The watch stopped for good.
+    fn stopped(&self, feed: Feed, part: Option<&str>);
+    /// A namespace-scoped install's watch has nothing to watch in `namespace`.
+    fn nothing_there(&self, _feed: Feed, _namespace: &str) {}
+    /// copyrator is bound again in `namespace` (namespace-scoped installs).
+    fn bound_again(&self, _namespace: &str) {}
+    /// An optional resource is not readable at all: nothing of `feed` is there.
+    fn nothing_there_at_all(&self, _feed: Feed) {}
+}
+
+impl WatchSink for Dispatcher {
+    type Seeding = crate::freshness::dispatch::Seeding;
+    fn seeding(&self, feed: Feed, part: Option<&str>) -> Self::Seeding {
+        Dispatcher::seeding(self, feed, part)
+    }
+    fn listed(&self, seeding: &mut Self::Seeding, meta: Meta) {
+        Dispatcher::listed(self, seeding, meta)
+    }
+    fn seeded(&self, seeding: Self::Seeding) {
+        Dispatcher::seeded(self, seeding)
+    }
+    fn event(&self, feed: Feed, change: Change, meta: &Meta) {
+        Dispatcher::event(self, feed, change, meta)
+    }
+    fn up(&self, feed: Feed, part: Option<&str>) {
+        Dispatcher::up(self, feed, part)
+    }
+    fn down(&self, feed: Feed, part: Option<&str>, ended: &Ended) {
+        Dispatcher::down(self, feed, part, ended)
+    }
+    fn stopped(&self, feed: Feed, part: Option<&str>) {
+        Dispatcher::stopped(self, feed, part)
+    }
+    fn nothing_there(&self, feed: Feed, namespace: &str) {
+        Dispatcher::nothing_there(self, feed, namespace)
+    }
+    fn bound_again(&self, namespace: &str) {
+        Dispatcher::bound_again(self, namespace)
+    }
+    fn nothing_there_at_all(&self, feed: Feed) {
+        Dispatcher::nothing_there_at_all(self, feed)
+    }
 }
 
 impl Target {
@@ -71,6 +137,8 @@ impl Target {
             feed,
             namespace: None,
             selector,
+            fields: None,
+            name: feed.name(),
         }
     }
 
@@ -81,6 +149,8 @@ impl Target {
             namespace: Some(sel.namespace.clone()),
             // A copy is never a source (SPEC §9.6), whatever labels it carried over.
             selector: Some(marks::not_a_copy(&sel.selector)),
+            fields: None,
+            name: Feed::Selected(sel.kind).name(),
         }
     }
 
@@ -185,7 +255,7 @@ pub fn spawn_feed(
                 cluster: cluster.clone(),
                 target,
                 part,
-                dispatcher: Arc::clone(dispatcher),
+                sink: Arc::clone(dispatcher),
                 metrics: Arc::clone(metrics),
                 progress: progress.track(feed.name()),
                 refused: Default::default(),
@@ -213,7 +283,7 @@ pub fn spawn_selected(
         target,
         // A selector's watch is its feed's only one, in any install.
         part: None,
-        dispatcher: Arc::clone(dispatcher),
+        sink: Arc::clone(dispatcher),
         metrics: Arc::clone(metrics),
         refused: Default::default(),
     };
@@ -227,22 +297,44 @@ fn optional(feed: Feed, part: Option<&str>, e: &crate::cluster::ApiError) -> boo
     feed == Feed::NamespacedCopyRules && part.is_none() && (e.is_forbidden() || e.is_not_found())
 }
 
-/// One watch: the loop every feed and selector runs (list, watch, bookmarks, 410, backoff,
-/// silence).
-pub(super) struct FeedWatch {
+/// Starts a watch of `target` in the cluster `cluster` reaches (a hub's, say), handing what it
+/// sees to `sink`; it runs until aborted or `shutdown` fires. `/livez` does not judge it.
+pub fn spawn_into<S: WatchSink>(
+    cluster: &Cluster,
+    sink: Arc<S>,
+    metrics: &Arc<Metrics>,
+    progress: &WatchProgress,
+    shutdown: &watch::Receiver<bool>,
+    target: Target,
+) -> tokio::task::JoinHandle<()> {
+    let watch = FeedWatch {
+        cluster: cluster.clone(),
+        progress: progress.untracked(target.name),
+        target,
+        part: None,
+        sink,
+        metrics: Arc::clone(metrics),
+        refused: Default::default(),
+    };
+    tokio::spawn(watch.run(shutdown.clone()))
+}
+
+/// One watch: the loop every feed, selector and hub watch runs (list, watch, bookmarks, 410,
+/// backoff, silence).
+pub(super) struct FeedWatch<S: WatchSink = Dispatcher> {
     pub(super) cluster: Cluster,
     pub(super) target: Target,
     /// Which of its feed's watches it is: `None` the one of every namespace, else the one of
     /// a namespace of a namespace-scoped install.
     pub(super) part: Option<String>,
-    pub(super) dispatcher: Arc<Dispatcher>,
+    pub(super) sink: Arc<S>,
     metrics: Arc<Metrics>,
     pub(super) progress: Arc<FeedProgress>,
     /// Refused (403) in its namespace since it last started over (`scoped_watch`).
     pub(super) refused: std::sync::atomic::AtomicBool,
 }
 
-impl FeedWatch {
+impl<S: WatchSink> FeedWatch<S> {
     async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let feed = self.target.feed;
         let part = self.part.as_deref();
@@ -299,14 +391,14 @@ impl FeedWatch {
                 if !std::mem::replace(&mut said, true) {
                     tracing::warn!(feed = feed.name(), error = %why, "not readable: none are read; looked at again every {}s", scope::NOT_BOUND_RECHECK.as_secs());
                 }
-                self.dispatcher.nothing_there_at_all(feed);
+                self.sink.nothing_there_at_all(feed);
                 tokio::select! {
                     _ = scoped_watch::quiet(&self, scope::NOT_BOUND_RECHECK) => {}
                     _ = shutdown.changed() => break,
                 }
                 continue;
             }
-            self.dispatcher.down(feed, part, &ended);
+            self.sink.down(feed, part, &ended);
             match ended {
                 Ended::Timeout => {
                     failures = 0;
@@ -322,7 +414,7 @@ impl FeedWatch {
                 Ended::Failed(why) | Ended::Absent(why) => {
                     failures += 1;
                     if failures == 1 || failures.is_power_of_two() {
-                        tracing::warn!(feed = feed.name(), error = %why, failures, "watch failed; waiting jobs poll meanwhile");
+                        tracing::warn!(feed = self.target.name, error = %why, failures, "watch failed; waiting jobs poll meanwhile");
                     }
                 }
             }
@@ -333,7 +425,7 @@ impl FeedWatch {
                 _ = shutdown.changed() => break,
             }
         }
-        self.dispatcher.stopped(feed, part);
+        self.sink.stopped(feed, part);
     }
 
     /// Lists the feed's objects (metadata, from the API server's watch cache) into a seed the
@@ -343,22 +435,25 @@ impl FeedWatch {
         let feed = self.target.feed;
         self.metrics
             .watch_lists
-            .get_or_create(&FeedLabels { feed: feed.name() })
+            .get_or_create(&FeedLabels {
+                feed: self.target.name,
+            })
             .inc();
         if let (Feed::Namespaces, Some(ns)) = (feed, self.part.as_deref()) {
             return scoped_watch::seed_namespace(self, ns).await;
         }
-        let mut seeding = self.dispatcher.seeding(feed, self.part.as_deref());
+        let mut seeding = self.sink.seeding(feed, self.part.as_deref());
         let at = self
             .cluster
             .list_feed(
                 self.target.resource(),
                 self.target.url_path(),
                 self.target.selector.as_deref().unwrap_or_default(),
+                self.target.fields.as_deref().unwrap_or_default(),
                 |meta| {
                     // A long LIST is progress too, item by item.
                     self.progress.made();
-                    self.dispatcher.listed(&mut seeding, meta)
+                    self.sink.listed(&mut seeding, meta)
                 },
             )
             .await?;
@@ -369,7 +464,7 @@ impl FeedWatch {
                 format!("the list of {} has no resourceVersion", feed.name()),
             ));
         }
-        self.dispatcher.seeded(seeding);
+        self.sink.seeded(seeding);
         self.progress.made();
         Ok(at)
     }
@@ -378,6 +473,7 @@ impl FeedWatch {
         let feed = self.target.feed;
         let wp = WatchParams {
             label_selector: self.target.selector.clone(),
+            field_selector: self.target.fields.clone(),
             timeout: Some(self.cluster.watch_seconds()),
             bookmarks: true,
             ..Default::default()
@@ -399,12 +495,14 @@ impl FeedWatch {
             }
             Err(e) => return Ended::Failed(e.to_string()),
         };
-        self.dispatcher.up(feed, self.part.as_deref());
+        self.sink.up(feed, self.part.as_deref());
         self.progress.made();
         let events = self
             .metrics
             .watch_events
-            .get_or_create(&FeedLabels { feed: feed.name() })
+            .get_or_create(&FeedLabels {
+                feed: self.target.name,
+            })
             .clone();
         let mut stream = std::pin::pin!(stream);
         // The API server ends the request before this; silence past it is a dead connection
@@ -451,7 +549,7 @@ impl FeedWatch {
                 version.clone_from(rv);
             }
             events.inc();
-            self.dispatcher.event(feed, change, &item.metadata);
+            self.sink.event(feed, change, &item.metadata);
         }
         Ended::Timeout
     }

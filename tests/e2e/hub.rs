@@ -270,6 +270,22 @@ async fn a_member_reads_only_the_sources_placed_on_it() {
     );
     assert!(hub.can_get("member-2", "platform", "cred-2").await);
     assert!(!hub.can_get(m1, "platform", "cred-2").await);
+    // The watches by name: list and watch with fieldSelector=metadata.name=<name>, which the
+    // hub authorizes against the Role's resourceNames; never every Secret of the namespace.
+    for verb in ["list", "watch"] {
+        assert!(
+            hub.can(m1, verb, "platform", "cred").await,
+            "member-1 may {verb} its source by name"
+        );
+        assert!(
+            !hub.can("member-2", verb, "platform", "cred").await,
+            "member-2 cannot {verb} member-1's source"
+        );
+        assert!(
+            !hub.can(m1, verb, "platform", "").await,
+            "member-1 cannot {verb} every Secret of the namespace"
+        );
+    }
     // No longer placed: no longer readable.
     hub.delete_rule("registry").await;
     hub.grant_members().await;
@@ -278,4 +294,88 @@ async fn a_member_reads_only_the_sources_placed_on_it() {
         "access follows the placement"
     );
     assert!(hub.can_get("member-2", "platform", "cred-2").await);
+}
+
+#[tokio::test]
+async fn a_hub_change_reaches_the_member_by_its_watches() {
+    // A full read every 300 s: within this test, only the hub watches can carry a change.
+    let hub = Hub::start().await;
+    let env = crate::common::TestEnv::new().await;
+    let member = Member::prepare(&env).await;
+    let h = Harness::start_in(
+        env,
+        Options {
+            extra: member.args_every("300s"),
+            ..Default::default()
+        },
+    )
+    .await;
+    hub.namespace("platform").await;
+    hub.source("platform", "cred", "v1").await;
+    hub.source("platform", "later", "l1").await;
+    hub.rule("registry", ("platform", "cred"), ("registry", &h.name("r")))
+        .await;
+    hub.grant_members().await;
+    let sel = ("registry", h.name("r"));
+    let ceil = ("hub-ceiling", h.name("c"));
+    let inside = h
+        .namespace(
+            "team-in",
+            &[(sel.0, sel.1.as_str()), (ceil.0, ceil.1.as_str())],
+        )
+        .await;
+    member.set_token(&h, &hub.member_token().await).await;
+    member
+        .link(&h, &hub, &["platform"], (ceil.0, ceil.1.as_str()))
+        .await;
+    // The link is followed within the links' check (5 s), read in full once.
+    h.wait_value::<Secret>(&inside, "cred", "token", "v1").await;
+
+    let soon = Duration::from_secs(5);
+    let value = |name: &'static str| {
+        let api = h.secrets(&inside);
+        move || {
+            let api = api.clone();
+            async move {
+                api.get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|s| token(&s))
+            }
+        }
+    };
+    // A source update: its watch wakes one read of it.
+    let started = std::time::Instant::now();
+    hub.source("platform", "cred", "v2").await;
+    crate::common::eventually(soon, "the copy updated by the watch", || {
+        let read = value("cred")();
+        async move { read.await.filter(|v| v == "v2") }
+    })
+    .await;
+    eprintln!("hub update -> member copy: {:?}", started.elapsed());
+    // A rule placed later: the CopyRules watch wakes a full read, and its source is followed.
+    hub.rule("later", ("platform", "later"), ("registry", &h.name("r")))
+        .await;
+    hub.grant_members().await;
+    crate::common::eventually(soon, "the newly placed source copied", || {
+        let read = value("later")();
+        async move { read.await.filter(|v| v == "l1") }
+    })
+    .await;
+    hub.source("platform", "later", "l2").await;
+    crate::common::eventually(soon, "the newly placed source followed", || {
+        let read = value("later")();
+        async move { read.await.filter(|v| v == "l2") }
+    })
+    .await;
+    // A source deleted: the watch wakes a full read, which finds it gone.
+    hub.delete_source("platform", "cred").await;
+    crate::common::eventually(soon, "the copy of a deleted source deleted", || {
+        let read = value("cred")();
+        async move { read.await.is_none().then_some(()) }
+    })
+    .await;
+    member.delete_link(&h).await;
+    h.finish().await;
 }

@@ -1,6 +1,6 @@
 //! The hub side (SPEC §14.1): each member's read access kept equal to what is placed on it.
 //! Per member and source namespace a Role `copyrator-member-<cluster>` naming the placed
-//! Secrets and ConfigMaps (resourceNames, `get`), bound to the member's ServiceAccount of the
+//! Secrets and ConfigMaps (resourceNames; `get`, and `list`/`watch` by name), bound to the member's ServiceAccount of the
 //! same name in the members' namespace; one ClusterRole to list CopyRules, bound per member.
 //! What no rule places any more is deleted (found by the `copyrator.io/member` label).
 
@@ -96,7 +96,7 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
     Ok(access.len())
 }
 
-/// `get` on the placed sources, by name.
+/// `get`, `list` and `watch` on the placed sources, by name.
 fn role_rules(sources: &NamespaceAccess) -> Value {
     let mut rules = Vec::new();
     for (resource, names) in [
@@ -104,7 +104,9 @@ fn role_rules(sources: &NamespaceAccess) -> Value {
         ("configmaps", &sources.config_maps),
     ] {
         if !names.is_empty() {
-            rules.push(json!({"apiGroups": [""], "resources": [resource], "resourceNames": names, "verbs": ["get"]}));
+            // list and watch by name (fieldSelector=metadata.name=<name>): RBAC checks
+            // resourceNames for those as for a get.
+            rules.push(json!({"apiGroups": [""], "resources": [resource], "resourceNames": names, "verbs": ["get", "list", "watch"]}));
         }
     }
     Value::Array(rules)

@@ -1,27 +1,37 @@
-//! The member side of copies across clusters (SPEC §14): every `--hub-sync-interval`, the
-//! leader reads each HubLink, reads its hub with the token in the link's Secret, and makes the
-//! link's copies equal to what the hub places here. A hub that cannot be read in full changes
-//! nothing here: its copies stay as last synced, and the link's `Reachable` condition is False
-//! since the first failure.
+//! The member side of copies across clusters (SPEC §14): the leader follows each HubLink's hub
+//! with watches, of its CopyRules and of each placed source by name, as triggers: a source's
+//! event reads that source again (one GET) and converges its copies from what was last read
+//! of the rest; a placed rule's event, a LIST that may hide changes, or `--hub-sync-interval`
+//! since the last one, reads the hub in full (`remote::read_hub`), the only read that can
+//! delete a copy. A hub that cannot be read in full changes nothing here: its copies stay as
+//! last synced, and the link's `Reachable` condition is False since the first failure.
 
 mod converge;
+mod events;
+mod follow;
 mod members;
 mod remote;
+mod status;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
-use kube::{
-    Api,
-    api::{ListParams, Patch, PatchParams},
-};
+use kube::{Api, api::ListParams};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio::{
+    sync::{mpsc, watch},
+    time::Instant,
+};
 
 use crate::{
+    cluster::progress::WatchProgress,
     hub::{HubLink, Hubs, LinkSettings, LinkView},
     sync::context::Context,
 };
+
+use follow::{Deps, Follow};
+use remote::HubRead;
+use status::{condition, status, write_status};
 
 pub use members::grant_members;
 pub use remote::HubError;
@@ -47,9 +57,21 @@ pub async fn run_hub(
     }
 }
 
-/// What the member remembers of a link between rounds, for its status.
-#[derive(Debug, Default)]
+/// How often, at most, the HubLinks and their tokens are read again (member API calls only):
+/// a new link is followed, and a new token used by the watches, within this.
+pub const LINK_CHECK: Duration = Duration::from_secs(5);
+
+/// What the member remembers of a link, for its status and its watches' events.
+#[derive(Default)]
 struct LinkState {
+    /// The HubLink as last listed.
+    link: Option<HubLink>,
+    /// Its hub's watches, while this replica leads and the link is valid.
+    follow: Option<Follow>,
+    /// The last full read of its hub, kept up to date by the events since.
+    read: Option<(Arc<LinkSettings>, HubRead)>,
+    /// When the next full read is due (`--hub-sync-interval` after the last).
+    next_full: Option<Instant>,
     /// Since when the hub has not been read in full.
     unreachable_since: Option<Timestamp>,
     /// When it last was, and its copies converged.
@@ -60,25 +82,53 @@ struct LinkState {
     written_at: Option<Timestamp>,
 }
 
-/// How often `lastSyncTime` is written while nothing else in the status changes.
-const SYNC_TIME_EVERY: Duration = Duration::from_secs(30);
-
-/// Runs rounds every `interval` while this replica leads, until shutdown.
-pub async fn run(ctx: Arc<Context>, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+/// Follows every link while this replica leads, until shutdown.
+pub async fn run(
+    ctx: Arc<Context>,
+    interval: Duration,
+    progress: Arc<WatchProgress>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (events_tx, mut events) = mpsc::channel(follow::EVENTS_QUEUED);
+    let deps = Deps {
+        metrics: Arc::clone(&ctx.metrics),
+        progress,
+        shutdown: shutdown.clone(),
+        events: events_tx,
+    };
     let mut states: BTreeMap<String, LinkState> = BTreeMap::new();
+    let mut next_check = Instant::now();
     loop {
-        if *ctx.leading.borrow() {
-            round(&ctx, &mut states).await;
+        let leading = *ctx.leading.borrow();
+        if !leading {
+            // Only the leader follows the hubs.
+            states.values_mut().for_each(|s| s.follow = None);
         }
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep_until(next_check) => {
+                if leading {
+                    check_links(&ctx, &deps, interval, &mut states).await;
+                }
+                next_check = Instant::now() + interval.min(LINK_CHECK);
+            }
+            Some(event) = events.recv() => {
+                if leading {
+                    events::on_event(&ctx, interval, &mut states, event).await;
+                }
+            }
             _ = shutdown.changed() => return,
         }
     }
 }
 
-/// One round over every link.
-async fn round(ctx: &Context, states: &mut BTreeMap<String, LinkState>) {
+/// Reads the HubLinks and their tokens: (re)starts each link's watches when its spec or token
+/// changed, and reads its hub in full when due.
+async fn check_links(
+    ctx: &Context,
+    deps: &Deps,
+    interval: Duration,
+    states: &mut BTreeMap<String, LinkState>,
+) {
     let member = ctx.cluster.client();
     let links = match Api::<HubLink>::all(member.clone())
         .list(&ListParams::default())
@@ -102,62 +152,129 @@ async fn round(ctx: &Context, states: &mut BTreeMap<String, LinkState>) {
         }
         kept
     });
-    for link in &links {
+    let own = ctx.settings.policy.own_namespace.as_deref();
+    for link in links {
         let Some(name) = link.metadata.name.clone() else {
             continue;
         };
         let state = states.entry(name.clone()).or_default();
-        let result = sync_link(ctx, link, &names).await;
-        let now = Timestamp::now();
-        let status = match result {
-            Ok(done) => {
-                state.unreachable_since = None;
-                state.last_sync = Some(now);
-                ctx.metrics
-                    .hub_last_sync
-                    .get_or_create(&crate::metrics::HubLinkLabels { link: name.clone() })
-                    .set(now.as_millisecond() as f64 / 1000.0);
-                status(
-                    state,
-                    "True",
-                    "HubRead",
-                    "the hub was read and its copies converged",
-                    &done,
-                )
-            }
-            Err(LinkError::Invalid(e)) => {
-                let done = Synced::default();
-                let mut s = status(state, "Unknown", "LinkInvalid", &e, &done);
-                s["conditions"][1] = condition("Valid", "False", "LinkInvalid", &e, now);
-                s
-            }
-            Err(LinkError::Hub(e)) => {
-                tracing::warn!(link = %name, error = %e, "hub not read; its copies stay as they are");
-                let since = *state.unreachable_since.get_or_insert(now);
-                let mut s = status(
-                    state,
-                    "False",
-                    e.reason(),
-                    &e.to_string(),
-                    &Synced::default(),
-                );
-                s["conditions"][0]["lastTransitionTime"] = json!(Time(since));
-                s
-            }
-            Err(LinkError::Member(e)) => {
-                tracing::warn!(link = %name, error = %e, "a hub's copies could not be converged; retried next round");
-                continue;
-            }
+        let valid = LinkSettings::from_link(&link).is_ok();
+        let token = match own {
+            Some(ns) if valid => remote::read_token(member, ns, &link).await.ok(),
+            _ => None,
         };
-        write_status(ctx, &name, state, status).await;
+        let stale = state
+            .follow
+            .as_ref()
+            .is_none_or(|f| Some(&f.token) != token.as_ref() || f.spec != link.spec);
+        let mut due = state.next_full.is_none_or(|t| Instant::now() >= t);
+        match token {
+            Some(token) if stale => {
+                state.follow = None;
+                match Follow::start(deps, &link, &token) {
+                    Ok(f) => {
+                        state.follow = Some(f);
+                        // The placed sources' watches start after the full read.
+                        due = true;
+                    }
+                    Err(e) => tracing::debug!(link = %name, error = %e, "hub not watched"),
+                }
+            }
+            Some(_) => {}
+            // No token to watch with: the full read says why.
+            None => state.follow = None,
+        }
+        if state
+            .follow
+            .as_ref()
+            .is_some_and(|f| f.missed.swap(false, std::sync::atomic::Ordering::SeqCst))
+        {
+            due = true;
+        }
+        state.link = Some(link);
+        if due {
+            full_sync(ctx, interval, state, &names).await;
+        }
     }
 }
 
-/// What a link's round came to.
+/// Reads `state`'s hub in full and converges its copies; writes the link's status, and
+/// follows the placed sources read.
+async fn full_sync(ctx: &Context, interval: Duration, state: &mut LinkState, names: &[String]) {
+    let Some(link) = state.link.clone() else {
+        return;
+    };
+    let name = link.metadata.name.clone().unwrap_or_default();
+    state.next_full = Some(Instant::now() + interval);
+    let result = sync_link(ctx, &link, names).await;
+    let now = Timestamp::now();
+    let status = match result {
+        Ok((settings, read)) => {
+            state.unreachable_since = None;
+            state.last_sync = Some(now);
+            ctx.metrics
+                .hub_last_sync
+                .get_or_create(&crate::metrics::HubLinkLabels { link: name.clone() })
+                .set(now.as_millisecond() as f64 / 1000.0);
+            let done = Synced::of(&read);
+            if let Some(follow) = &mut state.follow {
+                follow.follow_sources(read.sources.keys());
+            }
+            state.read = Some((settings, read));
+            status(
+                state,
+                "True",
+                "HubRead",
+                "the hub was read and its copies converged",
+                &done,
+            )
+        }
+        Err(LinkError::Invalid(e)) => {
+            let done = Synced::default();
+            let mut s = status(state, "Unknown", "LinkInvalid", &e, &done);
+            s["conditions"][1] = condition("Valid", "False", "LinkInvalid", &e, now);
+            s
+        }
+        Err(LinkError::Hub(e)) => {
+            tracing::warn!(link = %name, error = %e, "hub not read; its copies stay as they are");
+            let since = *state.unreachable_since.get_or_insert(now);
+            let mut s = status(
+                state,
+                "False",
+                e.reason(),
+                &e.to_string(),
+                &Synced::default(),
+            );
+            s["conditions"][0]["lastTransitionTime"] = json!(Time(since));
+            s
+        }
+        Err(LinkError::Member(e)) => {
+            tracing::warn!(link = %name, error = %e, "a hub's copies could not be converged; retried next round");
+            return;
+        }
+    };
+    write_status(ctx, &name, state, status).await;
+}
+
+/// What a link's full read came to.
 #[derive(Debug, Default)]
 struct Synced {
     placed: usize,
     refused: Vec<(String, String)>,
+}
+
+impl Synced {
+    fn of(read: &HubRead) -> Self {
+        Synced {
+            placed: read.placement.rules.len(),
+            refused: read
+                .placement
+                .refused
+                .iter()
+                .map(|r| (r.name.clone(), r.refusal.to_string()))
+                .collect(),
+        }
+    }
 }
 
 enum LinkError {
@@ -166,9 +283,13 @@ enum LinkError {
     Member(String),
 }
 
-/// Reads `link`'s hub and converges its copies; `names` are every link of this member (the
-/// copies of the others are held as they are meanwhile).
-async fn sync_link(ctx: &Context, link: &HubLink, names: &[String]) -> Result<Synced, LinkError> {
+/// Reads `link`'s hub in full and converges its copies; `names` are every link of this member
+/// (the copies of the others are held as they are meanwhile). Returns what was read.
+async fn sync_link(
+    ctx: &Context,
+    link: &HubLink,
+    names: &[String],
+) -> Result<(Arc<LinkSettings>, HubRead), LinkError> {
     let settings = LinkSettings::from_link(link).map_err(|e| LinkError::Invalid(e.to_string()))?;
     let namespace = ctx
         .settings
@@ -183,119 +304,43 @@ async fn sync_link(ctx: &Context, link: &HubLink, names: &[String]) -> Result<Sy
     let token = remote::read_token(ctx.cluster.client(), namespace, link)
         .await
         .map_err(LinkError::Hub)?;
-    let hub = remote::hub_client(link, &token).map_err(LinkError::Hub)?;
+    let hub = remote::hub_client(link, &token, remote::HUB_TIMEOUT).map_err(LinkError::Hub)?;
     let read = remote::read_hub(&hub, &settings)
         .await
         .map_err(LinkError::Hub)?;
-    let synced = Synced {
-        placed: read.placement.rules.len(),
-        refused: read
-            .placement
-            .refused
-            .iter()
-            .map(|r| (r.name.clone(), r.refusal.to_string()))
-            .collect(),
-    };
-    let mut view = LinkView::new(settings.name.clone(), Ok(Arc::new(settings)));
-    view.placement = Some(Arc::new(read.placement));
-    view.sources = read.sources;
+    let settings = Arc::new(settings);
+    let name = link.metadata.name.clone().unwrap_or_default();
+    converge_read(ctx, &name, Arc::clone(&settings), &read, names)
+        .await
+        .map_err(LinkError::Member)?;
+    Ok((settings, read))
+}
+
+/// Converges link `name`'s copies to `read` (a full read, maybe updated by events since).
+async fn converge_read(
+    ctx: &Context,
+    name: &str,
+    settings: Arc<LinkSettings>,
+    read: &HubRead,
+    names: &[String],
+) -> Result<(), String> {
+    let mut view = LinkView::new(name.to_string(), Ok(settings));
+    view.placement = Some(Arc::clone(&read.placement));
+    view.sources = read.sources.clone();
     let mut all = vec![view];
-    // The other links' copies are not this round's: held as they are.
+    // The other links' copies are not this read's: held as they are.
     all.extend(
         names
             .iter()
-            .filter(|n| Some(n.as_str()) != link.metadata.name.as_deref())
+            .filter(|n| n.as_str() != name)
             .map(|n| LinkView::new(n.clone(), Err("not read in this round".into()))),
     );
     let hubs = Arc::new(Hubs {
         links_known: true,
         links: all,
     });
-    let name = link.metadata.name.clone().unwrap_or_default();
-    converge::converge_link(ctx, hubs, &name, read.contents)
+    converge::converge_link(ctx, hubs, name, read.contents.clone())
         .await
-        .map_err(|e| LinkError::Member(e.to_string()))?;
-    Ok(synced)
-}
-
-fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    at: Timestamp,
-) -> serde_json::Value {
-    json!({
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message.chars().take(1000).collect::<String>(),
-        "lastTransitionTime": Time(at),
-    })
-}
-
-/// The link's status after a round (`lastSyncTime` apart).
-fn status(
-    state: &LinkState,
-    reachable: &str,
-    reason: &str,
-    message: &str,
-    done: &Synced,
-) -> serde_json::Value {
-    let at = state.last_sync.unwrap_or_else(Timestamp::now);
-    json!({
-        "conditions": [
-            condition("Reachable", reachable, reason, message, at),
-            condition("Valid", "True", "LinkValid", "the link's settings are valid", at),
-        ],
-        "placedRules": done.placed,
-        "refusedRules": done
-            .refused
-            .iter()
-            .map(|(name, reason)| json!({"name": name, "reason": reason}))
-            .collect::<Vec<_>>(),
-    })
-}
-
-/// Writes the link's status when it changed (or `lastSyncTime` is due).
-async fn write_status(
-    ctx: &Context,
-    name: &str,
-    state: &mut LinkState,
-    mut status: serde_json::Value,
-) {
-    let now = Timestamp::now();
-    let due = state
-        .written_at
-        .is_none_or(|t| now.duration_since(t).as_secs() >= SYNC_TIME_EVERY.as_secs() as i64);
-    // A condition's time is when it last changed, not when it was last seen.
-    if let Some(old) = &state.written {
-        for i in 0..2 {
-            if old["conditions"][i]["status"] == status["conditions"][i]["status"]
-                && old["conditions"][i]["reason"] == status["conditions"][i]["reason"]
-            {
-                status["conditions"][i]["lastTransitionTime"] =
-                    old["conditions"][i]["lastTransitionTime"].clone();
-            }
-        }
-    }
-    if state.written.as_ref() == Some(&status) && !due {
-        return;
-    }
-    let mut body = status.clone();
-    if let Some(t) = state.last_sync {
-        body["lastSyncTime"] = json!(Time(t));
-    }
-    let api = Api::<HubLink>::all(ctx.cluster.client().clone());
-    let patch = json!({ "status": body });
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {
-            state.written = Some(status);
-            state.written_at = Some(now);
-        }
-        Err(e) => tracing::debug!(link = %name, error = %e, "HubLink status not written"),
-    }
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

@@ -1,7 +1,8 @@
 //! What a member reads from its hub (SPEC §14.2): with the token in the link's credential
 //! Secret (read again every round, so a replaced token is used at once, with no restart), the
-//! hub's CopyRules, and each source placed on this member, by name. Every read has a short
-//! timeout: a frozen hub is an unreachable one, never a stuck member.
+//! hub's CopyRules, and each source placed on this member, by name; one source or one rule
+//! again when a watch says it changed. Every read has a short timeout: a frozen hub is an
+//! unreachable one, never a stuck member.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -11,13 +12,16 @@ use kube::{Api, Client, api::ListParams};
 use crate::{
     content,
     copyrule::CopyRule,
-    hub::{HubLink, HubSource, LinkSettings, Placement, parse_ca_bundle, place},
+    hub::{HubLink, HubSource, LinkSettings, Placement, parse_ca_bundle, place, placed_on},
     model::{Object, ObjectKey, SourceInfo},
     plan::Contents,
 };
 
 /// How long a hub has to answer one request before it counts as unreachable.
-const HUB_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HUB_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// CopyRules per page of a full read.
+const RULES_PAGE: u32 = 500;
 
 /// Why the hub could not be read this round: its copies stay as they are.
 #[derive(Debug, thiserror::Error)]
@@ -43,10 +47,14 @@ impl HubError {
 
 /// One round's reading of a hub: what it places here, each placed source as read, and the
 /// payloads of those present (as a plan takes them).
+#[derive(Clone)]
 pub struct HubRead {
-    pub placement: Placement,
+    pub placement: Arc<Placement>,
     pub sources: BTreeMap<ObjectKey, HubSource>,
     pub contents: Contents,
+    /// The `metadata.generation` of each hub CopyRule placed here (taken or refused): a watch
+    /// event of another rule, or of one of these whose spec did not change, changes nothing.
+    pub generations: BTreeMap<String, Option<i64>>,
 }
 
 /// The member's token for `link`, read now from its Secret in `namespace`.
@@ -74,15 +82,16 @@ pub async fn read_token(
     Ok(token)
 }
 
-/// A client of the hub `link` names, authenticating with `token`.
-pub fn hub_client(link: &HubLink, token: &str) -> Result<Client, HubError> {
+/// A client of the hub `link` names, authenticating with `token`, whose connections may stay
+/// silent for `read_timeout` (reads: [`HUB_TIMEOUT`]; watches: longer than their requests).
+pub fn hub_client(link: &HubLink, token: &str, read_timeout: Duration) -> Result<Client, HubError> {
     let bad = |e: String| HubError::Unreachable(format!("spec: {e}"));
     let url = link.spec.server.parse().map_err(|e| bad(format!("{e}")))?;
     let mut config = kube::Config::new(url);
     config.root_cert = Some(parse_ca_bundle(&link.spec.ca_bundle).map_err(bad)?);
     config.auth_info.token = Some(secrecy::SecretString::from(token.to_string()));
     config.connect_timeout = Some(HUB_TIMEOUT);
-    config.read_timeout = Some(HUB_TIMEOUT);
+    config.read_timeout = Some(read_timeout);
     config.write_timeout = Some(HUB_TIMEOUT);
     Client::try_from(config).map_err(|e| bad(e.to_string()))
 }
@@ -99,42 +108,83 @@ fn classify(e: kube::Error) -> HubError {
 /// A source the hub says is not there is [`HubSource::Gone`]; one it does not let the member
 /// read is [`HubSource::Unreadable`]; any other failure fails the whole read.
 pub async fn read_hub(hub: &Client, settings: &LinkSettings) -> Result<HubRead, HubError> {
-    let rules = tokio::time::timeout(
-        HUB_TIMEOUT * 2,
-        Api::<CopyRule>::all(hub.clone()).list(&ListParams::default()),
-    )
-    .await
-    .map_err(|_| HubError::Unreachable("listing CopyRules timed out".into()))?
-    .map_err(classify)?;
-    // ClusterProfile labels are not read yet: a rule reaches a member by its name.
-    let placement = place(settings, None, &rules.items);
+    // Page by page, keeping only the rules placed here: the member's memory does not grow
+    // with the hub's other rules.
+    let mut placed = Vec::new();
+    let mut lp = ListParams::default().limit(RULES_PAGE);
+    loop {
+        let page =
+            tokio::time::timeout(HUB_TIMEOUT * 2, Api::<CopyRule>::all(hub.clone()).list(&lp))
+                .await
+                .map_err(|_| HubError::Unreachable("listing CopyRules timed out".into()))?
+                .map_err(classify)?;
+        // ClusterProfile labels are not read yet: a rule reaches a member by its name.
+        placed.extend(
+            page.items
+                .into_iter()
+                .filter(|r| placed_on(&r.spec, &settings.cluster_name, None)),
+        );
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => lp.continue_token = Some(token),
+            _ => break,
+        }
+    }
+    let placement = place(settings, None, &placed);
+    let generations = placed
+        .iter()
+        .filter_map(|r| Some((r.metadata.name.clone()?, r.metadata.generation)))
+        .collect();
     let mut sources = BTreeMap::new();
     let mut contents = Contents::default();
     for key in placement.sources() {
-        let on_hub = key.on_hub();
-        let path = format!(
-            "/api/v1/namespaces/{}/{}",
-            on_hub.namespace,
-            on_hub.kind.plural()
-        );
-        let req = kube::api::Request::new(path).get(&on_hub.name, &Default::default());
-        let req = req.map_err(|e| HubError::Unreachable(e.to_string()))?;
-        let read = tokio::time::timeout(HUB_TIMEOUT * 2, hub.request::<Object>(req))
-            .await
-            .map_err(|_| HubError::Unreachable(format!("reading {on_hub} timed out")))?;
-        let state = match read {
-            Ok(obj) => present(&key, obj, &mut contents),
-            Err(kube::Error::Api(s)) if s.code == 404 => HubSource::Gone,
-            Err(kube::Error::Api(s)) if s.code == 403 => HubSource::Unreadable(s.message),
-            Err(e) => return Err(classify(e)),
-        };
+        let state = read_source(hub, &key, &mut contents).await?;
         sources.insert(key, state);
     }
     Ok(HubRead {
-        placement,
+        placement: Arc::new(placement),
         sources,
         contents,
+        generations,
     })
+}
+
+/// Reads the placed source `key` (a member key of a hub source); its payload and hash go
+/// into `contents`. A source the hub says is not there is [`HubSource::Gone`]; one it does not
+/// let the member read is [`HubSource::Unreadable`]; any other failure is an error.
+pub async fn read_source(
+    hub: &Client,
+    key: &ObjectKey,
+    contents: &mut Contents,
+) -> Result<HubSource, HubError> {
+    let on_hub = key.on_hub();
+    let path = format!(
+        "/api/v1/namespaces/{}/{}",
+        on_hub.namespace,
+        on_hub.kind.plural()
+    );
+    let req = kube::api::Request::new(path).get(&on_hub.name, &Default::default());
+    let req = req.map_err(|e| HubError::Unreachable(e.to_string()))?;
+    let read = tokio::time::timeout(HUB_TIMEOUT * 2, hub.request::<Object>(req))
+        .await
+        .map_err(|_| HubError::Unreachable(format!("reading {on_hub} timed out")))?;
+    Ok(match read {
+        Ok(obj) => present(key, obj, contents),
+        Err(kube::Error::Api(s)) if s.code == 404 => HubSource::Gone,
+        Err(kube::Error::Api(s)) if s.code == 403 => HubSource::Unreadable(s.message),
+        Err(e) => return Err(classify(e)),
+    })
+}
+
+/// Whether the hub CopyRule `name` exists and places its rule on `cluster` (one GET).
+pub async fn rule_placed(hub: &Client, name: &str, cluster: &str) -> Result<bool, HubError> {
+    let read = tokio::time::timeout(
+        HUB_TIMEOUT * 2,
+        Api::<CopyRule>::all(hub.clone()).get_opt(name),
+    )
+    .await
+    .map_err(|_| HubError::Unreachable(format!("reading CopyRule {name} timed out")))?
+    .map_err(classify)?;
+    Ok(read.is_some_and(|r| placed_on(&r.spec, cluster, None)))
 }
 
 /// A source read from the hub, known here by its member key; its payload and hash go into

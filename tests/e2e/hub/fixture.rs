@@ -125,6 +125,13 @@ impl Hub {
     /// Whether member `cluster`'s identity may get the Secret `namespace/name` (the hub's
     /// answer to a SubjectAccessReview, as `kubectl auth can-i --as` asks it).
     pub async fn can_get(&self, cluster: &str, namespace: &str, name: &str) -> bool {
+        self.can(cluster, "get", namespace, name).await
+    }
+
+    /// Whether member `cluster`'s identity may `verb` the Secret `namespace/name` (a `list`
+    /// or `watch` by name is one with `fieldSelector=metadata.name=<name>`); `name` empty:
+    /// every Secret there.
+    pub async fn can(&self, cluster: &str, verb: &str, namespace: &str, name: &str) -> bool {
         let user = format!(
             "system:serviceaccount:{MEMBERS_NS}:{}",
             copyrator::hub::member_identity(cluster)
@@ -133,7 +140,7 @@ impl Hub {
             "spec": {
                 "user": user,
                 "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{MEMBERS_NS}")],
-                "resourceAttributes": {"verb": "get", "resource": "secrets", "namespace": namespace, "name": name},
+                "resourceAttributes": {"verb": verb, "resource": "secrets", "namespace": namespace, "name": name},
             },
         }))
         .unwrap();
@@ -412,10 +419,15 @@ impl Member {
         }
     }
 
-    /// copyrator's extra arguments for this member.
+    /// copyrator's extra arguments for this member: the hub read in full every second.
     pub fn args(&self) -> Vec<String> {
+        self.args_every("1s")
+    }
+
+    /// copyrator's extra arguments for this member, the hub read in full every `interval`.
+    pub fn args_every(&self, interval: &str) -> Vec<String> {
         vec![
-            "--hub-sync-interval=1s".into(),
+            format!("--hub-sync-interval={interval}"),
             format!("--lease-namespace={}", self.own_namespace),
         ]
     }

@@ -1,0 +1,78 @@
+//! What a hub watch's event asks of the member's sync (SPEC §14.2): nothing when it changes
+//! nothing read, one source read again (one GET) and its copies converged from it and the
+//! rest of the last full read, or a full read of the hub, the only one that deletes.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use crate::{freshness::dispatch::Change, hub::HubSource, sync::context::Context};
+
+use super::{
+    LinkState, converge_read,
+    follow::{HubEvent, Seen},
+    full_sync, remote,
+};
+
+/// What a hub watch's event asks for: nothing (it changes nothing read), one source read
+/// again, or a full read.
+pub(super) async fn on_event(
+    ctx: &Context,
+    interval: Duration,
+    states: &mut BTreeMap<String, LinkState>,
+    event: HubEvent,
+) {
+    let names: Vec<String> = states.keys().cloned().collect();
+    let Some(state) = states.get_mut(&event.link) else {
+        return;
+    };
+    let (Some(follow), Some((settings, read))) = (&state.follow, &mut state.read) else {
+        return;
+    };
+    let full = match event.what {
+        Seen::RulesRelisted => true,
+        Seen::Rule(change, meta) => {
+            let name = meta.name.clone().unwrap_or_default();
+            match read.generations.get(&name) {
+                // A rule placed here: read in full when its spec changed.
+                Some(generation) => change == Change::Deleted || meta.generation != *generation,
+                None if change == Change::Deleted => false,
+                // Another rule: placed here now? One GET says.
+                None => remote::rule_placed(&follow.hub, &name, &settings.cluster_name)
+                    .await
+                    .unwrap_or(true),
+            }
+        }
+        Seen::Source(key, meta) => {
+            let known = read.sources.get(&key);
+            match (meta, known) {
+                (_, None) => false,
+                (None, Some(HubSource::Gone)) => false,
+                // Gone: only a full read deletes its copies (SPEC §14.3).
+                (None, Some(_)) => true,
+                (Some(m), Some(HubSource::Present(info)))
+                    if m.resource_version.as_ref() == Some(&info.resource_version) =>
+                {
+                    false
+                }
+                (Some(_), Some(_)) => {
+                    match remote::read_source(&follow.hub, &key, &mut read.contents).await {
+                        Ok(found @ HubSource::Present(_)) => {
+                            read.sources.insert(key, found);
+                            let settings = Arc::clone(settings);
+                            let name = event.link.clone();
+                            converge_read(ctx, &name, settings, read, &names)
+                                .await
+                                .inspect_err(|e| {
+                                    tracing::warn!(link = %name, error = %e, "a hub source's copies could not be converged; read again in full");
+                                })
+                                .is_err()
+                        }
+                        _ => true,
+                    }
+                }
+            }
+        }
+    };
+    if full {
+        full_sync(ctx, interval, state, &names).await;
+    }
+}

@@ -1,0 +1,264 @@
+//! The watches of one link's hub (SPEC §14.2): its CopyRules, and each placed source by name
+//! (`fieldSelector=metadata.name=<name>`, which the hub authorizes against the member's Role
+//! and its `resourceNames`). They run the project's one watch loop (`crate::cluster::watch`)
+//! against the hub and hand what they see to the member's hub sync as triggers: an event is
+//! never a copy's content, only a reason to read one object again.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use kube::Client;
+use tokio::sync::{mpsc, watch};
+
+use crate::{
+    cluster::{
+        ApiLimits, Cluster,
+        progress::WatchProgress,
+        ratelimit::RateLimiter,
+        watch::{Target, WatchSink, spawn_into},
+    },
+    freshness::{
+        dispatch::{Change, Ended},
+        waiters::Feed,
+    },
+    hub::{HubLink, HubLinkSpec},
+    metrics::Metrics,
+    model::{Kind, Meta, ObjectKey},
+};
+
+use super::remote::{HUB_TIMEOUT, HubError, hub_client};
+
+/// How long a hub watch's connection may stay silent: its requests end well before (two
+/// thirds of it), so a member costs its hub one watch request per watch every 40 s.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Events queued for the sync at most; past it they are dropped and a full read is due.
+pub const EVENTS_QUEUED: usize = 1024;
+
+/// What a hub watch saw, for the sync of link `link`.
+#[derive(Debug)]
+pub struct HubEvent {
+    pub link: String,
+    pub what: Seen,
+}
+
+/// See [`HubEvent`].
+#[derive(Debug)]
+pub enum Seen {
+    /// A hub CopyRule changed.
+    Rule(Change, Meta),
+    /// The hub's CopyRules were listed again: what changed meanwhile is not known.
+    RulesRelisted,
+    /// A placed source (its member key) is as `meta` says; `None`: the hub has it no more.
+    Source(ObjectKey, Option<Meta>),
+}
+
+/// What the sync's hub watches share.
+#[derive(Clone)]
+pub struct Deps {
+    pub metrics: Arc<Metrics>,
+    pub progress: Arc<WatchProgress>,
+    pub shutdown: watch::Receiver<bool>,
+    pub events: mpsc::Sender<HubEvent>,
+}
+
+/// The hub watches of one link, with the token they use; stopped when dropped.
+pub struct Follow {
+    pub token: String,
+    pub spec: HubLinkSpec,
+    /// For the reads an event asks for (short timeouts).
+    pub hub: Client,
+    /// Set when an event could not be queued: a full read is due.
+    pub missed: Arc<AtomicBool>,
+    watches: Cluster,
+    link: String,
+    deps: Deps,
+    rules: tokio::task::JoinHandle<()>,
+    sources: BTreeMap<ObjectKey, tokio::task::JoinHandle<()>>,
+}
+
+impl Follow {
+    /// Starts watching the CopyRules of `link`'s hub with `token`.
+    pub fn start(deps: &Deps, link: &HubLink, token: &str) -> Result<Follow, HubError> {
+        let name = link.metadata.name.clone().unwrap_or_default();
+        let hub = hub_client(link, token, HUB_TIMEOUT)?;
+        let watch_client = hub_client(link, token, WATCH_TIMEOUT)?;
+        // The hub's calls are not this cluster's: counted apart (in the hub's own metrics).
+        let limits = ApiLimits {
+            writes: RateLimiter::unlimited(),
+            reads: RateLimiter::unlimited(),
+            read_concurrency: 4,
+        };
+        let watches = Cluster::new(watch_client, Arc::new(Metrics::new()), limits, 500)
+            .with_api_timeout(WATCH_TIMEOUT);
+        let missed = Arc::new(AtomicBool::new(false));
+        let sink = Arc::new(HubSink {
+            link: name.clone(),
+            source: None,
+            events: deps.events.clone(),
+            missed: Arc::clone(&missed),
+            rules_listed: AtomicBool::new(false),
+        });
+        let target = Target {
+            feed: Feed::CopyRules,
+            namespace: None,
+            selector: None,
+            fields: None,
+            name: "hub copyrules",
+        };
+        let rules = spawn_into(
+            &watches,
+            Arc::clone(&sink),
+            &deps.metrics,
+            &deps.progress,
+            &deps.shutdown,
+            target,
+        );
+        Ok(Follow {
+            token: token.to_string(),
+            spec: link.spec.clone(),
+            hub,
+            missed,
+            watches,
+            link: name,
+            deps: deps.clone(),
+            rules,
+            sources: BTreeMap::new(),
+        })
+    }
+
+    /// Watches exactly `sources` (member keys of placed hub sources), each by its name.
+    pub fn follow_sources<'a>(&mut self, sources: impl IntoIterator<Item = &'a ObjectKey>) {
+        let wanted: BTreeMap<&ObjectKey, ()> = sources.into_iter().map(|k| (k, ())).collect();
+        self.sources.retain(|key, task| {
+            let kept = wanted.contains_key(key);
+            if !kept {
+                task.abort();
+            }
+            kept
+        });
+        for key in wanted.into_keys() {
+            if self.sources.contains_key(key) {
+                continue;
+            }
+            let on_hub = key.on_hub();
+            let target = Target {
+                feed: Feed::Selected(key.kind),
+                namespace: Some(on_hub.namespace.clone()),
+                selector: None,
+                fields: Some(format!("metadata.name={}", on_hub.name)),
+                name: if key.kind == Kind::Secret {
+                    "hub secrets"
+                } else {
+                    "hub configmaps"
+                },
+            };
+            let sink = HubSink {
+                link: self.link.clone(),
+                source: Some(key.clone()),
+                events: self.deps.events.clone(),
+                missed: Arc::clone(&self.missed),
+                rules_listed: AtomicBool::new(false),
+            };
+            let task = spawn_into(
+                &self.watches,
+                Arc::new(sink),
+                &self.deps.metrics,
+                &self.deps.progress,
+                &self.deps.shutdown,
+                target,
+            );
+            self.sources.insert(key.clone(), task);
+        }
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        self.rules.abort();
+        for task in self.sources.values() {
+            task.abort();
+        }
+    }
+}
+
+/// Hands one hub watch's events to its link's sync, as [`HubEvent`]s.
+struct HubSink {
+    link: String,
+    /// The source (member key) a source's watch follows; `None` for the CopyRules watch.
+    source: Option<ObjectKey>,
+    events: mpsc::Sender<HubEvent>,
+    missed: Arc<AtomicBool>,
+    /// Whether the CopyRules were listed once: the first LIST comes with the full read the
+    /// watches start beside, a later one may hide changes.
+    rules_listed: AtomicBool,
+}
+
+/// A hub watch's seeding LIST: whether it found its object (a source's watch).
+pub struct HubSeeding {
+    found: bool,
+}
+
+impl HubSink {
+    fn send(&self, what: Seen) {
+        let event = HubEvent {
+            link: self.link.clone(),
+            what,
+        };
+        if self.events.try_send(event).is_err() {
+            self.missed.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+impl WatchSink for HubSink {
+    type Seeding = HubSeeding;
+
+    fn seeding(&self, _feed: Feed, _part: Option<&str>) -> HubSeeding {
+        HubSeeding { found: false }
+    }
+
+    fn listed(&self, seeding: &mut HubSeeding, meta: Meta) {
+        // A rule listed is not read one by one (the full read does); a source is compared
+        // with what was read of it.
+        if let Some(key) = &self.source {
+            seeding.found = true;
+            self.send(Seen::Source(key.clone(), Some(meta)));
+        }
+    }
+
+    fn seeded(&self, seeding: HubSeeding) {
+        match &self.source {
+            // Its watch is of one name: an empty LIST says the source is not there now.
+            Some(key) if !seeding.found => self.send(Seen::Source(key.clone(), None)),
+            Some(_) => {}
+            None => {
+                if self.rules_listed.swap(true, Ordering::SeqCst) {
+                    self.send(Seen::RulesRelisted);
+                }
+            }
+        }
+    }
+
+    fn event(&self, _feed: Feed, change: Change, meta: &Meta) {
+        match &self.source {
+            Some(key) => {
+                let meta = (change != Change::Deleted).then(|| meta.clone());
+                self.send(Seen::Source(key.clone(), meta));
+            }
+            None => self.send(Seen::Rule(change, meta.clone())),
+        }
+    }
+
+    fn up(&self, _feed: Feed, _part: Option<&str>) {}
+
+    fn down(&self, _feed: Feed, _part: Option<&str>, _ended: &Ended) {}
+
+    fn stopped(&self, _feed: Feed, _part: Option<&str>) {}
+}
