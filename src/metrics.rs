@@ -184,6 +184,8 @@ pub struct Metrics {
     pub watch_last_progress: Family<FeedLabels, Gauge<f64, AtomicU64>>,
     /// Unix time each HubLink's hub was last read in full and its copies converged (SPEC §14.3).
     pub hub_last_sync: Family<HubLinkLabels, Gauge<f64, AtomicU64>>,
+    /// Unix time each HubLink's token expires, when the token says (SPEC §14.3).
+    pub hub_credential_expiry: Family<HubLinkLabels, Gauge<f64, AtomicU64>>,
     pub selector_watches: Gauge,
     pub watch_events: Family<FeedLabels, Counter>,
     pub watch_triggered: Family<FeedLabels, Counter>,
@@ -436,6 +438,12 @@ impl Metrics {
             "Unix time a HubLink's hub was last read in full and the link's copies converged",
             hub_last_sync.clone(),
         );
+        let hub_credential_expiry = Family::<HubLinkLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "hub_credential_expiry_timestamp_seconds",
+            "Unix time a HubLink's hub token expires (its exp claim), when it has one",
+            hub_credential_expiry.clone(),
+        );
         let selector_watches = Gauge::default();
         registry.register(
             "selector_watches",
@@ -581,6 +589,7 @@ impl Metrics {
             watch_live,
             watch_last_progress,
             hub_last_sync,
+            hub_credential_expiry,
             selector_watches,
             watch_events,
             watch_triggered,

@@ -80,6 +80,8 @@ struct LinkState {
     written: Option<serde_json::Value>,
     /// When `lastSyncTime` was last written.
     written_at: Option<Timestamp>,
+    /// When its token expires and was issued (Unix seconds), when the token says.
+    credential: Option<(i64, Option<i64>)>,
 }
 
 /// Follows every link while this replica leads, until shutdown.
@@ -149,6 +151,7 @@ async fn check_links(
         if !kept {
             let link = crate::metrics::HubLinkLabels { link: n.clone() };
             ctx.metrics.hub_last_sync.remove(&link);
+            ctx.metrics.hub_credential_expiry.remove(&link);
         }
         kept
     });
@@ -163,6 +166,7 @@ async fn check_links(
             Some(ns) if valid => remote::read_token(member, ns, &link).await.ok(),
             _ => None,
         };
+        track_expiry(ctx, &name, state, token.as_deref());
         let stale = state
             .follow
             .as_ref()
@@ -196,6 +200,36 @@ async fn check_links(
             full_sync(ctx, interval, state, &names).await;
         }
     }
+}
+
+/// Records when link `name`'s `token` expires (metric, status), and says once per token when
+/// it is due for replacement (SPEC §14.3).
+fn track_expiry(ctx: &Context, name: &str, state: &mut LinkState, token: Option<&str>) {
+    use crate::hub::credential::{token_expiry, token_issued};
+    let labels = crate::metrics::HubLinkLabels { link: name.into() };
+    let now = token.and_then(|t| Some((token_expiry(t)?, token_issued(t))));
+    match now {
+        Some((expiry, _)) => {
+            ctx.metrics
+                .hub_credential_expiry
+                .get_or_create(&labels)
+                .set(expiry as f64);
+        }
+        None => {
+            ctx.metrics.hub_credential_expiry.remove(&labels);
+        }
+    }
+    if now != state.credential
+        && let Some((expiry, issued)) = now
+        && status::expires_soon(issued, expiry)
+    {
+        tracing::warn!(
+            link = name,
+            expiry,
+            "the hub token expires soon: write a new one into the link's credential Secret"
+        );
+    }
+    state.credential = now;
 }
 
 /// Reads `state`'s hub in full and converges its copies; writes the link's status, and

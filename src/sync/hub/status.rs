@@ -46,6 +46,7 @@ pub(super) fn status(
         "conditions": [
             condition("Reachable", reachable, reason, message, at),
             condition("Valid", "True", "LinkValid", "the link's settings are valid", at),
+            credential_condition(state.credential, at),
         ],
         "placedRules": done.placed,
         "refusedRules": done
@@ -96,5 +97,51 @@ pub(super) async fn write_status(
             state.written_at = Some(now);
         }
         Err(e) => tracing::debug!(link = %name, error = %e, "HubLink status not written"),
+    }
+}
+
+/// A token left with less than this is due for replacement, whatever its lifetime.
+const EXPIRY_FLOOR_SECONDS: i64 = 120;
+
+/// Whether a token expiring at `expiry` (issued at `issued`) is due for replacement now.
+pub(super) fn expires_soon(issued: Option<i64>, expiry: i64) -> bool {
+    let now = Timestamp::now().as_second();
+    crate::hub::credential::expires_soon(issued, expiry, now, EXPIRY_FLOOR_SECONDS)
+}
+
+/// `CredentialExpiring`: True once the token is due for replacement (the last fifth of its
+/// life, or its last two minutes), before the hub refuses it.
+fn credential_condition(
+    credential: Option<(i64, Option<i64>)>,
+    at: Timestamp,
+) -> serde_json::Value {
+    match credential {
+        Some((expiry, issued)) => {
+            let when = Timestamp::from_second(expiry)
+                .map(|t| t.to_string())
+                .unwrap_or_else(|_| expiry.to_string());
+            if expires_soon(issued, expiry) {
+                let message = format!(
+                    "the token expires at {when}: write a new one into the credential Secret"
+                );
+                condition(
+                    "CredentialExpiring",
+                    "True",
+                    "TokenExpiresSoon",
+                    &message,
+                    at,
+                )
+            } else {
+                let message = format!("the token expires at {when}");
+                condition("CredentialExpiring", "False", "TokenValid", &message, at)
+            }
+        }
+        None => condition(
+            "CredentialExpiring",
+            "Unknown",
+            "ExpiryUnknown",
+            "the token does not say when it expires",
+            at,
+        ),
     }
 }

@@ -493,6 +493,11 @@ impl Member {
 
     /// The link's `Reachable` condition: (status, reason, lastTransitionTime).
     pub async fn reachable(&self, env: &TestEnv) -> Option<(String, String, String)> {
+        self.condition(env, "Reachable").await
+    }
+
+    /// The link's condition `type_`: (status, reason, lastTransitionTime).
+    pub async fn condition(&self, env: &TestEnv, type_: &str) -> Option<(String, String, String)> {
         let link = Api::<HubLink>::all(env.client.clone())
             .get(&self.link)
             .await
@@ -501,7 +506,7 @@ impl Member {
             .status?
             .conditions
             .into_iter()
-            .find(|c| c.type_ == "Reachable")?;
+            .find(|c| c.type_ == type_)?;
         Some((c.status, c.reason, format!("{:?}", c.last_transition_time)))
     }
 

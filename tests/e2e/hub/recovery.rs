@@ -114,6 +114,40 @@ async fn a_replaced_token_with_the_old_one_revoked_keeps_sync_going() {
         Some("True"),
         "the link stays reachable on the new token"
     );
+    // The token's expiry is reported: the metric has its exp claim, the link says it is fresh.
+    let expiry = copyrator::hub::credential::token_expiry(&new).expect("a JWT's exp");
+    let metric = format!(
+        "copyrator_hub_credential_expiry_timestamp_seconds{{link=\"{}\"}}",
+        member.link
+    );
+    h.wait_metric(&metric, "the token's expiry", |v| v == expiry as f64)
+        .await;
+    crate::common::eventually(CONVERGE, "CredentialExpiring=False", || async {
+        member
+            .condition(&h, "CredentialExpiring")
+            .await
+            .filter(|c| c.0 == "False" && c.1 == "TokenValid")
+    })
+    .await;
+    // A token about to expire is said before it bites (this one, made here, the hub refuses).
+    let soon = {
+        use base64::Engine as _;
+        let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        format!(
+            "{}.{}.sig",
+            e.encode(r#"{"alg":"RS256"}"#),
+            e.encode(format!(r#"{{"iat":{},"exp":{}}}"#, now - 540, now + 60))
+        )
+    };
+    member.set_token(&h, &soon).await;
+    crate::common::eventually(CONVERGE, "CredentialExpiring=True", || async {
+        member
+            .condition(&h, "CredentialExpiring")
+            .await
+            .filter(|c| c.0 == "True" && c.1 == "TokenExpiresSoon")
+    })
+    .await;
     member.delete_link(&h).await;
     h.finish().await;
 }
