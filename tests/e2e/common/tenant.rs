@@ -111,13 +111,14 @@ impl Tenant {
     pub async fn kubectl_apply(&self, manifest: &str) -> (bool, String) {
         let kubeconfig = self.kubeconfig.clone();
         let manifest = manifest.to_string();
-        tokio::task::spawn_blocking(move || kubectl_apply(&kubeconfig, &manifest))
+        tokio::task::spawn_blocking(move || kubectl_apply_with(&kubeconfig, &manifest))
             .await
             .unwrap()
     }
 }
 
-fn kubectl_apply(kubeconfig: &std::path::Path, manifest: &str) -> (bool, String) {
+/// `kubectl --kubeconfig KUBECONFIG apply -f -` of `manifest`; (success, stderr). Blocking.
+pub fn kubectl_apply_with(kubeconfig: &std::path::Path, manifest: &str) -> (bool, String) {
     {
         use std::io::Write;
         let mut child = std::process::Command::new("kubectl")

@@ -8,31 +8,72 @@ use k8s_openapi::api::core::v1::Secret;
 use super::fixture::{Hub, Member};
 use crate::common::{CONVERGE, Harness, Options, run_copyrator};
 
-/// `kubectl apply -f -` of `manifests` with `kubeconfig`.
-fn kubectl_apply(kubeconfig: &std::path::Path, manifests: &str) -> String {
-    use std::io::Write;
-    let mut child = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifests.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// `kubectl apply -f -` of `manifests` with `kubeconfig`; panics with kubectl's error.
+fn kubectl_apply(kubeconfig: &std::path::Path, manifests: &str) {
+    let (ok, stderr) = crate::common::tenant::kubectl_apply_with(kubeconfig, manifests);
+    assert!(ok, "kubectl apply: {stderr}");
+}
+
+/// Joins member `cluster` to `hub` with `copyrator manifests hub-join`, one `kubectl apply`
+/// per side: the hub side, then the member side with `link` in `member_namespace`, accepting
+/// `platform`'s sources into namespaces labelled `registry=<label>`. The hub places `cred` of
+/// `platform` on the member meanwhile (as the hub's copyrator would grant it).
+async fn join(hub: &Hub, cluster: &str, link: &str, member_namespace: &str, label: &str) {
+    let hub_side = run_copyrator(&[
+        "manifests",
+        "hub-join",
+        "--side",
+        "hub",
+        "--cluster",
+        cluster,
+    ])
+    .await;
+    assert!(hub_side.success, "{}", hub_side.stderr);
+    kubectl_apply(&hub.kubeconfig, &hub_side.stdout);
+    hub.namespace("platform").await;
+    hub.source("platform", "cred", "v1").await;
+    hub.rule_on(
+        "registry",
+        ("platform", "cred"),
+        ("registry", label),
+        cluster,
+    )
+    .await;
+    hub.grant_members().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, hub.token_of(cluster).await).unwrap();
+    let selector = format!("registry={label}");
+    let ca_file = hub.ca_file().display().to_string();
+    let token_file = token_file.display().to_string();
+    let member_side = run_copyrator(&[
+        "manifests",
+        "hub-join",
+        "--side",
+        "member",
+        "--cluster",
+        cluster,
+        "--link",
+        link,
+        "--member-namespace",
+        member_namespace,
+        "--server",
+        &hub.server,
+        "--ca-file",
+        &ca_file,
+        "--token-file",
+        &token_file,
+        "--source-namespaces",
+        "platform",
+        "--trusted-source-namespaces",
+        "platform",
+        "--namespace-selector",
+        &selector,
+    ])
+    .await;
+    assert!(member_side.success, "{}", member_side.stderr);
+    kubectl_apply(&crate::common::kubeconfig(), &member_side.stdout);
 }
 
 #[tokio::test]
@@ -51,66 +92,7 @@ async fn joining_a_member_is_one_kubectl_apply_per_side() {
     .await;
     let label = h.name("joined");
 
-    // The hub side, applied on the hub.
-    let hub_side = run_copyrator(&[
-        "manifests",
-        "hub-join",
-        "--side",
-        "hub",
-        "--cluster",
-        CLUSTER,
-    ])
-    .await;
-    assert!(hub_side.success, "{}", hub_side.stderr);
-    let applied = kubectl_apply(&hub.kubeconfig, &hub_side.stdout);
-    assert!(
-        applied.contains("serviceaccount/copyrator-member-joined"),
-        "{applied}"
-    );
-    // The hub's copyrator places a source on the member and grants it.
-    hub.namespace("platform").await;
-    hub.source("platform", "cred", "v1").await;
-    hub.rule_on(
-        "registry",
-        ("platform", "cred"),
-        ("registry", &label),
-        CLUSTER,
-    )
-    .await;
-    hub.grant_members().await;
-
-    // The member side, with the token, applied on the member.
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, hub.token_of(CLUSTER).await).unwrap();
-    let selector = format!("registry={label}");
-    let member_side = run_copyrator(&[
-        "manifests",
-        "hub-join",
-        "--side",
-        "member",
-        "--cluster",
-        CLUSTER,
-        "--link",
-        &member.link,
-        "--member-namespace",
-        &member.own_namespace,
-        "--server",
-        &hub.server,
-        "--ca-file",
-        &hub.ca_file().display().to_string(),
-        "--token-file",
-        &token_file.display().to_string(),
-        "--source-namespaces",
-        "platform",
-        "--trusted-source-namespaces",
-        "platform",
-        "--namespace-selector",
-        &selector,
-    ])
-    .await;
-    assert!(member_side.success, "{}", member_side.stderr);
-    kubectl_apply(&crate::common::kubeconfig(), &member_side.stdout);
+    join(&hub, CLUSTER, &member.link, &member.own_namespace, &label).await;
 
     let team = h.namespace("team", &[("registry", label.as_str())]).await;
     h.wait_value::<Secret>(&team, "cred", "token", "v1").await;
@@ -120,8 +102,8 @@ async fn joining_a_member_is_one_kubectl_apply_per_side() {
 }
 
 /// copyrator under the chart's own ServiceAccount and RBAC with `hub.member.enabled` pulls
-/// from its hub: the chart grants what a member needs (HubLinks, their status, the token
-/// Secret by name) and nothing else is needed.
+/// from its hub: the chart grants what a member needs (HubLinks and their status; the token
+/// Secret is read with the Secret rights copyrator holds anyway) and nothing else is needed.
 #[tokio::test]
 async fn a_member_under_the_charts_service_account_pulls_from_its_hub() {
     use crate::helm_chart::support::{Release, container_arg, render};
@@ -141,57 +123,9 @@ async fn a_member_under_the_charts_service_account_pulls_from_its_hub() {
     let mut release = Release::install(&name, &release_ns, &values);
     let interval = container_arg(&render(&name, &release_ns, &values), "--hub-sync-interval");
 
-    let hub_side = run_copyrator(&[
-        "manifests",
-        "hub-join",
-        "--side",
-        "hub",
-        "--cluster",
-        CLUSTER,
-    ])
-    .await;
-    kubectl_apply(&hub.kubeconfig, &hub_side.stdout);
-    hub.namespace("platform").await;
-    hub.source("platform", "cred", "v1").await;
     let label = env.name("charted");
-    hub.rule_on(
-        "registry",
-        ("platform", "cred"),
-        ("registry", &label),
-        CLUSTER,
-    )
-    .await;
-    hub.grant_members().await;
+    join(&hub, CLUSTER, &member.link, &release_ns, &label).await;
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, hub.token_of(CLUSTER).await).unwrap();
-    let member_side = run_copyrator(&[
-        "manifests",
-        "hub-join",
-        "--side",
-        "member",
-        "--cluster",
-        CLUSTER,
-        "--link",
-        &member.link,
-        "--member-namespace",
-        &release_ns,
-        "--server",
-        &hub.server,
-        "--ca-file",
-        &hub.ca_file().display().to_string(),
-        "--token-file",
-        &token_file.display().to_string(),
-        "--source-namespaces",
-        "platform",
-        "--trusted-source-namespaces",
-        "platform",
-        "--namespace-selector",
-        &format!("registry={label}"),
-    ])
-    .await;
-    assert!(member_side.success, "{}", member_side.stderr);
-    kubectl_apply(&crate::common::kubeconfig(), &member_side.stdout);
 
     let sa_kubeconfig = dir.path().join("kubeconfig");
     let token = crate::common::service_account_token(&env.client, &release_ns, &fullname).await;
