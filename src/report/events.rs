@@ -51,6 +51,11 @@ pub enum Regarding {
         name: String,
         uid: String,
     },
+    /// A member's HubLink, for what a hub's rule does here (SPEC §14): cluster-scoped like a
+    /// CopyRule, its Events live beside theirs.
+    HubLink {
+        name: String,
+    },
     /// The install itself, by its Lease: what it says of a namespace where it may not
     /// write (SPEC §13) is told here.
     Install {
@@ -77,6 +82,12 @@ impl Regarding {
                 name: Some(lease.clone()),
                 ..Default::default()
             },
+            Regarding::HubLink { name } => ObjectReference {
+                api_version: Some("copyrator.io/v1alpha1".into()),
+                kind: Some("HubLink".into()),
+                name: Some(name.clone()),
+                ..Default::default()
+            },
             Regarding::CopyRule { name, uid } => ObjectReference {
                 api_version: Some("copyrator.io/v1alpha1".into()),
                 kind: Some("CopyRule".into()),
@@ -91,7 +102,7 @@ impl Regarding {
     fn event_namespace(&self) -> &str {
         match self {
             Regarding::Source { key, .. } => &key.namespace,
-            Regarding::CopyRule { .. } => COPY_RULE_EVENTS_NAMESPACE,
+            Regarding::CopyRule { .. } | Regarding::HubLink { .. } => COPY_RULE_EVENTS_NAMESPACE,
             Regarding::Install { namespace, .. } => namespace,
         }
     }

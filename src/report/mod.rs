@@ -456,8 +456,8 @@ fn regarding(world: &World, by: &ClaimRef) -> Option<Regarding> {
                     uid: String::new(),
                 }),
         ),
-        // A hub's rule is no object here (SPEC §14): its Events go nowhere yet.
-        RuleId::Hub { .. } => None,
+        // A hub's rule is no object here (SPEC §14): its Events go on the member's HubLink.
+        RuleId::Hub { link, .. } => Some(Regarding::HubLink { name: link.clone() }),
         RuleId::Inline(key) => world
             .sources()
             .get(key)

@@ -128,6 +128,32 @@ async fn copies_follow_the_hub_within_the_link_ceiling() {
     )
     .await;
 
+    // The conflict with the member's own Secret is said on the member, on the HubLink, where
+    // Events about CopyRules live.
+    crate::common::eventually(
+        CONVERGE,
+        "a CopyConflict Event about the HubLink",
+        || async {
+            let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+                h.client.clone(),
+                crate::common::RULE_EVENTS,
+            )
+            .list(&Default::default())
+            .await
+            .ok()?;
+            events.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("CopyConflict")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(owned.as_str()))
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("HubLink")
+                            && r.name.as_deref() == Some(member.link.as_str())
+                    })
+            })
+        },
+    )
+    .await;
     hub.source("platform", "cred", "v2").await;
     h.wait_value::<Secret>(&inside, "cred", "token", "v2").await;
     hub.delete_source("platform", "cred").await;
