@@ -4,6 +4,7 @@
 //! running copyrator's policy (`policy`), read from its Lease (`lease`). Writes nothing.
 
 mod events;
+mod hub_links;
 mod json;
 mod lease;
 mod load;
@@ -68,6 +69,7 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
     )
     .await?;
     let mut resolved = resolved;
+    resolved.notes.extend(hub_links::notes(&client).await);
     resolved.notes.extend(policy::scope_notes(
         resolved.scope.as_ref(),
         match &focus {

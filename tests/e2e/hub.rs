@@ -106,6 +106,15 @@ async fn copies_follow_the_hub_within_the_link_ceiling() {
         "explain names the hub copy: {}",
         explained.stdout
     );
+    // ... and the hub rule the ceiling refuses (its source namespace is not accepted).
+    assert!(
+        explained.stdout.contains(&format!(
+            "HubLink {} refuses hub CopyRule elsewhere",
+            member.link
+        )),
+        "explain names the refused hub rule: {}",
+        explained.stdout
+    );
     // A few more rounds: what the ceiling excludes and what the member owns stay as they are.
     stays(
         Duration::from_secs(4),
@@ -216,6 +225,15 @@ async fn a_hub_away_or_a_refused_token_deletes_nothing() {
     )
     .await;
     let (_, _, still) = member.reachable(&h).await.expect("a Reachable condition");
+    // explain on the member says since when its hub is away (from the link's status).
+    let explained = crate::common::run_copyrator(&["explain", "namespace", &inside]).await;
+    assert!(
+        explained
+            .stdout
+            .contains(&format!("HubLink {}: hub unreachable since", member.link)),
+        "explain says the hub is away: {}",
+        explained.stdout
+    );
     assert_eq!(
         h.metric(&last_sync).await,
         frozen_at,
