@@ -111,31 +111,23 @@ async fn install_crd(client: &Client) {
         .await
         .expect("installing a CRD of copyrator's");
     }
-    let namespaced: Api<NamespacedCopyRule> = Api::all(client.clone());
+    served::<NamespacedCopyRule>(client, "NamespacedCopyRule").await;
+    served::<CopyRule>(client, "CopyRule").await;
+}
+
+/// Waits until the API server serves the resource of `K` (its CRD just applied).
+async fn served<K>(client: &Client, kind: &str)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
     eventually(
         Duration::from_secs(30),
-        "the NamespacedCopyRule CRD being served",
+        &format!("the {kind} CRD being served"),
         || {
-            let rules = namespaced.clone();
+            let api = api.clone();
             async move {
-                rules
-                    .list(&ListParams::default().limit(1))
-                    .await
-                    .ok()
-                    .map(|_| ())
-            }
-        },
-    )
-    .await;
-    let rules: Api<CopyRule> = Api::all(client.clone());
-    eventually(
-        Duration::from_secs(30),
-        "the CopyRule CRD being served",
-        || {
-            let rules = rules.clone();
-            async move {
-                rules
-                    .list(&ListParams::default().limit(1))
+                api.list(&ListParams::default().limit(1))
                     .await
                     .ok()
                     .map(|_| ())
