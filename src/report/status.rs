@@ -146,6 +146,8 @@ pub fn rule_status(
         last_verified_time: verified
             .map(Time)
             .or_else(|| previous.and_then(|s| s.last_verified_time.clone())),
+        // The members' word, which the hub's leader gathers (SPEC §14.4): kept as it is.
+        clusters: previous.map(|s| s.clusters.clone()).unwrap_or_default(),
     }
 }
 

@@ -349,6 +349,36 @@ pub struct CopyRuleStatus {
     /// was then in sync, or is counted in staleCopies or conflictingCopies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_verified_time: Option<Time>,
+    /// On a hub, for a rule placed on member clusters: what each member reports holding of it
+    /// (SPEC §14.4), by cluster name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<MemberCopies>,
+}
+
+/// What one member cluster holds of a hub CopyRule placed on it, as the member reported it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberCopies {
+    /// The member's name (its ClusterProfile's, and `spec.clusters.names`').
+    pub cluster: String,
+    /// Copies the rule wants there.
+    #[serde(default)]
+    pub wanted_copies: u32,
+    /// Of those, in sync with the source.
+    #[serde(default)]
+    pub synced_copies: u32,
+    /// Targets held there by an object the rule may not write.
+    #[serde(default)]
+    pub conflicting_copies: u32,
+    /// The first of them, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<CopyConflict>,
+    /// Why the member's ceiling refuses the rule, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// When the member wrote its report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_time: Option<Time>,
 }
 
 /// Keys a rule asks for that one of its sources lacks.

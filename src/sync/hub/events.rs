@@ -9,7 +9,7 @@ use crate::{freshness::dispatch::Change, hub::HubSource, sync::context::Context}
 use super::{
     LinkState, converge_read,
     follow::{HubEvent, Seen},
-    full_sync, remote,
+    full_sync, remote, reports,
 };
 
 /// What a hub watch's event asks for: nothing (it changes nothing read), one source read
@@ -59,12 +59,25 @@ pub(super) async fn on_event(
                             read.sources.insert(key, found);
                             let settings = Arc::clone(settings);
                             let name = event.link.clone();
-                            converge_read(ctx, &name, settings, read, &names)
-                                .await
-                                .inspect_err(|e| {
+                            let cluster = settings.cluster_name.clone();
+                            match converge_read(ctx, &name, settings, read, &names).await {
+                                Ok(reports) => {
+                                    let last = &mut state.reported;
+                                    reports::report_to_hub(
+                                        &follow.hub,
+                                        &follow.token,
+                                        &cluster,
+                                        &reports,
+                                        last,
+                                    )
+                                    .await;
+                                    false
+                                }
+                                Err(e) => {
                                     tracing::warn!(link = %name, error = %e, "a hub source's copies could not be converged; read again in full");
-                                })
-                                .is_err()
+                                    true
+                                }
+                            }
                         }
                         _ => true,
                     }

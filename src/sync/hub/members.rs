@@ -2,9 +2,10 @@
 //! Per member and source namespace a Role `copyrator-member-<cluster>` naming the placed
 //! Secrets and ConfigMaps (resourceNames; `get`, and `list`/`watch` by name), bound to the member's ServiceAccount of the
 //! same name in the members' namespace; one ClusterRole to list CopyRules, bound per member.
+//! In the members' namespace, its report ConfigMap and the right to write it (`reports.rs`).
 //! What no rule places any more is deleted (found by the `copyrator.io/member` label).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use kube::{
@@ -13,6 +14,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use super::reports;
 use crate::{
     copyrule::CopyRule,
     hub::{MEMBER_LABEL, NamespaceAccess, member_access, member_identity},
@@ -62,7 +64,17 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
             &apply,
         )
         .await?;
-        for (namespace, sources) in namespaces {
+        // Its report (SPEC §14.4), which the hub makes and only it may write.
+        reports::keep_report(hub, members_namespace, cluster).await?;
+        let mut roles: BTreeMap<&str, Vec<Value>> = namespaces
+            .iter()
+            .map(|(namespace, sources)| (namespace.as_str(), role_rules(sources)))
+            .collect();
+        roles
+            .entry(members_namespace)
+            .or_default()
+            .extend(reports::home_rules(cluster));
+        for (namespace, rules) in roles {
             let base = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}");
             apply_object(
                 hub,
@@ -71,7 +83,7 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
                 json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                     "metadata": {"name": name, "namespace": namespace, "labels": labels},
-                    "rules": role_rules(sources),
+                    "rules": rules,
                 }),
                 &apply,
             )
@@ -89,15 +101,21 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
                 &apply,
             )
             .await?;
-            kept.insert((namespace.clone(), name.clone()));
+            kept.insert((namespace.to_string(), name.clone()));
         }
     }
-    remove_stale(hub, &access.keys().cloned().collect(), &kept).await?;
+    let members: BTreeSet<String> = access.keys().cloned().collect();
+    remove_stale(hub, &members, &kept).await?;
+    reports::remove_stale_reports(hub, members_namespace, &members).await?;
+    reports::gather_reports(hub, members_namespace, &rules.items, |rule, cluster| {
+        crate::hub::placed_on(&rule.spec, cluster, None)
+    })
+    .await?;
     Ok(access.len())
 }
 
 /// `get`, `list` and `watch` on the placed sources, by name.
-fn role_rules(sources: &NamespaceAccess) -> Value {
+fn role_rules(sources: &NamespaceAccess) -> Vec<Value> {
     let mut rules = Vec::new();
     for (resource, names) in [
         ("secrets", &sources.secrets),
@@ -109,7 +127,7 @@ fn role_rules(sources: &NamespaceAccess) -> Value {
             rules.push(json!({"apiGroups": [""], "resources": [resource], "resourceNames": names, "verbs": ["get", "list", "watch"]}));
         }
     }
-    Value::Array(rules)
+    rules
 }
 
 /// Server-side applies `body` at `collection/name`.

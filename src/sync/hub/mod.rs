@@ -11,6 +11,7 @@ mod events;
 mod follow;
 mod members;
 mod remote;
+mod reports;
 mod status;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -82,6 +83,8 @@ struct LinkState {
     written_at: Option<Timestamp>,
     /// When its token expires and was issued (Unix seconds), when the token says.
     credential: Option<(i64, Option<i64>)>,
+    /// The report last written on the hub (SPEC §14.4), but for its time.
+    reported: Option<BTreeMap<String, String>>,
 }
 
 /// Follows every link while this replica leads, until shutdown.
@@ -243,7 +246,12 @@ async fn full_sync(ctx: &Context, interval: Duration, state: &mut LinkState, nam
     let result = sync_link(ctx, &link, names).await;
     let now = Timestamp::now();
     let status = match result {
-        Ok((settings, read)) => {
+        Ok((settings, read, reports)) => {
+            if let Some(follow) = &state.follow {
+                let cluster = &settings.cluster_name;
+                let last = &mut state.reported;
+                reports::report_to_hub(&follow.hub, &follow.token, cluster, &reports, last).await;
+            }
             state.unreachable_since = None;
             state.last_sync = Some(now);
             ctx.metrics
@@ -318,12 +326,13 @@ enum LinkError {
 }
 
 /// Reads `link`'s hub in full and converges its copies; `names` are every link of this member
-/// (the copies of the others are held as they are meanwhile). Returns what was read.
+/// (the copies of the others are held as they are meanwhile). Returns what was read, and what
+/// the member holds of each placed rule.
 async fn sync_link(
     ctx: &Context,
     link: &HubLink,
     names: &[String],
-) -> Result<(Arc<LinkSettings>, HubRead), LinkError> {
+) -> Result<(Arc<LinkSettings>, HubRead, Reports), LinkError> {
     let settings = LinkSettings::from_link(link).map_err(|e| LinkError::Invalid(e.to_string()))?;
     let namespace = ctx
         .settings
@@ -344,20 +353,24 @@ async fn sync_link(
         .map_err(LinkError::Hub)?;
     let settings = Arc::new(settings);
     let name = link.metadata.name.clone().unwrap_or_default();
-    converge_read(ctx, &name, Arc::clone(&settings), &read, names)
+    let reports = converge_read(ctx, &name, Arc::clone(&settings), &read, names)
         .await
         .map_err(LinkError::Member)?;
-    Ok((settings, read))
+    Ok((settings, read, reports))
 }
 
-/// Converges link `name`'s copies to `read` (a full read, maybe updated by events since).
+/// What the member holds of each rule its hub places on it, by rule name (SPEC §14.4).
+type Reports = BTreeMap<String, crate::hub::report::RuleReport>;
+
+/// Converges link `name`'s copies to `read` (a full read, maybe updated by events since);
+/// returns what the member holds of each placed rule then.
 async fn converge_read(
     ctx: &Context,
     name: &str,
     settings: Arc<LinkSettings>,
     read: &HubRead,
     names: &[String],
-) -> Result<(), String> {
+) -> Result<Reports, String> {
     let mut view = LinkView::new(name.to_string(), Ok(settings));
     view.placement = Some(Arc::clone(&read.placement));
     view.sources = read.sources.clone();
@@ -375,6 +388,6 @@ async fn converge_read(
     });
     converge::converge_link(ctx, hubs, name, read.contents.clone())
         .await
-        .map(|_| ())
+        .map(|outcomes| reports::member_reports(name, &read.placement, &outcomes))
         .map_err(|e| e.to_string())
 }

@@ -37,7 +37,7 @@ use crate::common::{TestEnv, eventually, service_account_token};
 /// The member's name on the hub.
 pub const MEMBER: &str = "member-1";
 /// The namespace of member identities on the hub.
-const MEMBERS_NS: &str = "copyrator-members";
+pub const MEMBERS_NS: &str = "copyrator-members";
 
 /// A hub control plane, stopped and deleted when dropped.
 pub struct Hub {
@@ -132,6 +132,19 @@ impl Hub {
     /// or `watch` by name is one with `fieldSelector=metadata.name=<name>`); `name` empty:
     /// every Secret there.
     pub async fn can(&self, cluster: &str, verb: &str, namespace: &str, name: &str) -> bool {
+        self.may(cluster, verb, "secrets", namespace, name).await
+    }
+
+    /// Whether member `cluster`'s identity may `verb` the `resource` (core group)
+    /// `namespace/name`.
+    pub async fn may(
+        &self,
+        cluster: &str,
+        verb: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
         let user = format!(
             "system:serviceaccount:{MEMBERS_NS}:{}",
             copyrator::hub::member_identity(cluster)
@@ -140,7 +153,7 @@ impl Hub {
             "spec": {
                 "user": user,
                 "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{MEMBERS_NS}")],
-                "resourceAttributes": {"verb": verb, "resource": "secrets", "namespace": namespace, "name": name},
+                "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace, "name": name},
             },
         }))
         .unwrap();

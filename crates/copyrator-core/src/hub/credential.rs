@@ -37,6 +37,28 @@ pub fn token_issued(token: &str) -> Option<i64> {
     claims.get("iat")?.as_i64()
 }
 
+/// The namespace of the ServiceAccount `token` was issued to, if it is a JWT that says (its
+/// `kubernetes.io` claim, or a `sub` of `system:serviceaccount:<namespace>:<name>`): on a hub,
+/// the members' namespace, where the member's report goes (SPEC §14.4).
+pub fn token_namespace(token: &str) -> Option<String> {
+    let payload = token.trim().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    if let Some(ns) = claims["kubernetes.io"]["namespace"].as_str() {
+        return Some(ns.to_string());
+    }
+    let sub = claims.get("sub")?.as_str()?;
+    let mut parts = sub.split(':');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("system"), Some("serviceaccount"), Some(ns), Some(_)) if !ns.is_empty() => {
+            Some(ns.to_string())
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +86,22 @@ mod tests {
         for not_jwt in ["", "opaque-token", "a.b", "a.!!.c", "a.b.c.d"] {
             assert_eq!(token_expiry(not_jwt), None, "{not_jwt:?}");
         }
+    }
+
+    #[test]
+    fn a_service_account_tokens_namespace_is_read_from_its_claims() {
+        let bound =
+            jwt(r#"{"sub":"system:serviceaccount:x:y","kubernetes.io":{"namespace":"members"}}"#);
+        assert_eq!(token_namespace(&bound).as_deref(), Some("members"));
+        let legacy = jwt(r#"{"sub":"system:serviceaccount:members:copyrator-member-m1"}"#);
+        assert_eq!(token_namespace(&legacy).as_deref(), Some("members"));
+        for other in [
+            jwt(r#"{"sub":"alice"}"#),
+            jwt(r#"{"sub":"system:serviceaccount::x"}"#),
+        ] {
+            assert_eq!(token_namespace(&other), None, "{other}");
+        }
+        assert_eq!(token_namespace("opaque"), None);
     }
 
     #[test]

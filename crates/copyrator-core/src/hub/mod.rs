@@ -14,6 +14,7 @@ mod access;
 pub mod credential;
 mod link;
 mod placement;
+pub mod report;
 mod view;
 
 pub use access::{NamespaceAccess, member_access};

@@ -1,0 +1,224 @@
+//! Members' status on the hub (SPEC §14.4): each member writes, into its own ConfigMap on the
+//! hub, what it holds of every hub CopyRule placed on it (copies in sync, wanted, conflicts, or
+//! why its ceiling refuses the rule); the hub's leader gathers those into each rule's
+//! `status.clusters`. A member's report is believed only for rules placed on it, and only in
+//! bounded size: a member cannot speak for another, nor grow a rule's status without bound.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use crate::copyrule::{CopyConflict, CopyRule, MemberCopies};
+
+/// Conflicts a member reports per rule, at most (the count is whole).
+pub const MAX_REPORTED_CONFLICTS: usize = 10;
+
+/// Members a rule's `status.clusters` lists, at most (by name; the rest are left out).
+pub const MAX_LISTED_MEMBERS: usize = 256;
+
+/// The key of the member's report ConfigMap holding when it was written.
+pub const REPORTED_AT_KEY: &str = "reportedAt";
+
+/// What a member holds of one hub CopyRule placed on it: the value of the rule's key in the
+/// member's report ConfigMap (JSON).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleReport {
+    /// Copies the rule wants in the member.
+    pub wanted: u32,
+    /// Of those, in sync with the hub's source.
+    pub synced: u32,
+    /// Targets held by an object the rule may not write, counted whole.
+    pub conflicting: u32,
+    /// The first of them, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<CopyConflict>,
+    /// Why the member's ceiling refuses the rule (then it holds no copy of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+impl RuleReport {
+    /// A report of `wanted` copies, `synced` in sync, and `conflicts` (kept up to the bound).
+    pub fn new(wanted: u32, synced: u32, mut conflicts: Vec<CopyConflict>) -> RuleReport {
+        conflicts.sort();
+        conflicts.dedup();
+        let conflicting = conflicts.len() as u32;
+        conflicts.truncate(MAX_REPORTED_CONFLICTS);
+        RuleReport {
+            wanted,
+            synced,
+            conflicting,
+            conflicts,
+            refused: None,
+        }
+    }
+
+    /// A rule the member's ceiling refuses, and why.
+    pub fn refused(why: impl Into<String>) -> RuleReport {
+        RuleReport {
+            refused: Some(why.into()),
+            ..RuleReport::default()
+        }
+    }
+}
+
+/// The data of a member's report ConfigMap: one key per placed rule (its name), the JSON of
+/// its [`RuleReport`].
+pub fn report_data(reports: &BTreeMap<String, RuleReport>) -> BTreeMap<String, String> {
+    reports
+        .iter()
+        .filter_map(|(rule, r)| Some((rule.clone(), serde_json::to_string(r).ok()?)))
+        .collect()
+}
+
+/// One member's report as read on the hub: its cluster name (from the ConfigMap's member
+/// label, which the hub sets), its data, and when it was written.
+pub struct MemberReport<'a> {
+    pub cluster: &'a str,
+    pub data: &'a BTreeMap<String, String>,
+}
+
+/// The `status.clusters` of hub CopyRule `rule` from the members' `reports`: one entry per
+/// member it is placed on (`placed(rule, cluster)`) that reported it, by cluster name, at
+/// most [`MAX_LISTED_MEMBERS`]. A value that does not parse is said as such, never trusted.
+pub fn clusters_status(
+    rule: &CopyRule,
+    reports: &[MemberReport<'_>],
+    placed: impl Fn(&CopyRule, &str) -> bool,
+) -> Vec<MemberCopies> {
+    let Some(name) = rule.metadata.name.as_deref() else {
+        return Vec::new();
+    };
+    let mut out: Vec<MemberCopies> = reports
+        .iter()
+        .filter(|m| placed(rule, m.cluster))
+        .filter_map(|m| {
+            let raw = m.data.get(name)?;
+            let reported_time = m
+                .data
+                .get(REPORTED_AT_KEY)
+                .and_then(|t| t.parse().ok())
+                .map(Time);
+            let entry = match serde_json::from_str::<RuleReport>(raw) {
+                Ok(r) => MemberCopies {
+                    cluster: m.cluster.to_string(),
+                    wanted_copies: r.wanted,
+                    synced_copies: r.synced,
+                    conflicting_copies: r.conflicting,
+                    conflicts: r
+                        .conflicts
+                        .into_iter()
+                        .take(MAX_REPORTED_CONFLICTS)
+                        .collect(),
+                    refused: r.refused,
+                    reported_time,
+                },
+                Err(_) => MemberCopies {
+                    cluster: m.cluster.to_string(),
+                    refused: Some("the member's report does not parse".into()),
+                    reported_time,
+                    ..MemberCopies::default()
+                },
+            };
+            Some(entry)
+        })
+        .collect();
+    out.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    out.truncate(MAX_LISTED_MEMBERS);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copyrule::{ClusterPlacement, CopyRuleSpec};
+
+    fn rule(name: &str, clusters: &[&str]) -> CopyRule {
+        let mut r = CopyRule::new(
+            name,
+            CopyRuleSpec {
+                kind: "Secret".into(),
+                source_namespace: "platform".into(),
+                source_name: Some("cred".into()),
+                clusters: Some(ClusterPlacement {
+                    names: clusters.iter().map(|c| c.to_string()).collect(),
+                    selector: None,
+                }),
+                ..CopyRuleSpec::default()
+            },
+        );
+        r.metadata.name = Some(name.into());
+        r
+    }
+
+    fn named(rule: &CopyRule, cluster: &str) -> bool {
+        crate::hub::placed_on(&rule.spec, cluster, None)
+    }
+
+    #[test]
+    fn a_report_round_trips_and_keeps_at_most_ten_conflicts_but_counts_all() {
+        let conflicts: Vec<CopyConflict> = (0..25)
+            .map(|i| CopyConflict {
+                namespace: format!("ns-{i:02}"),
+                name: "cred".into(),
+                reason: "an object copyrator does not own".into(),
+            })
+            .collect();
+        let mut reports = BTreeMap::new();
+        reports.insert("registry".to_string(), RuleReport::new(30, 5, conflicts));
+        reports.insert("ca".to_string(), RuleReport::refused("beyond the ceiling"));
+        let data = report_data(&reports);
+        let back: RuleReport = serde_json::from_str(&data["registry"]).unwrap();
+        assert_eq!((back.wanted, back.synced, back.conflicting), (30, 5, 25));
+        assert_eq!(back.conflicts.len(), MAX_REPORTED_CONFLICTS);
+        let refused: RuleReport = serde_json::from_str(&data["ca"]).unwrap();
+        assert_eq!(refused.refused.as_deref(), Some("beyond the ceiling"));
+    }
+
+    #[test]
+    fn a_member_speaks_only_for_rules_placed_on_it_and_nonsense_is_said_as_such() {
+        let registry = rule("registry", &["m1", "m2"]);
+        let mut good = BTreeMap::new();
+        good.insert(
+            "registry".to_string(),
+            serde_json::to_string(&RuleReport::new(3, 3, vec![])).unwrap(),
+        );
+        good.insert(REPORTED_AT_KEY.to_string(), "2026-11-28T07:00:00Z".into());
+        let mut bad = BTreeMap::new();
+        bad.insert("registry".to_string(), "{not json".to_string());
+        let reports = [
+            MemberReport {
+                cluster: "m1",
+                data: &good,
+            },
+            MemberReport {
+                cluster: "m2",
+                data: &bad,
+            },
+            // Not placed on m3: its word about the rule is not taken.
+            MemberReport {
+                cluster: "m3",
+                data: &good,
+            },
+        ];
+        let status = clusters_status(&registry, &reports, named);
+        assert_eq!(
+            status
+                .iter()
+                .map(|c| c.cluster.as_str())
+                .collect::<Vec<_>>(),
+            ["m1", "m2"]
+        );
+        assert_eq!((status[0].wanted_copies, status[0].synced_copies), (3, 3));
+        assert!(status[0].reported_time.is_some());
+        assert_eq!(
+            status[1].refused.as_deref(),
+            Some("the member's report does not parse")
+        );
+        // A rule a member did not report: no entry for it.
+        let other = rule("other", &["m1"]);
+        assert!(clusters_status(&other, &reports, named).is_empty());
+    }
+}
