@@ -3,7 +3,8 @@
 //! cluster under test), each member's release copyrator following the hub by watches with
 //! `--hub-sync-interval 300s`, so that no full read carries an update. A hub source update →
 //! every member's copy holding it, beside the same update copied inside one cluster (a source
-//! of member 1 and its copy, by the same copyrator), taken in turns; the hub's API calls per
+//! of member 1 and its copy, by the same copyrator), taken in turns and then sent together (the
+//! local copy timed under the members' load too); the hub's API calls per
 //! member per update, from the hub's `apiserver_request_total`; then a member's RSS before and
 //! after the hub gains unrelated CopyRules, with the hub calls each of those cost.
 
@@ -142,6 +143,42 @@ pub async fn run(report: &mut Report, sz: &Sizes) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let after = hub_metrics(&hub.client).await;
+    // The same updates sent together: the hub's and member 1's own at one moment, so the
+    // local copy is timed under the load of every member's work too (the diagnostic for the
+    // ratio: on one machine, the members' copyrators and API servers share its cores).
+    let mut hub_together = Vec::new();
+    let mut local_together = Vec::new();
+    for i in 1..=sz.updates {
+        let value = payload(sz.updates + i);
+        let sent = Instant::now();
+        let (hub_answered, local_answered) = tokio::join!(
+            async {
+                set_value(&hub.client, HUB_NS, HUB_SOURCE, &value, &[], &[]).await;
+                Instant::now()
+            },
+            async {
+                set_value(
+                    &local.client,
+                    &local_src,
+                    "local",
+                    &value,
+                    &local_labels,
+                    &local_annotations,
+                )
+                .await;
+                Instant::now()
+            }
+        );
+        let seen = local.copies.wait("local", &value, sent).await;
+        local_together.push(seen.saturating_sub(local_answered - sent));
+        for m in &members {
+            let seen = m.copies.wait(HUB_SOURCE, &value, sent).await;
+            hub_together.push(seen.saturating_sub(hub_answered - sent));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (tp50, _, tp99, tmax) = summary(hub_together);
+    let (ltp50, _, ltp99, ltmax) = summary(local_together);
     let (hp50, _, hp99, hmax) = summary(hub_times.clone());
     let (lp50, _, lp99, lmax) = summary(local_times);
     let n = sz.members;
@@ -151,6 +188,13 @@ pub async fn run(report: &mut Report, sz: &Sizes) {
         format!("{} / {} / {}", ms(lp50), ms(lp99), ms(lmax)),
         format!("{:.2}", hp50.as_secs_f64() / lp50.as_secs_f64().max(1e-9)),
         "p50 ≤ 2 × local",
+    );
+    report.row(
+        &format!("hub and local update sent together → {n} members' copies, p50 / p99 / max"),
+        format!("{} / {} / {}", ms(tp50), ms(tp99), ms(tmax)),
+        format!("{} / {} / {}", ms(ltp50), ms(ltp99), ms(ltmax)),
+        format!("{:.2}", tp50.as_secs_f64() / ltp50.as_secs_f64().max(1e-9)),
+        "p50 ≤ 2 × local (same load)",
     );
     let reads = member_reads(&before, &after);
     let per = |verb: &str, resource: &str| {
