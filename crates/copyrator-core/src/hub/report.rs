@@ -17,6 +17,15 @@ pub const MAX_REPORTED_CONFLICTS: usize = 10;
 /// Members a rule's `status.clusters` lists, at most (by name; the rest are left out).
 pub const MAX_LISTED_MEMBERS: usize = 256;
 
+/// Longest reason taken from a member's report, in characters (a member's strings are its
+/// own: bounded, so that no member can make a rule's status too large to be written).
+const MAX_REASON: usize = 256;
+
+/// `s`, cut to `max` characters.
+fn bounded(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
 /// The key of the member's report ConfigMap holding when it was written.
 pub const REPORTED_AT_KEY: &str = "reportedAt";
 
@@ -111,8 +120,13 @@ pub fn clusters_status(
                         .conflicts
                         .into_iter()
                         .take(MAX_REPORTED_CONFLICTS)
+                        .map(|c| CopyConflict {
+                            namespace: bounded(&c.namespace, 63),
+                            name: bounded(&c.name, 253),
+                            reason: bounded(&c.reason, MAX_REASON),
+                        })
                         .collect(),
-                    refused: r.refused,
+                    refused: r.refused.map(|why| bounded(&why, MAX_REASON)),
                     reported_time,
                 },
                 Err(_) => MemberCopies {
@@ -217,6 +231,29 @@ mod tests {
             status[1].refused.as_deref(),
             Some("the member's report does not parse")
         );
+        // A member's strings are bounded, whatever it writes.
+        let mut long = BTreeMap::new();
+        let mut huge = RuleReport::refused("x".repeat(100_000));
+        huge.conflicts.push(CopyConflict {
+            namespace: "n".repeat(10_000),
+            name: "c".into(),
+            reason: "r".repeat(10_000),
+        });
+        long.insert(
+            "registry".to_string(),
+            serde_json::to_string(&huge).unwrap(),
+        );
+        let status = clusters_status(
+            &registry,
+            &[MemberReport {
+                cluster: "m1",
+                data: &long,
+            }],
+            named,
+        );
+        assert_eq!(status[0].refused.as_ref().map(String::len), Some(256));
+        assert_eq!(status[0].conflicts[0].namespace.len(), 63);
+        assert_eq!(status[0].conflicts[0].reason.len(), 256);
         // A rule a member did not report: no entry for it.
         let other = rule("other", &["m1"]);
         assert!(clusters_status(&other, &reports, named).is_empty());
