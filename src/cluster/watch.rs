@@ -59,6 +59,9 @@ pub struct Target {
     pub fields: Option<String>,
     /// How logs, metrics and `/livez` name it: its feed's name, unless said otherwise.
     pub name: &'static str,
+    /// A resource that is no feed's (a hub's ClusterProfiles): its plural, as API-call
+    /// metrics name it, and its URL path; the sink is still told `feed`. `None`: the feed's.
+    pub resource: Option<(&'static str, String)>,
 }
 
 /// Where a watch hands what it sees, in order: the same calls whatever it follows.
@@ -139,6 +142,7 @@ impl Target {
             selector,
             fields: None,
             name: feed.name(),
+            resource: None,
         }
     }
 
@@ -151,11 +155,15 @@ impl Target {
             selector: Some(marks::not_a_copy(&sel.selector)),
             fields: None,
             name: Feed::Selected(sel.kind).name(),
+            resource: None,
         }
     }
 
     /// The resource, as API-call metrics name it.
     fn resource(&self) -> &'static str {
+        if let Some((plural, _)) = &self.resource {
+            return plural;
+        }
         match self.feed {
             Feed::Namespaces => "namespaces",
             Feed::Sources(kind) | Feed::Copies(kind) | Feed::Selected(kind) => kind.plural(),
@@ -165,6 +173,9 @@ impl Target {
     }
 
     fn url_path(&self) -> String {
+        if let Some((_, path)) = &self.resource {
+            return path.clone();
+        }
         let ns = self.namespace.as_deref();
         match self.feed {
             // One namespace's own object, by the path whose request the API server attributes

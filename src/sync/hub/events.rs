@@ -1,6 +1,7 @@
 //! What a hub watch's event asks of the member's sync (SPEC §14.2): nothing when it changes
 //! nothing read, one source read again (one GET) and its copies converged from it and the
-//! rest of the last full read, or a full read of the hub, the only one that deletes.
+//! rest of the last full read, or a full read of the hub, the only one that deletes (as for
+//! a change of this cluster's ClusterProfile's labels, which place rules).
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -36,10 +37,18 @@ pub(super) async fn on_event(
                 Some(generation) => change == Change::Deleted || meta.generation != *generation,
                 None if change == Change::Deleted => false,
                 // Another rule: placed here now? One GET says.
-                None => remote::rule_placed(&follow.hub, &name, &settings.cluster_name)
-                    .await
-                    .unwrap_or(true),
+                None => {
+                    let labels = read.labels.as_ref();
+                    remote::rule_placed(&follow.hub, &name, &settings.cluster_name, labels)
+                        .await
+                        .unwrap_or(true)
+                }
             }
+        }
+        // This cluster's labels changed: what is placed here may have (read in full).
+        Seen::Profile(meta) => {
+            let labels = meta.map(|m| m.labels.unwrap_or_default());
+            labels != read.labels
         }
         Seen::Source(key, meta) => {
             let known = read.sources.get(&key);

@@ -1,8 +1,9 @@
-//! The watches of one link's hub (SPEC §14.2): its CopyRules, and each placed source by name
+//! The watches of one link's hub (SPEC §14.2): its CopyRules, each placed source by name
 //! (`fieldSelector=metadata.name=<name>`, which the hub authorizes against the member's Role
-//! and its `resourceNames`). They run the project's one watch loop (`crate::cluster::watch`)
-//! against the hub and hand what they see to the member's hub sync as triggers: an event is
-//! never a copy's content, only a reason to read one object again.
+//! and its `resourceNames`), and so the member's own ClusterProfile, whose labels place
+//! rules. They run the project's one watch loop (`crate::cluster::watch`) against the hub
+//! and hand what they see to the member's hub sync as triggers: an event is never a copy's
+//! content, only a reason to read one object again.
 
 use std::{
     collections::BTreeMap,
@@ -27,7 +28,7 @@ use crate::{
         dispatch::{Change, Ended},
         waiters::Feed,
     },
-    hub::{HubLink, HubLinkSpec},
+    hub::{CLUSTER_PROFILE_PLURAL, HubLink, HubLinkSpec, cluster_profiles_path},
     metrics::Metrics,
     model::{Kind, Meta, ObjectKey},
 };
@@ -57,6 +58,18 @@ pub enum Seen {
     RulesRelisted,
     /// A placed source (its member key) is as `meta` says; `None`: the hub has it no more.
     Source(ObjectKey, Option<Meta>),
+    /// This cluster's ClusterProfile is as `meta` says; `None`: the hub has it no more.
+    Profile(Option<Meta>),
+}
+
+/// What one hub watch follows.
+#[derive(Clone, Debug)]
+enum Watching {
+    Rules,
+    /// A placed source, by its member key.
+    Source(ObjectKey),
+    /// This cluster's ClusterProfile.
+    Profile,
 }
 
 /// What the sync's hub watches share.
@@ -80,11 +93,14 @@ pub struct Follow {
     link: String,
     deps: Deps,
     rules: tokio::task::JoinHandle<()>,
+    /// The watch of this cluster's ClusterProfile, when the link names its namespace.
+    profile: Option<tokio::task::JoinHandle<()>>,
     sources: BTreeMap<ObjectKey, tokio::task::JoinHandle<()>>,
 }
 
 impl Follow {
-    /// Starts watching the CopyRules of `link`'s hub with `token`.
+    /// Starts watching the CopyRules of `link`'s hub with `token`, and this cluster's
+    /// ClusterProfile there when the link names its namespace.
     pub fn start(deps: &Deps, link: &HubLink, token: &str) -> Result<Follow, HubError> {
         let name = link.metadata.name.clone().unwrap_or_default();
         let hub = hub_client(link, token, HUB_TIMEOUT)?;
@@ -98,28 +114,45 @@ impl Follow {
         let watches = Cluster::new(watch_client, Arc::new(Metrics::new()), limits, 500)
             .with_api_timeout(WATCH_TIMEOUT);
         let missed = Arc::new(AtomicBool::new(false));
-        let sink = Arc::new(HubSink {
-            link: name.clone(),
-            source: None,
-            events: deps.events.clone(),
-            missed: Arc::clone(&missed),
-            rules_listed: AtomicBool::new(false),
-        });
+        let spawn = |watching: Watching, target: Target| {
+            let sink = HubSink {
+                link: name.clone(),
+                watching,
+                events: deps.events.clone(),
+                missed: Arc::clone(&missed),
+                rules_listed: AtomicBool::new(false),
+            };
+            let sink = Arc::new(sink);
+            spawn_into(
+                &watches,
+                sink,
+                &deps.metrics,
+                &deps.progress,
+                &deps.shutdown,
+                target,
+            )
+        };
         let target = Target {
             feed: Feed::CopyRules,
             namespace: None,
             selector: None,
             fields: None,
             name: "hub copyrules",
+            resource: None,
         };
-        let rules = spawn_into(
-            &watches,
-            Arc::clone(&sink),
-            &deps.metrics,
-            &deps.progress,
-            &deps.shutdown,
-            target,
-        );
+        let rules = spawn(Watching::Rules, target);
+        let profile = link.spec.cluster_profile_namespace.as_ref().map(|ns| {
+            // The sink is told it is the CopyRules feed: it tells its events apart itself.
+            let target = Target {
+                feed: Feed::CopyRules,
+                namespace: Some(ns.clone()),
+                selector: None,
+                fields: Some(format!("metadata.name={}", link.spec.cluster_name)),
+                name: "hub clusterprofile",
+                resource: Some((CLUSTER_PROFILE_PLURAL, cluster_profiles_path(ns))),
+            };
+            spawn(Watching::Profile, target)
+        });
         Ok(Follow {
             token: token.to_string(),
             spec: link.spec.clone(),
@@ -129,6 +162,7 @@ impl Follow {
             link: name,
             deps: deps.clone(),
             rules,
+            profile,
             sources: BTreeMap::new(),
         })
     }
@@ -158,10 +192,11 @@ impl Follow {
                 } else {
                     "hub configmaps"
                 },
+                resource: None,
             };
             let sink = HubSink {
                 link: self.link.clone(),
-                source: Some(key.clone()),
+                watching: Watching::Source(key.clone()),
                 events: self.deps.events.clone(),
                 missed: Arc::clone(&self.missed),
                 rules_listed: AtomicBool::new(false),
@@ -182,6 +217,9 @@ impl Follow {
 impl Drop for Follow {
     fn drop(&mut self) {
         self.rules.abort();
+        if let Some(task) = &self.profile {
+            task.abort();
+        }
         for task in self.sources.values() {
             task.abort();
         }
@@ -191,8 +229,7 @@ impl Drop for Follow {
 /// Hands one hub watch's events to its link's sync, as [`HubEvent`]s.
 struct HubSink {
     link: String,
-    /// The source (member key) a source's watch follows; `None` for the CopyRules watch.
-    source: Option<ObjectKey>,
+    watching: Watching,
     events: mpsc::Sender<HubEvent>,
     missed: Arc<AtomicBool>,
     /// Whether the CopyRules were listed once: the first LIST comes with the full read the
@@ -200,7 +237,8 @@ struct HubSink {
     rules_listed: AtomicBool,
 }
 
-/// A hub watch's seeding LIST: whether it found its object (a source's watch).
+/// A hub watch's seeding LIST: whether it found its object (a source's or the profile's
+/// watch).
 pub struct HubSeeding {
     found: bool,
 }
@@ -225,20 +263,29 @@ impl WatchSink for HubSink {
     }
 
     fn listed(&self, seeding: &mut HubSeeding, meta: Meta) {
-        // A rule listed is not read one by one (the full read does); a source is compared
-        // with what was read of it.
-        if let Some(key) = &self.source {
-            seeding.found = true;
-            self.send(Seen::Source(key.clone(), Some(meta)));
+        // A rule listed is not read one by one (the full read does); a source, or the
+        // profile, is compared with what was read of it.
+        match &self.watching {
+            Watching::Rules => {}
+            Watching::Source(key) => {
+                seeding.found = true;
+                self.send(Seen::Source(key.clone(), Some(meta)));
+            }
+            Watching::Profile => {
+                seeding.found = true;
+                self.send(Seen::Profile(Some(meta)));
+            }
         }
     }
 
     fn seeded(&self, seeding: HubSeeding) {
-        match &self.source {
-            // Its watch is of one name: an empty LIST says the source is not there now.
-            Some(key) if !seeding.found => self.send(Seen::Source(key.clone(), None)),
-            Some(_) => {}
-            None => {
+        // A source's or the profile's watch is of one name: an empty LIST says it is not
+        // there now.
+        match &self.watching {
+            Watching::Source(key) if !seeding.found => self.send(Seen::Source(key.clone(), None)),
+            Watching::Profile if !seeding.found => self.send(Seen::Profile(None)),
+            Watching::Source(_) | Watching::Profile => {}
+            Watching::Rules => {
                 if self.rules_listed.swap(true, Ordering::SeqCst) {
                     self.send(Seen::RulesRelisted);
                 }
@@ -247,12 +294,11 @@ impl WatchSink for HubSink {
     }
 
     fn event(&self, _feed: Feed, change: Change, meta: &Meta) {
-        match &self.source {
-            Some(key) => {
-                let meta = (change != Change::Deleted).then(|| meta.clone());
-                self.send(Seen::Source(key.clone(), meta));
-            }
-            None => self.send(Seen::Rule(change, meta.clone())),
+        let meta_now = || (change != Change::Deleted).then(|| meta.clone());
+        match &self.watching {
+            Watching::Source(key) => self.send(Seen::Source(key.clone(), meta_now())),
+            Watching::Profile => self.send(Seen::Profile(meta_now())),
+            Watching::Rules => self.send(Seen::Rule(change, meta.clone())),
         }
     }
 

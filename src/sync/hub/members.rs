@@ -3,6 +3,9 @@
 //! Secrets and ConfigMaps (resourceNames; `get`, and `list`/`watch` by name), bound to the member's ServiceAccount of the
 //! same name in the members' namespace; one ClusterRole to list CopyRules, bound per member.
 //! In the members' namespace, its report ConfigMap and the right to write it (`reports.rs`).
+//! The members are the clusters rules name and those of the ClusterProfiles in the members'
+//! namespace (`profiles.rs`), whose labels rules' selectors match; each may also read its own
+//! ClusterProfile there.
 //! What no rule places any more is deleted (found by the `copyrator.io/member` label).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,10 +17,13 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::reports;
+use super::{profiles, reports};
 use crate::{
     copyrule::CopyRule,
-    hub::{MEMBER_LABEL, NamespaceAccess, member_access, member_identity},
+    hub::{
+        CLUSTER_PROFILE_GROUP, CLUSTER_PROFILE_PLURAL, MEMBER_LABEL, NamespaceAccess,
+        member_access, member_identity,
+    },
     marks,
 };
 
@@ -30,7 +36,8 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
     let rules = Api::<CopyRule>::all(hub.clone())
         .list(&ListParams::default())
         .await?;
-    let access = member_access(&rules.items);
+    let inventory = profiles::inventory(hub, members_namespace).await?;
+    let access = member_access(&rules.items, inventory.as_ref(), members_namespace);
     let apply = PatchParams::apply("copyrator").force();
     apply_object(
         hub,
@@ -108,23 +115,30 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
     remove_stale(hub, &members, &kept).await?;
     reports::remove_stale_reports(hub, members_namespace, &members).await?;
     reports::gather_reports(hub, members_namespace, &rules.items, |rule, cluster| {
-        crate::hub::placed_on(&rule.spec, cluster, None)
+        let labels = inventory.as_ref().and_then(|p| p.get(cluster));
+        crate::hub::placed_on(&rule.spec, cluster, labels)
     })
     .await?;
     Ok(access.len())
 }
 
-/// `get`, `list` and `watch` on the placed sources, by name.
+/// `get`, `list` and `watch` on the placed sources and the member's own ClusterProfile, by
+/// name.
 fn role_rules(sources: &NamespaceAccess) -> Vec<Value> {
     let mut rules = Vec::new();
-    for (resource, names) in [
-        ("secrets", &sources.secrets),
-        ("configmaps", &sources.config_maps),
+    for (group, resource, names) in [
+        ("", "secrets", &sources.secrets),
+        ("", "configmaps", &sources.config_maps),
+        (
+            CLUSTER_PROFILE_GROUP,
+            CLUSTER_PROFILE_PLURAL,
+            &sources.cluster_profiles,
+        ),
     ] {
         if !names.is_empty() {
             // list and watch by name (fieldSelector=metadata.name=<name>): RBAC checks
             // resourceNames for those as for a get.
-            rules.push(json!({"apiGroups": [""], "resources": [resource], "resourceNames": names, "verbs": ["get", "list", "watch"]}));
+            rules.push(json!({"apiGroups": [group], "resources": [resource], "resourceNames": names, "verbs": ["get", "list", "watch"]}));
         }
     }
     rules

@@ -10,6 +10,7 @@ mod converge;
 mod events;
 mod follow;
 mod members;
+mod profiles;
 mod remote;
 mod reports;
 mod status;

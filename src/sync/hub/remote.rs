@@ -1,7 +1,7 @@
 //! What a member reads from its hub (SPEC §14.2): with the token in the link's credential
-//! Secret (read again every round, so a replaced token is used at once, with no restart), the
-//! hub's CopyRules, and each source placed on this member, by name; one source or one rule
-//! again when a watch says it changed. Every read has a short timeout: a frozen hub is an
+//! Secret (read again every round, so a replaced token is used at once, with no restart), its
+//! own ClusterProfile's labels, the hub's CopyRules, and each source placed on this member,
+//! by name; one source or one rule again when a watch says it changed. Every read has a short timeout: a frozen hub is an
 //! unreachable one, never a stuck member.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -55,6 +55,9 @@ pub struct HubRead {
     /// The `metadata.generation` of each hub CopyRule placed here (taken or refused): a watch
     /// event of another rule, or of one of these whose spec did not change, changes nothing.
     pub generations: BTreeMap<String, Option<i64>>,
+    /// The labels of this cluster's ClusterProfile on the hub, which rules' selectors match;
+    /// `None`: it has none readable (or the link names no namespace for it).
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 /// The member's token for `link`, read now from its Secret in `namespace`.
@@ -97,7 +100,7 @@ pub fn hub_client(link: &HubLink, token: &str, read_timeout: Duration) -> Result
 }
 
 /// Whether a failed request says the credential is refused.
-fn classify(e: kube::Error) -> HubError {
+pub(super) fn classify(e: kube::Error) -> HubError {
     match &e {
         kube::Error::Api(s) if s.code == 401 => HubError::Refused(s.message.clone()),
         _ => HubError::Unreachable(e.to_string()),
@@ -108,6 +111,10 @@ fn classify(e: kube::Error) -> HubError {
 /// A source the hub says is not there is [`HubSource::Gone`]; one it does not let the member
 /// read is [`HubSource::Unreadable`]; any other failure fails the whole read.
 pub async fn read_hub(hub: &Client, settings: &LinkSettings) -> Result<HubRead, HubError> {
+    let labels = match &settings.cluster_profile_namespace {
+        Some(ns) => super::profiles::own_labels(hub, ns, &settings.cluster_name).await?,
+        None => None,
+    };
     // Page by page, keeping only the rules placed here: the member's memory does not grow
     // with the hub's other rules.
     let mut placed = Vec::new();
@@ -118,18 +125,17 @@ pub async fn read_hub(hub: &Client, settings: &LinkSettings) -> Result<HubRead, 
                 .await
                 .map_err(|_| HubError::Unreachable("listing CopyRules timed out".into()))?
                 .map_err(classify)?;
-        // ClusterProfile labels are not read yet: a rule reaches a member by its name.
         placed.extend(
             page.items
                 .into_iter()
-                .filter(|r| placed_on(&r.spec, &settings.cluster_name, None)),
+                .filter(|r| placed_on(&r.spec, &settings.cluster_name, labels.as_ref())),
         );
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => lp.continue_token = Some(token),
             _ => break,
         }
     }
-    let placement = place(settings, None, &placed);
+    let placement = place(settings, labels.as_ref(), &placed);
     let generations = placed
         .iter()
         .filter_map(|r| Some((r.metadata.name.clone()?, r.metadata.generation)))
@@ -145,6 +151,7 @@ pub async fn read_hub(hub: &Client, settings: &LinkSettings) -> Result<HubRead, 
         sources,
         contents,
         generations,
+        labels,
     })
 }
 
@@ -175,8 +182,14 @@ pub async fn read_source(
     })
 }
 
-/// Whether the hub CopyRule `name` exists and places its rule on `cluster` (one GET).
-pub async fn rule_placed(hub: &Client, name: &str, cluster: &str) -> Result<bool, HubError> {
+/// Whether the hub CopyRule `name` exists and places its rule on `cluster`, whose
+/// ClusterProfile carries `labels` (one GET).
+pub async fn rule_placed(
+    hub: &Client,
+    name: &str,
+    cluster: &str,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Result<bool, HubError> {
     let read = tokio::time::timeout(
         HUB_TIMEOUT * 2,
         Api::<CopyRule>::all(hub.clone()).get_opt(name),
@@ -184,7 +197,7 @@ pub async fn rule_placed(hub: &Client, name: &str, cluster: &str) -> Result<bool
     .await
     .map_err(|_| HubError::Unreachable(format!("reading CopyRule {name} timed out")))?
     .map_err(classify)?;
-    Ok(read.is_some_and(|r| placed_on(&r.spec, cluster, None)))
+    Ok(read.is_some_and(|r| placed_on(&r.spec, cluster, labels)))
 }
 
 /// A source read from the hub, known here by its member key; its payload and hash go into

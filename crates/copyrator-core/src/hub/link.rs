@@ -17,6 +17,8 @@ pub struct LinkSettings {
     pub name: String,
     /// This cluster's name on the hub.
     pub cluster_name: String,
+    /// The hub namespace of its ClusterProfile; `None`: selectors place nothing here.
+    pub cluster_profile_namespace: Option<String>,
     /// Hub namespaces whose sources are accepted.
     pub source_namespaces: NamespacePatterns,
     /// Of those, the ones whose copies need no consent.
@@ -60,6 +62,15 @@ impl LinkSettings {
                 format!("{:?} is not a cluster's name", spec.cluster_name),
             ));
         }
+        // Part of the URL the profile is read at: a namespace's name, nothing else.
+        if let Some(ns) = &spec.cluster_profile_namespace
+            && !selector::is_dns_label(ns)
+        {
+            return Err(RuleError::new(
+                "spec.clusterProfileNamespace",
+                format!("{ns:?} is not a namespace's name"),
+            ));
+        }
         let ceiling = &spec.ceiling;
         let patterns = |field: &str, list: &[String]| {
             NamespacePatterns::from_entries(list.iter().map(String::as_str))
@@ -92,6 +103,7 @@ impl LinkSettings {
         Ok(Self {
             name,
             cluster_name: spec.cluster_name.clone(),
+            cluster_profile_namespace: spec.cluster_profile_namespace.clone(),
             source_namespaces,
             trusted_source_namespaces,
             kinds,

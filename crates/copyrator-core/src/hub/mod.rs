@@ -17,7 +17,7 @@ mod placement;
 pub mod report;
 mod view;
 
-pub use access::{NamespaceAccess, member_access};
+pub use access::{NamespaceAccess, Profiles, member_access};
 pub use link::{LinkSettings, parse_ca_bundle};
 pub use placement::{
     MAX_PLACED_SOURCES, Placement, Refusal, RefusedRule, check_placement, place, placed_on,
@@ -63,6 +63,11 @@ pub struct HubLinkSpec {
     /// This cluster's name on the hub: the name hub CopyRules place on, and of its
     /// ClusterProfile there.
     pub cluster_name: String,
+    /// The hub namespace of this cluster's ClusterProfile (multicluster.x-k8s.io), whose
+    /// labels hub CopyRules' `spec.clusters.selector` match. Absent: selectors never place
+    /// rules here; names still do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_profile_namespace: Option<String>,
     /// What the hub may write here, whatever its rules ask.
     pub ceiling: CeilingSpec,
 }
@@ -169,6 +174,13 @@ pub const MEMBER_LABEL: &str = "copyrator.io/member";
 pub const CLUSTER_PROFILE_GROUP: &str = "multicluster.x-k8s.io";
 pub const CLUSTER_PROFILE_VERSION: &str = "v1alpha1";
 pub const CLUSTER_PROFILE_PLURAL: &str = "clusterprofiles";
+
+/// The URL path of the hub's ClusterProfiles in `namespace`.
+pub fn cluster_profiles_path(namespace: &str) -> String {
+    format!(
+        "/apis/{CLUSTER_PROFILE_GROUP}/{CLUSTER_PROFILE_VERSION}/namespaces/{namespace}/{CLUSTER_PROFILE_PLURAL}"
+    )
+}
 
 #[cfg(test)]
 mod tests;

@@ -54,6 +54,7 @@ fn link(ceiling: CeilingSpec) -> HubLink {
                 key: None,
             },
             cluster_name: "member-1".into(),
+            cluster_profile_namespace: None,
             ceiling,
         },
     )
@@ -308,6 +309,15 @@ fn a_links_settings_are_checked_naming_the_field() {
                 l
             },
             "metadata.name",
+        ),
+        (
+            "a profile namespace that is a path",
+            {
+                let mut l = link(ceiling());
+                l.spec.cluster_profile_namespace = Some("members/../secrets".into());
+                l
+            },
+            "spec.clusterProfileNamespace",
         ),
     ];
     for (name, l, field) in cases {

@@ -39,6 +39,7 @@ fn settings(name: &str) -> LinkSettings {
     LinkSettings {
         name: name.into(),
         cluster_name: "member-1".into(),
+        cluster_profile_namespace: None,
         source_namespaces: NamespacePatterns::parse("platform,team-*").unwrap(),
         trusted_source_namespaces: NamespacePatterns::parse("platform").unwrap(),
         kinds: vec![Kind::Secret, Kind::ConfigMap],
