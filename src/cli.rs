@@ -781,6 +781,12 @@ pub struct HubJoinArgs {
     /// member namespaces that may receive.
     #[arg(long, value_delimiter = ',', value_parser = parse_label)]
     pub namespace_selector: Vec<(String, String)>,
+
+    /// Member side: the hub namespace of this cluster's ClusterProfile (the hub's
+    /// --hub-members-namespace, where its copyrator reads them). Set, hub CopyRules'
+    /// `spec.clusters.selector` can place on this cluster by the profile's labels.
+    #[arg(long)]
+    pub cluster_profile_namespace: Option<String>,
 }
 
 /// Which side of a hub join `manifests hub-join` prints.

@@ -99,6 +99,7 @@ fn main() -> ExitCode {
                 source_namespaces: args.source_namespaces,
                 trusted_source_namespaces: args.trusted_source_namespaces,
                 namespace_labels: args.namespace_selector,
+                cluster_profile_namespace: args.cluster_profile_namespace,
             };
             print!("{}", join.manifests(args.side).map_err(anyhow::Error::msg)?);
             Ok(())

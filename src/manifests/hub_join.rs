@@ -35,6 +35,8 @@ pub struct Join {
     pub source_namespaces: Vec<String>,
     pub trusted_source_namespaces: Vec<String>,
     pub namespace_labels: Vec<(String, String)>,
+    /// The hub namespace of the member's ClusterProfile, whose labels selectors match.
+    pub cluster_profile_namespace: Option<String>,
 }
 
 /// The Secret of the member's token on either side.
@@ -51,6 +53,13 @@ impl Join {
             if !is_dns_label(name) {
                 return Err(format!("{what} {name:?} is not a DNS label"));
             }
+        }
+        if let Some(ns) = self.cluster_profile_namespace.as_ref()
+            && !is_dns_label(ns)
+        {
+            return Err(format!(
+                "--cluster-profile-namespace {ns:?} is not a DNS label"
+            ));
         }
         let docs = match side {
             Side::Hub => self.hub_side(),
@@ -118,23 +127,27 @@ impl Join {
             .map(|(k, v)| (k.clone(), Value::String(v.clone())))
             .collect();
         let encoded = base64::engine::general_purpose::STANDARD;
+        let mut spec = json!({
+            "server": server,
+            "caBundle": encoded.encode(ca),
+            "credentialSecret": {"name": TOKEN_SECRET},
+            "clusterName": self.cluster,
+            "ceiling": {
+                "sourceNamespaces": self.source_namespaces,
+                "trustedSourceNamespaces": self.trusted_source_namespaces,
+                "namespaceSelector": {"matchLabels": match_labels},
+            },
+        });
+        if let Some(ns) = &self.cluster_profile_namespace {
+            spec["clusterProfileNamespace"] = json!(ns);
+        }
         Ok(vec![
             json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                    "metadata": {"name": TOKEN_SECRET, "namespace": self.member_namespace},
                    "data": {"token": encoded.encode(token)}}),
             json!({"apiVersion": "copyrator.io/v1alpha1", "kind": "HubLink",
             "metadata": {"name": self.link},
-            "spec": {
-                "server": server,
-                "caBundle": encoded.encode(ca),
-                "credentialSecret": {"name": TOKEN_SECRET},
-                "clusterName": self.cluster,
-                "ceiling": {
-                    "sourceNamespaces": self.source_namespaces,
-                    "trustedSourceNamespaces": self.trusted_source_namespaces,
-                    "namespaceSelector": {"matchLabels": match_labels},
-                },
-            }}),
+            "spec": spec}),
         ])
     }
 }
@@ -155,6 +168,7 @@ mod tests {
             source_namespaces: vec!["platform".into()],
             trusted_source_namespaces: vec!["platform".into()],
             namespace_labels: vec![("registry".into(), "hub".into())],
+            cluster_profile_namespace: None,
         }
     }
 
@@ -190,6 +204,18 @@ mod tests {
         assert_eq!(link.spec.credential_secret.name, TOKEN_SECRET);
         assert_eq!(member[0]["data"]["token"], "dG9r", "the token, trimmed");
         assert_eq!(member[0]["metadata"]["namespace"], "copyrator");
+        assert_eq!(link.spec.cluster_profile_namespace, None);
+        let profiled = Join {
+            cluster_profile_namespace: Some("copyrator-members".into()),
+            ..join()
+        };
+        let member = docs(&profiled.manifests(Side::Member).unwrap());
+        let link: crate::hub::HubLink = serde_json::from_value(member[1].clone()).unwrap();
+        assert_eq!(
+            link.spec.cluster_profile_namespace.as_deref(),
+            Some("copyrator-members"),
+            "--cluster-profile-namespace lets selectors place on the member"
+        );
     }
 
     #[test]
@@ -236,6 +262,13 @@ mod tests {
                     ..join()
                 },
                 "--cluster",
+            ),
+            (
+                Join {
+                    cluster_profile_namespace: Some("a/b".into()),
+                    ..join()
+                },
+                "--cluster-profile-namespace",
             ),
         ] {
             let err = unset.manifests(Side::Member).unwrap_err();
