@@ -62,6 +62,32 @@ fn hub_values_render_the_flags_and_rights_of_a_member_and_a_hub() {
     ] {
         assert!(rules.contains(rule), "{rule} in\n{rules}");
     }
+    // The members' ClusterProfiles, read in the members' namespace only.
+    let profiles = |docs: &[Value]| -> Vec<String> {
+        docs.iter()
+            .filter(|d| {
+                d["kind"] == "Role" && d["metadata"]["name"] == "demo-copyrator-cluster-profiles"
+            })
+            .map(|d| format!("{} {}", d["metadata"]["namespace"], d["rules"]))
+            .collect()
+    };
+    assert_eq!(
+        profiles(&both),
+        [
+            r#""copyrator-members" [{"apiGroups":["multicluster.x-k8s.io"],"resources":["clusterprofiles"],"verbs":["get","list","watch"]}]"#
+        ],
+    );
+    assert!(
+        both.iter().any(|d| d["kind"] == "RoleBinding"
+            && d["metadata"]["name"] == "demo-copyrator-cluster-profiles"
+            && d["metadata"]["namespace"] == "copyrator-members"
+            && d["roleRef"]["name"] == "demo-copyrator-cluster-profiles"),
+        "the Role is bound in the members' namespace"
+    );
+    assert!(
+        profiles(&plain).is_empty(),
+        "no hub, no ClusterProfiles read"
+    );
 
     // A namespace-scoped install reads nothing cluster-scoped: no hub flag (serve refuses them).
     let scoped = render(
