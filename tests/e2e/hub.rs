@@ -5,6 +5,7 @@
 
 mod fixture;
 mod join;
+mod profiles;
 mod recovery;
 mod reports;
 
