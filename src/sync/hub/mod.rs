@@ -86,6 +86,15 @@ struct LinkState {
     credential: Option<(i64, Option<i64>)>,
     /// The report last written on the hub (SPEC §14.4), but for its time.
     reported: Option<BTreeMap<String, String>>,
+    /// Full reads failed in a row: the next is tried after [`retry_after`] of them.
+    failures: u32,
+}
+
+/// When a full read is tried again after `failures` in a row: 5 s, doubling, at most
+/// `interval` (a hub back, or a read allowed again, is found without waiting for it).
+fn retry_after(failures: u32, interval: Duration) -> Duration {
+    let backoff = LINK_CHECK.saturating_mul(1 << failures.saturating_sub(1).min(6));
+    backoff.min(interval)
 }
 
 /// Follows every link while this replica leads, until shutdown.
@@ -248,6 +257,7 @@ async fn full_sync(ctx: &Context, interval: Duration, state: &mut LinkState, nam
     let now = Timestamp::now();
     let status = match result {
         Ok((settings, read, reports)) => {
+            state.failures = 0;
             if let Some(follow) = &state.follow {
                 let cluster = &settings.cluster_name;
                 let last = &mut state.reported;
@@ -280,6 +290,8 @@ async fn full_sync(ctx: &Context, interval: Duration, state: &mut LinkState, nam
         }
         Err(LinkError::Hub(e)) => {
             tracing::warn!(link = %name, error = %e, "hub not read; its copies stay as they are");
+            state.failures += 1;
+            state.next_full = Some(Instant::now() + retry_after(state.failures, interval));
             let since = *state.unreachable_since.get_or_insert(now);
             let mut s = status(
                 state,
@@ -391,4 +403,19 @@ async fn converge_read(
         .await
         .map(|outcomes| reports::member_reports(name, &read.placement, &outcomes))
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_full_read_is_retried_in_5_s_doubling_up_to_the_interval() {
+        let interval = Duration::from_secs(300);
+        let secs = |n| retry_after(n, interval).as_secs();
+        assert_eq!([secs(1), secs(2), secs(3), secs(4)], [5, 10, 20, 40]);
+        assert_eq!(secs(7), 300, "never longer than the interval");
+        assert_eq!(secs(1_000), 300);
+        assert_eq!(retry_after(3, Duration::from_secs(1)).as_secs(), 1);
+    }
 }

@@ -67,8 +67,9 @@ pub async fn inventory(hub: &Client, namespace: &str) -> kube::Result<Option<Pro
 }
 
 /// The labels of the member `cluster`'s own ClusterProfile in the hub's `namespace`; `None`
-/// when the hub has none or does not let the member read it (selectors place nothing here).
-/// A hub that does not answer is an error: nothing changes on the member.
+/// when the hub has none (selectors place nothing here). A hub that does not answer, or does
+/// not let the member read it, is an error: a denied read deletes nothing (SPEC §14.3), so
+/// the copies its labels placed stay as they are.
 pub async fn own_labels(
     hub: &Client,
     namespace: &str,
@@ -82,7 +83,7 @@ pub async fn own_labels(
     .map_err(|_| HubError::Unreachable(format!("reading ClusterProfile {cluster} timed out")))?;
     match read {
         Ok(profile) => Ok(profile.map(|p| p.metadata.labels.unwrap_or_default())),
-        Err(e) if absent(&e) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         Err(e) => Err(classify(e)),
     }
 }

@@ -217,6 +217,32 @@ async fn a_rule_follows_the_labels_of_the_members_cluster_profile() {
     )
     .await;
 
+    // The member's profile no longer readable (its Role on the hub gone): a denied read
+    // deletes nothing, the link says so, and the copy stays until the hub grants it again.
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(hub.client.clone(), MEMBERS_NS)
+        .delete(
+            &copyrator::hub::member_identity(MEMBER),
+            &Default::default(),
+        )
+        .await
+        .expect("revoking the member's profile Role");
+    // A change of the profile (its watch started before, and goes on) asks for a full read.
+    profile(&hub.client, MEMBER, &[("env", "prod"), ("tier", "1")]).await;
+    member.wait_reachable(&h, "False", CONVERGE).await;
+    stays(
+        Duration::from_secs(3),
+        "the copy stays while the profile is unreadable",
+        || async {
+            h.secrets(&inside)
+                .get_opt("cred")
+                .await
+                .is_ok_and(|c| c.is_some())
+        },
+    )
+    .await;
+    hub.grant_members().await;
+    member.wait_reachable(&h, "True", CONVERGE).await;
+
     // The label removed: the rule is placed here no more, and its copy goes.
     profile(&hub.client, MEMBER, &[("env", "dev")]).await;
     eventually(soon, "the copy removed with the label", || async {
