@@ -62,6 +62,9 @@ pub struct Context {
     pub waiters: Arc<Waiters>,
     /// Namespaces known to hold every copy they should (the Pod gate's memory).
     pub ready: Arc<ReadyIndex>,
+    /// The hubs' last reads, published by the leader's hub loop (SPEC §14): what namespace
+    /// syncs, the Pod gate's among them, converge hub copies from.
+    pub hub_reads: crate::sync::hub::SharedReads,
     pub settings: SyncSettings,
     /// What jobs remember between runs, each bounded.
     pub caches: Caches,
@@ -213,6 +216,7 @@ impl Context {
             leading: tokio::sync::watch::channel(true).1,
             write_budget: WriteBudget::new(fanout_bytes),
             ready: Arc::new(ReadyIndex::new(READY_CAPACITY)),
+            hub_reads: Default::default(),
             unlabelled_scan: Periodic::new(DEFAULT_UNLABELLED_SCAN),
         }
     }

@@ -315,18 +315,19 @@ pub(super) async fn settle(
 /// counted.
 pub(super) fn retry_unreadable(ctx: &Context, job: &Job, world: &World) {
     let u = &world.unreadable();
-    if u.is_empty() {
+    // A hub's source is read by its link's sync, never here (SPEC §14.2).
+    let sources: Vec<&ObjectKey> = u.sources.iter().filter(|k| !k.is_hub()).collect();
+    if sources.is_empty() && u.namespaces.is_empty() && u.copies.is_empty() {
         return;
     }
     tracing::warn!(
-        sources = u.sources.len(),
+        sources = sources.len(),
         namespaces = u.namespaces.len(),
         copies = u.copies.len(),
         "some objects could not be read; skipped them and queued jobs to look again"
     );
-    let jobs = u
-        .sources
-        .iter()
+    let jobs = sources
+        .into_iter()
         .map(|k| (JobKey::Source(k.clone()), "source"))
         .chain(
             u.namespaces
@@ -382,7 +383,10 @@ pub(super) async fn recheck_inputs(
             | Action::Update { copy, by, .. }
             | Action::Recreate { copy, by, .. } => {
                 namespaces.insert(copy.key.namespace.clone());
-                sources.insert(by.source.clone());
+                // A hub's source changed meanwhile is its hub watch's to tell (SPEC §14.2).
+                if !by.source.is_hub() {
+                    sources.insert(by.source.clone());
+                }
             }
             Action::Delete { target, .. } => {
                 namespaces.insert(target.namespace.clone());

@@ -81,7 +81,17 @@ pub(super) async fn readiness(
     world: &World,
     outcomes: &[(Action, Applied)],
 ) -> Option<Ready> {
-    if !world.unreadable().is_empty() {
+    let unreadable = world.unreadable();
+    // A placed hub source its hub did not let be read has no version to wait for: its copies
+    // are held as they are (SPEC §14.3), and this namespace settled without them.
+    if !unreadable.namespaces.is_empty()
+        || !unreadable.copies.is_empty()
+        || unreadable.sources.iter().any(|k| !k.is_hub())
+    {
+        return None;
+    }
+    // Hubs followed, but their reads not known here (a replica that does not lead).
+    if !ctx.hub_reads.get().vouches() {
         return None;
     }
     let asks = |by: &ClaimRef| {

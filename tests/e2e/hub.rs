@@ -4,6 +4,7 @@
 //! nothing.
 
 mod fixture;
+mod gate;
 mod join;
 mod profiles;
 mod recovery;

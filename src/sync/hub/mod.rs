@@ -11,6 +11,7 @@ mod events;
 mod follow;
 mod members;
 mod profiles;
+mod reads;
 mod remote;
 mod reports;
 mod status;
@@ -36,6 +37,7 @@ use remote::HubRead;
 use status::{condition, status, write_status};
 
 pub use members::grant_members;
+pub use reads::{HubReads, SharedReads, hubs_for};
 pub use remote::HubError;
 
 /// The hub side (SPEC §14.1): every `interval`, while this replica leads, each member's read
@@ -113,16 +115,21 @@ pub async fn run(
     };
     let mut states: BTreeMap<String, LinkState> = BTreeMap::new();
     let mut next_check = Instant::now();
+    // Whether the HubLinks were listed since this replica leads.
+    let mut listed = false;
+    ctx.hub_reads.publish(&ctx.ready, HubReads::Unknown);
+    let mut leadership = ctx.leading.clone();
     loop {
         let leading = *ctx.leading.borrow();
         if !leading {
             // Only the leader follows the hubs.
             states.values_mut().for_each(|s| s.follow = None);
+            listed = false;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(next_check) => {
                 if leading {
-                    check_links(&ctx, &deps, interval, &mut states).await;
+                    listed |= check_links(&ctx, &deps, interval, &mut states).await;
                 }
                 next_check = Instant::now() + interval.min(LINK_CHECK);
             }
@@ -131,19 +138,63 @@ pub async fn run(
                     events::on_event(&ctx, interval, &mut states, event).await;
                 }
             }
+            // A replica that stops leading stops vouching for hub copies at once.
+            Ok(()) = leadership.changed() => {}
             _ = shutdown.changed() => return,
         }
+        publish_reads(&ctx, &states, leading && listed);
     }
 }
 
+/// Shares every link's last read with the namespace syncs (`reads.rs`); `known`: this
+/// replica leads and listed the HubLinks.
+fn publish_reads(ctx: &Context, states: &BTreeMap<String, LinkState>, known: bool) {
+    if !known {
+        ctx.hub_reads.publish(&ctx.ready, HubReads::Unknown);
+        return;
+    }
+    let mut contents = crate::plan::Contents::default();
+    let links = states
+        .iter()
+        .map(|(name, state)| match &state.read {
+            Some((settings, read)) => {
+                contents.payloads.extend(
+                    read.contents
+                        .payloads
+                        .iter()
+                        .map(|(k, p)| (k.clone(), Arc::clone(p))),
+                );
+                contents.known_hashes.extend(
+                    read.contents
+                        .known_hashes
+                        .iter()
+                        .map(|(k, h)| (k.clone(), h.clone())),
+                );
+                let mut view = LinkView::new(name.clone(), Ok(Arc::clone(settings)));
+                view.placement = Some(Arc::clone(&read.placement));
+                view.sources = read.sources.clone();
+                view
+            }
+            None => LinkView::new(name.clone(), Err("its hub was never read".into())),
+        })
+        .collect();
+    let hubs = Arc::new(Hubs {
+        links_known: true,
+        links,
+    });
+    let contents = Arc::new(contents);
+    ctx.hub_reads
+        .publish(&ctx.ready, HubReads::Known { hubs, contents });
+}
+
 /// Reads the HubLinks and their tokens: (re)starts each link's watches when its spec or token
-/// changed, and reads its hub in full when due.
+/// changed, and reads its hub in full when due. Whether the HubLinks were listed.
 async fn check_links(
     ctx: &Context,
     deps: &Deps,
     interval: Duration,
     states: &mut BTreeMap<String, LinkState>,
-) {
+) -> bool {
     let member = ctx.cluster.client();
     let links = match Api::<HubLink>::all(member.clone())
         .list(&ListParams::default())
@@ -152,7 +203,7 @@ async fn check_links(
         Ok(l) => l.items,
         Err(e) => {
             tracing::debug!(error = %e, "HubLinks unreadable; no hub copy is written or deleted");
-            return;
+            return false;
         }
     };
     let names: Vec<String> = links
@@ -213,6 +264,7 @@ async fn check_links(
             full_sync(ctx, interval, state, &names).await;
         }
     }
+    true
 }
 
 /// Records when link `name`'s `token` expires (metric, status), and says once per token when

@@ -1,5 +1,5 @@
-//! A namespace job: every copy that should or does live in one namespace (SPEC §4.1, §4.3).
-//! The Pod gate runs the same sync in the admission path (`sync::pods`).
+//! A namespace job: every copy that should or does live in one namespace (SPEC §4.1, §4.3),
+//! hub copies (SPEC §14) as the hubs were last read. The Pod gate runs the same sync in the admission path (`sync::pods`).
 
 use crate::{
     cluster::{
@@ -14,13 +14,14 @@ use crate::{
     },
     metrics::OutcomeLabels,
     model::{Kind, NamespaceInfo},
-    plan::{Action, Contents, Scope, World},
+    plan::{Action, Scope, World},
     queue::job::{Awaited, Job, Trigger},
     sync::{
         Outcome, SyncError,
         context::Context,
         converge::{converge, finish_loading},
         follow_up::after,
+        hub,
         persisted::{parked, read_persisted, stop_waiting},
         pods,
     },
@@ -119,6 +120,9 @@ pub(in crate::sync) async fn sync(
     let mut found = Found::default();
     found.add_listed(copies);
     world.insert_namespaces([ns]);
+    // The hub copies of this namespace too, from what the hubs were last read to place here
+    // (never a hub call: a Pod waits on this sync).
+    let contents = hub::hubs_for(&ctx.hub_reads.get(), &mut world, &found);
     finish_loading(ctx, &mut world, &mut found, fresh).await?;
     let outcomes = converge(
         ctx,
@@ -126,7 +130,7 @@ pub(in crate::sync) async fn sync(
         &mut world,
         &Scope::Namespace(name.to_string()),
         found,
-        Contents::default(),
+        contents,
     )
     .await?;
     Ok(Synced::Done {

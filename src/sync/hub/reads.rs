@@ -1,0 +1,173 @@
+//! The hubs' last reads, shared with namespace syncs and so with the Pod gate (SPEC §10.1,
+//! §14.2): the leader's hub loop publishes, after each full read and each event, what every
+//! link's last read places here and the placed sources' payloads as read; a namespace sync
+//! converges the hub copies of its namespace from that memory, never calling a hub in the
+//! admission path. A replica that does not lead holds no reads: its syncs leave hub copies as
+//! they are and never claim a namespace settled.
+
+use std::{
+    collections::BTreeSet,
+    sync::{Arc, RwLock},
+};
+
+use crate::{
+    cluster::load::Found,
+    freshness::ready::ReadyIndex,
+    hub::{Hubs, LinkView},
+    plan::{Contents, Existing, World},
+};
+
+/// What this replica knows of its hubs' last reads.
+#[derive(Clone, Debug, Default)]
+pub enum HubReads {
+    /// Hubs are not followed (`--hub-sync-interval` 0): local copies only.
+    #[default]
+    Off,
+    /// Hubs are followed, but not by this replica (it does not lead) or its HubLinks are not
+    /// listed yet: a namespace's hub copies are not known here.
+    Unknown,
+    /// Every link as last read, and the payloads of the placed sources read.
+    Known {
+        hubs: Arc<Hubs>,
+        contents: Arc<Contents>,
+    },
+}
+
+impl HubReads {
+    /// Whether this replica can vouch for a namespace's hub copies: hubs are not followed, or
+    /// their last reads are known here.
+    pub fn vouches(&self) -> bool {
+        !matches!(self, HubReads::Unknown)
+    }
+
+    /// The same as far as a plan goes: the same links, placements and sources' versions (a
+    /// payload read again at the same version is the same payload).
+    fn same(&self, other: &HubReads) -> bool {
+        match (self, other) {
+            (HubReads::Off, HubReads::Off) | (HubReads::Unknown, HubReads::Unknown) => true,
+            (HubReads::Known { hubs: a, .. }, HubReads::Known { hubs: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// The reads shared between the hub loop (the writer) and namespace syncs (readers).
+#[derive(Debug, Default)]
+pub struct SharedReads {
+    current: RwLock<Arc<HubReads>>,
+}
+
+impl SharedReads {
+    /// The reads as last published.
+    pub fn get(&self) -> Arc<HubReads> {
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Publishes `reads`; when they differ from the last, every namespace known settled is
+    /// forgotten (a copy may be due, or no longer be vouched for). Published first, forgotten
+    /// after: a sync that read the old reads began before the forgetting, so it records
+    /// nothing ([`ReadyIndex::record`]).
+    pub fn publish(&self, ready: &ReadyIndex, reads: HubReads) {
+        let changed = {
+            let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+            let changed = !current.same(&reads);
+            if changed {
+                *current = Arc::new(reads);
+            }
+            changed
+        };
+        if changed {
+            ready.touch_all();
+        }
+    }
+}
+
+/// Gives `world` (one namespace's, with the copies `found` there) the hubs as last read, and
+/// returns the placed sources' payloads for its plan. A hub copy of a link the reads do not
+/// hold (a deleted HubLink) stays as it is (SPEC §14.3). Nothing when the reads are not
+/// known: hub copies are then held as they are.
+pub fn hubs_for(reads: &HubReads, world: &mut World, found: &Found) -> Contents {
+    let HubReads::Known { hubs, contents } = reads else {
+        return Contents::default();
+    };
+    let others: BTreeSet<&str> = found
+        .existing
+        .values()
+        .filter_map(|e| match e {
+            Existing::Managed(m) => m.rule.hub_link(),
+            _ => None,
+        })
+        .filter(|link| hubs.link(link).is_none())
+        .collect();
+    let hubs = match others.is_empty() {
+        true => Arc::clone(hubs),
+        false => {
+            let mut all = Hubs::clone(hubs);
+            all.links.extend(
+                others
+                    .into_iter()
+                    .map(|l| LinkView::new(l, Err("not a HubLink of this cluster".into()))),
+            );
+            Arc::new(all)
+        }
+    };
+    world.set_hubs(hubs);
+    Contents::clone(contents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::freshness::waiters::Feed;
+
+    fn live() -> ReadyIndex {
+        let index = ReadyIndex::new(100);
+        for feed in Feed::all() {
+            index.connected(feed);
+        }
+        index
+    }
+
+    fn known(links: &[&str]) -> HubReads {
+        HubReads::Known {
+            hubs: Arc::new(Hubs {
+                links_known: true,
+                links: links
+                    .iter()
+                    .map(|l| LinkView::new(*l, Err("x".into())))
+                    .collect(),
+            }),
+            contents: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_new_read_forgets_every_settled_namespace_and_the_same_one_nothing() {
+        let ready = live();
+        let shared = SharedReads::default();
+        assert!(
+            shared.get().vouches(),
+            "hubs not followed: local copies only"
+        );
+        let since = ready.begin();
+        shared.publish(&ready, known(&["hub-a"]));
+        assert!(
+            !ready.record("team-a", since, Default::default()),
+            "a sync that began before the read records nothing"
+        );
+        let since = ready.begin();
+        assert!(ready.record("team-a", since, Default::default()));
+        shared.publish(&ready, known(&["hub-a"]));
+        assert!(
+            ready.get("team-a").is_some(),
+            "the same reads forget nothing"
+        );
+        shared.publish(&ready, known(&["hub-a", "hub-b"]));
+        assert!(ready.get("team-a").is_none(), "a new read forgets");
+        let since = ready.begin();
+        assert!(ready.record("team-a", since, Default::default()));
+        shared.publish(&ready, HubReads::Unknown);
+        assert!(ready.get("team-a").is_none(), "no longer leading forgets");
+        assert!(!shared.get().vouches());
+    }
+}

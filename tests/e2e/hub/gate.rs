@@ -1,0 +1,93 @@
+//! The Pod gate covers hub copies like local ones (SPEC §10.1, §14.2): before a Pod is
+//! admitted, its namespace holds the hub copies the member's last read of its hub places
+//! there, written from that memory, with no hub call, and long before the next full read.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::common::{Harness, Options, create_pod, pod, service_account, stays};
+use crate::pod_gate::{DRY_RUN_PODS, wait_for_pod_gate};
+
+use super::{
+    fixture::{Hub, Member},
+    token,
+};
+
+const WROTE: &str = "copyrator_pod_gate_total{outcome=\"wrote\"}";
+
+#[tokio::test]
+async fn a_pod_finds_its_hub_copy_before_the_next_read_of_the_hub() {
+    // A full read every 300 s: within this test, neither a read nor a hub watch (the hub does
+    // not change) restores a copy; only the namespace's own sync can.
+    let hub = Hub::start().await;
+    let env = crate::common::TestEnv::new().await;
+    let member = Member::prepare(&env).await;
+    let h = Harness::start_in(
+        env,
+        Options {
+            extra: member.args_every("300s"),
+            ..Default::default()
+        },
+    )
+    .await;
+    hub.namespace("platform").await;
+    hub.source("platform", "cred", "v1").await;
+    hub.rule("registry", ("platform", "cred"), ("registry", &h.name("r")))
+        .await;
+    hub.grant_members().await;
+    let sel = ("registry", h.name("r"));
+    let ceil = ("hub-ceiling", h.name("c"));
+    let labels = [(sel.0, sel.1.as_str()), (ceil.0, ceil.1.as_str())];
+    let inside = h.namespace("team-in", &labels).await;
+    service_account(&h.client, &inside).await;
+    member.set_token(&h, &hub.member_token().await).await;
+    member
+        .link(&h, &hub, &["platform"], (ceil.0, ceil.1.as_str()))
+        .await;
+    h.wait_value::<Secret>(&inside, "cred", "token", "v1").await;
+    wait_for_pod_gate(&h.client, &inside, || h.metric(DRY_RUN_PODS)).await;
+
+    // The member's hub copy deleted by hand: nothing puts it back before the next full read.
+    h.secrets(&inside)
+        .delete("cred", &Default::default())
+        .await
+        .expect("deleting the hub copy");
+    stays(
+        Duration::from_secs(2),
+        "the deleted hub copy stays deleted",
+        || async { matches!(h.secrets(&inside).get_opt("cred").await, Ok(None)) },
+    )
+    .await;
+    let wrote = h.metric(WROTE).await;
+    create_pod(&h.client, &inside, &pod("app", &["cred"], None)).await;
+    let copy = h.secrets(&inside).get_opt("cred").await.unwrap();
+    assert_eq!(
+        copy.as_ref().and_then(token).as_deref(),
+        Some("v1"),
+        "the Pod was admitted with its hub copy in place, in its last-read version"
+    );
+    assert_eq!(
+        h.metric(WROTE).await,
+        wrote + 1.0,
+        "the gate wrote the copy before admitting the Pod"
+    );
+
+    // A namespace labelled into the rule and ceiling, a Pod right after: its copy is there.
+    let later = h.namespace("team-later", &[]).await;
+    service_account(&h.client, &later).await;
+    h.label_namespace(
+        &later,
+        serde_json::json!({sel.0: sel.1.as_str(), ceil.0: ceil.1.as_str()}),
+    )
+    .await;
+    create_pod(&h.client, &later, &pod("app", &["cred"], None)).await;
+    let copy = h.secrets(&later).get_opt("cred").await.unwrap();
+    assert_eq!(
+        copy.as_ref().and_then(token).as_deref(),
+        Some("v1"),
+        "a Pod of a namespace newly labelled finds its hub copy"
+    );
+    member.delete_link(&h).await;
+    h.finish().await;
+}
