@@ -69,7 +69,10 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
     )
     .await?;
     let mut resolved = resolved;
-    resolved.notes.extend(hub_links::notes(&client).await);
+    let links = hub_links::links(&client).await;
+    resolved
+        .notes
+        .extend(links.iter().flat_map(hub_links::link_notes));
     resolved.notes.extend(policy::scope_notes(
         resolved.scope.as_ref(),
         match &focus {
@@ -84,6 +87,16 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         // A rule's focus is `copyrator plan`'s (`plan::load`).
         Focus::Rule(id) => anyhow::bail!("explain does not explain the {id} alone"),
     };
+    // A hub copy that is not here, and why (from the links' status, without reading the hub).
+    if let Focus::Namespace(name) = &focus
+        && let Some(ns) = inputs.world.namespaces().get(name)
+    {
+        resolved
+            .notes
+            .extend(hub_links::absent_notes(&links, ns, |key| {
+                inputs.existing.contains_key(key)
+            }));
+    }
     let explanation = explain(
         &inputs.world,
         &focus,

@@ -3,6 +3,7 @@
 //! on it through a HubLink, within the link's ceiling; a hub away or a refused token deletes
 //! nothing.
 
+mod consent;
 mod fixture;
 mod gate;
 mod join;

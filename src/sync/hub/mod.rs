@@ -28,7 +28,7 @@ use tokio::{
 
 use crate::{
     cluster::progress::WatchProgress,
-    hub::{HubLink, Hubs, LinkSettings, LinkView},
+    hub::{HubLink, Hubs, LinkSettings, LinkView, MAX_PLACED_SOURCES, PlacedRuleStatus},
     sync::context::Context,
 };
 
@@ -325,14 +325,18 @@ async fn full_sync(ctx: &Context, interval: Duration, state: &mut LinkState, nam
             if let Some(follow) = &mut state.follow {
                 follow.follow_sources(read.sources.keys());
             }
+            let placed = placed_status(&read.placement.rules);
             state.read = Some((settings, read));
-            status(
+            let mut s = status(
                 state,
                 "True",
                 "HubRead",
                 "the hub was read and its copies converged",
                 &done,
-            )
+            );
+            // Kept while the hub is away: what explain judges a namespace by.
+            s["placed"] = placed;
+            s
         }
         Err(LinkError::Invalid(e)) => {
             let done = Synced::default();
@@ -382,6 +386,14 @@ impl Synced {
                 .collect(),
         }
     }
+}
+
+/// The placed rules as `status.placed` lists them (the first [`MAX_PLACED_SOURCES`] by name).
+fn placed_status(rules: &[crate::rules::Rule]) -> serde_json::Value {
+    let mut placed: Vec<_> = rules.iter().filter_map(PlacedRuleStatus::of).collect();
+    placed.sort_by(|a, b| a.name.cmp(&b.name));
+    placed.truncate(MAX_PLACED_SOURCES);
+    json!(placed)
 }
 
 enum LinkError {

@@ -482,6 +482,27 @@ impl Member {
         hub: &Hub,
         server: &str,
         source_namespaces: &[&str],
+        selector: (&str, &str),
+    ) {
+        self.link_trusting(
+            env,
+            hub,
+            server,
+            source_namespaces,
+            source_namespaces,
+            selector,
+        )
+        .await
+    }
+
+    /// As [`Member::link_through`], trusting only the sources of `trusted`.
+    pub async fn link_trusting(
+        &self,
+        env: &TestEnv,
+        hub: &Hub,
+        server: &str,
+        source_namespaces: &[&str],
+        trusted: &[&str],
         (key, value): (&str, &str),
     ) {
         let link: HubLink = serde_json::from_value(json!({
@@ -495,7 +516,7 @@ impl Member {
                 "clusterName": MEMBER,
                 "ceiling": {
                     "sourceNamespaces": source_namespaces,
-                    "trustedSourceNamespaces": source_namespaces,
+                    "trustedSourceNamespaces": trusted,
                     "namespaceSelector": {"matchLabels": {key: value}},
                 },
             },

@@ -115,6 +115,59 @@ pub struct HubLinkStatus {
     /// Placed rules refused here, and why (beyond the ceiling, invalid).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_rules: Vec<RefusedRuleStatus>,
+    /// The placed rules within the ceiling, as last read (the first [`MAX_PLACED_SOURCES`]
+    /// by name): what `explain` needs to say why a namespace holds no copy of one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placed: Vec<PlacedRuleStatus>,
+}
+
+/// A placed rule the member takes: where its copies go and whether they need consent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedRuleStatus {
+    /// The hub CopyRule's name.
+    pub name: String,
+    /// The kind of its copies.
+    pub kind: String,
+    /// Its source on the hub: `<namespace>/<name>`.
+    pub source: String,
+    /// The copies' name.
+    pub target_name: String,
+    /// Whether its source's namespace is among the ceiling's trustedSourceNamespaces (else
+    /// a namespace receives only if its copyrator.io/accept-from names `<link>/<namespace>`).
+    pub trusted: bool,
+    /// Its namespaceSelector, in label selector syntax.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<String>,
+    /// The namespaces it names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// The namespaces it excludes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_namespaces: Vec<String>,
+}
+
+impl PlacedRuleStatus {
+    /// What the status says of `rule`, a placed rule as the member takes it.
+    pub fn of(rule: &crate::rules::Rule) -> Option<Self> {
+        let crate::rules::RuleId::Hub { rule: name, .. } = &rule.id else {
+            return None;
+        };
+        let crate::rules::SourceMatch::Name(source) = &rule.sources else {
+            return None;
+        };
+        let (_, hub_ns) = rule.source_namespace.split_once('/')?;
+        Some(Self {
+            name: name.clone(),
+            kind: rule.target_kind().to_string(),
+            source: format!("{hub_ns}/{source}"),
+            target_name: rule.target_name(source).to_string(),
+            trusted: rule.tier != crate::tenancy::Tier::ConsentedInline,
+            namespace_selector: rule.namespace_selector.as_ref().map(|s| s.to_string()),
+            namespaces: rule.namespaces.iter().cloned().collect(),
+            exclude_namespaces: rule.exclude_namespaces.iter().cloned().collect(),
+        })
+    }
 }
 
 /// A placed rule the member refuses.
