@@ -311,7 +311,7 @@ async fn a_new_namespace_pull_secret_is_injected_without_reading_it_back() {
 /// A Lease in `ns` named `name`, held for an hour by another replica: a copyrator started
 /// with it follows, so neither its watches nor its reconciler make copies on their own (the
 /// Pod gate answers on every replica).
-async fn lease_held_elsewhere(client: &Client, ns: &str, name: &str) {
+pub(crate) async fn lease_held_elsewhere(client: &Client, ns: &str, name: &str) {
     use k8s_openapi::api::coordination::v1::Lease;
     let lease: Lease = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "namespace": ns},

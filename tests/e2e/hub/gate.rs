@@ -1,13 +1,14 @@
 //! The Pod gate covers hub copies like local ones (SPEC §10.1, §14.2): before a Pod is
 //! admitted, its namespace holds the hub copies the member's last read of its hub places
-//! there, written from that memory, with no hub call, and long before the next full read.
+//! there, written from that memory, with no hub call, and long before the next full read. A
+//! replica that does not lead holds no reads, and so vouches for no namespace.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::common::{Harness, Options, create_pod, pod, service_account, stays};
-use crate::pod_gate::{DRY_RUN_PODS, wait_for_pod_gate};
+use crate::pod_gate::{DRY_RUN_PODS, lease_held_elsewhere, wait_for_pod_gate};
 
 use super::{
     fixture::{Hub, Member},
@@ -89,5 +90,50 @@ async fn a_pod_finds_its_hub_copy_before_the_next_read_of_the_hub() {
         "a Pod of a namespace newly labelled finds its hub copy"
     );
     member.delete_link(&h).await;
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_replica_that_does_not_lead_claims_no_namespace_settled() {
+    // Hubs followed, but by another replica: this one holds no hub reads.
+    let env = crate::common::TestEnv::new().await;
+    let leases = env.namespace("gate-lease", &[]).await;
+    lease_held_elsewhere(&env.client, &leases, "held").await;
+    let h = Harness::start_in(
+        env,
+        Options {
+            extra: [
+                "--leader-election=true",
+                "--lease-namespace",
+                &leases,
+                "--lease-name",
+                "held",
+                "--hub-sync-interval=1s",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let ns = h.namespace("team", &[]).await;
+    service_account(&h.client, &ns).await;
+    wait_for_pod_gate(&h.client, &ns, || h.metric(DRY_RUN_PODS)).await;
+    let outcome = |o: &str| format!("copyrator_pod_gate_total{{outcome=\"{o}\"}}");
+    let unsettled = h.metric(&outcome("unsettled")).await;
+    let claimed = h.metric(&outcome("settled")).await + h.metric(&outcome("cached")).await;
+    for name in ["app-1", "app-2"] {
+        create_pod(&h.client, &ns, &pod(name, &[], None)).await;
+    }
+    assert_eq!(
+        h.metric(&outcome("unsettled")).await,
+        unsettled + 2.0,
+        "each Pod admitted without the promise"
+    );
+    assert_eq!(
+        h.metric(&outcome("settled")).await + h.metric(&outcome("cached")).await,
+        claimed,
+        "no namespace claimed settled, nor remembered so"
+    );
     h.finish().await;
 }
