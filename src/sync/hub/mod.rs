@@ -142,49 +142,8 @@ pub async fn run(
             Ok(()) = leadership.changed() => {}
             _ = shutdown.changed() => return,
         }
-        publish_reads(&ctx, &states, leading && listed);
+        reads::publish_reads(&ctx, &states, leading && listed);
     }
-}
-
-/// Shares every link's last read with the namespace syncs (`reads.rs`); `known`: this
-/// replica leads and listed the HubLinks.
-fn publish_reads(ctx: &Context, states: &BTreeMap<String, LinkState>, known: bool) {
-    if !known {
-        ctx.hub_reads.publish(&ctx.ready, HubReads::Unknown);
-        return;
-    }
-    let mut contents = crate::plan::Contents::default();
-    let links = states
-        .iter()
-        .map(|(name, state)| match &state.read {
-            Some((settings, read)) => {
-                contents.payloads.extend(
-                    read.contents
-                        .payloads
-                        .iter()
-                        .map(|(k, p)| (k.clone(), Arc::clone(p))),
-                );
-                contents.known_hashes.extend(
-                    read.contents
-                        .known_hashes
-                        .iter()
-                        .map(|(k, h)| (k.clone(), h.clone())),
-                );
-                let mut view = LinkView::new(name.clone(), Ok(Arc::clone(settings)));
-                view.placement = Some(Arc::clone(&read.placement));
-                view.sources = read.sources.clone();
-                view
-            }
-            None => LinkView::new(name.clone(), Err("its hub was never read".into())),
-        })
-        .collect();
-    let hubs = Arc::new(Hubs {
-        links_known: true,
-        links,
-    });
-    let contents = Arc::new(contents);
-    ctx.hub_reads
-        .publish(&ctx.ready, HubReads::Known { hubs, contents });
 }
 
 /// Reads the HubLinks and their tokens: (re)starts each link's watches when its spec or token

@@ -6,15 +6,17 @@
 //! they are and never claim a namespace settled.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, RwLock},
 };
 
+use super::LinkState;
 use crate::{
     cluster::load::Found,
     freshness::ready::ReadyIndex,
     hub::{Hubs, LinkView},
     plan::{Contents, Existing, World},
+    sync::context::Context,
 };
 
 /// What this replica knows of its hubs' last reads.
@@ -80,6 +82,47 @@ impl SharedReads {
             ready.touch_all();
         }
     }
+}
+
+/// Shares every link's last read (`states`) with the namespace syncs; `known`: this replica
+/// leads and listed the HubLinks.
+pub(super) fn publish_reads(ctx: &Context, states: &BTreeMap<String, LinkState>, known: bool) {
+    if !known {
+        ctx.hub_reads.publish(&ctx.ready, HubReads::Unknown);
+        return;
+    }
+    let mut contents = Contents::default();
+    let links = states
+        .iter()
+        .map(|(name, state)| match &state.read {
+            Some((settings, read)) => {
+                contents.payloads.extend(
+                    read.contents
+                        .payloads
+                        .iter()
+                        .map(|(k, p)| (k.clone(), Arc::clone(p))),
+                );
+                contents.known_hashes.extend(
+                    read.contents
+                        .known_hashes
+                        .iter()
+                        .map(|(k, h)| (k.clone(), h.clone())),
+                );
+                let mut view = LinkView::new(name.clone(), Ok(Arc::clone(settings)));
+                view.placement = Some(Arc::clone(&read.placement));
+                view.sources = read.sources.clone();
+                view
+            }
+            None => LinkView::new(name.clone(), Err("its hub was never read".into())),
+        })
+        .collect();
+    let hubs = Arc::new(Hubs {
+        links_known: true,
+        links,
+    });
+    let contents = Arc::new(contents);
+    ctx.hub_reads
+        .publish(&ctx.ready, HubReads::Known { hubs, contents });
 }
 
 /// Gives `world` (one namespace's, with the copies `found` there) the hubs as last read, and
