@@ -22,13 +22,18 @@ use fixture::{Hub, Member};
 /// `platform` holds `cred` (token=v1), placed on the member by rule `registry` into
 /// namespaces labelled `registry=<id>`.
 async fn setup() -> (Harness, Hub, Member) {
+    setup_every(None).await
+}
+
+/// As [`setup`], reading the hub in full every `interval` (`None`: every second).
+async fn setup_every(interval: Option<&str>) -> (Harness, Hub, Member) {
     let hub = Hub::start().await;
     let env = crate::common::TestEnv::new().await;
     let member = Member::prepare(&env).await;
     let h = Harness::start_in(
         env,
         Options {
-            extra: member.args(),
+            extra: interval.map_or_else(|| member.args(), |i| member.args_every(i)),
             ..Default::default()
         },
     )

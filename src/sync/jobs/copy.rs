@@ -7,13 +7,14 @@ use crate::{
     },
     freshness::persisted::persisted,
     model::ObjectKey,
-    plan::{Contents, Scope},
+    plan::Scope,
     queue::job::Job,
     sync::{
         Outcome, SyncError,
         context::Context,
         converge::{converge, finish_loading},
         follow_up::after,
+        hub::hubs_for,
         persisted::read_persisted,
     },
 };
@@ -42,6 +43,8 @@ pub(in crate::sync) async fn run(
     world.insert_namespaces([ns]);
     let mut found = Found::default();
     found.add_read(key.clone(), copy.as_ref());
+    // A hub copy is restored from what its hub was last read to place here (SPEC §14.2).
+    let contents = hubs_for(&ctx.hub_reads.get(), &mut world, &found);
     finish_loading(ctx, &mut world, &mut found, fresh).await?;
     let outcomes = converge(
         ctx,
@@ -49,7 +52,7 @@ pub(in crate::sync) async fn run(
         &mut world,
         &Scope::Target(key.clone()),
         found,
-        Contents::default(),
+        contents,
     )
     .await?;
     after(ctx, job, &outcomes).await

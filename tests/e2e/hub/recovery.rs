@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
 
-use super::{setup, token};
+use super::{setup, setup_every, token};
 use crate::common::{Blackhole, CONVERGE, stays};
 
 /// The copy of the hub's `platform/cred` in a namespace inside the link's ceiling, once the
@@ -154,7 +154,8 @@ async fn a_replaced_token_with_the_old_one_revoked_keeps_sync_going() {
 
 #[tokio::test]
 async fn a_hub_copy_edited_on_the_member_is_restored() {
-    let (h, hub, member) = setup().await;
+    // A full read every 300 s: the restores below are the copies watch's, as for local copies.
+    let (h, hub, member) = setup_every(Some("300s")).await;
     member.set_token(&h, &hub.member_token().await).await;
     let inside = linked_copy(&h, &hub, &member, &hub.server.clone()).await;
     h.secrets(&inside)
