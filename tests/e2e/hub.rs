@@ -354,23 +354,8 @@ async fn a_member_reads_only_the_sources_placed_on_it() {
 #[tokio::test]
 async fn a_hub_change_reaches_the_member_by_its_watches() {
     // A full read every 300 s: within this test, only the hub watches can carry a change.
-    let hub = Hub::start().await;
-    let env = crate::common::TestEnv::new().await;
-    let member = Member::prepare(&env).await;
-    let h = Harness::start_in(
-        env,
-        Options {
-            extra: member.args_every("300s"),
-            ..Default::default()
-        },
-    )
-    .await;
-    hub.namespace("platform").await;
-    hub.source("platform", "cred", "v1").await;
+    let (h, hub, member) = setup_every(Some("300s")).await;
     hub.source("platform", "later", "l1").await;
-    hub.rule("registry", ("platform", "cred"), ("registry", &h.name("r")))
-        .await;
-    hub.grant_members().await;
     let sel = ("registry", h.name("r"));
     let ceil = ("hub-ceiling", h.name("c"));
     let inside = h

@@ -8,9 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::Patch;
 
-use crate::common::{Harness, Options, run_copyrator, stays};
-
-use super::fixture::{Hub, Member};
+use crate::common::{run_copyrator, stays};
 
 /// `copyrator explain namespace ns` on the member, its output.
 async fn explain(ns: &str) -> String {
@@ -21,23 +19,10 @@ async fn explain(ns: &str) -> String {
 
 #[tokio::test]
 async fn explain_says_why_a_namespace_holds_no_hub_copy() {
-    let hub = Hub::start().await;
-    let env = crate::common::TestEnv::new().await;
-    let member = Member::prepare(&env).await;
-    let h = Harness::start_in(
-        env,
-        Options {
-            extra: member.args(),
-            ..Default::default()
-        },
-    )
-    .await;
+    // A trusted source (setup's), and a tenant's: both placed into namespaces labelled
+    // registry=<r>.
+    let (h, hub, member) = super::setup().await;
     let r = h.name("r");
-    // A trusted source, and a tenant's: both placed into namespaces labelled registry=<r>.
-    hub.namespace("platform").await;
-    hub.source("platform", "cred", "v1").await;
-    hub.rule("registry", ("platform", "cred"), ("registry", &r))
-        .await;
     hub.namespace("tenant").await;
     hub.source("tenant", "tenant-cred", "t1").await;
     hub.rule("tenant-rule", ("tenant", "tenant-cred"), ("registry", &r))

@@ -10,10 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use crate::common::{Harness, Options, create_pod, pod, service_account, stays};
 use crate::pod_gate::{DRY_RUN_PODS, lease_held_elsewhere, wait_for_pod_gate};
 
-use super::{
-    fixture::{Hub, Member},
-    token,
-};
+use super::token;
 
 const WROTE: &str = "copyrator_pod_gate_total{outcome=\"wrote\"}";
 
@@ -21,22 +18,7 @@ const WROTE: &str = "copyrator_pod_gate_total{outcome=\"wrote\"}";
 async fn a_pod_finds_its_hub_copy_before_the_next_read_of_the_hub() {
     // A full read every 300 s: within this test, neither a read nor a hub watch (the hub does
     // not change) restores a copy; only the namespace's own sync can.
-    let hub = Hub::start().await;
-    let env = crate::common::TestEnv::new().await;
-    let member = Member::prepare(&env).await;
-    let h = Harness::start_in(
-        env,
-        Options {
-            extra: member.args_every("300s"),
-            ..Default::default()
-        },
-    )
-    .await;
-    hub.namespace("platform").await;
-    hub.source("platform", "cred", "v1").await;
-    hub.rule("registry", ("platform", "cred"), ("registry", &h.name("r")))
-        .await;
-    hub.grant_members().await;
+    let (h, hub, member) = super::setup_every(Some("300s")).await;
     let sel = ("registry", h.name("r"));
     let ceil = ("hub-ceiling", h.name("c"));
     let labels = [(sel.0, sel.1.as_str()), (ceil.0, ceil.1.as_str())];
