@@ -92,15 +92,13 @@ pub async fn run(report: &mut Report, sz: &Sizes) {
         marks::NAMESPACE_SELECTOR_ANNOTATION,
         selector_annotation.as_str(),
     )];
-    set_value(
-        &local.client,
-        &local_src,
-        "local",
-        &first,
-        &local_labels,
-        &local_annotations,
-    )
-    .await;
+    // Writes member 1's own source with `value`.
+    let set_local = |value: String| {
+        let (client, src) = (&local.client, &local_src);
+        let (labels, annotations) = (&local_labels, &local_annotations);
+        async move { set_value(client, src, "local", &value, labels, annotations).await }
+    };
+    set_local(first.clone()).await;
     // Its copy lands in member 1's receiving namespace, labelled for it too.
     Api::<Namespace>::all(local.client.clone())
         .patch(
@@ -128,15 +126,7 @@ pub async fn run(report: &mut Report, sz: &Sizes) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         let sent = Instant::now();
-        set_value(
-            &local.client,
-            &local_src,
-            "local",
-            &value,
-            &local_labels,
-            &local_annotations,
-        )
-        .await;
+        set_local(value.clone()).await;
         let answered = Instant::now();
         let seen = local.copies.wait("local", &value, sent).await;
         local_times.push(seen.saturating_sub(answered - sent));
@@ -157,15 +147,7 @@ pub async fn run(report: &mut Report, sz: &Sizes) {
                 Instant::now()
             },
             async {
-                set_value(
-                    &local.client,
-                    &local_src,
-                    "local",
-                    &value,
-                    &local_labels,
-                    &local_annotations,
-                )
-                .await;
+                set_local(value.clone()).await;
                 Instant::now()
             }
         );

@@ -308,6 +308,20 @@ async fn a_new_namespace_pull_secret_is_injected_without_reading_it_back() {
     t.finish().await;
 }
 
+/// The arguments of a replica that does not lead: it elects with the Lease `held` in
+/// `leases`, which [`lease_held_elsewhere`] gives another holder.
+pub(crate) fn follower_of(leases: &str) -> Vec<String> {
+    [
+        "--leader-election=true",
+        "--lease-namespace",
+        leases,
+        "--lease-name",
+        "held",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// A Lease in `ns` named `name`, held for an hour by another replica: a copyrator started
 /// with it follows, so neither its watches nor its reconciler make copies on their own (the
 /// Pod gate answers on every replica).
@@ -340,15 +354,7 @@ async fn a_dry_run_pod_writes_no_copy_and_a_real_one_does() {
         env,
         Options {
             webhooks: false,
-            extra: [
-                "--leader-election=true",
-                "--lease-namespace",
-                &leases,
-                "--lease-name",
-                "held",
-            ]
-            .map(String::from)
-            .to_vec(),
+            extra: follower_of(&leases),
             ..Default::default()
         },
     )

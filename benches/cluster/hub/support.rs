@@ -95,21 +95,8 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     pub fn up(name: &str) -> Self {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = std::env::temp_dir().join(format!("{name}.{}", std::process::id()));
-        let out = Command::new(root.join("scripts/control-plane.sh"))
-            .env_remove("COPYRATOR_KUBECONFIG")
-            .args(["up", "--dir"])
-            .arg(&dir)
-            .args(["--owner-pid", &std::process::id().to_string()])
-            .output()
-            .expect("running scripts/control-plane.sh");
-        assert!(
-            out.status.success(),
-            "a member control plane failed to start:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let kubeconfig = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        let kubeconfig = crate::hub_fixture::control_plane_up(&dir, "a member");
         Self { dir, kubeconfig }
     }
 }

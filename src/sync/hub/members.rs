@@ -72,7 +72,14 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
         )
         .await?;
         // Its report (SPEC §14.4), which the hub makes and only it may write.
-        reports::keep_report(hub, members_namespace, cluster).await?;
+        apply_object(
+            hub,
+            &format!("/api/v1/namespaces/{members_namespace}/configmaps"),
+            &name,
+            reports::report_object(members_namespace, cluster),
+            &apply,
+        )
+        .await?;
         let mut roles: BTreeMap<&str, Vec<Value>> = namespaces
             .iter()
             .map(|(namespace, sources)| (namespace.as_str(), role_rules(sources)))
@@ -113,11 +120,16 @@ pub async fn grant_members(hub: &Client, members_namespace: &str) -> kube::Resul
     }
     let members: BTreeSet<String> = access.keys().cloned().collect();
     remove_stale(hub, &members, &kept).await?;
-    reports::remove_stale_reports(hub, members_namespace, &members).await?;
-    reports::gather_reports(hub, members_namespace, &rules.items, |rule, cluster| {
-        let labels = inventory.as_ref().and_then(|p| p.get(cluster));
-        crate::hub::placed_on(&rule.spec, cluster, labels)
-    })
+    reports::settle_reports(
+        hub,
+        members_namespace,
+        &members,
+        &rules.items,
+        |rule, cluster| {
+            let labels = inventory.as_ref().and_then(|p| p.get(cluster));
+            crate::hub::placed_on(&rule.spec, cluster, labels)
+        },
+    )
     .await?;
     Ok(access.len())
 }

@@ -34,69 +34,53 @@ pub fn home_rules(cluster: &str) -> Vec<Value> {
     })]
 }
 
-/// Makes member `cluster`'s report ConfigMap exist (server-side apply of its label only: the
-/// member's data is its own field manager's, left as it is).
-pub async fn keep_report(hub: &Client, members_namespace: &str, cluster: &str) -> kube::Result<()> {
-    let name = member_identity(cluster);
-    let body = json!({
+/// Member `cluster`'s report ConfigMap as the hub server-side applies it: its name and label
+/// only, so the member's data stays its own field manager's.
+pub fn report_object(members_namespace: &str, cluster: &str) -> Value {
+    json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": members_namespace, "labels": {MEMBER_LABEL: cluster}},
-    });
-    Api::<ConfigMap>::namespaced(hub.clone(), members_namespace)
-        .patch(
-            &name,
-            &PatchParams::apply("copyrator").force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map(|_| ())
+        "metadata": {
+            "name": member_identity(cluster), "namespace": members_namespace,
+            "labels": {MEMBER_LABEL: cluster},
+        },
+    })
 }
 
-/// Deletes the report ConfigMaps of members nothing is placed on any more.
-pub async fn remove_stale_reports(
+/// With one LIST of the reports in `members_namespace`: deletes those of clusters that are not
+/// `members` any more, and gathers the others into the `status.clusters` of each of `rules`
+/// placed on members (`placed(rule, cluster)`), written where it changed. A report is the
+/// member's only if its name is that member's (a member may patch its own labels).
+pub async fn settle_reports(
     hub: &Client,
     members_namespace: &str,
     members: &BTreeSet<String>,
-) -> kube::Result<()> {
-    let api = Api::<ConfigMap>::namespaced(hub.clone(), members_namespace);
-    for cm in api
-        .list_metadata(&ListParams::default().labels(MEMBER_LABEL))
-        .await?
-        .items
-    {
-        let member = cm.labels().get(MEMBER_LABEL).cloned().unwrap_or_default();
-        if !members.contains(&member) && cm.name_any() == member_identity(&member) {
-            api.delete(&cm.name_any(), &DeleteParams::default()).await?;
-        }
-    }
-    Ok(())
-}
-
-/// Gathers the members' reports in `members_namespace` into the `status.clusters` of each of
-/// `rules` placed on members (`placed(rule, cluster)`), written where it changed. A report is
-/// the member's only if its name is that member's (a member may patch its own labels).
-pub async fn gather_reports(
-    hub: &Client,
-    members_namespace: &str,
     rules: &[CopyRule],
     placed: impl Fn(&CopyRule, &str) -> bool,
 ) -> kube::Result<()> {
-    let maps = Api::<ConfigMap>::namespaced(hub.clone(), members_namespace)
+    let api = Api::<ConfigMap>::namespaced(hub.clone(), members_namespace);
+    let maps = api
         .list(&ListParams::default().labels(MEMBER_LABEL))
         .await?
         .items;
     let empty = BTreeMap::new();
-    let reports: Vec<MemberReport> = maps
-        .iter()
-        .filter_map(|cm| {
-            let cluster = cm.labels().get(MEMBER_LABEL)?;
-            (cm.name_any() == member_identity(cluster)).then(|| MemberReport {
-                cluster,
-                data: cm.data.as_ref().unwrap_or(&empty),
-            })
-        })
-        .collect();
-    let api = Api::<CopyRule>::all(hub.clone());
+    let mut reports: Vec<MemberReport> = Vec::new();
+    for cm in &maps {
+        let Some(cluster) = cm.labels().get(MEMBER_LABEL) else {
+            continue;
+        };
+        if cm.name_any() != member_identity(cluster) {
+            continue;
+        }
+        if !members.contains(cluster) {
+            api.delete(&cm.name_any(), &DeleteParams::default()).await?;
+            continue;
+        }
+        reports.push(MemberReport {
+            cluster,
+            data: cm.data.as_ref().unwrap_or(&empty),
+        });
+    }
+    let rules_api = Api::<CopyRule>::all(hub.clone());
     for rule in rules.iter().filter(|r| r.spec.clusters.is_some()) {
         let clusters = clusters_status(rule, &reports, &placed);
         let now = rule.status.as_ref().map(|s| &s.clusters);
@@ -104,7 +88,7 @@ pub async fn gather_reports(
             continue;
         }
         let patch = json!({"status": {"clusters": clusters}});
-        if let Err(e) = api
+        if let Err(e) = rules_api
             .patch_status(
                 &rule.name_any(),
                 &PatchParams::default(),

@@ -39,6 +39,26 @@ pub const MEMBER: &str = "member-1";
 /// The namespace of member identities on the hub.
 pub const MEMBERS_NS: &str = "copyrator-members";
 
+/// Starts a control plane of its own in `dir` (scripts/control-plane.sh, stopped when this
+/// process ends), whatever cluster the tests use; returns its admin kubeconfig. `what` names
+/// it in a failure.
+pub fn control_plane_up(dir: &Path, what: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("scripts/control-plane.sh"))
+        .env_remove("COPYRATOR_KUBECONFIG")
+        .args(["up", "--dir"])
+        .arg(dir)
+        .args(["--owner-pid", &std::process::id().to_string()])
+        .output()
+        .expect("running scripts/control-plane.sh");
+    assert!(
+        out.status.success(),
+        "{what} control plane failed to start:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// A hub control plane, stopped and deleted when dropped.
 pub struct Hub {
     dir: PathBuf,
@@ -61,19 +81,7 @@ impl Hub {
             .arg(&dir)
             .output();
         // Its own control plane, whatever cluster the member is.
-        let out = Command::new(root.join("scripts/control-plane.sh"))
-            .env_remove("COPYRATOR_KUBECONFIG")
-            .args(["up", "--dir"])
-            .arg(&dir)
-            .args(["--owner-pid", &std::process::id().to_string()])
-            .output()
-            .expect("running scripts/control-plane.sh");
-        assert!(
-            out.status.success(),
-            "hub control plane failed to start:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let kubeconfig = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        let kubeconfig = control_plane_up(&dir, "hub");
         let client = serve::kube_client_with_timeout(Some(&kubeconfig), Duration::from_secs(30))
             .await
             .expect("hub client");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::common::{Harness, Options, create_pod, pod, service_account, stays};
-use crate::pod_gate::{DRY_RUN_PODS, lease_held_elsewhere, wait_for_pod_gate};
+use crate::pod_gate::{DRY_RUN_PODS, follower_of, lease_held_elsewhere, wait_for_pod_gate};
 
 use super::token;
 
@@ -84,16 +84,7 @@ async fn a_replica_that_does_not_lead_claims_no_namespace_settled() {
     let h = Harness::start_in(
         env,
         Options {
-            extra: [
-                "--leader-election=true",
-                "--lease-namespace",
-                &leases,
-                "--lease-name",
-                "held",
-                "--hub-sync-interval=1s",
-            ]
-            .map(String::from)
-            .to_vec(),
+            extra: [follower_of(&leases), vec!["--hub-sync-interval=1s".into()]].concat(),
             ..Default::default()
         },
     )

@@ -1,11 +1,12 @@
-//! When a member's hub token expires (SPEC §14.3): read from the token itself, a JWT's `exp`
-//! claim, without verifying it (the hub does that). A token that is not a JWT, or carries no
-//! `exp`, has no known expiry.
+//! What a member's hub token says of itself (SPEC §14.3, §14.4): when it expires and was
+//! issued, and its ServiceAccount's namespace, read from its JWT claims without verifying them
+//! (the hub does that). A token that is not a JWT, or lacks a claim, says nothing of it.
 
 use base64::Engine as _;
 
-/// The Unix time `token` expires at, if it is a JWT that says.
-pub fn token_expiry(token: &str) -> Option<i64> {
+/// The claims of `token`, if it is a JWT (three dot-separated parts, the second base64url
+/// JSON); read, not verified.
+fn claims(token: &str) -> Option<serde_json::Value> {
     let mut parts = token.trim().split('.');
     let (_header, payload, _signature) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
@@ -14,8 +15,12 @@ pub fn token_expiry(token: &str) -> Option<i64> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
         .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    claims.get("exp")?.as_i64()
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The Unix time `token` expires at, if it is a JWT that says.
+pub fn token_expiry(token: &str) -> Option<i64> {
+    claims(token)?.get("exp")?.as_i64()
 }
 
 /// Whether a token expiring at `expiry` is due for replacement at `now`: within the last fifth
@@ -29,23 +34,14 @@ pub fn expires_soon(issued: Option<i64>, expiry: i64, now: i64, floor: i64) -> b
 
 /// The `iat` (issued at) claim of `token`, if it is a JWT that says.
 pub fn token_issued(token: &str) -> Option<i64> {
-    let payload = token.trim().split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    claims.get("iat")?.as_i64()
+    claims(token)?.get("iat")?.as_i64()
 }
 
 /// The namespace of the ServiceAccount `token` was issued to, if it is a JWT that says (its
 /// `kubernetes.io` claim, or a `sub` of `system:serviceaccount:<namespace>:<name>`): on a hub,
 /// the members' namespace, where the member's report goes (SPEC §14.4).
 pub fn token_namespace(token: &str) -> Option<String> {
-    let payload = token.trim().split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let claims = claims(token)?;
     if let Some(ns) = claims["kubernetes.io"]["namespace"].as_str() {
         return Some(ns.to_string());
     }
