@@ -789,8 +789,9 @@ pub struct HubJoinArgs {
     #[arg(long, default_value = "hub")]
     pub link: String,
 
-    /// copyrator's own namespace on the member, where the token's Secret goes.
-    #[arg(long, default_value = "copyrator")]
+    /// copyrator's own namespace on the member, where the token's Secret goes (the chart's
+    /// release namespace; the docs install into copyrator-system).
+    #[arg(long, default_value = "copyrator-system")]
     pub member_namespace: String,
 
     /// Member side: the hub API server's URL (https://HOST:PORT).
