@@ -222,7 +222,7 @@ fn flag_conventions(
     let derived = arg
         .get_value_names()
         .is_some_and(|names| names.iter().all(|n| n.as_str() == id.to_ascii_uppercase()));
-    if derived && let Some(name) = value_name(&id) {
+    if derived && let Some(name) = arg.get_long().and_then(value_name) {
         arg = arg.value_name(name);
     }
     let placed = headings.iter().find_map(|(heading, ids)| {
@@ -280,26 +280,24 @@ fn first_sentence(text: &str) -> String {
 
 /// A short value name for a flag whose derived one is its long name in capitals, by what the
 /// flag holds (`--resync-interval <DURATION>`), so that `-h` keeps a flag on one line.
-fn value_name(id: &str) -> Option<&'static str> {
-    const BY_SUFFIX: [(&str, &str); 14] = [
-        ("_interval", "DURATION"),
-        ("_timeout", "DURATION"),
-        ("_validity", "DURATION"),
-        ("_duration", "DURATION"),
-        ("_delay", "DURATION"),
-        ("_propagation", "DURATION"),
-        ("_bytes", "SIZE"),
-        ("_bytes_in_flight", "SIZE"),
-        ("_bytes_per_peer", "SIZE"),
+fn value_name(long: &str) -> Option<&'static str> {
+    const BY_SUFFIX: [(&str, &str); 12] = [
+        ("-interval", "DURATION"),
+        ("-timeout", "DURATION"),
+        ("-validity", "DURATION"),
+        ("-duration", "DURATION"),
+        ("-delay", "DURATION"),
+        ("-propagation", "DURATION"),
+        ("-bytes", "SIZE"),
         ("namespaces", "NS,..."),
-        ("_namespace", "NAMESPACE"),
-        ("_file", "FILE"),
-        ("_addr", "ADDR"),
+        ("namespace", "NAMESPACE"),
+        ("-file", "FILE"),
+        ("-addr", "ADDR"),
         ("kinds", "KIND,..."),
     ];
     BY_SUFFIX
         .iter()
-        .find(|(suffix, _)| id.ends_with(suffix))
+        .find(|(suffix, _)| long.ends_with(suffix))
         .map(|(_, name)| *name)
 }
 

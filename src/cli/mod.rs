@@ -134,7 +134,8 @@ pub struct PolicyArgs {
         long,
         env = "COPYRATOR_COPY_KINDS",
         value_delimiter = ',',
-        default_value = "Secret,ConfigMap"
+        default_value = "Secret,ConfigMap",
+        value_parser = parse_copy_kind
     )]
     pub copy_kinds: Vec<String>,
 
@@ -893,6 +894,14 @@ fn parse_webhook_url(s: &str) -> Result<String, String> {
         )),
         None => Err(format!("{url:?} is not a URL: give https://HOST:PORT")),
     }
+}
+
+/// One entry of `--copy-kinds`, checked before anything starts (a kind without its group
+/// would match nothing; see `cluster::kinds::parse`).
+fn parse_copy_kind(s: &str) -> Result<String, String> {
+    crate::cluster::kinds::parse(&[s.to_string()])
+        .map(|_| s.trim().to_string())
+        .map_err(|e| e.trim_start_matches("--copy-kinds: ").to_string())
 }
 
 /// One namespace of `-n`, as kubectl takes it: a name, never a list.

@@ -9,6 +9,7 @@ mod bootstrap;
 mod bundles;
 mod carried_metadata;
 mod cert_rotation;
+mod cli;
 mod copy_edits;
 mod copy_rules;
 mod explain;
