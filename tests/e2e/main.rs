@@ -30,6 +30,7 @@ mod pipeline;
 mod plan;
 mod pod_gate;
 mod read_only;
+mod release;
 mod silent_connections;
 mod smoke;
 mod stalled_bodies;
