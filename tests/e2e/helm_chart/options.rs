@@ -602,6 +602,7 @@ fn served(api_version: &str, kind: &str, minor: u32) -> bool {
         ("policy/v1beta1", "PodDisruptionBudget") => 5..=24,
         ("policy/v1", "PodDisruptionBudget") => 21..=u32::MAX,
         ("apps/v1", "Deployment") => 9..=u32::MAX,
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => 16..=u32::MAX,
         ("v1", _) => 0..=u32::MAX,
         ("rbac.authorization.k8s.io/v1", _) => 8..=u32::MAX,
         (
