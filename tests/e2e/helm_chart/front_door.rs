@@ -216,6 +216,15 @@ async fn the_readme_and_the_docs_path_work_as_written() {
         ],
     );
 
+    // The docs' install and first copy are the README's, word for word: running these runs both.
+    assert_eq!(
+        doc_block("docs/install.md", "install"),
+        doc_block("README.md", "readme-install")
+    );
+    assert_eq!(
+        doc_block("docs/first-copy.md", "first-copy"),
+        doc_block("README.md", "readme-first-copy")
+    );
     // As chart 0.2 left them: every CRD of deploy/crds/, owned by no release.
     let crds = root().join("deploy/crds").display().to_string();
     shell.ok(
