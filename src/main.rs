@@ -1,13 +1,13 @@
 //! The `copyrator` binary: parses the command line and runs `serve`, `certs`, `manifests`,
-//! `explain`, `plan` or `migrate`.
+//! `explain`, `plan`, `migrate` or `resync`.
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use copyrator::{
     app,
     certs::{self, CertRequest},
-    cli::{Cli, Command, ExplicitPolicy, ManifestsCommand},
+    cli::{Cli, Command, ExplicitPolicy, ManifestsCommand, conventions},
     explain,
     manifests::{self, WebhookOptions, WebhookTarget},
     migrate, telemetry,
@@ -16,7 +16,9 @@ use copyrator::{
 fn main() -> ExitCode {
     // As `Cli::parse()`, keeping the matches: explain needs to know which policy flags were
     // given rather than defaulted.
-    let matches = Cli::command().get_matches();
+    // SAFETY: no other thread exists yet.
+    unsafe { conventions::carry_renamed_env() };
+    let matches = conventions::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Serve(args) => {
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
             ExplicitPolicy::from_matches(&matches),
         )),
         Command::Migrate(args) => one_off(migrate::run(*args)),
+        Command::Resync(args) => one_off(explain::resync::run(args)),
         Command::Manifests(ManifestsCommand::Crd) => manifests::crd_yaml()
             .map(|y| print!("{y}"))
             .map_err(Into::into),
@@ -93,7 +96,19 @@ fn main() -> ExitCode {
                 link: args.link,
                 member_namespace: args.member_namespace,
                 server: args.server,
-                ca: read(&args.ca_file, "--ca-file")?,
+                ca: read(&args.ca_file, "--ca-file")?
+                    .map(|pem| {
+                        let is_pem = String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----");
+                        anyhow::ensure!(
+                            is_pem,
+                            "--ca-file {}: not a PEM certificate (no -----BEGIN CERTIFICATE----- line): \
+                             give the hub API server's CA as PEM (its kubeconfig's \
+                             certificate-authority-data, base64-decoded)",
+                            args.ca_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+                        );
+                        Ok(pem)
+                    })
+                    .transpose()?,
                 token: read(&args.token_file, "--token-file")?
                     .map(|t| String::from_utf8_lossy(&t).into_owned()),
                 source_namespaces: args.source_namespaces,

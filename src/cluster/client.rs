@@ -29,6 +29,37 @@ pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
     kube_client_with_timeout(kubeconfig, super::DEFAULT_API_TIMEOUT).await
 }
 
+/// The client of a one-off command (`explain`, `plan`, `migrate`, `resync`), checked to reach
+/// its API server first: when it cannot, the error names the server and what to check, in
+/// one line, before any command-specific message could hide it.
+pub async fn command_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let config = kube_config(kubeconfig, super::DEFAULT_API_TIMEOUT).await?;
+    let server = config.cluster_url.to_string();
+    let client = builder(config)
+        .context("building the Kubernetes client")?
+        .build();
+    let from = match kubeconfig {
+        Some(path) => format!("--kubeconfig {}", path.display()),
+        None => "the kubeconfig ($KUBECONFIG, ~/.kube/config) or the in-cluster service account"
+            .to_string(),
+    };
+    match client.apiserver_version().await {
+        Ok(_) => Ok(client),
+        // Any answer (401, 403) means the server is there; the command's own calls say more.
+        Err(kube::Error::Api(_)) => Ok(client),
+        Err(e) => anyhow::bail!(
+            "cannot reach the Kubernetes API server at {server} ({}): check the server in {from} \
+             and that the cluster is up",
+            one_line(&e.to_string())
+        ),
+    }
+}
+
+/// `text` on one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// As [`kube_client`], a connection allowed to stay silent for `api_timeout` (a request that
 /// answers only after a while, such as a CPU profile).
 pub async fn kube_client_with_timeout(

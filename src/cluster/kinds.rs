@@ -43,6 +43,14 @@ pub fn parse(list: &[String]) -> Result<Vec<KindName>, String> {
         if !group.is_empty() && !copyrator_core::selector::is_dns_subdomain(group) {
             return Err(format!("--copy-kinds: {group:?} is not an API group"));
         }
+        if group.is_empty()
+            && let Some(group) = group_of_built_in(kind)
+        {
+            return Err(format!(
+                "--copy-kinds: {kind} is not in the core API group: give {kind}.{group} \
+                 (a kind without a group names the core group, where no {kind} is served)"
+            ));
+        }
         if let Some(why) = not_copyable(group, kind) {
             return Err(format!("--copy-kinds: {why}"));
         }
@@ -56,6 +64,33 @@ pub fn parse(list: &[String]) -> Result<Vec<KindName>, String> {
         }
     }
     Ok(out)
+}
+
+/// The API group of Kubernetes' built-in namespaced kinds outside the core group: a
+/// `--copy-kinds` entry naming one without its group would match nothing, silently.
+fn group_of_built_in(kind: &str) -> Option<&'static str> {
+    const BUILT_IN: [(&str, &str); 16] = [
+        ("NetworkPolicy", "networking.k8s.io"),
+        ("Ingress", "networking.k8s.io"),
+        ("Role", "rbac.authorization.k8s.io"),
+        ("RoleBinding", "rbac.authorization.k8s.io"),
+        ("Deployment", "apps"),
+        ("StatefulSet", "apps"),
+        ("DaemonSet", "apps"),
+        ("ReplicaSet", "apps"),
+        ("ControllerRevision", "apps"),
+        ("Job", "batch"),
+        ("CronJob", "batch"),
+        ("PodDisruptionBudget", "policy"),
+        ("HorizontalPodAutoscaler", "autoscaling"),
+        ("Lease", "coordination.k8s.io"),
+        ("EndpointSlice", "discovery.k8s.io"),
+        ("CSIStorageCapacity", "storage.k8s.io"),
+    ];
+    BUILT_IN
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, group)| *group)
 }
 
 /// Why a kind could not be resolved.

@@ -11,6 +11,7 @@ mod load;
 pub mod plan;
 mod policy;
 mod render;
+pub mod resync;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,7 +51,7 @@ pub async fn run(command: ExplainCommand, explicit: ExplicitPolicy) -> anyhow::R
         lease: lease_args,
         webhook_configuration,
     } = options;
-    let client = crate::cluster::client::kube_client(kubeconfig.as_deref()).await?;
+    let client = crate::cluster::client::command_client(kubeconfig.as_deref()).await?;
     crate::cluster::kinds::register_for_cli(&client, &policy.copy_kinds).await;
     // A source's kind is known once the kinds the cluster's CopyRules name are registered.
     let focus = match asked {

@@ -100,8 +100,15 @@ impl Join {
         let ca = self
             .ca
             .as_deref()
-            .filter(|ca| String::from_utf8_lossy(ca).contains("-----BEGIN CERTIFICATE-----"))
             .ok_or("--ca-file FILE (PEM of the hub's CA) is needed for the member side")?;
+        if !String::from_utf8_lossy(ca).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(
+                "--ca-file is not a PEM certificate (no -----BEGIN CERTIFICATE----- line): \
+                 give the hub API server's CA as PEM, e.g. its kubeconfig's \
+                 certificate-authority-data, base64-decoded"
+                    .into(),
+            );
+        }
         let token = self
             .token
             .as_deref()

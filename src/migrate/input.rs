@@ -225,14 +225,7 @@ pub fn from_files(files: &[PathBuf], peer: Peer) -> anyhow::Result<Read> {
         namespaces: Vec::new(),
     };
     for file in files {
-        let text = if file.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-        } else {
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
-        };
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-            .with_context(|| format!("parsing {} as YAML", file.display()))?;
-        for doc in docs {
+        for doc in crate::cli::files::read_documents(file)? {
             add(&mut read, doc, peer)
                 .with_context(|| format!("reading a document of {}", file.display()))?;
         }

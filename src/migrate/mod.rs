@@ -37,7 +37,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     let policy = args.policy.policy();
     let cluster = if args.files.is_empty() {
         Some(crate::cluster::Cluster::for_commands(
-            crate::cluster::client::kube_client(args.kubeconfig.as_deref()).await?,
+            crate::cluster::client::command_client(args.kubeconfig.as_deref()).await?,
         ))
     } else {
         None
@@ -46,7 +46,8 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         Some(cluster) => input::from_cluster(cluster, args.from).await?,
         None => input::from_files(&args.files, args.from)?,
     };
-    let mut translation = peers::translate(args.from, &read.configured(&args.trust_namespace));
+    let mut translation =
+        peers::translate(args.from, &read.configured(&args.trust_manager_namespace));
     if !args.namespaces.is_empty() {
         let keep = |ns: &String| args.namespaces.contains(ns);
         translation.intents.retain(|i| keep(&i.source.namespace));
@@ -74,6 +75,31 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         MigrateOutput::Yaml => render::manifests(&config, args.from)?,
     };
     print!("{text}");
+    let unresolved = config
+        .items
+        .iter()
+        .flat_map(|i| &i.notes)
+        .filter(|n| n.starts_with(peers::NO_NAMESPACES))
+        .count();
+    if unresolved > 0 {
+        eprintln!(
+            "copyrator: warning: {unresolved} source(s) name target namespaces that the files \
+             cannot resolve: they hold no Namespace objects; add them (kubectl get namespaces -o yaml) \
+             or run without -f against the cluster"
+        );
+    }
+    let not_carried = config.skipped.len()
+        + config
+            .items
+            .iter()
+            .map(|i| i.notes.len() + usize::from(i.commented_out))
+            .sum::<usize>();
+    if args.strict && not_carried > 0 {
+        anyhow::bail!(
+            "migrate --strict: {not_carried} thing(s) could not be carried over exactly (the notes \
+             in the output say which): resolve them, or run without --strict to accept them"
+        );
+    }
     if args.adopt
         && let Some(cluster) = &cluster
     {

@@ -33,6 +33,8 @@ pub struct ElectionConfig {
     pub published: BTreeMap<String, String>,
     /// A namespace-scoped install's namespaces not bound now, published as they change.
     pub not_bound: Option<watch::Receiver<std::collections::BTreeSet<String>>>,
+    /// Told each `copyrator.io/resync` request the leader takes (the reconciler resyncs).
+    pub resync_requests: Option<Arc<watch::Sender<String>>>,
 }
 
 impl ElectionConfig {
@@ -207,7 +209,14 @@ impl Elector {
                 spec.lease_transitions.unwrap_or(0),
             ));
             self.publish(&mut lease.metadata);
+            let request = take_resync_request(&mut lease.metadata);
             let renewed = self.replace(&lease).await?;
+            if renewed
+                && let (Some(request), Some(requests)) = (request, &self.config.resync_requests)
+            {
+                tracing::info!(request = %request, "full resync requested on the Lease");
+                requests.send_replace(request);
+            }
             return Ok(Round {
                 leading: renewed,
                 holder_valid: true,
@@ -252,6 +261,8 @@ impl Elector {
         tracing::info!(previous = %holder, "lease expired; taking over");
         lease.spec = Some(self.spec(now_micro(), spec.lease_transitions.unwrap_or(0) + 1));
         self.publish(&mut lease.metadata);
+        // A new leader resyncs at once anyway: a pending request is taken by that.
+        take_resync_request(&mut lease.metadata);
         let won = self.replace(&lease).await?;
         Ok(Round {
             leading: won,
@@ -289,6 +300,18 @@ impl Elector {
             Err(e) => tracing::warn!(error = %e, "could not release the lease"),
         }
     }
+}
+
+/// A `copyrator.io/resync` request not acted on yet, marked as taken (`copyrator.io/resynced`
+/// set to it) in the Lease about to be written.
+fn take_resync_request(meta: &mut ObjectMeta) -> Option<String> {
+    let annotations = meta.annotations.as_mut()?;
+    let request = annotations.get(published::RESYNC)?.clone();
+    if annotations.get(published::RESYNCED) == Some(&request) {
+        return None;
+    }
+    annotations.insert(published::RESYNCED.into(), request.clone());
+    Some(request)
 }
 
 /// Where a pod's namespace is written when it runs with a service account.

@@ -33,6 +33,11 @@ pub const OWN_NAMESPACE: &str = "copyrator.io/own-namespace";
 pub const DEFAULT_CAS: &str = "copyrator.io/default-cas";
 /// When the leader's last completed full resync began (RFC 3339).
 pub const LAST_RESYNC: &str = "copyrator.io/last-resync";
+/// Set by anyone who may edit the Lease (`copyrator resync`, or `kubectl annotate`): the leader
+/// starts a full resync when its value differs from [`RESYNCED`] (SPEC §5).
+pub const RESYNC: &str = "copyrator.io/resync";
+/// The last [`RESYNC`] value the leader acted on.
+pub const RESYNCED: &str = "copyrator.io/resynced";
 /// A namespace-scoped install's `--namespaces`, comma-separated (SPEC §13).
 pub const LISTED_NAMESPACES: &str = "copyrator.io/namespaces";
 /// The listed namespaces where copyrator is not bound now, comma-separated (SPEC §13).

@@ -1,7 +1,8 @@
 //! The reconciler decides when full resyncs run, queued like any other job (SPEC §5): one when
 //! this replica starts, leader or not (a restarted replica converges what it missed at once,
 //! without waiting for the Lease of the process it replaces, SPEC §4.9), and while it leads,
-//! one every `--resync-interval`. The resync itself is `sync::resync`.
+//! one every `--resync-interval`, and one whenever someone asks on the Lease (`copyrator
+//! resync`, taken by `leader.rs`). The resync itself is `sync::resync`.
 
 use std::{
     sync::Arc,
@@ -28,6 +29,7 @@ pub async fn run(
     ctx: Arc<Context>,
     interval: Duration,
     mut leading: watch::Receiver<bool>,
+    mut requests: watch::Receiver<String>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let resync = || {
@@ -77,6 +79,8 @@ pub async fn run(
             }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
+                // Asked for on the Lease: resync now, and count the interval from here.
+                r = requests.changed() => if r.is_err() { return },
                 r = leading.changed() => {
                     if r.is_err() { return }
                     if !*leading.borrow() {

@@ -5,6 +5,7 @@
 
 mod admission_policy;
 mod copy_kinds;
+mod front_door;
 mod hub;
 mod monitoring;
 mod namespace_scope;
@@ -165,7 +166,7 @@ fn chart_lints_clean_in_strict_mode() {
 
 #[test]
 fn chart_plain_yaml_passes_yamllint() {
-    // Chart.yaml and values.yaml; templates/ are Go templates and crds/ is generated (the
+    // Chart.yaml and values.yaml; templates/ are Go templates and files/crds/ is generated (the
     // chart's .yamllint ignores both).
     let chart = chart_dir();
     let out = Command::new("yamllint")
@@ -184,22 +185,93 @@ fn chart_plain_yaml_passes_yamllint() {
 }
 
 #[test]
-fn chart_ships_the_generated_crd() {
-    let chart_copy = std::fs::read(chart_dir().join("crds/copyrules.copyrator.io.yaml"))
-        .expect("the chart's crds/copyrules.copyrator.io.yaml");
-    let committed = std::fs::read(root().join("deploy/crds/copyrules.copyrator.io.yaml")).unwrap();
-    assert!(
-        chart_copy == committed,
-        "deploy/helm/copyrator/crds/ is stale: cp deploy/crds/copyrules.copyrator.io.yaml deploy/helm/copyrator/crds/"
+fn chart_ships_the_generated_crds_as_templates_kept_on_uninstall() {
+    for (file, command) in [
+        ("copyrules.copyrator.io.yaml", "crd"),
+        ("namespacedcopyrules.copyrator.io.yaml", "namespaced-crd"),
+        ("hublinks.copyrator.io.yaml", "hub-link-crd"),
+    ] {
+        let chart_copy = std::fs::read(chart_dir().join("files/crds").join(file))
+            .unwrap_or_else(|e| panic!("the chart's files/crds/{file}: {e}"));
+        let committed = std::fs::read(root().join("deploy/crds").join(file)).unwrap();
+        assert!(
+            chart_copy == committed,
+            "deploy/helm/copyrator/files/crds/{file} is stale: cp deploy/crds/{file} deploy/helm/copyrator/files/crds/"
+        );
+        let generated = Command::new(env!("CARGO_BIN_EXE_copyrator"))
+            .args(["manifests", command])
+            .output()
+            .unwrap();
+        assert!(generated.status.success());
+        assert!(
+            generated.stdout == chart_copy,
+            "the chart's {file} differs from `copyrator manifests {command}`"
+        );
+    }
+    let crds = |extra: &[&str]| -> Vec<(String, Value)> {
+        render("demo", "platform-system", extra)
+            .into_iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition")
+            .map(|d| (d["metadata"]["name"].as_str().unwrap().to_string(), d))
+            .collect()
+    };
+    let names: Vec<String> = crds(&[]).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "copyrules.copyrator.io",
+            "hublinks.copyrator.io",
+            "namespacedcopyrules.copyrator.io"
+        ]
     );
-    let generated = Command::new(env!("CARGO_BIN_EXE_copyrator"))
-        .args(["manifests", "crd"])
-        .output()
+    for (name, crd) in crds(&[]) {
+        assert_eq!(
+            crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+            "{name}: crds.keep (the default) keeps it on uninstall"
+        );
+        let generated: Value = serde_json::to_value(
+            serde_saphyr::from_str::<Value>(
+                &std::fs::read_to_string(root().join("deploy/crds").join(format!("{name}.yaml")))
+                    .unwrap(),
+            )
+            .unwrap(),
+        )
         .unwrap();
-    assert!(generated.status.success());
+        // Numbers as JSON has them: the generated `minimum: 0.0` is the rendered `0`.
+        fn numbers_as_f64(v: &Value) -> Value {
+            match v {
+                Value::Number(n) => serde_json::json!(n.as_f64()),
+                Value::Array(a) => Value::Array(a.iter().map(numbers_as_f64).collect()),
+                Value::Object(o) => Value::Object(
+                    o.iter()
+                        .map(|(k, v)| (k.clone(), numbers_as_f64(v)))
+                        .collect(),
+                ),
+                other => other.clone(),
+            }
+        }
+        assert_eq!(
+            numbers_as_f64(&crd["spec"]),
+            numbers_as_f64(&generated["spec"]),
+            "{name}: the generated spec"
+        );
+    }
+    for (name, crd) in crds(&["--set", "crds.keep=false"]) {
+        assert!(
+            crd["metadata"]["annotations"]["helm.sh/resource-policy"].is_null(),
+            "{name}: deleted with the release"
+        );
+    }
+    assert!(crds(&["--set", "crds.enabled=false"]).is_empty());
     assert!(
-        generated.stdout == chart_copy,
-        "the chart's CRD differs from `copyrator manifests crd`"
+        crds(&[
+            "--set",
+            "scope=namespaces",
+            "--set-json",
+            "namespaces=[\"a\"]"
+        ])
+        .is_empty(),
+        "a namespace-scoped install renders nothing cluster-scoped"
     );
 }
 
@@ -637,6 +709,8 @@ fn deployment_runs_two_hardened_replicas_with_probes() {
         [
             "ClusterRole",
             "ClusterRoleBinding",
+            // crds.enabled: the CopyRule, NamespacedCopyRule and HubLink CRDs.
+            "CustomResourceDefinition",
             "Deployment",
             "MutatingWebhookConfiguration",
             "PodDisruptionBudget",
@@ -890,8 +964,8 @@ fn values_schema_rejects_bad_values_naming_the_field() {
         ),
         ("replicaCount: 2\n", "replicaCount", "not allowed"),
         (
-            "image:\n  tag: latest\n  registry: x\n",
-            "registry",
+            "image:\n  tag: latest\n  registy: ghcr.io\n",
+            "registy",
             "not allowed",
         ),
         ("logLevel: loud\n", "/logLevel", "one of"),
@@ -977,7 +1051,9 @@ fn notes_tell_how_to_opt_a_namespace_in() {
         "label secret registry-cred copyrator.io/source=true",
         "annotate secret registry-cred copyrator.io/namespace-selector=registry=enabled",
         "kubectl label namespace team-a registry=enabled",
-        "copyrator.io/namespaces=team-b,team-c",
+        "kubectl -n platform-system create secret generic registry-cred",
+        "sourceNamespace: platform-system",
+        "one, which refuses edits of read-only copies while copyrator is down",
         "kind: CopyRule",
         "kubectl get copyrules",
     ] {
@@ -1346,7 +1422,7 @@ async fn helm_install_creates_a_working_setup_and_uninstall_removes_it() {
     let pdb = installed.pdb.as_ref().unwrap();
     assert_eq!(pdb.data["spec"]["minAvailable"], 1);
 
-    // The CopyRule CRD is served (Helm applies crds/ before the templates, or finds it there).
+    // The CopyRule CRD is served (the harness applied it; this release leaves it to others).
     let crd = Api::<CustomResourceDefinition>::all(env.client.clone())
         .get("copyrules.copyrator.io")
         .await
@@ -1371,7 +1447,7 @@ async fn helm_install_creates_a_working_setup_and_uninstall_removes_it() {
             .await
             .unwrap()
             .is_some(),
-        "Helm never deletes CRDs from crds/"
+        "a release without crds.enabled leaves the CRDs alone"
     );
     env.cleanup().await;
 }

@@ -35,7 +35,7 @@ pub async fn run(args: PlanArgs, explicit: ExplicitPolicy) -> anyhow::Result<()>
         webhook_configuration,
     } = options;
     let documents = read_files(&files)?;
-    let client = crate::cluster::client::kube_client(kubeconfig.as_deref()).await?;
+    let client = crate::cluster::client::command_client(kubeconfig.as_deref()).await?;
     // The kinds copied here are known before the documents are told apart by kind.
     crate::cluster::kinds::register_for_cli(&client, &policy.copy_kinds).await;
     let default_namespace = namespace.unwrap_or_else(|| client.default_namespace().to_string());
@@ -99,14 +99,7 @@ pub async fn run(args: PlanArgs, explicit: ExplicitPolicy) -> anyhow::Result<()>
 fn read_files(files: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
     let mut out = Vec::new();
     for file in files {
-        let text = if file.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-        } else {
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
-        };
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-            .with_context(|| format!("parsing {} as YAML", file.display()))?;
-        out.extend(docs);
+        out.extend(crate::cli::files::read_documents(file)?);
     }
     Ok(out)
 }

@@ -7,6 +7,7 @@
 mod kubed;
 mod kyverno;
 mod reflector;
+pub use reflector::NO_NAMESPACES;
 mod replicator;
 mod trust_manager;
 

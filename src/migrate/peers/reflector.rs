@@ -76,6 +76,10 @@ impl Side {
     }
 }
 
+/// How a note about input without Namespace objects begins (`migrate` warns on it).
+pub const NO_NAMESPACES: &str =
+    "the input holds no Namespace objects (add them: kubectl get namespaces -o yaml)";
+
 fn short(annotation: &'static str) -> &'static str {
     annotation.strip_prefix(PREFIX).unwrap_or(annotation)
 }
@@ -119,6 +123,33 @@ pub(super) fn translate(objects: &[SourceInfo], namespaces: &[NamespaceInfo]) ->
             },
             (true, false) => auto.targets(&others, &mut notes),
             (false, true) => allowed.targets(&others, &mut notes),
+            (false, false) if namespaces.is_empty() => {
+                // Files without Namespace objects: only plain names can be resolved, not
+                // patterns or selectors. Keep the names both sides allow, and say so.
+                let names: std::collections::BTreeSet<String> = allowed
+                    .list
+                    .names
+                    .iter()
+                    .chain(&auto.list.names)
+                    .filter(|n| allowed.list.matches(n) && auto.list.matches(n))
+                    .cloned()
+                    .collect();
+                notes.push(format!(
+                    "{NO_NAMESPACES}: kept the target names both {} and {} give ({}); their \
+                     patterns and selectors could not be resolved",
+                    short(ALLOWED_NAMESPACES),
+                    short(AUTO_NAMESPACES),
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.iter().cloned().collect::<Vec<_>>().join(", ")
+                    }
+                ));
+                Targets {
+                    names,
+                    ..Default::default()
+                }
+            }
             (false, false) => {
                 // Both restrict: copies go where both agree, which one rule cannot say.
                 let names = others

@@ -6,8 +6,10 @@ Debian has no helm binary; this drives the same Go code through `helm_python`:
     helm_tool.py lint CHART [--strict] [VALUES...]
     helm_tool.py template CHART --release R --namespace NS [--kubeconfig K] [--notes] [VALUES...]
                           [--kube-version V [--api-versions G/V[/KIND],...]]
-    helm_tool.py install CHART --release R --namespace NS --kubeconfig K [VALUES...]
-    helm_tool.py upgrade CHART --release R --namespace NS --kubeconfig K [VALUES...]
+    helm_tool.py install CHART --release R --namespace NS --kubeconfig K [--create-namespace] [VALUES...]
+    helm_tool.py upgrade CHART --release R --namespace NS --kubeconfig K [--reuse-values] [VALUES...]
+    helm_tool.py rollback --release R --namespace NS --kubeconfig K [--revision N]
+    helm_tool.py package CHART --destination DIR [--version V] [--app-version V]
     helm_tool.py uninstall --release R --namespace NS --kubeconfig K [--ignore-not-found]
     helm_tool.py test --release R --namespace NS --kubeconfig K [--timeout S]
 
@@ -211,11 +213,21 @@ def cmd_install(args: argparse.Namespace) -> int:
     with helm.Config(kubeconfig_path=args.kubeconfig, namespace=args.namespace) as cfg:
         if args.command == "install":
             release = cfg.install(
-                args.chart, args.release, values, namespace=args.namespace, timeout=args.timeout
+                args.chart,
+                args.release,
+                values,
+                namespace=args.namespace,
+                timeout=args.timeout,
+                create_namespace=args.create_namespace,
             )
         else:
             release = cfg.upgrade(
-                args.chart, args.release, values, namespace=args.namespace, timeout=args.timeout
+                args.chart,
+                args.release,
+                values,
+                namespace=args.namespace,
+                timeout=args.timeout,
+                reuse_values=args.reuse_values,
             )
     print(json.dumps(release_summary(release)))
     return 0
@@ -227,6 +239,25 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
             args.release, ignore_not_found=args.ignore_not_found, timeout=args.timeout
         )
     print(json.dumps({"info": result.get("info", "")}))
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    with helm.Config(kubeconfig_path=args.kubeconfig, namespace=args.namespace) as cfg:
+        cfg.rollback(args.release, version=args.revision, timeout=args.timeout)
+        release = cfg.status(args.release)
+    print(json.dumps(release_summary(release)))
+    return 0
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    path = helm.package(
+        args.chart,
+        destination=args.destination,
+        version=args.version,
+        app_version=args.app_version,
+    )
+    print(path)
     return 0
 
 
@@ -265,8 +296,25 @@ def parser() -> argparse.ArgumentParser:
         action.add_argument("chart")
         add_release_options(action, kubeconfig_required=True)
         action.add_argument("--timeout", type=int, default=60, help="seconds")
+        if name == "install":
+            action.add_argument("--create-namespace", action="store_true")
+        else:
+            action.add_argument("--reuse-values", action="store_true")
         add_values_options(action)
         action.set_defaults(run=cmd_install)
+
+    rollback = sub.add_parser("rollback", help="helm rollback")
+    add_release_options(rollback, kubeconfig_required=True)
+    rollback.add_argument("--revision", type=int, help="default: the previous one")
+    rollback.add_argument("--timeout", type=int, default=60, help="seconds")
+    rollback.set_defaults(run=cmd_rollback)
+
+    package = sub.add_parser("package", help="helm package")
+    package.add_argument("chart")
+    package.add_argument("--destination", required=True)
+    package.add_argument("--version")
+    package.add_argument("--app-version")
+    package.set_defaults(run=cmd_package)
 
     uninstall = sub.add_parser("uninstall", help="helm uninstall")
     add_release_options(uninstall, kubeconfig_required=True)

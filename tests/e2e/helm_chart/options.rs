@@ -602,6 +602,7 @@ fn served(api_version: &str, kind: &str, minor: u32) -> bool {
         ("policy/v1beta1", "PodDisruptionBudget") => 5..=24,
         ("policy/v1", "PodDisruptionBudget") => 21..=u32::MAX,
         ("apps/v1", "Deployment") => 9..=u32::MAX,
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => 16..=u32::MAX,
         ("v1", _) => 0..=u32::MAX,
         ("rbac.authorization.k8s.io/v1", _) => 8..=u32::MAX,
         (
@@ -798,12 +799,14 @@ async fn helm_install_takes_every_option_the_api_server_serves() {
     env.cleanup().await;
 }
 
-/// The chart README's CRD upgrade step works as written: Helm never upgrades `crds/`.
+/// The chart README's CRD step for `crds.enabled=false` works as written, from the repository
+/// (the README gives the release's URL of the same folder).
 #[tokio::test]
 async fn documented_crd_upgrade_step_applies_the_charts_crd() {
     let readme = std::fs::read_to_string(chart_dir().join("README.md")).unwrap();
-    let step = "kubectl apply --server-side --force-conflicts -f deploy/helm/copyrator/crds/";
-    assert!(readme.contains(step), "the chart README shows: {step}");
+    let shown = "kubectl apply --server-side --force-conflicts -f https://raw.githubusercontent.com/copyrator/copyrator/main/deploy/crds/";
+    assert!(readme.contains(shown), "the chart README shows: {shown}");
+    let step = "kubectl apply --server-side --force-conflicts -f deploy/crds/";
     let _env = crate::common::TestEnv::new().await;
     let out = std::process::Command::new("kubectl")
         .arg("--kubeconfig")

@@ -71,13 +71,21 @@ copyrator or cert-manager writes. */}}
 {{- printf "%s-serving" (include "copyrator.fullname" .) }}
 {{- end }}
 
-{{/* An image reference from {repository, tag, digest}: the digest wins over the tag.
+{{/* An image reference from {registry, repository, tag, digest}: the digest wins over the tag.
+The registry is left out when the repository names one (a first part with `.` or `:`, or
+`localhost`, as the container runtime reads it): values from before `image.registry` still work.
 Takes a dict: image (the values block), defaultTag. */}}
 {{- define "copyrator.imageRef" -}}
+{{- $repo := .image.repository }}
+{{- $first := first (splitList "/" $repo) }}
+{{- $named := and (contains "/" $repo) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- if and .image.registry (not $named) }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .image.registry) $repo }}
+{{- end }}
 {{- if .image.digest -}}
-{{- printf "%s@%s" .image.repository .image.digest }}
+{{- printf "%s@%s" $repo .image.digest }}
 {{- else -}}
-{{- printf "%s:%s" .image.repository (default .defaultTag .image.tag) }}
+{{- printf "%s:%s" $repo (default .defaultTag .image.tag) }}
 {{- end }}
 {{- end }}
 

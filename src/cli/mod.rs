@@ -1,4 +1,10 @@
-//! Command line (SPEC §6.3): every flag is also an environment variable `COPYRATOR_*`.
+//! Command line (SPEC §6.3): the commands and their flags. `conventions` applies the rules
+//! every flag follows (its environment variable `COPYRATOR_<FLAG>`, headings, a short `-h`);
+//! `sizes` reads `6Mi`; `files` reads the YAML files one-off commands take.
+
+pub mod conventions;
+pub mod files;
+pub mod sizes;
 
 use std::{net::IpAddr, net::SocketAddr, path::PathBuf, time::Duration};
 
@@ -47,6 +53,26 @@ pub enum Command {
     /// replicator, kubed) or Kyverno generate policies; with --adopt, take over the peer's
     /// copies of the same sources.
     Migrate(Box<MigrateArgs>),
+    /// Ask the running copyrator for a full resync now: annotates its Lease, and the leader
+    /// starts one within seconds (after a migration, or to repair drift at once).
+    Resync(ResyncArgs),
+}
+
+/// `copyrator resync`: where the running copyrator's Lease is.
+#[derive(Debug, Args)]
+pub struct ResyncArgs {
+    /// Kubeconfig to use; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account.
+    #[arg(long, env = "COPYRATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+
+    /// The ValidatingWebhookConfiguration of the running copyrator: without
+    /// --lease-namespace, its Lease is read in the namespace of the Service its webhooks call.
+    /// Default: --lease-name (the chart names both after the release).
+    #[arg(long, env = "COPYRATOR_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
 }
 
 /// copyrator's policy (SPEC §2.3, §9): one set of flags and environment variables for
@@ -91,7 +117,8 @@ pub struct PolicyArgs {
     #[arg(
         long,
         env = "COPYRATOR_MAX_SOURCE_METADATA_BYTES",
-        default_value_t = SourceCaps::default().metadata_bytes
+        default_value = "16Ki",
+        value_parser = sizes::parse_size_usize
     )]
     pub max_source_metadata_bytes: usize,
 
@@ -107,7 +134,8 @@ pub struct PolicyArgs {
         long,
         env = "COPYRATOR_COPY_KINDS",
         value_delimiter = ',',
-        default_value = "Secret,ConfigMap"
+        default_value = "Secret,ConfigMap",
+        value_parser = parse_copy_kind
     )]
     pub copy_kinds: Vec<String>,
 
@@ -365,8 +393,9 @@ pub struct MigrateArgs {
     #[arg(short = 'f', long = "filename", conflicts_with = "adopt")]
     pub files: Vec<PathBuf>,
 
-    /// Only sources in these namespaces (comma-separated; default: every namespace).
-    #[arg(short = 'n', long = "namespace", value_delimiter = ',')]
+    /// Only sources in this namespace; repeat it for several (`-n a -n b`). Default: every
+    /// namespace.
+    #[arg(short = 'n', long = "namespace", value_parser = parse_one_namespace)]
     pub namespaces: Vec<String>,
 
     /// Express every intent as a CopyRule instead of labels and annotations on the source.
@@ -385,10 +414,16 @@ pub struct MigrateArgs {
     #[arg(short = 'o', long, value_enum, default_value = "kubectl")]
     pub output: MigrateOutput,
 
-    /// trust-manager's trust namespace (its `--trust-namespace`), where its (Cluster)Bundles'
-    /// sources are read from.
-    #[arg(long, default_value = "cert-manager")]
-    pub trust_namespace: String,
+    /// trust-manager's trust namespace (its own `--trust-namespace` flag), where its
+    /// (Cluster)Bundles' sources are read from. Not copyrator's --trusted-namespaces.
+    #[arg(long, default_value = "cert-manager", alias = "trust-namespace")]
+    pub trust_manager_namespace: String,
+
+    /// Exit non-zero when anything could not be carried over exactly: every note in the
+    /// output, a source left out, a rule printed commented out, plain target names that
+    /// files without Namespace objects cannot resolve. For scripts and CI.
+    #[arg(long)]
+    pub strict: bool,
 
     /// Take over the peer's existing copies (adds copyrator's ownership marks) when their
     /// peer annotations name the same source. Writes to the cluster. Not for kyverno or
@@ -456,7 +491,7 @@ pub struct ServeArgs {
 
     /// With --tls-secret: Validating- and MutatingWebhookConfigurations (by name, either kind)
     /// whose webhooks get the CA bundle. Repeatable.
-    #[arg(long, env = "COPYRATOR_WEBHOOK_CONFIGURATIONS", value_delimiter = ',')]
+    #[arg(long, env = "COPYRATOR_WEBHOOK_CONFIGURATION", value_delimiter = ',')]
     pub webhook_configuration: Vec<String>,
 
     /// With --tls-secret: lifetime of a CA; a new one is made with a third of it left.
@@ -489,7 +524,8 @@ pub struct ServeArgs {
     pub tls_reload_interval: Duration,
 
     /// Largest AdmissionReview accepted, in bytes (a 1 MiB Secret UPDATE is ~2.7 MB).
-    #[arg(long, env = "COPYRATOR_MAX_BODY_BYTES", default_value_t = crate::admission::DEFAULT_BODY_LIMIT)]
+    #[arg(long, env = "COPYRATOR_MAX_BODY_BYTES", default_value = "6Mi",
+        value_parser = sizes::parse_size_usize)]
     pub max_body_bytes: usize,
 
     /// Admission reviews answered at once (counted once a review's body is in); beyond, the
@@ -504,12 +540,14 @@ pub struct ServeArgs {
 
     /// Bytes of review bodies received and not yet answered, counted as they arrive; beyond,
     /// 503 at once, except to an address holding less than an equal share.
-    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_IN_FLIGHT", default_value_t = crate::listener::budget::DEFAULT_BODY_BYTES)]
+    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_IN_FLIGHT", default_value = "32Mi",
+        value_parser = sizes::parse_size_usize)]
     pub webhook_body_bytes_in_flight: usize,
 
     /// Bytes of review bodies one client address may have received and not yet answered;
     /// beyond, 503 at once.
-    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_PER_PEER", default_value_t = crate::listener::budget::DEFAULT_BODY_BYTES_PER_PEER)]
+    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_PER_PEER", default_value = "16Mi",
+        value_parser = sizes::parse_size_usize)]
     pub webhook_body_bytes_per_peer: usize,
 
     /// Time from a request's headers to its body's last byte; beyond, 408. The API server
@@ -570,13 +608,15 @@ pub struct ServeArgs {
     /// Bytes of copy writes in flight at once, across all jobs (request bodies, and the objects
     /// the API server sends back): with large sources, memory is the payload plus this, however
     /// many namespaces receive a copy.
-    #[arg(long, env = "COPYRATOR_FANOUT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, env = "COPYRATOR_FANOUT_BYTES", default_value = "16Mi",
+        value_parser = sizes::parse_size_usize)]
     pub fanout_bytes: usize,
 
     /// Bytes of source payloads kept between jobs, each at the resourceVersion it was read
     /// at: a new namespace's copies are written without reading their sources again. A
     /// payload over an eighth of it is read when needed and dropped after; 0 keeps none.
-    #[arg(long, env = "COPYRATOR_SOURCE_CACHE_BYTES", default_value_t = crate::sync::context::DEFAULT_SOURCE_CACHE_BYTES)]
+    #[arg(long, env = "COPYRATOR_SOURCE_CACHE_BYTES", default_value = "64Mi",
+        value_parser = sizes::parse_size)]
     pub source_cache_bytes: u64,
 
     /// How long after a new namespace's watch event copyrator waits before its first write
@@ -699,7 +739,7 @@ pub struct ServeArgs {
 #[derive(Debug, Args)]
 pub struct CertsArgs {
     /// Output directory (ca.crt, tls.crt, tls.key).
-    #[arg(long, env = "COPYRATOR_CERTS_OUT", default_value = "certs")]
+    #[arg(long, env = "COPYRATOR_OUT", default_value = "certs")]
     pub out: PathBuf,
 
     /// DNS name in the serving certificate (repeatable).
@@ -750,8 +790,9 @@ pub struct HubJoinArgs {
     #[arg(long, default_value = "hub")]
     pub link: String,
 
-    /// copyrator's own namespace on the member, where the token's Secret goes.
-    #[arg(long, default_value = "copyrator")]
+    /// copyrator's own namespace on the member, where the token's Secret goes (the chart's
+    /// release namespace; the docs install into copyrator-system).
+    #[arg(long, default_value = "copyrator-system")]
     pub member_namespace: String,
 
     /// Member side: the hub API server's URL (https://HOST:PORT).
@@ -806,8 +847,9 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["url", "service"])))]
 pub struct WebhooksArgs {
-    /// Base URL of the webhook server (out-of-cluster runs), e.g. https://127.0.0.1:8443.
-    #[arg(long)]
+    /// Base URL of the webhook server (out-of-cluster runs), e.g. https://127.0.0.1:8443. The
+    /// API server calls webhooks over HTTPS only.
+    #[arg(long, value_parser = parse_webhook_url)]
     pub url: Option<String>,
 
     /// In-cluster Service as NAMESPACE/NAME (port 443).
@@ -838,6 +880,43 @@ pub struct WebhooksArgs {
     /// for regular names; give it after `=` when it is not (`Octopus.example.com=octopi`).
     #[arg(long, value_delimiter = ',')]
     pub copy_kinds: Vec<String>,
+}
+
+/// `--url` of `manifests webhooks`: the API server calls webhooks over HTTPS only, so an
+/// `http://` URL would register webhooks that every call fails (and fail open).
+fn parse_webhook_url(s: &str) -> Result<String, String> {
+    let url = s.trim();
+    match url.split_once("://") {
+        Some(("https", rest)) if !rest.is_empty() => Ok(url.to_string()),
+        Some((scheme, _)) => Err(format!(
+            "{url:?} is not an https:// URL: the API server calls webhooks over HTTPS only \
+             ({scheme}:// would make every call fail); serve TLS (copyrator certs) and give https://"
+        )),
+        None => Err(format!("{url:?} is not a URL: give https://HOST:PORT")),
+    }
+}
+
+/// One entry of `--copy-kinds`, checked before anything starts (a kind without its group
+/// would match nothing; see `cluster::kinds::parse`).
+fn parse_copy_kind(s: &str) -> Result<String, String> {
+    crate::cluster::kinds::parse(&[s.to_string()])
+        .map(|_| s.trim().to_string())
+        .map_err(|e| e.trim_start_matches("--copy-kinds: ").to_string())
+}
+
+/// One namespace of `-n`, as kubectl takes it: a name, never a list.
+fn parse_one_namespace(s: &str) -> Result<String, String> {
+    let name = s.trim();
+    if name.contains(',') {
+        return Err(format!(
+            "{name:?}: -n takes one namespace, as kubectl's does; repeat it (-n a -n b)"
+        ));
+    }
+    if crate::selector::is_dns_label(name) {
+        Ok(name.to_string())
+    } else {
+        Err(format!("{name:?} is not a namespace name"))
+    }
 }
 
 fn parse_namespace_patterns(s: &str) -> Result<NamespacePatterns, String> {
