@@ -6,8 +6,8 @@
 //! checked by `layering.rs`; every path a comment names exists, checked by `doc_paths.rs`.
 
 pub use copyrator_core::{
-    bundle, content, copyrule, grants, hub, marks, model, namespaced, plan, rules, selector,
-    template, tenancy, transform,
+    bundle, content, copyrule, grants, hub, marks, model, namespaced, plan, powers, rules,
+    selector, template, tenancy, transform,
 };
 
 pub mod admission;

@@ -14,6 +14,7 @@ use crate::{
     copyrule::{CopyRule, CopyRuleSpec},
     namespaced::{NamespacedCopyRule, NamespacedCopyRuleSpec},
     plan::Policy,
+    powers::{self, Author},
     queue::job::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
     selector,
@@ -63,6 +64,19 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
                 Ok(parsed) => parsed,
                 Err(e) => return Verdict::deny(format!("copyrator: invalid {kind}: {e}")),
             };
+            // What no row of its author allows, whatever --trusted-namespaces says, is denied
+            // to every caller (SPEC §9.11); the planner holds the rule to its row too.
+            if let Some(asked) = powers::beyond_every_row(&parsed).first() {
+                let kinds = match namespace {
+                    Some(_) => Author::TrustedNamespaced.powers().kinds,
+                    None => parsed.powers().kinds,
+                };
+                return Verdict::deny(format!(
+                    "copyrator: invalid {kind}: {}: {}",
+                    asked.field(),
+                    asked.message_to(kind, kinds)
+                ));
+            }
             // A NamespacedCopyRule's tier is its namespace's: whether that is trusted is said
             // only to the API server (SPEC §9.8); the planner checks again.
             let tier_unchecked = match parsed.clone().tiered(&policy.trust) {

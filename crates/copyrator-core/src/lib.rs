@@ -12,6 +12,7 @@ pub mod marks;
 pub mod model;
 pub mod namespaced;
 pub mod plan;
+pub mod powers;
 pub mod rules;
 pub mod selector;
 pub mod template;

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
-    copyrule::{ConflictPolicy, CopyRule, CopyRuleSpec},
+    copyrule::{CopyRule, CopyRuleSpec},
     model::{Kind, ObjectKey},
     rules::{MAX_NAMESPACES, Rule, RuleError, RuleId, SourceMatch},
     selector::{self, Selector},
@@ -262,6 +262,16 @@ fn member_rule(link: &LinkSettings, cr: &CopyRule) -> Result<Rule, Refusal> {
         Tier::ConsentedInline
     };
     rule.source_namespace = hub_namespace(&link.name, &namespace);
-    rule.conflict_policy = ConflictPolicy::Skip;
-    Ok(rule)
+    // Held to a hub rule's powers (SPEC §9.11): never overwriting an object copyrator does
+    // not manage here (said in the member's report), nothing it may not ask for.
+    match rule.hold_to_powers() {
+        Ok((rule, _overwrite)) => Ok(rule),
+        Err(asked) => {
+            let first = asked.iter().find(|o| !o.is_held()).unwrap_or(&asked[0]);
+            Err(Refusal::Invalid(RuleError::new(
+                first.field(),
+                first.message(crate::powers::Author::Hub),
+            )))
+        }
+    }
 }

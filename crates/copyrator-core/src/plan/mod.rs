@@ -669,6 +669,8 @@ mod hub_tests;
 #[cfg(test)]
 mod keys_tests;
 #[cfg(test)]
+mod promises_tests;
+#[cfg(test)]
 mod template_tests;
 #[cfg(test)]
 mod tests;

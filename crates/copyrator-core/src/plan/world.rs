@@ -302,10 +302,10 @@ impl World {
         if !selection.selects() {
             Targeting::NotSelected(selection)
         } else if self.policy.is_excluded_for(&ns.name, rule.target_kind())
-            || (rule.id.namespaced().is_some()
+            || (rule.powers().own_namespace == crate::powers::OwnNamespace::Nothing
                 && self.policy.own_namespace.as_deref() == Some(ns.name.as_str()))
         {
-            // A team's rule never writes into copyrator's own namespace.
+            // A team's or a hub's rule never writes into copyrator's own namespace (SPEC §9.11).
             Targeting::ExcludedGlobally
         } else if let Some(link) = rule.id.hub_link()
             && !self.hub_admits(link, ns)

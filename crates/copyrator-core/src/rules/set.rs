@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::{
     copyrule::CopyRule,
     model::{ObjectKey, SourceInfo},
+    powers::Overreach,
     tenancy::TrustPolicy,
 };
 
@@ -70,6 +71,22 @@ pub struct RuleSet {
     /// NamespacedCopyRules of untrusted namespaces over the count cap, which counts them with
     /// their namespace's sources: not in force, their copies stay as they are.
     pub capped_rules: BTreeMap<RuleId, Capped>,
+    /// Rules in force held back from something they asked beyond their author's powers
+    /// (SPEC §9.11): `conflictPolicy: Overwrite` of a rule that is not a CopyRule.
+    pub held: BTreeMap<RuleId, Vec<Overreach>>,
+}
+
+/// `rule` held to its author's powers (SPEC §9.11): what it asks beyond them that leaves it
+/// nothing to copy makes it invalid, naming the first such field.
+fn held(rule: Rule) -> Result<(Rule, Vec<Overreach>), RuleError> {
+    let author = rule.author();
+    rule.hold_to_powers().map_err(|asked| {
+        let first = asked
+            .iter()
+            .find(|o| !o.is_held())
+            .expect("hold_to_powers fails only on what it cannot hold");
+        RuleError::new(first.field(), first.message(author))
+    })
 }
 
 /// What the count cap of an untrusted namespace counts (SPEC §9.7): its opted-in sources and
@@ -175,8 +192,8 @@ impl RuleSet {
             if source.deleting {
                 continue;
             }
-            match Rule::inline_tiered(source, trust) {
-                Ok(Some(rule)) if rule.has_targets() => set.rules.push(rule),
+            match Rule::inline_tiered(source, trust).and_then(|r| r.map(held).transpose()) {
+                Ok(Some((rule, asked))) if rule.has_targets() => set.push(rule, asked),
                 Ok(_) => {}
                 Err(e) => {
                     set.invalid_sources.insert(source.key.clone(), e);
@@ -184,10 +201,13 @@ impl RuleSet {
             }
         }
         for cr in copy_rules_acting {
-            match Rule::from_copy_rule(cr).and_then(|r| r.tiered(trust)) {
+            match Rule::from_copy_rule(cr)
+                .and_then(|r| r.tiered(trust))
+                .and_then(held)
+            {
                 // Placed on member clusters (SPEC §14.1): it copies nothing here.
                 Ok(_) if cr.spec.clusters.is_some() => {}
-                Ok(rule) => set.rules.push(rule),
+                Ok((rule, asked)) => set.push(rule, asked),
                 Err(e) => {
                     set.invalid_copy_rules
                         .insert(cr.metadata.name.clone().unwrap_or_default(), e);
@@ -197,6 +217,13 @@ impl RuleSet {
         set.rules
             .sort_by(|a, b| (a.tier, a.created, &a.id).cmp(&(b.tier, b.created, &b.id)));
         set
+    }
+
+    fn push(&mut self, rule: Rule, asked: Vec<Overreach>) {
+        if !asked.is_empty() {
+            self.held.insert(rule.id.clone(), asked);
+        }
+        self.rules.push(rule);
     }
 
     /// The rules that apply to `source`.
