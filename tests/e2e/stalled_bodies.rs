@@ -186,10 +186,18 @@ async fn stalled_bodies_from_another_address_switch_no_enforcement_off() {
     let answered_before = answered().await;
     let mut without = Vec::new();
     for i in 0..10 {
-        let ns = env.namespace(&format!("stall-new-{i}"), &[(&key, "on")]).await;
+        let ns = env
+            .namespace(&format!("stall-new-{i}"), &[(&key, "on")])
+            .await;
         service_account(&env.client, &ns).await;
         create_pod(&env.client, &ns, &pod("app", &[], None)).await;
-        if env.secrets(&ns).get_opt("registry").await.unwrap().is_none() {
+        if env
+            .secrets(&ns)
+            .get_opt("registry")
+            .await
+            .unwrap()
+            .is_none()
+        {
             without.push(ns);
         }
     }

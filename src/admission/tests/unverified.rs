@@ -228,7 +228,9 @@ fn a_pod_review_names_the_namespaces_pull_secrets_only_to_the_api_server() {
     };
     let patch = |caller: Caller| {
         let verdict = pods::review(&request, caller);
-        let check = verdict.pod.expect("the Pod waits for its copies, whoever asks");
+        let check = verdict
+            .pod
+            .expect("the Pod waits for its copies, whoever asks");
         pods::patch(&check, &ready).map(|p| String::from_utf8(p).unwrap())
     };
     assert!(

@@ -129,7 +129,11 @@ mod tests {
         let e = check(&long).unwrap_err();
         assert!(e.contains("over the bound of 5120 bytes"), "{e}");
 
-        let deep = format!("{}1{}", "(".repeat(MAX_NESTING + 1), ")".repeat(MAX_NESTING + 1));
+        let deep = format!(
+            "{}1{}",
+            "(".repeat(MAX_NESTING + 1),
+            ")".repeat(MAX_NESTING + 1)
+        );
         let e = check(&deep).unwrap_err();
         assert!(e.contains("nests brackets over 32 deep"), "{e}");
         // A variable of a thousand items: a billion steps three deep.
