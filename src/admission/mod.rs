@@ -438,7 +438,7 @@ async fn handle(
             Endpoint::Sources => sources::review(&request, &state.policy, caller),
             Endpoint::Copies => copies::review(&request),
             Endpoint::Rules => rules::review(&request, &state.policy, caller),
-            Endpoint::Pods => pods::review(&request),
+            Endpoint::Pods => pods::review(&request, caller),
             Endpoint::ReadOnly => {
                 read_only::review(&request, state.own_username.as_deref(), caller, |ns| {
                     state.namespace_state(ns)

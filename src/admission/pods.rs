@@ -1,12 +1,14 @@
 //! `/admission/pods` (mutating): Pod CREATE. Never denies. The Pod is admitted once the Pod
 //! gate has made sure its namespace holds every copy it should (SPEC §10); the copies that are
-//! image pull secrets are appended to `spec.imagePullSecrets` by JSONPatch.
+//! image pull secrets are appended to `spec.imagePullSecrets` by JSONPatch, for the API server
+//! only: their names are facts of the cluster (SPEC §9.8).
 
 use serde::Deserialize;
 use serde_json::json;
 
 use super::{
     Verdict,
+    caller::Caller,
     review::{Operation, Request},
 };
 use crate::{freshness::ready::Ready, marks};
@@ -15,13 +17,15 @@ use crate::{freshness::ready::Ready, marks};
 #[derive(Debug)]
 pub struct PodCheck {
     pub namespace: String,
-    /// `false` when the Pod is annotated `copyrator.io/inject: "false"`.
+    /// `false` when the Pod is annotated `copyrator.io/inject: "false"`, or the caller is not
+    /// verified as the API server: the patch would name the namespace's pull secrets, copies of
+    /// other namespaces' Secrets, to anyone who reaches the port (SPEC §9.8).
     pub inject: bool,
     /// `spec.imagePullSecrets` as sent: `None` when the field is absent.
     existing: Option<Vec<String>>,
 }
 
-pub fn review(req: &Request<'_>) -> Verdict {
+pub fn review(req: &Request<'_>, caller: Caller) -> Verdict {
     let (Operation::Create, Some(namespace), Some(pod)) =
         (&req.operation, req.namespace.clone(), req.object.as_ref())
     else {
@@ -30,9 +34,10 @@ pub fn review(req: &Request<'_>) -> Verdict {
     if !crate::selector::is_dns_label(&namespace) {
         return Verdict::allow();
     }
-    let inject = pod
-        .annotation(marks::INJECT_ANNOTATION)
-        .is_none_or(|v| v.trim() != "false");
+    let inject = caller == Caller::Verified
+        && pod
+            .annotation(marks::INJECT_ANNOTATION)
+            .is_none_or(|v| v.trim() != "false");
     #[derive(Deserialize)]
     struct Spec {
         #[serde(default, rename = "imagePullSecrets")]

@@ -27,8 +27,9 @@ const PASSWORD_UNCHECKED: &str = "copyrator: a store's passwordSecretRef is read
 /// Likewise for a rule copying RBAC objects, whose source must be in a trusted namespace.
 const GRANT_SOURCE_UNCHECKED: &str = "copyrator: RoleBindings and Roles are copied only from a trusted namespace (--trusted-namespaces): checked when copies are made, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
 
-/// Likewise for a NamespacedCopyRule of a kind only a trusted namespace's rule copies.
-const TIER_UNCHECKED: &str = "copyrator: a NamespacedCopyRule copies kinds other than Secret and ConfigMap only in a trusted namespace (--trusted-namespaces): checked when copies are made (run copyrator with --client-ca to have it denied here)";
+/// Likewise for a NamespacedCopyRule asking what only a trusted namespace's rule may: another
+/// kind, a store's password read from a Secret.
+const TIER_UNCHECKED: &str = "copyrator: a NamespacedCopyRule copies kinds other than Secret and ConfigMap, and reads a store's password from a Secret, only in a trusted namespace (--trusted-namespaces): checked when copies are made (run copyrator with --client-ca to have it denied here)";
 
 pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
     if req.name.is_empty() && req.operation != Operation::Create {

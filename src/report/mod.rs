@@ -226,6 +226,10 @@ pub async fn publish(
                         ConflictReason::HeldByHigherTier(_) => {
                             "a retained copy of higher precedence holds the name"
                         }
+                        // Fixed words: nothing of whether the Secret exists (SPEC §9.5).
+                        ConflictReason::Refused(Refused::NoPassword { .. }) => {
+                            "a store's password is read from a Secret only for a trusted rule"
+                        }
                         ConflictReason::Refused(_) => {
                             "a Secret's data is copied into a ConfigMap only as PEM certificates"
                         }

@@ -522,17 +522,18 @@ async fn registered_webhooks_gate_pods_in_the_listed_namespaces_only() {
     let src = env.namespace("nsw-src", &[]).await;
     let listed = env.namespace("nsw-listed", &[]).await;
     let other = env.namespace("nsw-other", &[(&key, "on")]).await;
-    let t = Harness::start_in(
-        env,
-        Options {
-            extra: vec![
-                format!("--namespaces={src},{listed}"),
-                format!("--trusted-namespaces={src}"),
-            ],
-            ..Default::default()
-        },
-    )
-    .await;
+    // Verifying the API server: its Pod reviews get the pull secret's patch (SPEC §9.8).
+    let Some(opts) = (Options {
+        extra: vec![
+            format!("--namespaces={src},{listed}"),
+            format!("--trusted-namespaces={src}"),
+        ],
+        ..Default::default()
+    })
+    .verifying() else {
+        return;
+    };
+    let t = Harness::start_in(env, opts).await;
     t.secrets(&src)
         .create(
             &PostParams::default(),

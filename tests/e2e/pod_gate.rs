@@ -1,7 +1,7 @@
 //! The Pod gate (SPEC §10), end to end: a Pod created the instant after its namespace finds
 //! every copy it needs, also when another replica saw the namespace; image pull secrets are
-//! injected where a rule asks and nowhere else; a dryRun Pod writes nothing; copyrator down
-//! lets Pods through unchanged.
+//! injected where a rule asks and nowhere else (copyrator verifying the API server, SPEC
+//! §9.8); a dryRun Pod writes nothing; copyrator down lets Pods through unchanged.
 
 use crate::common;
 
@@ -90,7 +90,10 @@ async fn storm_sources(env: &TestEnv, key: &str) {
 
 #[tokio::test]
 async fn every_pod_finds_its_copies_in_a_storm_of_new_namespaces() {
-    let t = Harness::start(Options::default()).await;
+    let Some(opts) = Options::default().verifying() else {
+        return;
+    };
+    let t = Harness::start(opts).await;
     let key = t.name("storm");
     storm_sources(&t, &key).await;
     let probe = t.namespace("probe", &[]).await;
@@ -113,8 +116,13 @@ async fn every_pod_finds_its_copies_in_a_storm_of_new_namespaces() {
 #[tokio::test]
 async fn the_pod_gate_holds_its_promise_on_another_replica_than_the_namespace_webhook() {
     // Replica A answers the Namespace (and source) webhooks, replica B the Pod gate.
+    // Both verify the API server (`--client-ca`): B's answers carry the pull secrets.
+    let Some(verifying) = Options::default().verifying() else {
+        return;
+    };
     let opts = || Options {
         webhooks: false,
+        extra: verifying.extra.clone(),
         ..Default::default()
     };
     let t = Harness::start(opts()).await;
@@ -165,7 +173,10 @@ async fn the_pod_gate_holds_its_promise_on_another_replica_than_the_namespace_we
 
 #[tokio::test]
 async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
-    let t = Harness::start(Options::default()).await;
+    let Some(opts) = Options::default().verifying() else {
+        return;
+    };
+    let t = Harness::start(opts).await;
     let key = t.name("inject");
     let selector = format!("{key}=on");
     let src = t.namespace("inject-src", &[]).await;
@@ -273,7 +284,10 @@ async fn pull_secrets_are_injected_where_a_rule_asks_and_nowhere_else() {
 /// before).
 #[tokio::test]
 async fn a_new_namespace_pull_secret_is_injected_without_reading_it_back() {
-    let t = Harness::start(Options::default()).await;
+    let Some(opts) = Options::default().verifying() else {
+        return;
+    };
+    let t = Harness::start(opts).await;
     let key = t.name("noread");
     let src = t.namespace("noread-src", &[]).await;
     t.secrets(&src)
@@ -350,15 +364,15 @@ async fn a_dry_run_pod_writes_no_copy_and_a_real_one_does() {
     let env = TestEnv::new().await;
     let leases = env.namespace("dry-lease", &[]).await;
     lease_held_elsewhere(&env.client, &leases, "held").await;
-    let t = Harness::start_in(
-        env,
-        Options {
-            webhooks: false,
-            extra: follower_of(&leases),
-            ..Default::default()
-        },
-    )
-    .await;
+    let Some(opts) = (Options {
+        webhooks: false,
+        extra: follower_of(&leases),
+        ..Default::default()
+    })
+    .verifying() else {
+        return;
+    };
+    let t = Harness::start_in(env, opts).await;
     // Its startup resync would make the copy on its own: let it finish first.
     t.wait_startup_resync().await;
     t.webhooks_registered();
@@ -450,14 +464,14 @@ async fn a_tenant_editing_its_source_cannot_blind_the_pod_gate() {
         service_account(&env.client, &ns).await;
         namespaces.push(ns);
     }
-    let t = Harness::start_in(
-        env,
-        Options {
-            extra: vec![format!("--trusted-namespaces={platform}")],
-            ..Default::default()
-        },
-    )
-    .await;
+    let Some(opts) = (Options {
+        extra: vec![format!("--trusted-namespaces={platform}")],
+        ..Default::default()
+    })
+    .verifying() else {
+        return;
+    };
+    let t = Harness::start_in(env, opts).await;
     t.secrets(&platform)
         .create(
             &PostParams::default(),
@@ -541,11 +555,14 @@ async fn a_tenant_editing_its_source_cannot_blind_the_pod_gate() {
 async fn every_pod_finds_its_bootstrap_objects_in_a_storm_of_new_namespaces() {
     use k8s_openapi::api::{core::v1::LimitRange, networking::v1::NetworkPolicy};
     use serde_json::json;
-    let t = Harness::start(Options {
+    let Some(opts) = (Options {
         extra: vec!["--copy-kinds=NetworkPolicy.networking.k8s.io,LimitRange".into()],
         ..Default::default()
     })
-    .await;
+    .verifying() else {
+        return;
+    };
+    let t = Harness::start(opts).await;
     let key = t.name("boot");
     let src = t.namespace("boot-src", &[]).await;
     let selector = format!("{key}=on");

@@ -1,6 +1,7 @@
 //! What anyone who reaches the webhook port learns (SPEC §9.8): without `--client-ca`, reviews
 //! posted straight to copyrator are answered alike whether the namespace they name exists, is
-//! being deleted or never was, is trusted or not, and however many sources it holds.
+//! being deleted or never was, is trusted or not, and however many sources it holds; a Pod
+//! review's answer names no pull secret.
 
 use crate::common;
 
@@ -282,5 +283,47 @@ async fn forged_reviews_are_answered_alike_whatever_the_cluster_holds() {
 
     release(&t, &doomed).await;
     release(&t, &doomed_target).await;
+    t.finish().await;
+}
+
+/// A Pod review posted straight to copyrator, for a namespace holding a pull secret's copy the
+/// Pod does not list (SPEC §9.8, §10.3): the gate answers it, and the answer names nothing of
+/// the cluster, no patch. The API server's own Pod there, also unverified, is not patched
+/// either.
+#[tokio::test]
+async fn a_forged_pod_review_gets_no_pull_secret() {
+    let t = Harness::start(Options::default()).await;
+    let key = t.name("uv-pull");
+    let src = t.namespace("uv-pull-src", &[]).await;
+    t.secrets(&src)
+        .create(
+            &kube::api::PostParams::default(),
+            &registry_secret("registry", &format!("{key}=on"), true),
+        )
+        .await
+        .unwrap();
+    let ns = t.namespace("uv-pull", &[(&key, "on")]).await;
+    t.wait_for::<k8s_openapi::api::core::v1::Secret>(&ns, "registry", "the copy", |_| true)
+        .await;
+    let copyrator = t.copyrator();
+    let mut client =
+        WebhookClient::connect(copyrator.running().webhook_addr.port(), &copyrator.ca).await;
+
+    let mut review = captured("review-pod-create");
+    let request = &mut review["request"];
+    request["namespace"] = json!(ns);
+    request["object"]["metadata"]["namespace"] = json!(ns);
+    // A Pod listing no pull secret: the namespace's copy would be added for the API server.
+    let spec = request["object"]["spec"].as_object_mut().unwrap();
+    spec.remove("imagePullSecrets");
+    let (status, body) = client.post("/admission/pods", review.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let told: Value = serde_json::from_str(&told(&body, &ns)).unwrap();
+    assert_eq!(told["allowed"], true, "{told}");
+    assert_eq!(told["patch"], Value::Null, "no pull secret named: {told}");
+
+    service_account(&t.client, &ns).await;
+    let admitted = create_pod(&t.client, &ns, &pod("app", &[], None)).await;
+    assert!(pull_secret_names(&admitted).is_empty(), "{admitted:?}");
     t.finish().await;
 }

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::admission::{Verdict, advice, caller::Caller, review::Review, rules, sources};
+use crate::admission::{Verdict, advice, caller::Caller, pods, review::Review, rules, sources};
 use crate::{
     model::Kind,
     plan::Policy,
@@ -211,4 +211,31 @@ fn a_template_rolebinding_is_its_own_trusted_source_for_every_caller() {
             "{caller:?}: {warnings:?}"
         );
     }
+}
+
+#[test]
+fn a_pod_review_names_the_namespaces_pull_secrets_only_to_the_api_server() {
+    let file = format!(
+        "{}/tests/data/review-pod-create.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let review: Review = serde_json::from_str(&text).unwrap();
+    let request = review.request.unwrap();
+    // The namespace holds a copy of another namespace's pull secret the Pod does not list.
+    let ready = crate::freshness::ready::Ready {
+        pull_secrets: vec!["registry".into(), "mirror-pull".into()],
+    };
+    let patch = |caller: Caller| {
+        let verdict = pods::review(&request, caller);
+        let check = verdict
+            .pod
+            .expect("the Pod waits for its copies, whoever asks");
+        pods::patch(&check, &ready).map(|p| String::from_utf8(p).unwrap())
+    };
+    assert!(
+        patch(Caller::Verified).is_some_and(|p| p.contains("mirror-pull")),
+        "the API server's Pod gets the missing pull secret"
+    );
+    assert_eq!(patch(Caller::Unverified), None, "anyone else: no patch");
 }

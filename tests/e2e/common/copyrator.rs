@@ -43,6 +43,17 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// These options with `--client-ca` naming the test API server's webhook client CA: the
+    /// API server is then a verified caller, whose Pod reviews get the pull secrets' patch
+    /// (SPEC §9.8, §10.3). `None`, said on stderr (the test is then skipped), where that CA
+    /// is unknown.
+    pub fn verifying(mut self) -> Option<Self> {
+        self.extra.push(super::client_ca_arg()?);
+        Some(self)
+    }
+}
+
 impl Copyrator {
     /// Starts copyrator against the test cluster and, unless disabled, registers its webhooks
     /// and waits until the API server calls them.

@@ -57,6 +57,8 @@ static NO_ROW: KindFacts = DEFAULT;
 const RUNS_CODE: &str =
     "it runs code: a copy would start Pods in other namespaces, as their ServiceAccounts";
 
+const DEPLOYS_AS: &str = "it deploys as the ServiceAccount it names (serviceAccountName): a copy would apply manifests in other namespaces with their ServiceAccounts' rights";
+
 /// A row for a kind that is never copied.
 const fn never(group: &'static str, kind: Option<&'static str>, why: &'static str) -> KindFacts {
     KindFacts {
@@ -195,6 +197,12 @@ pub static TABLE: &[KindFacts] = &[
     never("ray.io", None, RUNS_CODE),
     never("kubeflow.org", None, RUNS_CODE),
     never("apps.kruise.io", None, RUNS_CODE),
+    // GitOps and package controllers that apply what their objects name as a ServiceAccount
+    // of the object's namespace: Flux, Carvel. (Argo's and Tekton's are in their groups above.)
+    never("kustomize.toolkit.fluxcd.io", None, DEPLOYS_AS),
+    never("helm.toolkit.fluxcd.io", None, DEPLOYS_AS),
+    never("kappctrl.k14s.io", None, DEPLOYS_AS),
+    never("packaging.carvel.dev", Some("PackageInstall"), DEPLOYS_AS),
 ];
 
 /// The facts of objects of `kind` in API group `group`.
@@ -254,7 +262,14 @@ mod tests {
             ("", "ReplicationController"),
             ("copyrator.io", "CopyRule"),
             ("tekton.dev", "PipelineRun"),
+            ("tekton.dev", "TaskRun"),
             ("argoproj.io", "Application"),
+            ("argoproj.io", "Workflow"),
+            ("argoproj.io", "CronWorkflow"),
+            ("kustomize.toolkit.fluxcd.io", "Kustomization"),
+            ("helm.toolkit.fluxcd.io", "HelmRelease"),
+            ("kappctrl.k14s.io", "App"),
+            ("packaging.carvel.dev", "PackageInstall"),
             ("serving.knative.dev", "Service"),
             ("kubevirt.io", "VirtualMachine"),
         ] {
@@ -268,6 +283,9 @@ mod tests {
             ("networking.k8s.io", "NetworkPolicy"),
             ("rbac.authorization.k8s.io", "RoleBinding"),
             ("example.com", "Widget"),
+            // Flux's sources and Carvel's package catalogue run nothing as anyone.
+            ("source.toolkit.fluxcd.io", "GitRepository"),
+            ("packaging.carvel.dev", "PackageRepository"),
         ] {
             assert!(!never(g, k), "{k}.{g} may be copied");
         }

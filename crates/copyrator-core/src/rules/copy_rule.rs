@@ -177,7 +177,8 @@ impl Rule {
 impl Rule {
     /// The rule with its tier as `trust` decides it: a CopyRule's is its own; a
     /// NamespacedCopyRule's is its namespace's inline tier (SPEC §9), and in an untrusted
-    /// namespace it copies only Secrets and ConfigMaps, as an inline rule there does.
+    /// namespace it copies only Secrets and ConfigMaps, as an inline rule there does, and
+    /// reads no store's password from a Secret (SPEC §3.2).
     pub fn tiered(mut self, trust: &crate::tenancy::TrustPolicy) -> Result<Rule, RuleError> {
         if self.id.namespaced().is_none() {
             return Ok(self);
@@ -188,6 +189,24 @@ impl Rule {
                 "spec.kind",
                 format!(
                     "a NamespacedCopyRule of namespace {:?}, which is not trusted, copies only Secrets and ConfigMaps: other kinds are copied only by a CopyRule or from a trusted namespace (--trusted-namespaces), and a namespace's consent (copyrator.io/accept-from) never suffices for them",
+                    self.source_namespace
+                ),
+            ));
+        }
+        // A store's password from a Secret: the platform's own, read for the platform's
+        // rules only; a tenant's rule would learn what other namespaces hold (SPEC §3.2).
+        if self.tier == Tier::ConsentedInline
+            && let Some(store) = self.transform.formats.as_ref().and_then(|f| {
+                [("pkcs12", &f.pkcs12), ("jks", &f.jks)]
+                    .into_iter()
+                    .find(|(_, s)| s.as_ref().is_some_and(|s| s.password_from.is_some()))
+                    .map(|(name, _)| name)
+            })
+        {
+            return Err(RuleError::new(
+                format!("spec.target.formats.{store}.passwordSecretRef"),
+                format!(
+                    "a NamespacedCopyRule of namespace {:?}, which is not trusted, cannot read a store's password from a Secret: give the password itself (spec.target.formats.{store}.password); passwordSecretRef is for CopyRules and rules of trusted namespaces (--trusted-namespaces)",
                     self.source_namespace
                 ),
             ));

@@ -239,3 +239,57 @@ fn a_copys_mark_names_a_rule_of_its_sources_namespace_only() {
     assert!(parse("namespacedcopyrule/team-a").is_err());
     assert!(parse("namespacedcopyrule/team-a/Not_A_Name").is_err());
 }
+
+/// Rule `name` of namespace `ns` making a JKS store of Secret `cred`'s `ca.crt`, its password
+/// read from Secret `platform/store-password`.
+fn rule_reading_a_password(ns: &str, name: &str) -> CopyRule {
+    use crate::copyrule::{FormatsSpec, KeySpec, PasswordSecretRef, TargetSpec, TruststoreSpec};
+    let mut rule = rule_in(ns, name, &["team-b"], 0);
+    rule.spec.keys = Some(vec![KeySpec::Name("ca.crt".into())]);
+    rule.spec.target = Some(TargetSpec {
+        formats: Some(FormatsSpec {
+            from: None,
+            pkcs12: None,
+            jks: Some(TruststoreSpec {
+                key: "truststore.jks".into(),
+                password: None,
+                password_secret_ref: Some(PasswordSecretRef {
+                    namespace: "platform".into(),
+                    name: "store-password".into(),
+                    key: "jks".into(),
+                }),
+            }),
+        }),
+        ..Default::default()
+    });
+    rule
+}
+
+#[test]
+fn a_tenants_rule_never_reads_a_stores_password_from_a_secret() {
+    let trust = trusting("platform");
+    let tenants = rule_reading_a_password("team-a", "stores");
+    let e = Rule::from_copy_rule(&tenants)
+        .unwrap()
+        .tiered(&trust)
+        .unwrap_err();
+    assert_eq!(e.field, "spec.target.formats.jks.passwordSecretRef");
+    assert!(e.message.contains("not trusted"), "{e}");
+    assert!(e.message.contains("give the password itself"), "{e}");
+    // Said the same whatever the Secret: nothing was read to say it.
+    assert!(!e.message.contains("store-password"), "{e}");
+    // Invalid: no job reads the Secret for it, nor labels it.
+    let set = RuleSet::build([], [&tenants], &trust);
+    assert!(set.rules.is_empty());
+    assert_eq!(set.invalid_copy_rules["team-a/stores"], e);
+
+    // The platform's own rule, and a CopyRule, read it.
+    let platforms = rule_reading_a_password("platform", "stores");
+    let mut copy_rule = tenants.clone();
+    copy_rule.metadata.namespace = None;
+    copy_rule.metadata.name = Some("stores".into());
+    let set = RuleSet::build([], [&platforms, &copy_rule], &trust);
+    assert!(set.invalid_copy_rules.is_empty(), "{set:?}");
+    assert_eq!(set.rules.len(), 2);
+    assert!(set.rules.iter().all(|r| r.password_refs().count() == 1));
+}

@@ -6,6 +6,7 @@
 //! placeholder (`$(namespace)`) and nothing else known: an expression that needs anything
 //! else (the object's labels, the request, other lookups) fails to evaluate and the policy is
 //! reported with why. Never run against the cluster: `resource.Get` only names its source.
+//! Each expression runs within `bounds` (size, nesting, time).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -14,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{
     super::{Intent, PeerRule, Targets},
-    CREATE_ONCE_NOTE, data,
+    CREATE_ONCE_NOTE, bounds, data,
 };
 use crate::{
     model::{Kind, NamespaceInfo, ObjectKey},
@@ -199,13 +200,34 @@ fn evaluate(spec: &Value) -> Result<Vec<Value>, String> {
 }
 
 /// One expression's value with `object` and `variables` known, `resource.Get` naming its
-/// source and `generator.Apply` giving `[namespace, objects]`.
+/// source and `generator.Apply` giving `[namespace, objects]`; within [`bounds`].
 fn run(
     expression: &Value,
     object: &Value,
     variables: &serde_json::Map<String, Value>,
 ) -> Result<Value, String> {
+    run_within(bounds::TIMEOUT, expression, object, variables)
+}
+
+/// [`run`] given `timeout`.
+fn run_within(
+    timeout: std::time::Duration,
+    expression: &Value,
+    object: &Value,
+    variables: &serde_json::Map<String, Value>,
+) -> Result<Value, String> {
     let text = expression.as_str().ok_or("no expression")?;
+    bounds::check(text)?;
+    let (text, object, variables) = (text.to_string(), object.clone(), variables.clone());
+    bounds::run_bounded(timeout, move || evaluate_one(&text, &object, &variables))
+}
+
+/// [`run`] without bounds.
+fn evaluate_one(
+    text: &str,
+    object: &Value,
+    variables: &serde_json::Map<String, Value>,
+) -> Result<Value, String> {
     let program = Program::compile(text).map_err(|e| format!("{text:?} does not compile: {e}"))?;
     let mut context = Context::default();
     let cel = |v: &Value| cel::to_value(v).map_err(|e| e.to_string());
@@ -274,4 +296,27 @@ fn clone_source(named: &str) -> Result<ObjectKey, String> {
         ));
     }
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_expression_within_the_size_bounds_is_cut_off_in_time() {
+        // A million additions: far past a few milliseconds, far below any memory concern.
+        let big: Vec<Value> = (0..1000).map(|i| json!(i)).collect();
+        let variables = serde_json::Map::from_iter([("big".to_string(), Value::Array(big))]);
+        let hostile = json!("variables.big.map(a, variables.big.map(b, a + b)).size()");
+        let started = std::time::Instant::now();
+        let e = run_within(
+            std::time::Duration::from_millis(5),
+            &hostile,
+            &json!({}),
+            &variables,
+        )
+        .unwrap_err();
+        assert!(e.contains("ran past the bound of 5 ms"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
 }

@@ -7,6 +7,7 @@
 //! is reported with the policy and rule, never dropped. Kyverno's copies name the policy and
 //! rule that made them, not their source: none is known as a copy.
 
+mod bounds;
 mod data;
 mod generating;
 mod matching;

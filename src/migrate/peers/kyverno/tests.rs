@@ -522,3 +522,24 @@ fn generating_policies_that_clone_or_hold_a_fixed_object_become_copy_rules() {
     }
     assert_eq!(t.skipped.len(), 3, "{:#?}", t.skipped);
 }
+
+#[test]
+fn a_generating_policy_past_a_cel_bound_is_not_migrated_and_the_note_names_the_bound() {
+    let mut hostile = generating_policies()[0].clone();
+    hostile["metadata"]["name"] = "hostile".into();
+    let nested = format!("{}1{}", "[".repeat(40), "]".repeat(40));
+    hostile["spec"]["variables"][0]["expression"] = nested.into();
+    let padded = format!("object.metadata.name + \"{}\"", "x".repeat(6000));
+    let mut long = generating_policies()[0].clone();
+    long["metadata"]["name"] = "long".into();
+    long["spec"]["generate"][0]["expression"] = padded.into();
+    let t = translate(&[hostile, long], &today());
+    let notes: Vec<&str> = t.skipped.iter().map(|s| s.note.as_str()).collect();
+    assert_eq!(
+        notes,
+        [
+            "GeneratingPolicy hostile: variables.targetNs: the expression nests brackets over 32 deep, the bound on one expression; not migrated",
+            "GeneratingPolicy long: generate[0]: the expression is 6025 bytes, over the bound of 5120 bytes on one expression; not migrated",
+        ]
+    );
+}
