@@ -263,6 +263,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             idle_timeout: args.webhook_idle_timeout,
             max_streams: args.webhook_max_streams,
         },
+        listener::ApiServerAddresses(args.api_server_cidrs.clone().into()),
         peers,
         Arc::clone(&metrics),
         shutdown_rx.clone(),

@@ -63,6 +63,7 @@ const SERVE_HEADINGS: &[(&str, &[&str])] = &[
             "*tls_cert",
             "*tls_key",
             "client_ca",
+            "*api_server_cidrs",
             "*ca_validity",
             "*cert_validity",
             "*cert_propagation",

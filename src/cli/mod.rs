@@ -519,6 +519,13 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
 
+    /// The addresses the API server calls webhooks from (CIDRs, comma-separated, e.g.
+    /// 10.0.0.0/28): a connection from them counts as the API server's, as one --client-ca
+    /// verified does (pull-secret injection, answers that depend on trust). Only where no one
+    /// else can have such an address (the control plane's own range). Default: none.
+    #[arg(long, env = "COPYRATOR_API_SERVER_CIDRS", value_delimiter = ',')]
+    pub api_server_cidrs: Vec<crate::listener::cidr::Cidr>,
+
     /// How often the certificate files are checked for changes.
     #[arg(long, env = "COPYRATOR_TLS_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub tls_reload_interval: Duration,

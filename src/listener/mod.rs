@@ -3,6 +3,7 @@
 //! `/metrics`, `/healthz`, `/readyz` and `/livez`.
 
 pub mod budget;
+pub mod cidr;
 pub mod eviction;
 pub mod peers;
 
@@ -48,6 +49,17 @@ pub struct ConnectionLimits {
     pub max_streams: u32,
 }
 
+/// Who counts as the API server (SPEC §9.8): a client whose certificate `--client-ca`
+/// verified, or one whose address is in `--api-server-cidrs`.
+#[derive(Clone, Debug, Default)]
+pub struct ApiServerAddresses(pub Arc<[cidr::Cidr]>);
+
+impl ApiServerAddresses {
+    fn holds(&self, ip: std::net::IpAddr) -> bool {
+        self.0.iter().any(|c| c.contains(ip))
+    }
+}
+
 /// Resolves once the connection has gone too long without a request open: the first-request
 /// timeout while it has answered none, the idle timeout afterwards.
 async fn idle_too_long(state: &ConnectionState, limits: ConnectionLimits) {
@@ -70,7 +82,8 @@ async fn idle_too_long(state: &ConnectionState, limits: ConnectionLimits) {
 }
 
 /// Marks a request that arrived over a connection whose client presented a certificate the
-/// `--client-ca` bundle verified: the API server, not anyone who can reach the port.
+/// `--client-ca` bundle verified, or from an address of `--api-server-cidrs`: the API server,
+/// not anyone who can reach the port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifiedClient;
 
@@ -81,6 +94,7 @@ pub async fn serve_tls(
     tls: Arc<ServerConfig>,
     app: Router,
     limits: ConnectionLimits,
+    api_server: ApiServerAddresses,
     peers: Arc<Peers>,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
@@ -111,6 +125,7 @@ pub async fn serve_tls(
             }
         };
         let _ = stream.set_nodelay(true);
+        let from_api_server = api_server.holds(ip);
         let acceptor = acceptor.clone();
         let app = app.clone();
         let metrics = Arc::clone(&metrics);
@@ -133,10 +148,11 @@ pub async fn serve_tls(
                 },
                 _ = state.evicted() => return,
             };
-            // With `--client-ca` the handshake has verified the client's certificate: say so on
-            // each request, for the answers that only such a client may have (SPEC §9.8), and
-            // keep the connection whatever others open.
-            let verified = tls.get_ref().1.peer_certificates().is_some();
+            // With `--client-ca` the handshake has verified the client's certificate, or its
+            // address is one only the API server has (`--api-server-cidrs`): say so on each
+            // request, for the answers that only the API server may have (SPEC §9.8), and keep
+            // the connection whatever others open.
+            let verified = tls.get_ref().1.peer_certificates().is_some() || from_api_server;
             if verified {
                 state.set_verified();
             }

@@ -126,7 +126,15 @@ async fn stalled_bodies_from_another_address_switch_no_enforcement_off() {
     let key = env.name("stall-pull");
     let pods = env.namespace("stall-pods", &[(&key, "on")]).await;
     service_account(&env.client, &pods).await;
-    let mut p = Process::spawn(&["--leader-election=false", "--resync-interval", "1h"]);
+    // The API server calls from 127.0.0.1, the flood from FLOOD_FROM: only the API server's
+    // Pod reviews get the pull secrets' patch (SPEC §9.8).
+    let mut p = Process::spawn(&[
+        "--leader-election=false",
+        "--resync-interval",
+        "1h",
+        "--api-server-cidrs",
+        "127.0.0.1/32",
+    ]);
     p.wait_up().await;
     env.register_webhooks(&p).await;
     env.config_maps(&src)
@@ -180,17 +188,26 @@ async fn stalled_bodies_from_another_address_switch_no_enforcement_off() {
         )
         .await;
     // Each Pod in a namespace made for it the instant before: admitted only once the gate
-    // made its pull secret's copy there. (No caller is verified: none gets the patch naming it,
-    // SPEC §9.8, so the copy itself is what the Pod finds.)
+    // made its pull secret's copy there, with the copy injected (the API server's address is
+    // verified; the flood's is not, SPEC §9.8).
     let answered = || p.metric(PODS_ANSWERED);
     let answered_before = answered().await;
     let mut without = Vec::new();
+    let mut not_injected = Vec::new();
     for i in 0..10 {
         let ns = env
             .namespace(&format!("stall-new-{i}"), &[(&key, "on")])
             .await;
         service_account(&env.client, &ns).await;
-        create_pod(&env.client, &ns, &pod("app", &[], None)).await;
+        let admitted = create_pod(&env.client, &ns, &pod("app", &[], None)).await;
+        let injected = admitted
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref())
+            .is_some_and(|l| l.iter().any(|r| r.name == "registry"));
+        if !injected {
+            not_injected.push(ns.clone());
+        }
         if env
             .secrets(&ns)
             .get_opt("registry")
@@ -236,6 +253,12 @@ async fn stalled_bodies_from_another_address_switch_no_enforcement_off() {
         broken.push(format!(
             "{} of 10 Pods were admitted before their pull secret's copy existed: {without:?}",
             without.len()
+        ));
+    }
+    if !not_injected.is_empty() {
+        broken.push(format!(
+            "{} of 10 Pods were admitted without their pull secret: {not_injected:?}",
+            not_injected.len()
         ));
     }
     if pods_answered < 10.0 {
