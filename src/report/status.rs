@@ -142,6 +142,7 @@ pub fn rule_status(
             _ => None,
         },
         created_in: created_in(rule, world, tally, verified.is_some()),
+        read_only_in: read_only_in(rule, parsed.ok(), world, tally, verified.is_some()),
         last_sync_time: Some(Time(now)),
         last_verified_time: verified
             .map(Time)
@@ -165,6 +166,34 @@ fn created_in(rule: &CopyRule, world: &World, tally: &Tally, all_namespaces: boo
         .flat_map(|s| s.created_in.iter().cloned());
     let mut record: std::collections::BTreeSet<String> =
         previous.chain(tally.created_in.iter().cloned()).collect();
+    record.retain(|ns| match world.namespaces().get(ns) {
+        Some(info) => !info.terminating,
+        None => !all_namespaces,
+    });
+    record.into_iter().collect()
+}
+
+/// A read-only rule's record of the namespaces it holds its copy in (SPEC §4 item 11): what
+/// it held for its current spec, and what this sync found in sync or wrote, less where its
+/// copy was deleted or left; a namespace gone or being deleted leaves it, as in
+/// [`created_in`].
+fn read_only_in(
+    rule: &CopyRule,
+    parsed: Option<&Rule>,
+    world: &World,
+    tally: &Tally,
+    all_namespaces: bool,
+) -> Vec<String> {
+    if !parsed.is_some_and(Rule::holds_its_names) {
+        return Vec::new();
+    }
+    let mut record = crate::rules::recorded_read_only_in(rule);
+    record.extend(tally.held_in.iter().cloned());
+    for ns in &tally.released_in {
+        if !tally.held_in.contains(ns) {
+            record.remove(ns);
+        }
+    }
     record.retain(|ns| match world.namespaces().get(ns) {
         Some(info) => !info.terminating,
         None => !all_namespaces,

@@ -263,5 +263,7 @@ fn member_rule(link: &LinkSettings, cr: &CopyRule) -> Result<Rule, Refusal> {
     };
     rule.source_namespace = hub_namespace(&link.name, &namespace);
     rule.conflict_policy = ConflictPolicy::Skip;
+    // The hub's status records the hub's namespaces, never the member's.
+    rule.read_only_in.clear();
     Ok(rule)
 }

@@ -156,7 +156,11 @@ fn summary(actions: &[Action]) -> Vec<String> {
                 format!(
                     "update {}@{resource_version}{}",
                     copy.key.namespace,
-                    if *adopt { " adopt" } else { "" }
+                    match adopt {
+                        Adopt::No => "",
+                        Adopt::Overwrite => " adopt",
+                        Adopt::Reclaim => " reclaim",
+                    }
                 )
             }
             Action::Recreate {
