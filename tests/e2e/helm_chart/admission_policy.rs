@@ -271,7 +271,9 @@ fn admission_policy_allows_the_creation_of_create_once_copies_only() {
         r["object"]["data"] = json!({"x": "eA=="});
     });
     assert_denied(&policy, "an update of a create-once copy", &update, MARKS);
-    let delete = edited(&review("own-copy-delete"), |r| r["oldObject"] = made.clone());
+    let delete = edited(&review("own-copy-delete"), |r| {
+        r["oldObject"] = made.clone()
+    });
     assert_denied(&policy, "a deletion of a create-once copy", &delete, MARKS);
     // The other validations hold for it as for any copy.
     let token = edited(&create_once_create("copyrule/x"), |r| {
@@ -281,7 +283,12 @@ fn admission_policy_allows_the_creation_of_create_once_copies_only() {
     let excluded = edited(&create_once_create("copyrule/x"), |r| {
         r["namespace"] = json!("kube-system")
     });
-    assert_denied(&policy, "a create-once copy in kube-system", &excluded, EXCLUDED);
+    assert_denied(
+        &policy,
+        "a create-once copy in kube-system",
+        &excluded,
+        EXCLUDED,
+    );
 }
 
 /// Of an object copyrator does not own it may add the opt-in label, and nothing else.

@@ -125,7 +125,9 @@ pub(super) fn judge(
         (true, Some(Existing::None) | None) => {
             format!("{message}; create-once: made here once, then the namespace's")
         }
-        (true, Some(Existing::Unmanaged { .. })) if !rule.created_in.contains(&target.namespace) => {
+        (true, Some(Existing::Unmanaged { .. }))
+            if !rule.created_in.contains(&target.namespace) =>
+        {
             format!(
                 "{message}; create-once: copyrator did not make the object there, someone else's object holds the name: it is never written"
             )
