@@ -184,7 +184,11 @@ fn describe(action: &Action) -> String {
     match action {
         Action::Create { copy, .. } => format!("create {}", copy.key),
         Action::Update { copy, adopt, .. } => {
-            format!("{} {}", if *adopt { "adopt" } else { "update" }, copy.key)
+            format!(
+                "{} {}",
+                if adopt.adopts() { "adopt" } else { "update" },
+                copy.key
+            )
         }
         Action::Recreate { copy, .. } => format!("recreate {}", copy.key),
         Action::Delete { target, .. } => format!("delete {target}"),

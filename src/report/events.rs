@@ -127,6 +127,8 @@ impl Regarding {
 pub mod reason {
     pub const CONFLICT: &str = "CopyConflict";
     pub const ADOPTED: &str = "CopyAdopted";
+    /// A read-only copy's name, held by someone else's object, taken back (SPEC §4 item 11).
+    pub const RECLAIMED: &str = "CopyReclaimed";
     pub const INVALID: &str = "InvalidConfiguration";
     pub const NO_TARGETS: &str = "NoTargets";
     pub const SA_TOKEN: &str = "ServiceAccountTokenNotCopied";

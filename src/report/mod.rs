@@ -16,7 +16,7 @@ use crate::{
     marks,
     metrics::{CapLabels, Metrics, ReasonLabels},
     model::{NeverCopied, ObjectKey, SERVICE_ACCOUNT_TOKEN_TYPE},
-    plan::{Action, ClaimRef, ConflictReason, World},
+    plan::{Action, Adopt, ClaimRef, ConflictReason, World},
     rules::{Capped, RuleId},
     transform::Refused,
 };
@@ -40,6 +40,13 @@ pub struct Tally {
     pub left_out: BTreeSet<(String, String, String)>,
     /// Namespaces a copy was created in (a create-once rule's record, SPEC §3.4).
     pub created_in: BTreeSet<String>,
+    /// Namespaces the rule's copy is in sync in, or was written in (a read-only rule's record,
+    /// SPEC §4 item 11). Kept only for rules that [`crate::rules::Rule::holds_its_names`]
+    /// when summed over a resync.
+    pub held_in: BTreeSet<String>,
+    /// Namespaces the rule's copy was deleted or left in, no longer wanted: its name there is
+    /// not the rule's any more.
+    pub released_in: BTreeSet<String>,
 }
 
 impl Tally {
@@ -63,6 +70,8 @@ impl Tally {
         }
         self.left_out.extend(other.left_out);
         self.created_in.extend(other.created_in);
+        self.held_in.extend(other.held_in);
+        self.released_in.extend(other.released_in);
     }
 }
 
@@ -81,7 +90,9 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
         match action {
             Action::InSync { target, by } => {
                 want(&mut wanted, &by.rule, target);
-                out.entry(by.rule.clone()).or_default().synced += 1;
+                let t = out.entry(by.rule.clone()).or_default();
+                t.synced += 1;
+                t.held_in.insert(target.namespace.clone());
             }
             Action::Create { copy, by }
             | Action::Update { copy, by, .. }
@@ -93,6 +104,7 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
                 let t = out.entry(by.rule.clone()).or_default();
                 if done {
                     t.synced += 1;
+                    t.held_in.insert(copy.key.namespace.clone());
                     match action {
                         Action::Create { .. } => {
                             t.created += 1;
@@ -105,9 +117,20 @@ pub fn tally(outcomes: &[(Action, Applied)]) -> BTreeMap<RuleId, Tally> {
                 }
             }
             Action::Delete {
-                rule: Some(rule), ..
+                target,
+                rule: Some(rule),
+                ..
             } if done => {
-                out.entry(rule.clone()).or_default().deleted += 1;
+                let t = out.entry(rule.clone()).or_default();
+                t.deleted += 1;
+                t.released_in.insert(target.namespace.clone());
+            }
+            Action::Retain {
+                target,
+                rule: Some(rule),
+            } => {
+                let t = out.entry(rule.clone()).or_default();
+                t.released_in.insert(target.namespace.clone());
             }
             Action::Conflict { target, by, reason } => {
                 want(&mut wanted, &by.rule, target);
@@ -285,13 +308,41 @@ pub async fn publish(
             (
                 Action::Update {
                     copy,
-                    adopt: true,
+                    adopt: Adopt::Reclaim,
                     by,
                     ..
                 }
                 | Action::Recreate {
                     copy,
-                    adopt: true,
+                    adopt: Adopt::Reclaim,
+                    by,
+                    ..
+                },
+                Applied::Done,
+            ) => {
+                if let Some(regarding) = regarding(world, by) {
+                    events
+                        .warning(
+                            &regarding,
+                            reason::RECLAIMED,
+                            format!(
+                                "{} held an object copyrator did not make, at the name of the read-only copy this rule held there; the copy was put back",
+                                copy.key
+                            ),
+                        )
+                        .await;
+                }
+            }
+            (
+                Action::Update {
+                    copy,
+                    adopt: Adopt::Overwrite,
+                    by,
+                    ..
+                }
+                | Action::Recreate {
+                    copy,
+                    adopt: Adopt::Overwrite,
                     by,
                     ..
                 },

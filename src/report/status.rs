@@ -142,6 +142,7 @@ pub fn rule_status(
             _ => None,
         },
         created_in: created_in(rule, world, tally, verified.is_some()),
+        read_only_in: read_only_in(rule, parsed.ok(), world, tally, verified.is_some()),
         last_sync_time: Some(Time(now)),
         last_verified_time: verified
             .map(Time)
@@ -165,6 +166,34 @@ fn created_in(rule: &CopyRule, world: &World, tally: &Tally, all_namespaces: boo
         .flat_map(|s| s.created_in.iter().cloned());
     let mut record: std::collections::BTreeSet<String> =
         previous.chain(tally.created_in.iter().cloned()).collect();
+    record.retain(|ns| match world.namespaces().get(ns) {
+        Some(info) => !info.terminating,
+        None => !all_namespaces,
+    });
+    record.into_iter().collect()
+}
+
+/// A read-only rule's record of the namespaces it holds its copy in (SPEC §4 item 11): what
+/// it held for its current spec, and what this sync found in sync or wrote, less where its
+/// copy was deleted or left; a namespace gone or being deleted leaves it, as in
+/// [`created_in`].
+fn read_only_in(
+    rule: &CopyRule,
+    parsed: Option<&Rule>,
+    world: &World,
+    tally: &Tally,
+    all_namespaces: bool,
+) -> Vec<String> {
+    if !parsed.is_some_and(Rule::holds_its_names) {
+        return Vec::new();
+    }
+    let mut record = crate::rules::recorded_read_only_in(rule);
+    record.extend(tally.held_in.iter().cloned());
+    for ns in &tally.released_in {
+        if !tally.held_in.contains(ns) {
+            record.remove(ns);
+        }
+    }
     record.retain(|ns| match world.namespaces().get(ns) {
         Some(info) => !info.terminating,
         None => !all_namespaces,
@@ -305,6 +334,60 @@ mod tests {
         // A rule that copies as always keeps no record.
         let s = rule_status(&rule(), Ok(&parsed), &w, tally, at, None);
         assert!(s.created_in.is_empty());
+    }
+
+    /// SPEC §4 item 11: a read-only CopyRule records the namespaces it holds its copy in (in
+    /// sync or written), keeps them while its spec is the one they were recorded for, and
+    /// drops one where its copy was deleted or left, and one whose namespace goes.
+    #[test]
+    fn a_read_only_rule_records_where_it_holds_its_copy() {
+        let mut cr = rule();
+        cr.spec.read_only = Some(true);
+        cr.status = Some(CopyRuleStatus {
+            observed_generation: Some(3),
+            read_only_in: vec!["kept".into(), "left".into(), "terminating".into()],
+            ..Default::default()
+        });
+        let mut w = world_with_source();
+        let ns = |name: &str, terminating: bool| crate::model::NamespaceInfo {
+            name: name.into(),
+            resource_version: "1".into(),
+            labels: Default::default(),
+            accept_from: None,
+            terminating,
+        };
+        w.insert_namespaces([
+            ns("a", false),
+            ns("b", false),
+            ns("kept", false),
+            ns("left", false),
+            ns("terminating", true),
+        ]);
+        let parsed = Rule::from_copy_rule(&cr).unwrap();
+        let mut all = outcomes(&cr, &w);
+        all.push((
+            Action::Delete {
+                target: ObjectKey::new(Kind::ConfigMap, "left", "cm"),
+                resource_version: "4".into(),
+                rule: Some(parsed.id.clone()),
+            },
+            Applied::Done,
+        ));
+        let t = tally(&all);
+        let tally = t.get(&parsed.id);
+        let at = Timestamp::from_second(1000).unwrap();
+        // Written in a, in sync in b; c is someone else's (a conflict): not recorded.
+        let s = rule_status(&cr, Ok(&parsed), &w, tally, at, None);
+        assert_eq!(s.read_only_in, ["a", "b", "kept"]);
+        // Recorded for another spec: only what this sync found.
+        cr.metadata.generation = Some(4);
+        let s = rule_status(&cr, Ok(&parsed), &w, tally, at, None);
+        assert_eq!(s.read_only_in, ["a", "b"]);
+        // Copies that are not read-only: no record.
+        let plain = rule();
+        let parsed = Rule::from_copy_rule(&plain).unwrap();
+        let s = rule_status(&plain, Ok(&parsed), &w, tally, at, None);
+        assert!(s.read_only_in.is_empty());
     }
 
     #[test]

@@ -99,8 +99,18 @@ pub(super) async fn converge_all(
         report::publish(&ctx.events, &ctx.metrics, world, &outcomes).await;
         recheck_inputs(ctx, world, &outcomes).await?;
         done.writes += outcomes.iter().filter(|(a, _)| a.is_write()).count();
-        for (rule, tally) in report::tally(&outcomes) {
+        for (rule, mut tally) in report::tally(&outcomes) {
             if rule.copy_rule_name().is_some() {
+                // Namespaces per copy, kept only where the rule records them (SPEC §4 item 11).
+                let holds = world
+                    .rules()
+                    .rules
+                    .iter()
+                    .any(|r| r.id == rule && r.holds_its_names());
+                if !holds {
+                    tally.held_in.clear();
+                    tally.released_in.clear();
+                }
                 done.tallies.entry(rule).or_default().absorb(tally);
             }
         }

@@ -244,3 +244,71 @@ async fn a_copy_that_is_not_read_only_may_be_edited_and_is_restored() {
         .await;
     t.finish().await;
 }
+
+/// SPEC §4 item 11: a read-only copy's name is its CopyRule's. While copyrator is down its
+/// DELETE webhook fails open: the copy is deleted and the namespace makes an object of the
+/// same name. copyrator, back, puts its copy back over that object (the rule's status
+/// recorded that it held a read-only copy there) and says so in a Warning Event.
+#[tokio::test]
+async fn a_read_only_copy_swapped_while_copyrator_is_down_is_put_back() {
+    let mut t = Harness::start(Options::default()).await;
+    let src = t.namespace("ro-swap-src", &[]).await;
+    let dest = t.namespace("ro-swap", &[]).await;
+    t.config_maps(&src)
+        .create(
+            &PostParams::default(),
+            &config_map("ca", &[], &[], &[("ca.crt", "platform")]),
+        )
+        .await
+        .unwrap();
+    let mut spec = common::build::copy_rule("ro-swap")
+        .of(Kind::ConfigMap)
+        .source(&src, "ca")
+        .copied_to(&[&dest])
+        .build();
+    spec.read_only = Some(true);
+    let rule = t.copy_rule("ro-swap", spec).await;
+    t.wait_for::<ConfigMap>(&dest, "ca", "a read-only copy", is_read_only)
+        .await;
+    t.wait_for::<copyrator::copyrule::CopyRule>("", &rule, "its record of the copy", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.read_only_in.contains(&dest))
+    })
+    .await;
+
+    t.kill().await;
+    t.config_maps(&dest)
+        .delete("ca", &DeleteParams::default())
+        .await
+        .expect("the DELETE webhook fails open while copyrator is down");
+    t.wait_gone::<ConfigMap>(&dest, "ca").await;
+    t.config_maps(&dest)
+        .create(
+            &PostParams::default(),
+            &config_map("ca", &[], &[], &[("ca.crt", "forged")]),
+        )
+        .await
+        .unwrap();
+    t.restart(Options::default()).await;
+
+    let back = t
+        .wait_value::<ConfigMap>(&dest, "ca", "ca.crt", "platform")
+        .await;
+    assert!(is_read_only(&back), "read-only again: {:?}", back.labels());
+    assert_eq!(
+        back.labels()
+            .get(marks::MANAGED_BY_LABEL)
+            .map(String::as_str),
+        Some("copyrator")
+    );
+    let event = t
+        .wait_for_any::<k8s_openapi::api::events::v1::Event>(
+            RULE_EVENTS,
+            "a CopyReclaimed event on the rule",
+            about_rule(&rule, "CopyReclaimed"),
+        )
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    t.finish().await;
+}

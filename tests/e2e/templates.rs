@@ -244,3 +244,59 @@ async fn a_create_once_copy_belongs_to_its_namespace_once_made() {
         .await;
     t.finish().await;
 }
+
+/// Create-once (SPEC §3.4): where an object copyrator did not make holds the copy's name, the
+/// rule reports it (status conflict) and never writes it, while other namespaces get their
+/// copy.
+#[tokio::test]
+async fn a_create_once_rule_reports_an_object_it_did_not_make_and_leaves_it() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let t = Harness::start(Options {
+        resync_interval: "1s",
+        ..Default::default()
+    })
+    .await;
+    let key = t.name("once-held");
+    let held = t.namespace("once-held", &[(&key, "on")]).await;
+    t.config_maps(&held)
+        .create(
+            &PostParams::default(),
+            &config_map("team-defaults", &[], &[], &[("owner", "the team")]),
+        )
+        .await
+        .unwrap();
+    let free = t.namespace("once-free", &[(&key, "on")]).await;
+    let mut spec = template_rule(
+        "ConfigMap",
+        "v1",
+        "team-defaults",
+        &key,
+        json!({"data": {"owner": "$(namespace)"}}),
+    );
+    spec.create_once = true;
+    let rule = t.copy_rule("once-held", spec).await;
+    t.wait_value::<ConfigMap>(&free, "team-defaults", "owner", &free)
+        .await;
+    let status = t
+        .wait_for::<CopyRule>("", &rule, "the held name reported", |r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.conflicts.iter().any(|c| c.namespace == held))
+        })
+        .await
+        .status
+        .unwrap();
+    assert!(!status.created_in.contains(&held), "{status:?}");
+    assert_eq!(status.conflicting_copies, 1, "{status:?}");
+    t.wait_resyncs(1).await;
+    let theirs = t.config_maps(&held).get("team-defaults").await.unwrap();
+    assert_eq!(theirs.data.unwrap()["owner"], "the team", "never written");
+    assert!(
+        !theirs
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("copyrator.io/created-by")
+    );
+    t.finish().await;
+}

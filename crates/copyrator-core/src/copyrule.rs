@@ -342,6 +342,12 @@ pub struct CopyRuleStatus {
     /// the namespace exists).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_in: Vec<String>,
+    /// With readOnly copies, for a rule of one copy per namespace (not sourceSelector): the
+    /// namespaces it holds its read-only copy in (SPEC §4 item 11). The name there is the
+    /// rule's: an object found at it that copyrator does not manage is overwritten with the
+    /// copy. Kept for the rule's metadata.generation it was recorded for (observedGeneration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_in: Vec<String>,
     /// When copyrator last finished syncing this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,

@@ -215,6 +215,82 @@ fn admission_policy_refuses_writes_to_objects_without_copyrators_marks() {
     assert_denied(&policy, "update removing the marks", &unmark, MARKS);
 }
 
+/// copyrator's creation of a create-once copy (SPEC §3.4), derived from its captured copy
+/// create: no ownership marks, only `copyrator.io/created-by` naming the rule.
+fn create_once_create(created_by: &str) -> Value {
+    edited(&review("own-copy-create"), |r| {
+        let meta = &mut r["object"]["metadata"];
+        meta["labels"] = json!({});
+        meta["annotations"] = json!({"copyrator.io/created-by": created_by});
+    })
+}
+
+/// A create-once copy is created without copyrator's marks and is its namespace's from then
+/// on: the policy lets copyrator create it when it names the CopyRule that made it, and
+/// nothing more (SPEC §3.4, §9.9): no update or deletion of it, no unmarked object otherwise.
+#[test]
+fn admission_policy_allows_the_creation_of_create_once_copies_only() {
+    let policy = Policy::rendered(&[]);
+    assert_allowed(
+        &policy,
+        "a create-once copy of a CopyRule",
+        &create_once_create("copyrule/team-bootstrap"),
+    );
+    assert_allowed(
+        &policy,
+        "a create-once copy of a hub's CopyRule",
+        &create_once_create("hub-a/copyrule/team-bootstrap"),
+    );
+    let kyverno = Policy::rendered(&[
+        "--set-json",
+        r#"copyKinds=[{"kind": "NetworkPolicy", "group": "networking.k8s.io", "resource": "networkpolicies"}]"#,
+    ]);
+    assert_allowed(
+        &kyverno,
+        "a migrated Kyverno synchronize: false policy's NetworkPolicy",
+        &as_network_policy(&create_once_create("copyrule/default-deny")),
+    );
+    for (what, created_by) in [
+        ("an inline rule named", "inline"),
+        ("a NamespacedCopyRule named", "namespacedcopyrule/team-a/x"),
+        ("no rule named", ""),
+        ("something else named", "copyrule/x; rm -rf"),
+        ("a path named", "copyrule/../x"),
+    ] {
+        assert_denied(&policy, what, &create_once_create(created_by), MARKS);
+    }
+    let unmarked = edited(&create_once_create("copyrule/x"), |r| {
+        r["object"]["metadata"]["annotations"] = json!({});
+    });
+    assert_denied(&policy, "an unmarked create", &unmarked, MARKS);
+    // Once made, it is not copyrator's: neither updated nor deleted by it.
+    let made = create_once_create("copyrule/team-bootstrap")["request"]["object"].clone();
+    let update = edited(&review("own-copy-update"), |r| {
+        r["oldObject"] = made.clone();
+        r["object"] = made.clone();
+        r["object"]["data"] = json!({"x": "eA=="});
+    });
+    assert_denied(&policy, "an update of a create-once copy", &update, MARKS);
+    let delete = edited(&review("own-copy-delete"), |r| {
+        r["oldObject"] = made.clone()
+    });
+    assert_denied(&policy, "a deletion of a create-once copy", &delete, MARKS);
+    // The other validations hold for it as for any copy.
+    let token = edited(&create_once_create("copyrule/x"), |r| {
+        r["object"]["type"] = json!("kubernetes.io/service-account-token");
+    });
+    assert_denied(&policy, "a create-once token Secret", &token, CREDENTIALS);
+    let excluded = edited(&create_once_create("copyrule/x"), |r| {
+        r["namespace"] = json!("kube-system")
+    });
+    assert_denied(
+        &policy,
+        "a create-once copy in kube-system",
+        &excluded,
+        EXCLUDED,
+    );
+}
+
 /// Of an object copyrator does not own it may add the opt-in label, and nothing else.
 #[test]
 fn admission_policy_allows_only_the_opt_in_label_on_sources() {

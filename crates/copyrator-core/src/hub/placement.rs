@@ -262,8 +262,10 @@ fn member_rule(link: &LinkSettings, cr: &CopyRule) -> Result<Rule, Refusal> {
         Tier::ConsentedInline
     };
     rule.source_namespace = hub_namespace(&link.name, &namespace);
+    // The hub's status records the hub's namespaces, never the member's.
+    rule.read_only_in.clear();
     // Held to a hub rule's powers (SPEC §9.11): never overwriting an object copyrator does
-    // not manage here (said in the member's report), nothing it may not ask for.
+    // not manage here, nothing it may not ask for.
     match rule.hold_to_powers() {
         Ok((rule, _overwrite)) => Ok(rule),
         Err(asked) => {

@@ -55,6 +55,24 @@ impl std::fmt::Display for ConflictReason {
     }
 }
 
+/// Whether a write takes over an object copyrator does not manage, and by what right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adopt {
+    /// The object is copyrator's copy (or nothing is there).
+    No,
+    /// The rule's `conflictPolicy: Overwrite` (SPEC §4 item 5).
+    Overwrite,
+    /// The name of a read-only copy its CopyRule held there, taken by another object: the copy
+    /// is put back (SPEC §4 item 11).
+    Reclaim,
+}
+
+impl Adopt {
+    pub fn adopts(self) -> bool {
+        self != Adopt::No
+    }
+}
+
 /// One step for the applier, or an outcome to report.
 #[derive(Clone, Debug, PartialEq)]
 ///
@@ -66,19 +84,19 @@ pub enum Action {
         copy: Box<DesiredCopy>,
         by: ClaimRef,
     },
-    /// Replace, preconditioned on `resource_version`. `adopt`: the object was not managed
-    /// (conflictPolicy Overwrite).
+    /// Replace, preconditioned on `resource_version`. `adopt`: whether the object was not
+    /// managed, and why it is written.
     Update {
         copy: Box<DesiredCopy>,
         resource_version: String,
-        adopt: bool,
+        adopt: Adopt,
         by: ClaimRef,
     },
     /// Immutable content changed: delete (preconditioned) and create again.
     Recreate {
         copy: Box<DesiredCopy>,
         resource_version: String,
-        adopt: bool,
+        adopt: Adopt,
         by: ClaimRef,
     },
     /// Delete a managed copy no rule wants (deletion policy Delete), preconditioned.

@@ -13,7 +13,7 @@ use std::{
     sync::Arc,
 };
 
-pub use action::{Action, ConflictReason};
+pub use action::{Action, Adopt, ConflictReason};
 pub use existing::{Contents, CopyMarks, Existing, ManagedCopy, MarksError, SharedMarks};
 pub use world::{
     Claim, ClaimParts, ClaimRef, Claims, Policy, Refusal, SourceCaps, Targeting, Unreadable, World,
@@ -533,18 +533,23 @@ fn plan_winner<'w>(
     };
     let payload = template.as_ref();
 
-    // Create-once (SPEC §3.4): made where missing, once; whatever is there, or was made there
-    // and deleted since, is its namespace's.
+    // Create-once (SPEC §3.4): made where missing, once; what it made there, changed or
+    // deleted since, is its namespace's. An object it did not make holds the name: reported,
+    // never written.
     if claim.rule.create_once {
+        let made_here = claim.rule.created_in.contains(&target.namespace);
         return match (existing, payload) {
-            (Existing::None, _) if claim.rule.created_in.contains(&target.namespace) => {
-                Action::InSync {
-                    target: target.clone(),
-                    by,
-                }
-            }
+            (Existing::None, _) if made_here => Action::InSync {
+                target: target.clone(),
+                by,
+            },
             (Existing::None, Some(t)) => Action::Create { copy: build(t), by },
             (Existing::None, None) => need_source(),
+            (Existing::Unmanaged { .. }, _) if !made_here => Action::Conflict {
+                target: target.clone(),
+                by,
+                reason: ConflictReason::Unmanaged,
+            },
             _ => Action::InSync {
                 target: target.clone(),
                 by,
@@ -590,26 +595,34 @@ fn plan_winner<'w>(
                 Action::Recreate {
                     copy,
                     resource_version,
-                    adopt: false,
+                    adopt: Adopt::No,
                     by,
                 }
             } else {
                 Action::Update {
                     copy,
                     resource_version,
-                    adopt: false,
+                    adopt: Adopt::No,
                     by,
                 }
             }
         }
         Existing::Unmanaged { resource_version } => {
-            if claim.rule.conflict_policy != ConflictPolicy::Overwrite {
+            // The name of a read-only copy the CopyRule held here (SPEC §4 item 11): someone
+            // else's object took it, most likely while copyrator was down; the copy goes back.
+            let adopt = if claim.rule.conflict_policy == ConflictPolicy::Overwrite {
+                Adopt::Overwrite
+            } else if claim.rule.holds_its_names()
+                && claim.rule.read_only_in.contains(&target.namespace)
+            {
+                Adopt::Reclaim
+            } else {
                 return Action::Conflict {
                     target: target.clone(),
                     by,
                     reason: ConflictReason::Unmanaged,
                 };
-            }
+            };
             let Some(p) = payload else {
                 return need_source();
             };
@@ -619,14 +632,14 @@ fn plan_winner<'w>(
                 Action::Recreate {
                     copy,
                     resource_version,
-                    adopt: true,
+                    adopt,
                     by,
                 }
             } else {
                 Action::Update {
                     copy,
                     resource_version,
-                    adopt: true,
+                    adopt,
                     by,
                 }
             }

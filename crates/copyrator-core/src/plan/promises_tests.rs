@@ -273,7 +273,7 @@ impl Case {
                 Action::Update { copy, adopt, .. } | Action::Recreate { copy, adopt, .. }
                     if copy.key.namespace == namespace =>
                 {
-                    Some(adopt)
+                    Some(adopt.adopts())
                 }
                 _ => None,
             })

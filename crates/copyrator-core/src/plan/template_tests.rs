@@ -328,6 +328,11 @@ fn a_create_once_copy_is_made_once_and_then_belongs_to_its_namespace() {
             .iter()
             .map(|a| match a {
                 Action::InSync { target, .. } => format!("leave {}", target.namespace),
+                Action::Conflict {
+                    target,
+                    reason: ConflictReason::Unmanaged,
+                    ..
+                } => format!("report {}", target.namespace),
                 Action::Create { copy, .. } => {
                     let obj = copy.object();
                     let labels = obj.metadata.labels.unwrap_or_default();
@@ -351,15 +356,19 @@ fn a_create_once_copy_is_made_once_and_then_belongs_to_its_namespace() {
     };
     // team-a: missing, never made: made. team-b: made once and deleted since: left deleted.
     assert_eq!(summary(BTreeMap::new()), ["create team-a", "leave team-b"]);
-    // Edited by its namespace (an unmanaged object now): left as it is.
+    let unmanaged = || Existing::Unmanaged {
+        resource_version: "9".into(),
+    };
+    // Made there, then edited or replaced by its namespace (an unmanaged object): left as it
+    // is.
     assert_eq!(
-        summary(BTreeMap::from([(
-            key("team-a"),
-            Existing::Unmanaged {
-                resource_version: "9".into()
-            }
-        )])),
-        ["leave team-a", "leave team-b"]
+        summary(BTreeMap::from([(key("team-b"), unmanaged())])),
+        ["create team-a", "leave team-b"]
+    );
+    // Never made there, and someone else's object holds the name: reported, never written.
+    assert_eq!(
+        summary(BTreeMap::from([(key("team-a"), unmanaged())])),
+        ["leave team-b", "report team-a"]
     );
     let parsed = Rule::from_copy_rule(&w.copy_rules()[0]).unwrap();
     assert!(

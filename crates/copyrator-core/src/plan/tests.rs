@@ -156,7 +156,11 @@ fn summary(actions: &[Action]) -> Vec<String> {
                 format!(
                     "update {}@{resource_version}{}",
                     copy.key.namespace,
-                    if *adopt { " adopt" } else { "" }
+                    match adopt {
+                        Adopt::No => "",
+                        Adopt::Overwrite => " adopt",
+                        Adopt::Reclaim => " reclaim",
+                    }
                 )
             }
             Action::Recreate {
@@ -503,6 +507,111 @@ fn overwrite_policy_adopts_unmanaged_object() {
         },
     );
     assert_eq!(summary(&f.plan(Scope::All)), ["update team-a@3 adopt"]);
+}
+
+/// SPEC §4 item 11: the name of a read-only copy a CopyRule's status records it held in a
+/// namespace is the rule's; someone else's object found there (the copy deleted while the
+/// webhook was down, an object of the same name made) is overwritten with the copy. Nowhere
+/// else, and for no other rule.
+#[test]
+fn a_copy_rule_reclaims_the_name_of_the_read_only_copy_it_held() {
+    type Edit = fn(&mut CopyRule);
+    let cases: [(&str, Edit, &str); 7] = [
+        ("recorded here", |_| {}, "update team-a@3 reclaim"),
+        (
+            "recorded in another namespace only",
+            |cr| cr.status.as_mut().unwrap().read_only_in = vec!["team-b".into()],
+            "conflict team-a copyrule/guarded (unmanaged)",
+        ),
+        (
+            "copies not read-only",
+            |cr| cr.spec.read_only = Some(false),
+            "conflict team-a copyrule/guarded (unmanaged)",
+        ),
+        (
+            "recorded for an older spec (another copy's name, maybe)",
+            |cr| cr.metadata.generation = Some(2),
+            "conflict team-a copyrule/guarded (unmanaged)",
+        ),
+        (
+            "no generation recorded",
+            |cr| cr.status.as_mut().unwrap().observed_generation = None,
+            "conflict team-a copyrule/guarded (unmanaged)",
+        ),
+        (
+            "a sourceSelector rule: its names come and go with its sources",
+            |cr| {
+                cr.spec.source_name = None;
+                cr.spec.source_selector = Some(LabelSelector {
+                    match_labels: Some(map(&[("app", "x")])),
+                    match_expressions: None,
+                });
+            },
+            "conflict team-a copyrule/guarded (unmanaged)",
+        ),
+        (
+            "conflictPolicy: Overwrite adopts, as anywhere",
+            |cr| cr.spec.conflict_policy = ConflictPolicy::Overwrite,
+            "update team-a@3 adopt",
+        ),
+    ];
+    for (what, edit, expected) in cases {
+        let mut f = Fixture::new().ns("team-a", &[("secret", "yes")]);
+        // Only the CopyRule claims.
+        f.world.edit_sources(|sources| {
+            sources
+                .values_mut()
+                .for_each(|s| s.labels = map(&[("app", "x")]))
+        });
+        let mut spec = rule_spec(Kind::Secret, "mysecret");
+        spec.read_only = Some(true);
+        let mut cr = copy_rule("guarded", 1, spec);
+        cr.metadata.generation = Some(1);
+        cr.status = Some(crate::copyrule::CopyRuleStatus {
+            observed_generation: Some(1),
+            read_only_in: vec!["team-a".into()],
+            ..Default::default()
+        });
+        edit(&mut cr);
+        f.rebuild_rules(&[cr]);
+        f.existing.insert(
+            target("team-a"),
+            Existing::Unmanaged {
+                resource_version: "3".into(),
+            },
+        );
+        assert_eq!(summary(&f.plan(Scope::All)), [expected], "{what}");
+    }
+}
+
+/// A NamespacedCopyRule or a hub's rule never reclaims a name (SPEC §4 item 11): only a
+/// CopyRule's status is an administrator's record; the hub's records the hub's namespaces.
+#[test]
+fn only_a_copy_rule_holds_the_names_of_its_read_only_copies() {
+    let mut spec = rule_spec(Kind::Secret, "mysecret");
+    spec.read_only = Some(true);
+    let mut cr = copy_rule("guarded", 1, spec);
+    cr.metadata.generation = Some(1);
+    cr.status = Some(crate::copyrule::CopyRuleStatus {
+        observed_generation: Some(1),
+        read_only_in: vec!["team-a".into()],
+        ..Default::default()
+    });
+    let rule = Rule::from_copy_rule(&cr).unwrap();
+    assert!(rule.holds_its_names() && rule.read_only_in.contains("team-a"));
+    let mut namespaced = cr.clone();
+    namespaced.metadata.namespace = Some("default".into());
+    namespaced.metadata.name = Some("default/guarded".into());
+    let rule = Rule::from_copy_rule(&namespaced).unwrap();
+    assert!(!rule.holds_its_names() && rule.read_only_in.is_empty());
+    let hub = Rule {
+        id: RuleId::Hub {
+            link: "hub".into(),
+            rule: "guarded".into(),
+        },
+        ..Rule::from_copy_rule(&cr).unwrap()
+    };
+    assert!(!hub.holds_its_names());
 }
 
 #[test]

@@ -170,6 +170,7 @@ impl Rule {
             transform,
             create_once: spec.create_once,
             created_in: super::created_in(rule),
+            read_only_in: super::recorded_read_only_in(rule),
         })
     }
 }

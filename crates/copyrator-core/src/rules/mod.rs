@@ -162,6 +162,23 @@ pub struct Rule {
     /// With `create_once`: the namespaces a copy was created in, as the CopyRule's status
     /// records them (never made there again).
     pub created_in: BTreeSet<String>,
+    /// The namespaces the CopyRule's status records it holds its read-only copy in (SPEC §4
+    /// item 11): an unmanaged object at the copy's name there is reclaimed, when the rule
+    /// [`Rule::holds_its_names`].
+    pub read_only_in: BTreeSet<String>,
+}
+
+impl Rule {
+    /// Whether the names of this rule's copies are its own once held (SPEC §4 item 11): a
+    /// CopyRule's read-only copies, one per namespace (a `sourceSelector`'s names come and go
+    /// with its sources), never create-once. Only a CopyRule's: another rule's status, if it
+    /// has one, is not an administrator's word.
+    pub fn holds_its_names(&self) -> bool {
+        self.read_only
+            && !self.create_once
+            && matches!(self.id, RuleId::CopyRule(_))
+            && !matches!(self.sources, SourceMatch::Selector(_))
+    }
 }
 
 impl Rule {
@@ -315,6 +332,22 @@ pub(crate) fn created_in(rule: &crate::copyrule::CopyRule) -> BTreeSet<String> {
         .as_ref()
         .map(|s| s.created_in.iter().cloned().collect())
         .unwrap_or_default()
+}
+
+/// The namespaces a CopyRule's status records it holds its read-only copy in (SPEC §4 item
+/// 11), when recorded for its current spec (`observedGeneration`): a changed spec may name
+/// another copy, whose name the rule never held.
+pub fn recorded_read_only_in(rule: &crate::copyrule::CopyRule) -> BTreeSet<String> {
+    match &rule.status {
+        Some(s)
+            if rule.metadata.namespace.is_none()
+                && s.observed_generation.is_some()
+                && s.observed_generation == rule.metadata.generation =>
+        {
+            s.read_only_in.iter().cloned().collect()
+        }
+        _ => BTreeSet::new(),
+    }
 }
 
 /// Most keys one rule may list.

@@ -139,6 +139,7 @@ pub(super) fn template_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleE
         transform: Transform::default(),
         create_once: spec.create_once,
         created_in: super::created_in(rule),
+        read_only_in: super::recorded_read_only_in(rule),
     })
 }
 

@@ -8,7 +8,7 @@ use crate::{
     copyrule::DeletionPolicy,
     marks,
     model::{NamespaceInfo, ObjectKey, SourceInfo},
-    plan::{Action, ClaimRef, ConflictReason, Existing, Targeting, World},
+    plan::{Action, Adopt, ClaimRef, ConflictReason, Existing, Targeting, World},
     rules::{self, Rule, RuleId, Selection, SourceMatch},
 };
 
@@ -125,6 +125,13 @@ pub(super) fn judge(
         (true, Some(Existing::None) | None) => {
             format!("{message}; create-once: made here once, then the namespace's")
         }
+        (true, Some(Existing::Unmanaged { .. }))
+            if !rule.created_in.contains(&target.namespace) =>
+        {
+            format!(
+                "{message}; create-once: copyrator did not make the object there, someone else's object holds the name: it is never written"
+            )
+        }
         (true, Some(_)) => format!(
             "{message}; create-once: the object there belongs to the namespace, copyrator never changes or deletes it"
         ),
@@ -171,7 +178,29 @@ fn wanted(
             copy(None),
             format!("{why}; the copy is missing: the next sync creates it"),
         ),
-        Action::Update { adopt: true, .. } | Action::Recreate { adopt: true, .. } => (
+        Action::Update {
+            adopt: Adopt::Reclaim,
+            ..
+        }
+        | Action::Recreate {
+            adopt: Adopt::Reclaim,
+            ..
+        } => (
+            applies(Planned::Overwrite),
+            CopyState::Unmanaged,
+            format!(
+                "{why}; an object copyrator does not manage holds the name of the read-only \
+                 copy this CopyRule held here, and the copy is put back (SPEC §4 item 11)"
+            ),
+        ),
+        Action::Update {
+            adopt: Adopt::Overwrite,
+            ..
+        }
+        | Action::Recreate {
+            adopt: Adopt::Overwrite,
+            ..
+        } => (
             applies(Planned::Overwrite),
             CopyState::Unmanaged,
             format!(
