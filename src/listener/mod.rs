@@ -37,7 +37,7 @@ use peers::{Admission, ConnectionState};
 
 /// How long a connection may go without a request, and how many requests it may multiplex
 /// (SPEC §6.1). What an address may hold is [`PeerLimits`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ConnectionLimits {
     /// A new connection must finish its TLS handshake and send its first request's headers
     /// within this time.
@@ -47,6 +47,8 @@ pub struct ConnectionLimits {
     /// HTTP/2 streams one connection may have open at once (the API server opens another
     /// connection beyond).
     pub max_streams: u32,
+    /// Connections from these addresses are the API server's (`--api-server-cidrs`).
+    pub api_server: ApiServerAddresses,
 }
 
 /// Who counts as the API server (SPEC §9.8): a client whose certificate `--client-ca`
@@ -62,7 +64,7 @@ impl ApiServerAddresses {
 
 /// Resolves once the connection has gone too long without a request open: the first-request
 /// timeout while it has answered none, the idle timeout afterwards.
-async fn idle_too_long(state: &ConnectionState, limits: ConnectionLimits) {
+async fn idle_too_long(state: &ConnectionState, limits: &ConnectionLimits) {
     let tick = (limits.first_request_timeout.min(limits.idle_timeout) / 4)
         .clamp(Duration::from_millis(50), Duration::from_secs(1));
     loop {
@@ -94,7 +96,6 @@ pub async fn serve_tls(
     tls: Arc<ServerConfig>,
     app: Router,
     limits: ConnectionLimits,
-    api_server: ApiServerAddresses,
     peers: Arc<Peers>,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
@@ -125,7 +126,8 @@ pub async fn serve_tls(
             }
         };
         let _ = stream.set_nodelay(true);
-        let from_api_server = api_server.holds(ip);
+        let from_api_server = limits.api_server.holds(ip);
+        let limits = limits.clone();
         let acceptor = acceptor.clone();
         let app = app.clone();
         let metrics = Arc::clone(&metrics);
@@ -183,7 +185,7 @@ pub async fn serve_tls(
                     // Its place is taken already: close at once, mid-request or not.
                     return;
                 }
-                _ = idle_too_long(&state, limits) => {
+                _ = idle_too_long(&state, &limits) => {
                     tracing::debug!(peer = %addr, "closing an idle connection");
                     metrics.webhook_connections_idle_closed.inc();
                     conn.as_mut().graceful_shutdown();
