@@ -312,3 +312,64 @@ async fn a_namespaced_rule_copies_into_bound_listed_namespaces_that_accept_it() 
     release.uninstall();
     env.cleanup().await;
 }
+
+/// Consent is to receive data, never to have one's own objects replaced (SPEC §9.11): a
+/// tenant's NamespacedCopyRule naming another team's Secret with `conflictPolicy: Overwrite`
+/// and `readOnly` is denied at admission, and one that got in while the webhook was off is held
+/// to Skip by the planner: the team's Secret stays its own, unmarked and editable.
+#[tokio::test]
+async fn a_tenants_rule_never_takes_over_an_object_of_the_namespace_that_accepts_it() {
+    let env = TestEnv::new().await;
+    let tenant = Tenant::new(&env, "ncr-taker").await;
+    grant_rules(&env, &tenant.namespace).await;
+    let theirs = env.namespace("ncr-theirs", &[]).await;
+    accept_from(&env, &theirs, &tenant.namespace).await;
+    env.secrets(&theirs)
+        .create(
+            &PostParams::default(),
+            &secret("db", &[], &[], &[("password", "theirs")]),
+        )
+        .await
+        .unwrap();
+    let t = Harness::start_in(env, Options::default()).await;
+    let own = &tenant.namespace;
+    tenant
+        .secrets(own)
+        .create(
+            &PostParams::default(),
+            &secret("cred", &[], &[], &[("password", "team-a")]),
+        )
+        .await
+        .unwrap();
+    let mut taker = push_rule(&[&theirs]);
+    taker.spec.target_name = Some("db".into());
+    taker.spec.conflict_policy = copyrator::copyrule::ConflictPolicy::Overwrite;
+    taker.spec.read_only = Some(true);
+
+    let denied = rules(&tenant.client, own)
+        .create(&PostParams::default(), &taker)
+        .await
+        .expect_err("a tenant's rule asking to overwrite");
+    assert!(
+        denied.to_string().contains("spec.conflictPolicy"),
+        "{denied}"
+    );
+
+    // With the webhook off (copyrator down when the rule was written), the rule gets in.
+    t.unregister_webhooks().await;
+    rules(&tenant.client, own)
+        .create(&PostParams::default(), &taker)
+        .await
+        .unwrap();
+    stays(
+        Duration::from_secs(4),
+        "the team's Secret stays its own",
+        || async {
+            let db = t.secrets(&theirs).get("db").await.unwrap();
+            secret_value(&db, "password").as_deref() == Some("theirs")
+                && !kube::ResourceExt::labels(&db).contains_key(marks::MANAGED_BY_LABEL)
+        },
+    )
+    .await;
+    t.finish().await;
+}

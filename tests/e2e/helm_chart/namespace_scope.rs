@@ -129,3 +129,40 @@ fn dedent(text: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A namespace-scoped install's rules (inline, NamespacedCopyRules) never copy RBAC objects
+/// (SPEC §9.11): the chart refuses RBAC kinds rather than ask each namespace to consent to
+/// rights on Roles and RoleBindings, and its NOTES say the release namespace is for
+/// administrators.
+#[test]
+fn a_namespace_scoped_install_refuses_rbac_kinds_and_says_who_acts_as_it() {
+    crate::helm_chart::support::render_fails(
+        &[
+            "--set",
+            "scope=namespaces",
+            "--set-json",
+            LISTED,
+            "--set-json",
+            r#"copyKinds=[{"kind": "RoleBinding", "group": "rbac.authorization.k8s.io", "resource": "rolebindings"}]"#,
+        ],
+        "never copy Roles or RoleBindings",
+    );
+    let chart = chart_dir().display().to_string();
+    let notes = helm_ok(&[
+        "template",
+        &chart,
+        "--release",
+        "demo",
+        "--namespace",
+        "platform",
+        "--notes",
+        "--set",
+        "scope=namespaces",
+        "--set-json",
+        LISTED,
+    ]);
+    assert!(
+        notes.contains("act as copyrator there") && notes.contains("administrators only"),
+        "{notes}"
+    );
+}

@@ -336,6 +336,7 @@ impl Rule {
         if asked.contains(&Overreach::Overwrite) {
             self.conflict_policy = ConflictPolicy::Skip;
         }
+        self.held = asked.clone();
         Ok((self, asked))
     }
 }

@@ -171,6 +171,7 @@ impl Rule {
             create_once: spec.create_once,
             created_in: super::created_in(rule),
             read_only_in: super::recorded_read_only_in(rule),
+            held: Vec::new(),
         })
     }
 }

@@ -160,6 +160,7 @@ impl Rule {
             create_once: false,
             created_in: BTreeSet::new(),
             read_only_in: BTreeSet::new(),
+            held: Vec::new(),
         }))
     }
 

@@ -166,6 +166,9 @@ pub struct Rule {
     /// item 11): an unmanaged object at the copy's name there is reclaimed, when the rule
     /// [`Rule::holds_its_names`].
     pub read_only_in: BTreeSet<String>,
+    /// What the rule asked beyond its author's powers and is held back from (SPEC §9.11):
+    /// `conflictPolicy: Overwrite` of a rule that is not a CopyRule.
+    pub held: Vec<crate::powers::Overreach>,
 }
 
 impl Rule {

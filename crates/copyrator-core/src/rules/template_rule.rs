@@ -140,6 +140,7 @@ pub(super) fn template_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleE
         create_once: spec.create_once,
         created_in: super::created_in(rule),
         read_only_in: super::recorded_read_only_in(rule),
+        held: Vec::new(),
     })
 }
 

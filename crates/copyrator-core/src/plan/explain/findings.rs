@@ -140,6 +140,13 @@ pub(super) fn judge(
         Some(shape) => format!("{message}; the copy holds {}", shape.describe(&source.key)),
         None => message,
     };
+    // What the rule asked beyond its author's powers and does not get (SPEC §9.11).
+    let message = rule.held.iter().fold(message, |m, o| {
+        format!(
+            "{m}; held to its author's powers: {}",
+            o.message(rule.author())
+        )
+    });
     Finding {
         rule: rule.id.clone(),
         tier: Some(rule.tier),
