@@ -171,6 +171,49 @@ pub fn judge_role_creation(
     }
 }
 
+/// The content-hash mark of a Role copy's placeholder ([`role_placeholder`]): never a
+/// source's hash, so a placeholder left behind is stale and updated by the next sync.
+pub const PLACEHOLDER_HASH: &str = "placeholder";
+
+/// What a Role copy is first created as when the API server refuses it with its rules
+/// (SPEC §9.10). RBAC authorizes `escalate` before it knows a created object's name, so
+/// `escalate` limited to the names on `--escalate-roles` allows updating a Role copy to rules
+/// copyrator does not hold, never creating one with them. The placeholder's one rule is that
+/// very `escalate` on its own name: copyrator holds it, so may create it; anyone binding it in
+/// the moment before the update must hold it too (an empty Role would be bindable by every
+/// namespace admin, and would then carry the copy's rules to them).
+pub fn role_placeholder(copy: &crate::content::DesiredCopy) -> crate::content::DesiredCopy {
+    let t = &copy.template;
+    let mut payload = (*t.payload).clone();
+    payload.fields.insert(
+        "rules".into(),
+        serde_json::json!([{
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["roles"],
+            "resourceNames": [copy.key.name],
+            "verbs": ["escalate"],
+        }]),
+    );
+    let mut annotations = t.annotations.clone();
+    annotations.insert(
+        crate::marks::CONTENT_HASH_ANNOTATION.into(),
+        PLACEHOLDER_HASH.into(),
+    );
+    let template = crate::content::CopyTemplate {
+        kind: t.kind,
+        name: t.name.clone(),
+        labels: t.labels.clone(),
+        annotations,
+        payload: std::sync::Arc::new(payload),
+        marks: t.marks.clone(),
+        missing_keys: Vec::new(),
+    };
+    crate::content::DesiredCopy {
+        key: copy.key.clone(),
+        template: std::sync::Arc::new(template),
+    }
+}
+
 /// A RoleBinding's `roleRef`: the role's kind and name, of the RBAC API group.
 pub fn role_ref(payload: &Payload) -> Option<(&str, &str)> {
     let r = payload.fields.get("roleRef")?;
@@ -336,6 +379,48 @@ mod tests {
         );
         // Marks alone are no proof: what the planner does not take for a copy counts.
         assert!(judge_role_creation("quota-editor", &copied, |_| false).is_err());
+    }
+
+    #[test]
+    fn a_role_placeholder_grants_only_escalate_on_itself_and_is_stale() {
+        let role = rbac("Role");
+        let rule = crate::rules::Rule::from_copy_rule(&crate::copyrule::CopyRule::new(
+            "quota-editor",
+            serde_json::from_value(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "sourceNamespace": "platform", "sourceName": "quota-editor",
+                "namespaceSelector": {}
+            }))
+            .unwrap(),
+        ))
+        .unwrap();
+        let source = crate::model::SourceInfo {
+            key: ObjectKey::new(role, "platform", "quota-editor"),
+            uid: "u".into(),
+            resource_version: "1".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            created: 1,
+            deleting: false,
+            dropped: None,
+        };
+        let rules: Payload = serde_json::from_value(json!({"rules": [
+            {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["update"]}]}))
+        .unwrap();
+        let copy = crate::content::DesiredCopy::build(&rule, &source, &rules, "team-a").unwrap();
+        let placeholder = role_placeholder(&copy).object();
+        let real = copy.object();
+        assert_eq!(placeholder.metadata.labels, real.metadata.labels);
+        let annotations = placeholder.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations[crate::marks::CONTENT_HASH_ANNOTATION],
+            PLACEHOLDER_HASH
+        );
+        assert_eq!(
+            serde_json::to_value(&placeholder.payload.fields["rules"]).unwrap(),
+            json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
+                    "resourceNames": ["quota-editor"], "verbs": ["escalate"]}])
+        );
     }
 
     #[test]
