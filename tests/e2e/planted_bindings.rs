@@ -105,12 +105,6 @@ async fn a_role_copy_never_arms_a_binding_planted_before_it() {
         .await
         .unwrap();
 
-    let rule = env
-        .copy_rule(
-            "pb-quota-editor",
-            rule_spec("Role", &platform, "quota-editor", label, &env.id),
-        )
-        .await;
     copyrator::model::Kind::register("rbac.authorization.k8s.io", "v1", "Role", "roles").unwrap();
     let mut args = vec![
         "--kubeconfig".to_string(),
@@ -125,6 +119,14 @@ async fn a_role_copy_never_arms_a_binding_planted_before_it() {
     let mut p = Process::spawn(&args);
     p.wait_ready().await;
     env.register_webhooks(&p).await;
+    // Asked for once the chart's webhooks are this process's (the placeholder's update passes
+    // the read-only webhook).
+    let rule = env
+        .copy_rule(
+            "pb-quota-editor",
+            rule_spec("Role", &platform, "quota-editor", label, &env.id),
+        )
+        .await;
 
     // Where nothing was planted, the copy is made, with the platform's rules.
     let copy = env
