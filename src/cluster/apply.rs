@@ -12,7 +12,9 @@ use tokio::sync::Semaphore;
 
 use crate::{
     cluster::{ApiError, Cluster, Written},
+    content::DesiredCopy,
     metrics::{Metrics, VerbLabels},
+    model::kind_table::Grants,
     plan::Action,
 };
 
@@ -95,10 +97,13 @@ async fn apply_one(
     since: Instant,
 ) -> Applied {
     let result = match action {
-        Action::Create { copy, .. } => cluster
-            .create_copy(copy)
-            .await
-            .map(|w| count(metrics, "create", w, since)),
+        Action::Create { copy, .. } => match cluster.create_copy(copy).await {
+            // A Role copy of rules copyrator does not hold (SPEC §9.10).
+            Err(e) if e.is_forbidden() && copy.key.kind.facts().grants == Some(Grants::Role) => {
+                create_role_in_two_steps(cluster, metrics, copy, since).await
+            }
+            other => other.map(|w| count(metrics, "create", w, since)),
+        },
         Action::Update {
             copy,
             resource_version,
@@ -130,6 +135,36 @@ async fn apply_one(
         Ok(Written::NamespaceTerminating) => Applied::NamespaceTerminating,
         Err(e) => Applied::Failed(Box::new(e)),
     }
+}
+
+/// Creates a Role copy as its placeholder ([`crate::grants::role_placeholder`]), then
+/// updates it to its rules, preconditioned on the placeholder's version: `escalate` on its
+/// name authorizes the update, never the create. A placeholder the update does not reach is
+/// stale by its marks: the next sync updates it.
+async fn create_role_in_two_steps(
+    cluster: &Cluster,
+    metrics: &Metrics,
+    copy: &DesiredCopy,
+    since: Instant,
+) -> Result<Written, ApiError> {
+    match cluster
+        .create_copy(&crate::grants::role_placeholder(copy))
+        .await?
+    {
+        Written::Done => {}
+        other => return Ok(other),
+    }
+    let Some(rv) = cluster
+        .get_meta(&copy.key)
+        .await?
+        .and_then(|m| m.resource_version)
+    else {
+        return Ok(Written::Stale);
+    };
+    cluster
+        .replace_copy(copy, &rv)
+        .await
+        .map(|w| count(metrics, "create", w, since))
 }
 
 /// Delete (preconditioned) then create: the only way to change an immutable object.

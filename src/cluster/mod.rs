@@ -17,6 +17,7 @@ pub mod passwords;
 pub mod progress;
 pub mod ratelimit;
 pub mod reads;
+mod role_bindings;
 pub mod scope;
 mod scoped_watch;
 #[cfg(test)]

@@ -241,31 +241,40 @@ pub(super) async fn settle(
 ) -> Result<Vec<(Action, Applied)>, SyncError> {
     let mut outcomes: Vec<(Action, Applied)> = Vec::new();
     for round in 0..MAX_ROUNDS {
-        // A re-planned target may need a payload not read yet.
+        // A re-planned target may need a payload not read yet, or a Role copy the RoleBindings
+        // of its namespace (SPEC §9.10).
         let mut targets = BTreeSet::new();
         let mut needed = Vec::new();
+        let mut bindings_of = BTreeSet::new();
         actions.retain(|a| match a {
             Action::NeedSource { target, source } => {
                 targets.insert(target.clone());
                 needed.push(source.clone());
                 false
             }
+            Action::NeedBindings { target } => {
+                targets.insert(target.clone());
+                bindings_of.insert(target.namespace.clone());
+                false
+            }
             _ => true,
         });
-        if !needed.is_empty() {
+        if !targets.is_empty() {
             needed.sort();
             needed.dedup();
             for batch in needed.chunks(PAYLOAD_BATCH) {
                 read_sources(ctx, world, contents, batch).await;
             }
+            read_role_bindings(ctx, world, contents, bindings_of).await;
             actions.extend(plan(
                 world,
                 &Scope::Targets(targets),
                 &found.existing,
                 contents,
             ));
-            // Still needing a payload: the source could not be read (skipped next round).
-            actions.retain(|a| !matches!(a, Action::NeedSource { .. }));
+            // Still needing a payload or bindings: they could not be read (skipped next round).
+            actions
+                .retain(|a| !matches!(a, Action::NeedSource { .. } | Action::NeedBindings { .. }));
         }
         let writes = actions.iter().filter(|a| a.is_write()).count();
         let applying = Instant::now();
@@ -319,6 +328,31 @@ pub(super) async fn settle(
         actions = plan(world, &Scope::Targets(targets), &found.existing, contents);
     }
     Ok(outcomes)
+}
+
+/// Reads the RoleBindings of `namespaces` into `contents` (SPEC §9.10), once per job and
+/// namespace. A namespace whose bindings cannot be read is unreadable: nothing is written
+/// there in this job, and a job of its own looks again.
+async fn read_role_bindings(
+    ctx: &Context,
+    world: &mut World,
+    contents: &mut Contents,
+    namespaces: BTreeSet<String>,
+) {
+    for ns in namespaces {
+        if contents.role_bindings.contains_key(&ns) {
+            continue;
+        }
+        match ctx.cluster.role_bindings_to_roles(&ns).await {
+            Ok(bindings) => {
+                contents.role_bindings.insert(ns, bindings);
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %ns, error = %e, "cannot read the RoleBindings of a namespace a Role copy goes to; nothing is written there until they can be read");
+                world.unreadable_mut().namespaces.insert(ns);
+            }
+        }
+    }
 }
 
 /// What a job could not read is read again by jobs of its own (with their own backoff), and

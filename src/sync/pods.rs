@@ -104,7 +104,8 @@ pub(super) async fn readiness(
     let mut to_check = Vec::new();
     for (action, applied) in outcomes {
         match (action, applied) {
-            (_, Applied::Failed(_) | Applied::Stale) | (Action::NeedSource { .. }, _) => {
+            (_, Applied::Failed(_) | Applied::Stale)
+            | (Action::NeedSource { .. } | Action::NeedBindings { .. }, _) => {
                 return None;
             }
             (

@@ -27,7 +27,7 @@ const KINDS: &str = r#"copyKinds=[
     {"kind": "NetworkPolicy", "group": "networking.k8s.io", "resource": "networkpolicies"}]"#;
 
 /// The rendered Deployment's arguments that say what copyrator copies and may grant.
-fn policy_args(docs: &[serde_json::Value]) -> Vec<String> {
+pub(crate) fn policy_args(docs: &[serde_json::Value]) -> Vec<String> {
     let args: Vec<String> = serde_json::from_value(
         find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
     )
@@ -46,7 +46,7 @@ fn policy_args(docs: &[serde_json::Value]) -> Vec<String> {
         .collect()
 }
 
-fn rule_spec(kind: &str, src: &str, name: &str, target: &str, id: &str) -> CopyRuleSpec {
+pub(crate) fn rule_spec(kind: &str, src: &str, name: &str, target: &str, id: &str) -> CopyRuleSpec {
     let api_version = if kind == "NetworkPolicy" {
         "networking.k8s.io/v1"
     } else {
@@ -69,7 +69,12 @@ fn binding(name: &str, cluster_role: &str) -> RoleBinding {
 }
 
 /// A client for ServiceAccount `name` of `namespace`, made there with a Role of `rules`.
-async fn identity(env: &TestEnv, namespace: &str, name: &str, rules: serde_json::Value) -> Client {
+pub(crate) async fn identity(
+    env: &TestEnv,
+    namespace: &str,
+    name: &str,
+    rules: serde_json::Value,
+) -> Client {
     let create = PostParams::default();
     let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<ServiceAccount>::namespaced(env.client.clone(), namespace)

@@ -28,6 +28,7 @@ mod not_opted_in;
 mod observability;
 mod pipeline;
 mod plan;
+mod planted_bindings;
 mod pod_gate;
 mod read_only;
 mod release;

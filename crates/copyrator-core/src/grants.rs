@@ -14,11 +14,18 @@
 //! - Only a CopyRule naming its source asks for an RBAC copy (never an inline rule or a
 //!   `sourceSelector`, [`crate::rules`]); its author's right to grant it is checked when the
 //!   rule is written (a SubjectAccessReview at admission).
+//!
+//! And one rule about where a Role copy lands: a Role is never created or adopted under a
+//! name a RoleBinding copyrator did not make already references there ([`judge_role_creation`]).
+//! RBAC checks a binding against its Role when the binding is written, and a binding may
+//! outlive its Role: a namespace admin who binds a Role of their own rights and deletes it has
+//! planted a binding that the Role copy would arm with rights they could never bind.
 
 use std::collections::BTreeSet;
 
 use crate::{
-    model::{Kind, Payload, kind_table::Grants},
+    model::{Kind, ObjectKey, Payload, kind_table::Grants},
+    rules::RuleId,
     tenancy::TrustPolicy,
 };
 
@@ -46,6 +53,10 @@ pub enum GrantRefused {
     /// The source's namespace is not trusted: RBAC copies come only from where only
     /// administrators write.
     SourceNotTrusted { namespace: String },
+    /// A RoleBinding copyrator did not make already references the Role the copy would
+    /// create or adopt: it would grant the Role's rules to whoever that binding names, without
+    /// RBAC's check that its author may grant them.
+    BoundBeforeCreated { role: String, binding: String },
 }
 
 impl std::fmt::Display for GrantRefused {
@@ -72,6 +83,10 @@ impl std::fmt::Display for GrantRefused {
             GrantRefused::SourceNotTrusted { namespace } => write!(
                 f,
                 "its source's namespace {namespace} is not trusted (--trusted-namespaces): RBAC objects are copied only from namespaces where only administrators write"
+            ),
+            GrantRefused::BoundBeforeCreated { role, binding } => write!(
+                f,
+                "RoleBinding {binding}, not copyrator's, already references Role {role} here: creating the Role would grant its rules to that binding's subjects, who were never checked for them; delete the binding (it can be made again once the Role exists)"
             ),
         }
     }
@@ -119,6 +134,83 @@ pub fn judge(
                 })
             }
         }
+    }
+}
+
+/// A RoleBinding of a namespace whose `roleRef` names a Role of that namespace, as read where
+/// a Role copy is about to be created or adopted (SPEC §9.10).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingToRole {
+    /// The binding's name.
+    pub name: String,
+    /// The Role its `roleRef` names.
+    pub role: String,
+    /// The rule and source its copyrator marks name, when it carries marks that parse: a
+    /// copy's, or a forgery, which only the planner can tell apart (it knows the claims).
+    pub marked: Option<(RuleId, ObjectKey)>,
+}
+
+/// Whether a Role copy named `role` may be created, or an object of that name adopted, in a
+/// namespace whose RoleBindings to Roles are `bindings` (see the module documentation).
+/// `is_copy` says which of them copyrator made for a rule that wants them there: those were
+/// judged by [`judge`] and bind what the administrator's source binds.
+///
+/// A Role copy that exists already is not judged again: a binding made since it exists was
+/// checked by RBAC against its rules (its author holds them, or may `bind` it).
+pub fn judge_role_creation(
+    role: &str,
+    bindings: &[BindingToRole],
+    is_copy: impl Fn(&BindingToRole) -> bool,
+) -> Result<(), GrantRefused> {
+    match bindings.iter().find(|b| b.role == role && !is_copy(b)) {
+        Some(b) => Err(GrantRefused::BoundBeforeCreated {
+            role: role.to_string(),
+            binding: b.name.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The content-hash mark of a Role copy's placeholder ([`role_placeholder`]): never a
+/// source's hash, so a placeholder left behind is stale and updated by the next sync.
+pub const PLACEHOLDER_HASH: &str = "placeholder";
+
+/// What a Role copy is first created as when the API server refuses it with its rules
+/// (SPEC §9.10). RBAC authorizes `escalate` before it knows a created object's name, so
+/// `escalate` limited to the names on `--escalate-roles` allows updating a Role copy to rules
+/// copyrator does not hold, never creating one with them. The placeholder's one rule is that
+/// very `escalate` on its own name: copyrator holds it, so may create it; anyone binding it in
+/// the moment before the update must hold it too (an empty Role would be bindable by every
+/// namespace admin, and would then carry the copy's rules to them).
+pub fn role_placeholder(copy: &crate::content::DesiredCopy) -> crate::content::DesiredCopy {
+    let t = &copy.template;
+    let mut payload = (*t.payload).clone();
+    payload.fields.insert(
+        "rules".into(),
+        serde_json::json!([{
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["roles"],
+            "resourceNames": [copy.key.name],
+            "verbs": ["escalate"],
+        }]),
+    );
+    let mut annotations = t.annotations.clone();
+    annotations.insert(
+        crate::marks::CONTENT_HASH_ANNOTATION.into(),
+        PLACEHOLDER_HASH.into(),
+    );
+    let template = crate::content::CopyTemplate {
+        kind: t.kind,
+        name: t.name.clone(),
+        labels: t.labels.clone(),
+        annotations,
+        payload: std::sync::Arc::new(payload),
+        marks: t.marks.clone(),
+        missing_keys: Vec::new(),
+    };
+    crate::content::DesiredCopy {
+        key: copy.key.clone(),
+        template: std::sync::Arc::new(template),
     }
 }
 
@@ -241,6 +333,93 @@ mod tests {
             Err(GrantRefused::SourceNotTrusted {
                 namespace: "team-a".into()
             })
+        );
+    }
+
+    #[test]
+    fn a_role_is_not_created_under_a_binding_copyrator_did_not_make() {
+        let bound = |name: &str, role: &str, marked: bool| BindingToRole {
+            name: name.into(),
+            role: role.into(),
+            marked: marked.then(|| {
+                (
+                    RuleId::CopyRule("bindings".into()),
+                    ObjectKey::new(rbac("RoleBinding"), "platform", name),
+                )
+            }),
+        };
+        let copies_only = |b: &BindingToRole| b.marked.is_some();
+        // Nothing bound there, or only other Roles: created.
+        assert_eq!(
+            judge_role_creation("quota-editor", &[], copies_only),
+            Ok(())
+        );
+        let other = [bound("team", "app", false)];
+        assert_eq!(
+            judge_role_creation("quota-editor", &other, copies_only),
+            Ok(())
+        );
+        // A binding planted before the Role exists: refused, naming it.
+        let planted = [
+            bound("team", "app", false),
+            bound("mine", "quota-editor", false),
+        ];
+        assert_eq!(
+            judge_role_creation("quota-editor", &planted, copies_only),
+            Err(GrantRefused::BoundBeforeCreated {
+                role: "quota-editor".into(),
+                binding: "mine".into()
+            })
+        );
+        // copyrator's own copy of the platform's binding to it: created.
+        let copied = [bound("platform-binding", "quota-editor", true)];
+        assert_eq!(
+            judge_role_creation("quota-editor", &copied, copies_only),
+            Ok(())
+        );
+        // Marks alone are no proof: what the planner does not take for a copy counts.
+        assert!(judge_role_creation("quota-editor", &copied, |_| false).is_err());
+    }
+
+    #[test]
+    fn a_role_placeholder_grants_only_escalate_on_itself_and_is_stale() {
+        let role = rbac("Role");
+        let rule = crate::rules::Rule::from_copy_rule(&crate::copyrule::CopyRule::new(
+            "quota-editor",
+            serde_json::from_value(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "sourceNamespace": "platform", "sourceName": "quota-editor",
+                "namespaceSelector": {}
+            }))
+            .unwrap(),
+        ))
+        .unwrap();
+        let source = crate::model::SourceInfo {
+            key: ObjectKey::new(role, "platform", "quota-editor"),
+            uid: "u".into(),
+            resource_version: "1".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            created: 1,
+            deleting: false,
+            dropped: None,
+        };
+        let rules: Payload = serde_json::from_value(json!({"rules": [
+            {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["update"]}]}))
+        .unwrap();
+        let copy = crate::content::DesiredCopy::build(&rule, &source, &rules, "team-a").unwrap();
+        let placeholder = role_placeholder(&copy).object();
+        let real = copy.object();
+        assert_eq!(placeholder.metadata.labels, real.metadata.labels);
+        let annotations = placeholder.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations[crate::marks::CONTENT_HASH_ANNOTATION],
+            PLACEHOLDER_HASH
+        );
+        assert_eq!(
+            serde_json::to_value(&placeholder.payload.fields["rules"]).unwrap(),
+            json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
+                    "resourceNames": ["quota-editor"], "verbs": ["escalate"]}])
         );
     }
 

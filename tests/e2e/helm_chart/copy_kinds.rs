@@ -207,6 +207,35 @@ fn copied_rolebindings_may_bind_only_the_roles_named() {
     expected.insert(reviews);
     assert_eq!(rules, expected);
 
+    // Roles copied, RoleBindings not: `list` on RoleBindings, to find a binding planted under
+    // a Role's name before the Role is created there (SPEC §9.10).
+    let rules = cluster_rules(&with_kinds(
+        &[ROLE],
+        &["--set-json", r#"rbac.escalateRoles=["team-reader"]"#],
+    ));
+    let mut expected = expected_cluster_rules("demo-copyrator");
+    expected.extend(copy_rules("rbac.authorization.k8s.io", &["roles"]));
+    expected.insert(rule(
+        &["rbac.authorization.k8s.io"],
+        &["roles"],
+        &["team-reader"],
+        &["escalate"],
+    ));
+    expected.insert(rule(
+        &["rbac.authorization.k8s.io"],
+        &["rolebindings"],
+        &[],
+        &["list"],
+    ));
+    expected.insert(rule(
+        &["authorization.k8s.io"],
+        &["subjectaccessreviews"],
+        &[],
+        &["create"],
+    ));
+    assert_eq!(rules, expected);
+    assert_least_privilege(&rules);
+
     // RoleBindings without bindings to name: no bind at all (copies of bindings to roles
     // copyrator does not hold fail with 403).
     let rules = cluster_rules(&with_kinds(&[ROLE_BINDING], &[]));

@@ -125,6 +125,11 @@ pub enum Action {
         target: ObjectKey,
         source: ObjectKey,
     },
+    /// The RoleBindings of the target's namespace must be read before a Role copy can be
+    /// created or adopted there (SPEC §9.10).
+    NeedBindings {
+        target: ObjectKey,
+    },
     /// Nothing to do for a reason worth knowing (e.g. the copy is being deleted).
     Skip {
         target: ObjectKey,

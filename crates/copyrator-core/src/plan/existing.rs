@@ -338,4 +338,7 @@ pub struct Contents {
     /// Truststores' passwords read from Secrets (`passwordSecretRef`), for bundles and
     /// single-source rules alike: read with the payloads that need them, once per job.
     pub passwords: crate::transform::ReadPasswords,
+    /// The RoleBindings to Roles of a namespace, read only where a Role copy is about to be
+    /// created or adopted ([`super::Action::NeedBindings`], SPEC §9.10); absent: not read.
+    pub role_bindings: HashMap<String, Vec<crate::grants::BindingToRole>>,
 }

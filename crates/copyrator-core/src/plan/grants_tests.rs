@@ -72,10 +72,17 @@ impl Rig {
             ns("team-a", &[("bootstrap", "yes")]),
             ns("copyrator", &[("bootstrap", "yes")]),
         ]);
+        // The labelled namespaces' RoleBindings read, none there (SPEC §9.10).
+        let contents = Contents {
+            role_bindings: ["team-a", "copyrator"]
+                .map(|ns| (ns.to_string(), Vec::new()))
+                .into(),
+            ..Default::default()
+        };
         Rig {
             world,
             existing: BTreeMap::new(),
-            contents: Contents::default(),
+            contents,
             rules: Vec::new(),
         }
     }
@@ -132,6 +139,14 @@ impl Rig {
                     other => format!("conflict {target}: {other}"),
                 },
                 Action::Delete { target, .. } => format!("delete {target}"),
+                Action::Update {
+                    copy,
+                    adopt: Adopt::Overwrite | Adopt::Reclaim,
+                    ..
+                } => format!("adopt {}", copy.key),
+                Action::Update { copy, .. } => format!("update {}", copy.key),
+                Action::InSync { target, .. } => format!("in-sync {target}"),
+                Action::NeedBindings { target } => format!("read the RoleBindings of {target}"),
                 other => format!("{other:?}"),
             })
             .collect();
@@ -146,6 +161,9 @@ fn short(g: &GrantRefused) -> String {
         GrantRefused::RoleNameNotListed { name } => format!("Role name {name} not listed"),
         GrantRefused::NoRoleRef => "no roleRef".into(),
         GrantRefused::SourceNotTrusted { namespace } => format!("{namespace} not trusted"),
+        GrantRefused::BoundBeforeCreated { role, binding } => {
+            format!("RoleBinding {binding} to {role} was there first")
+        }
     }
 }
 
@@ -276,6 +294,121 @@ fn a_refused_binding_takes_away_the_copy_it_made_before() {
             "delete RoleBinding team-a/to-view",
             "refuse RoleBinding team-a/to-view: ClusterRole view not listed",
         ]
+    );
+}
+
+/// A binding planted before the Role exists (made to a Role of the tenant's own rights, which
+/// was then deleted) would get the copy's rules without RBAC's check: a Role copy is created
+/// or adopted only once the namespace's RoleBindings are read and none that copyrator did not
+/// make references it; a Role copy that is there already keeps being updated.
+#[test]
+fn a_role_is_never_created_under_a_binding_made_before_it() {
+    let (rb, role) = (rbac("RoleBinding"), rbac("Role"));
+    let bound = |name: &str, marked: Option<(&str, &str)>| crate::grants::BindingToRole {
+        name: name.into(),
+        role: "quota-editor".into(),
+        marked: marked.map(|(rule, source)| {
+            (
+                RuleId::CopyRule(rule.into()),
+                ObjectKey::new(rb, "platform", source),
+            )
+        }),
+    };
+    let mut rig = Rig::new(grants(&[], &["quota-editor"], &["quota-editor"]))
+        .source(role, "platform", "quota-editor", role_rules())
+        .source(
+            rb,
+            "platform",
+            "to-quota-editor",
+            binding_to("Role", "quota-editor"),
+        );
+    let role_copy = "Role team-a/quota-editor";
+    // Not read yet: read before anything is written.
+    rig.contents.role_bindings.remove("team-a");
+    assert!(
+        rig.plan()
+            .contains(&format!("read the RoleBindings of {role_copy}"))
+    );
+    // Planted by the namespace's admin: refused, not written.
+    let planted = [
+        bound("mine", None),
+        // Marks naming a rule and source that want no binding of this name here: a forgery.
+        bound("forged", Some(("to-quota-editor", "to-quota-editor"))),
+    ];
+    for binding in planted {
+        rig.contents
+            .role_bindings
+            .insert("team-a".into(), vec![binding.clone()]);
+        assert!(
+            rig.plan().contains(&format!(
+                "refuse {role_copy}: RoleBinding {} to quota-editor was there first",
+                binding.name
+            )),
+            "{binding:?}: {:?}",
+            rig.plan()
+        );
+        // Nor is an object of its name adopted (conflictPolicy Overwrite).
+        let mut overwrite = rig.rules[0].spec.clone();
+        overwrite.conflict_policy = crate::copyrule::ConflictPolicy::Overwrite;
+        let mut adopting = rig.rules.clone();
+        adopting[0] = CopyRule::new("quota-editor", overwrite);
+        let mut world = rig.world.clone();
+        world.set_copy_rules(adopting);
+        let key = ObjectKey::new(role, "team-a", "quota-editor");
+        let mut existing = rig.existing.clone();
+        existing.insert(
+            key.clone(),
+            Existing::Unmanaged {
+                resource_version: "3".into(),
+            },
+        );
+        let actions = plan(&world, &Scope::Target(key), &existing, &rig.contents);
+        assert!(
+            matches!(
+                actions.as_slice(),
+                [Action::Conflict {
+                    reason: ConflictReason::Grant(GrantRefused::BoundBeforeCreated { .. }),
+                    ..
+                }]
+            ),
+            "{actions:?}"
+        );
+    }
+    // copyrator's own copy of the platform's binding to it: the Role is created.
+    rig.contents.role_bindings.insert(
+        "team-a".into(),
+        vec![bound(
+            "to-quota-editor",
+            Some(("to-quota-editor", "to-quota-editor")),
+        )],
+    );
+    assert!(rig.plan().contains(&format!("create {role_copy}")));
+    // A Role copy already there is ours: updated whatever binds it since.
+    rig.contents
+        .role_bindings
+        .insert("team-a".into(), vec![bound("mine", None)]);
+    let src = rig.world.sources()[&ObjectKey::new(role, "platform", "quota-editor")].clone();
+    let rule = rig
+        .world
+        .rules()
+        .rules
+        .iter()
+        .find(|r| r.target_kind() == role)
+        .unwrap()
+        .clone();
+    let copy = crate::content::DesiredCopy::build(&rule, &src, &role_rules(), "team-a").unwrap();
+    let meta = copy.object().metadata;
+    let mut annotations = meta.annotations.unwrap();
+    annotations.insert(marks::CONTENT_HASH_ANNOTATION.into(), "older".into());
+    let managed =
+        ManagedCopy::from_marks(role, &meta.labels.unwrap(), &annotations, "9".into(), false)
+            .unwrap();
+    rig.existing
+        .insert(copy.key.clone(), Existing::Managed(managed));
+    assert!(
+        rig.plan().contains(&format!("update {role_copy}")),
+        "{:?}",
+        rig.plan()
     );
 }
 

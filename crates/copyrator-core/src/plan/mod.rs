@@ -543,7 +543,8 @@ fn plan_winner<'w>(
                 target: target.clone(),
                 by,
             },
-            (Existing::None, Some(t)) => Action::Create { copy: build(t), by },
+            (Existing::None, Some(t)) => role_creation(world, target, contents, &by)
+                .unwrap_or_else(|| Action::Create { copy: build(t), by }),
             (Existing::None, None) => need_source(),
             (Existing::Unmanaged { .. }, _) if !made_here => Action::Conflict {
                 target: target.clone(),
@@ -559,7 +560,8 @@ fn plan_winner<'w>(
 
     match existing {
         Existing::None => match payload {
-            Some(t) => Action::Create { copy: build(t), by },
+            Some(t) => role_creation(world, target, contents, &by)
+                .unwrap_or_else(|| Action::Create { copy: build(t), by }),
             None => need_source(),
         },
         Existing::Managed(m) => {
@@ -626,6 +628,9 @@ fn plan_winner<'w>(
             let Some(p) = payload else {
                 return need_source();
             };
+            if let Some(instead) = role_creation(world, target, contents, &by) {
+                return instead;
+            }
             let copy = build(p);
             let resource_version = resource_version.clone();
             if p.payload.is_immutable() {
@@ -645,6 +650,48 @@ fn plan_winner<'w>(
             }
         }
     }
+}
+
+/// What stands in the way of a Role copy about to be created, or of an object about to be
+/// adopted, at `target` (SPEC §9.10): the action to take instead (read the namespace's
+/// RoleBindings first, or refuse), `None` when nothing does. A binding carrying copyrator's
+/// marks is its copy only if a rule wants that very copy there now; any other is foreign.
+fn role_creation(
+    world: &World,
+    target: &ObjectKey,
+    contents: &Contents,
+    by: &ClaimRef,
+) -> Option<Action> {
+    if target.kind.facts().grants != Some(crate::model::kind_table::Grants::Role) {
+        return None;
+    }
+    let Some(bindings) = contents.role_bindings.get(&target.namespace) else {
+        return Some(Action::NeedBindings {
+            target: target.clone(),
+        });
+    };
+    let is_copy = |b: &crate::grants::BindingToRole| {
+        let Some((rule, source)) = &b.marked else {
+            return false;
+        };
+        let key = ObjectKey::new(source.kind, &target.namespace, &b.name);
+        world
+            .claims_on(&BTreeSet::from([&key]))
+            .wanted
+            .get(&key)
+            .is_some_and(|claims| {
+                claims
+                    .iter()
+                    .any(|c| &c.rule.id == rule && &c.source.key == source)
+            })
+    };
+    crate::grants::judge_role_creation(&target.name, bindings, is_copy)
+        .err()
+        .map(|refused| Action::Conflict {
+            target: target.clone(),
+            by: by.clone(),
+            reason: ConflictReason::Grant(refused),
+        })
 }
 
 /// A target no rule wants: a managed copy there is deleted or retained per its deletion

@@ -194,6 +194,7 @@ fn summary(actions: &[Action]) -> Vec<String> {
                 }
             ),
             Action::NeedSource { source, .. } => format!("need {}", source.namespaced_name()),
+            Action::NeedBindings { target } => format!("need bindings {}", target.namespace),
             Action::Skip { target, reason } => format!("skip {} ({reason})", target.namespace),
             Action::MissingKeys { by, keys } => {
                 format!("missing {} {}", by.rule.mark(), keys.join(","))
@@ -1328,6 +1329,7 @@ fn target_of(a: &Action) -> ObjectKey {
         | Action::Retain { target, .. }
         | Action::Conflict { target, .. }
         | Action::NeedSource { target, .. }
+        | Action::NeedBindings { target }
         | Action::Skip { target, .. } => target.clone(),
         Action::MissingKeys { .. } | Action::LeftOut { .. } => {
             panic!("not about one target: {a:?}")

@@ -86,6 +86,9 @@ pub(super) fn judge(
                     let skip = planned.by_target.get(&target).and_then(|actions| {
                         actions.iter().find_map(|a| match a {
                             Action::Skip { reason, .. } => Some(*reason),
+                            Action::NeedBindings { .. } => Some(
+                                "a Role is created only after the RoleBindings of its namespace are read, which explain does not do (SPEC §9.10)",
+                            ),
                             _ => None,
                         })
                     });

@@ -302,7 +302,7 @@ fn index(actions: Vec<Action>) -> Decided {
                 planned.orphans.push(action);
                 continue;
             }
-            Action::NeedSource { .. } | Action::Skip { .. } => None,
+            Action::NeedSource { .. } | Action::NeedBindings { .. } | Action::Skip { .. } => None,
             Action::MissingKeys { by, keys } => {
                 planned.missing.insert(by.clone(), keys.clone());
                 continue;
@@ -316,9 +316,9 @@ fn index(actions: Vec<Action>) -> Decided {
             }
             None => {
                 let target = match &action {
-                    Action::NeedSource { target, .. } | Action::Skip { target, .. } => {
-                        target.clone()
-                    }
+                    Action::NeedSource { target, .. }
+                    | Action::NeedBindings { target }
+                    | Action::Skip { target, .. } => target.clone(),
                     _ => continue,
                 };
                 planned.by_target.entry(target).or_default().push(action);
