@@ -321,13 +321,7 @@ async fn the_readme_and_the_docs_path_work_as_written() {
     let cleanup = doc_block("docs/operations/uninstall.md", "uninstall-copies")
         .replace("--all-namespaces", &format!("--namespace {team}"));
     shell.ok("uninstall copies", &cleanup);
-    assert!(
-        env.secrets(&team)
-            .get_opt("registry-cred")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    env.wait_gone::<Secret>(&team, "registry-cred").await;
     assert!(
         env.secrets(&platform)
             .get_opt("registry-cred")
@@ -349,7 +343,7 @@ async fn the_notes_first_example_works_on_the_charts_defaults() {
     env.track_namespace(&team);
     let release = format!("copyrator-n{}", env.id);
     // The defaults, but for the CRDs the harness already serves.
-    let _release = Release::install(&release, &system, &[]);
+    let mut installed = Release::install(&release, &system, &[]);
     let notes = helm_ok(&[
         "template",
         &chart_dir().display().to_string(),
@@ -379,5 +373,8 @@ async fn the_notes_first_example_works_on_the_charts_defaults() {
     let shown = shell.ok("NOTES check", check[0]);
     assert!(shown.contains("registry-cred"), "{shown}");
     drop(copyrator);
+    // Uninstalled before the namespaces go: its read-only webhook fails closed, and left
+    // registered it would refuse every later test's edit of a read-only copy.
+    installed.uninstall();
     env.cleanup().await;
 }

@@ -387,7 +387,7 @@ impl Release {
 impl Drop for Release {
     fn drop(&mut self) {
         if self.installed {
-            let _ = helm(&[
+            let out = helm(&[
                 "uninstall",
                 "--release",
                 &self.name,
@@ -397,6 +397,15 @@ impl Drop for Release {
                 &self.kubeconfig,
                 "--ignore-not-found",
             ]);
+            // A release left installed leaves its webhooks registered, the read-only one
+            // failing closed for every later test: say so where it happens.
+            if !out.status.success() {
+                eprintln!(
+                    "release {} was not uninstalled: {}",
+                    self.name,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
     }
 }
