@@ -45,9 +45,11 @@ run "$BIN" certs --out "$WORK/certs" --ip 127.0.0.1 --dns localhost
 
 bold "Starting copyrator (sources in 'default' and 'platform' are trusted; others need consent)"
 # Beyond Secrets and ConfigMaps: NetworkPolicies and RoleBindings (to ClusterRole admin only).
+# The API server calls from 127.0.0.1: its reviews are verified, so Pods get their pull secrets.
 "$BIN" serve --kubeconfig "$KUBECONFIG" --trusted-namespaces default,platform \
   --copy-kinds NetworkPolicy.networking.k8s.io,RoleBinding.rbac.authorization.k8s.io \
   --bind-cluster-roles admin \
+  --api-server-cidrs 127.0.0.1/32 \
   --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
   --tls-cert "$WORK/certs/tls.crt" --tls-key "$WORK/certs/tls.key" \
   --leader-election=false --resync-interval 1m >"$WORK/copyrator.log" 2>&1 &
