@@ -68,6 +68,7 @@ fn admission(c: &mut Criterion) {
         gate: None,
         own_username: None,
         namespaces: None,
+        api_server_known: false,
         limits: Limits::new(
             6 << 20,
             std::time::Duration::from_secs(2),
@@ -126,6 +127,7 @@ fn admission(c: &mut Criterion) {
         gate: Some(PodGate::new(Arc::clone(&ctx), Duration::from_secs(2))),
         own_username: None,
         namespaces: None,
+        api_server_known: false,
         limits: Limits::new(
             6 << 20,
             Duration::from_secs(2),

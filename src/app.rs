@@ -21,7 +21,7 @@ use crate::{
     cluster::{ApiLimits, Cluster, progress::WatchProgress, ratelimit::RateLimiter},
     freshness::dispatch::{Dispatcher, Work},
     gate::PodGate,
-    listener::{self, ConnectionLimits, PeerLimits, Peers, Readiness},
+    listener::{self, ConnectionLimits, Peers, Readiness},
     metrics::Metrics,
     pipeline::{
         leader::{self, ElectionConfig},
@@ -227,18 +227,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             "copyrator's own username is unknown (--own-username): read-only copies are not enforced"
         ),
     }
-    let peers = Peers::new(
-        PeerLimits {
-            connections: args.webhook_max_connections,
-            connections_per_peer: args.webhook_max_connections_per_peer,
-            in_flight: args.webhook_max_in_flight,
-            in_flight_per_peer: args.webhook_max_in_flight_per_peer,
-            body_bytes: args.webhook_body_bytes_in_flight,
-            body_bytes_per_peer: args.webhook_body_bytes_per_peer,
-        }
-        .sane(args.max_body_bytes),
-        Arc::clone(&metrics),
-    );
+    let peers = Peers::new(args.peer_limits(), Arc::clone(&metrics));
     let admission = admission::router(AdmissionState {
         queue: Arc::clone(&queue),
         metrics: Arc::clone(&metrics),
@@ -248,6 +237,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         gate: Some(PodGate::new(Arc::clone(&ctx), args.pod_gate_timeout)),
         own_username: own_username.map(Arc::from),
         namespaces: Some(ctx.cluster.clone()),
+        api_server_known: client_ca.is_some() || !args.api_server_cidrs.is_empty(),
         limits: Limits::new(
             args.max_body_bytes,
             args.webhook_request_timeout,

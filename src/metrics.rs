@@ -196,6 +196,9 @@ pub struct Metrics {
     pub webhook_connections_evicted: Family<EvictedLabels, Counter>,
     pub webhook_connections_idle_closed: Counter,
     pub webhook_shed: Family<LimitLabels, Counter>,
+    /// Reviews allowed without queueing their job: not the API server's, where it can be told
+    /// apart (SPEC §9.8).
+    pub admission_unqueued: Counter,
     pub leader: Gauge,
     /// Listed namespaces of a namespace-scoped install where copyrator is not bound (SPEC §13).
     pub namespaces_not_bound: Gauge,
@@ -504,6 +507,12 @@ impl Metrics {
             "Admission reviews answered 503 at once, by the limit they met: peer_in_flight, in_flight, peer_body_bytes, body_bytes",
             webhook_shed.clone(),
         );
+        let admission_unqueued = Counter::default();
+        registry.register(
+            "admission_unqueued",
+            "Reviews from a caller that is not the API server (it can be told apart: --client-ca or --api-server-cidrs), answered without queueing any work",
+            admission_unqueued.clone(),
+        );
         // Every series at 0 from the start, so that `increase()` sees the first refusal,
         // eviction or shed review (an alert on a series born at 1 would miss it).
         for reason in ["full", "peer_limit"] {
@@ -600,6 +609,7 @@ impl Metrics {
             webhook_connections_evicted,
             webhook_connections_idle_closed,
             webhook_shed,
+            admission_unqueued,
             leader,
             namespaces_not_bound,
             install,

@@ -164,6 +164,9 @@ pub struct AdmissionState {
     /// Where the read-only webhook learns, without an API call, whether a namespace is being
     /// deleted; `None`: it never knows (deletions are allowed).
     pub namespaces: Option<crate::cluster::Cluster>,
+    /// The API server can be told apart from other callers (`--client-ca` or
+    /// `--api-server-cidrs`): reviews of anyone else queue no work ([`Caller::queues_work`]).
+    pub api_server_known: bool,
 }
 
 impl AdmissionState {
@@ -503,9 +506,16 @@ async fn handle(
         } else if request.is_dry_run() {
             "dry_run"
         } else {
-            if let Some(job) = verdict.job {
-                tracing::debug!(job = %job.key, "queued");
-                state.waiters.enqueue_admitted(&state.metrics, job);
+            match verdict.job {
+                Some(job) if caller.queues_work(state.api_server_known) => {
+                    tracing::debug!(job = %job.key, "queued");
+                    state.waiters.enqueue_admitted(&state.metrics, job);
+                }
+                Some(job) => {
+                    tracing::debug!(job = %job.key, "not the API server's review: nothing queued");
+                    state.metrics.admission_unqueued.inc();
+                }
+                None => {}
             }
             "allowed"
         };

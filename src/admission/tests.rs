@@ -30,6 +30,7 @@ fn state() -> AdmissionState {
         gate: None,
         own_username: None,
         namespaces: None,
+        api_server_known: false,
         limits: Limits::new(
             64 * 1024,
             Duration::from_millis(200),

@@ -75,6 +75,7 @@ const SERVE_HEADINGS: &[(&str, &[&str])] = &[
         "Webhook limits",
         &[
             "*max_body_bytes",
+            "*memory_limit",
             "*webhook_max_in_flight",
             "*webhook_max_in_flight_per_peer",
             "*webhook_body_bytes_in_flight",

@@ -176,6 +176,30 @@ pub struct PolicyArgs {
     pub kind_retry_interval: std::time::Duration,
 }
 
+impl ServeArgs {
+    /// What each client address may hold of the webhook port: the flags given, the rest
+    /// derived from `--memory-limit` (or the defaults), made consistent.
+    pub fn peer_limits(&self) -> crate::listener::PeerLimits {
+        let base = match self.memory_limit {
+            Some(limit) => crate::listener::PeerLimits::within(limit, self.max_body_bytes),
+            None => crate::listener::PeerLimits::default(),
+        };
+        crate::listener::PeerLimits {
+            connections: self.webhook_max_connections.unwrap_or(base.connections),
+            connections_per_peer: self
+                .webhook_max_connections_per_peer
+                .unwrap_or(base.connections_per_peer),
+            in_flight: self.webhook_max_in_flight,
+            in_flight_per_peer: self.webhook_max_in_flight_per_peer,
+            body_bytes: self.webhook_body_bytes_in_flight.unwrap_or(base.body_bytes),
+            body_bytes_per_peer: self
+                .webhook_body_bytes_per_peer
+                .unwrap_or(base.body_bytes_per_peer),
+        }
+        .sane(self.max_body_bytes)
+    }
+}
+
 impl PolicyArgs {
     /// The policy these flags give: the one function that builds it, for every command.
     pub fn policy(&self) -> Policy {
@@ -545,17 +569,24 @@ pub struct ServeArgs {
     #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_IN_FLIGHT_PER_PEER", default_value_t = crate::listener::budget::DEFAULT_IN_FLIGHT_PER_PEER)]
     pub webhook_max_in_flight_per_peer: usize,
 
+    /// The container's memory limit: the webhook port keeps within half of it (bodies in
+    /// flight a quarter, connections a quarter), setting the defaults of the four flags below
+    /// it; flags given win. The chart passes its memory limit. Default: none (the defaults).
+    #[arg(long, env = "COPYRATOR_MEMORY_LIMIT", value_parser = sizes::parse_size_usize)]
+    pub memory_limit: Option<usize>,
+
     /// Bytes of review bodies received and not yet answered, counted as they arrive; beyond,
-    /// 503 at once, except to an address holding less than an equal share.
-    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_IN_FLIGHT", default_value = "32Mi",
+    /// 503 at once, except to an address holding less than an equal share. Default: 32Mi, or
+    /// a quarter of --memory-limit.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_IN_FLIGHT",
         value_parser = sizes::parse_size_usize)]
-    pub webhook_body_bytes_in_flight: usize,
+    pub webhook_body_bytes_in_flight: Option<usize>,
 
     /// Bytes of review bodies one client address may have received and not yet answered;
-    /// beyond, 503 at once.
-    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_PER_PEER", default_value = "16Mi",
+    /// beyond, 503 at once. Default: half of --webhook-body-bytes-in-flight's default.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_BODY_BYTES_PER_PEER",
         value_parser = sizes::parse_size_usize)]
-    pub webhook_body_bytes_per_peer: usize,
+    pub webhook_body_bytes_per_peer: Option<usize>,
 
     /// Time from a request's headers to its body's last byte; beyond, 408. The API server
     /// sends a review's body with its headers.
@@ -573,21 +604,14 @@ pub struct ServeArgs {
 
     /// Connections open at once; beyond, a connection that has answered nothing (or has been
     /// idle longest) of the address holding the most gives way, else the new one is closed.
-    #[arg(
-        long,
-        env = "COPYRATOR_WEBHOOK_MAX_CONNECTIONS",
-        default_value_t = crate::listener::budget::DEFAULT_CONNECTIONS
-    )]
-    pub webhook_max_connections: usize,
+    /// Default: 1024, or a quarter of --memory-limit at 96Ki each.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_CONNECTIONS")]
+    pub webhook_max_connections: Option<usize>,
 
     /// Connections one client address may hold; beyond, one of its own gives way or the new
-    /// one is closed.
-    #[arg(
-        long,
-        env = "COPYRATOR_WEBHOOK_MAX_CONNECTIONS_PER_PEER",
-        default_value_t = crate::listener::budget::DEFAULT_CONNECTIONS_PER_PEER
-    )]
-    pub webhook_max_connections_per_peer: usize,
+    /// one is closed. Default: a quarter of --webhook-max-connections's default.
+    #[arg(long, env = "COPYRATOR_WEBHOOK_MAX_CONNECTIONS_PER_PEER")]
+    pub webhook_max_connections_per_peer: Option<usize>,
 
     /// HTTP/2 streams (requests) one connection may have open at once; the API server opens
     /// another connection beyond.

@@ -53,7 +53,35 @@ impl Default for PeerLimits {
     }
 }
 
+/// Largest request head (request line and headers) a connection may send: HTTP/1.1's read
+/// buffer and HTTP/2's header list stop there (the API server sends under 2 KiB). Without it,
+/// each connection could hold ~400 KB of headers it never finishes.
+pub const MAX_HEADER_BYTES: usize = 16 << 10;
+
+/// What one open connection may hold at most, headers at [`MAX_HEADER_BYTES`] included: TLS
+/// records being read and written, HTTP's buffers, its task. Measured with connections that
+/// send headers and never finish (BENCHMARKS.md, "The webhook port's memory"), rounded up.
+pub const CONNECTION_BYTES: usize = 96 << 10;
+
 impl PeerLimits {
+    /// The defaults within `memory_limit` (`--memory-limit`, the container's limit): the port
+    /// keeps to half of it, bodies in flight to a quarter and connections' own buffers to a
+    /// quarter ([`CONNECTION_BYTES`] each), each no larger than the defaults; an address may
+    /// hold half the bodies' room and a quarter of the connections, as by default.
+    pub fn within(memory_limit: usize, max_body: usize) -> Self {
+        let quarter = memory_limit / 4;
+        let connections = (quarter / CONNECTION_BYTES).clamp(16, DEFAULT_CONNECTIONS);
+        let body_bytes = quarter.clamp(max_body, DEFAULT_BODY_BYTES);
+        Self {
+            connections,
+            connections_per_peer: (connections / 4).max(4),
+            in_flight: DEFAULT_IN_FLIGHT,
+            in_flight_per_peer: DEFAULT_IN_FLIGHT_PER_PEER,
+            body_bytes,
+            body_bytes_per_peer: (body_bytes / 2).max(max_body),
+        }
+    }
+
     /// The limits made consistent: nothing zero, no cap above its total, and room for one
     /// body of `max_body` bytes (else such a review could never be received).
     pub fn sane(mut self, max_body: usize) -> Self {
@@ -243,5 +271,30 @@ impl Drop for BodyBytes {
         let p = &self.peer.0;
         p.usage.body_bytes.fetch_sub(self.held, Ordering::AcqRel);
         p.shared.body_bytes.fetch_sub(self.held, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The port's room under the chart's limit: bodies and connections' buffers a quarter
+    /// each, so that a flood holding all of it leaves the other half to the rest.
+    #[test]
+    fn the_ports_room_is_half_the_memory_limit() {
+        let max_body = 6 << 20;
+        for limit in [64usize << 20, 128 << 20, 256 << 20, 512 << 20] {
+            let l = PeerLimits::within(limit, max_body).sane(max_body);
+            let held = l.body_bytes + l.connections * CONNECTION_BYTES;
+            assert!(held <= limit / 2, "{limit}: {l:?} holds {held}");
+            assert!(l.connections_per_peer * 4 <= l.connections.max(16));
+            assert!(l.body_bytes_per_peer >= max_body, "{l:?}");
+        }
+        let l = PeerLimits::within(128 << 20, max_body);
+        assert_eq!((l.connections, l.body_bytes), (341, 32 << 20));
+        // A limit that leaves room for more than the defaults keeps the defaults.
+        let large = PeerLimits::within(64 << 30, max_body);
+        assert_eq!(large.connections, DEFAULT_CONNECTIONS);
+        assert_eq!(large.body_bytes, DEFAULT_BODY_BYTES);
     }
 }

@@ -172,10 +172,14 @@ pub async fn serve_tls(
                     response
                 }
             });
+            // A request head is bounded by MAX_HEADER_BYTES, whichever protocol carries it:
+            // what one connection holds is part of the port's memory budget.
             let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().max_buf_size(budget::MAX_HEADER_BYTES);
             builder
                 .http2()
-                .max_concurrent_streams(limits.max_streams.max(1));
+                .max_concurrent_streams(limits.max_streams.max(1))
+                .max_header_list_size(budget::MAX_HEADER_BYTES as u32);
             let conn =
                 builder.serve_connection(TokioIo::new(tls), TowerToHyperService::new(service));
             tokio::pin!(conn);

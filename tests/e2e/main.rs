@@ -30,6 +30,7 @@ mod pipeline;
 mod plan;
 mod planted_bindings;
 mod pod_gate;
+mod port_floods;
 mod read_only;
 mod release;
 mod silent_connections;
