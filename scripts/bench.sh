@@ -9,7 +9,8 @@
 #   scripts/bench.sh --no-memory            all phases but memory (5,000 namespaces, 50,000
 #                                           Secrets) and resync, which runs on its load
 #   scripts/bench.sh --phase NAME[,NAME]    only these phases (repeatable): big-payload,
-#                                           selector-sources, new-namespace, fanout, bundle,
+#                                           selector-sources, floods, new-namespace, fanout,
+#                                           bundle,
 #                                           restore, watch-triggers, admission, pod-gate,
 #                                           apiserver-profile, memory, resync, scale,
 #                                           tenant-sources, bootstrap, hub; always in that

@@ -65,6 +65,7 @@ mod big_payload;
 mod bootstrap;
 mod bundle;
 mod fanout;
+mod floods;
 mod hub;
 // The e2e tests' hub fixture (a hub control plane, its member identities).
 #[allow(dead_code, unused_imports)]
@@ -137,6 +138,9 @@ enum Phase {
     BigPayload,
     /// CopyRule selector sources: copy latency and API-server CPU of unrelated writes
     SelectorSources,
+    /// A source update beside forged reviews and endless headers from other addresses than the
+    /// API server's; peak RSS under a 128Mi limit (a copyrator of its own)
+    Floods,
     /// New namespace -> copy latency
     NewNamespace,
     /// Namespace storm; source created / updated -> N copies
@@ -223,6 +227,8 @@ pub struct Sizes {
     big_payload: usize,
     selector_sources: usize,
     selector_writes: usize,
+    /// Copies of the source the floods phase updates.
+    floods: usize,
     gate_namespaces: usize,
     restore: usize,
     watch_triggers: watch_triggers::Sizes,
@@ -253,6 +259,7 @@ fn sizes(quick: bool) -> Sizes {
             big_payload: 50,
             selector_sources: 20,
             selector_writes: 500,
+            floods: 50,
             gate_namespaces: 20,
             restore: 20,
             watch_triggers: watch_triggers::Sizes {
@@ -296,6 +303,7 @@ fn sizes(quick: bool) -> Sizes {
             big_payload: 500,
             selector_sources: 100,
             selector_writes: 4000,
+            floods: 200,
             gate_namespaces: 100,
             restore: 100,
             watch_triggers: watch_triggers::Sizes {
@@ -382,13 +390,19 @@ async fn run(sz: &Sizes, phases: &BTreeSet<Phase>) -> Report {
     let mut report = Report::default();
     Report::header();
     // The phases with a copyrator of their own come first, on a cluster not loaded yet.
-    if phases.contains(&Phase::BigPayload) || phases.contains(&Phase::SelectorSources) {
+    if phases.contains(&Phase::BigPayload)
+        || phases.contains(&Phase::SelectorSources)
+        || phases.contains(&Phase::Floods)
+    {
         let env = TestEnv::new().await;
         if phases.contains(&Phase::BigPayload) {
             big_payload::run(&mut report, &env, sz.big_payload).await;
         }
         if phases.contains(&Phase::SelectorSources) {
             selector_sources::run(&mut report, &env, sz.selector_sources, sz.selector_writes).await;
+        }
+        if phases.contains(&Phase::Floods) {
+            floods::run(&mut report, &env, sz.floods).await;
         }
         env.cleanup().await;
     }

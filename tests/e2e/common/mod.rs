@@ -15,6 +15,7 @@ mod cli;
 mod copyrator;
 pub mod env;
 mod events;
+pub mod floods;
 mod harness;
 mod http;
 mod objects;
