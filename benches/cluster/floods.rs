@@ -53,7 +53,12 @@ pub async fn run(report: &mut Report, env: &TestEnv, n: usize) {
     let mut raw: Vec<Secret> = stream::iter(&names)
         .map(|ns| {
             let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-            let s = secret("floods-raw", &[(raw_label.as_str(), "yes")], &[], &[("v", "0")]);
+            let s = secret(
+                "floods-raw",
+                &[(raw_label.as_str(), "yes")],
+                &[],
+                &[("v", "0")],
+            );
             async move { api.create(&PostParams::default(), &s).await }
         })
         .buffer_unordered(CONCURRENCY)
@@ -167,10 +172,7 @@ pub async fn run(report: &mut Report, env: &TestEnv, n: usize) {
             format!("update -> {n} copies, {rate:.0} forged reviews/s"),
             &forged,
         ),
-        (
-            format!("update -> {n} copies, endless headers"),
-            &headers,
-        ),
+        (format!("update -> {n} copies, endless headers"), &headers),
     ] {
         report.row(
             &figure,

@@ -16,43 +16,87 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
+/// A copyrator started with `flags`, its webhooks registered, and a source Secret `shared`
+/// (password v1) copied into `targets` new namespaces.
+struct Fixture {
+    env: TestEnv,
+    p: Process,
+    src: String,
+    selector: String,
+    dests: Vec<String>,
+}
+
+impl Fixture {
+    async fn start(base: &str, targets: usize, flags: &[&str]) -> Self {
+        let env = TestEnv::new().await;
+        let key = env.name(base);
+        let selector = format!("{key}=on");
+        let src = env.namespace(&format!("{base}-src"), &[]).await;
+        let mut dests = Vec::new();
+        for i in 0..targets {
+            dests.push(env.namespace(&format!("{base}-{i}"), &[(&key, "on")]).await);
+        }
+        let mut args = vec!["--leader-election=false", "--resync-interval", "1h"];
+        args.extend(flags);
+        let mut p = Process::spawn(&args);
+        p.wait_up().await;
+        env.register_webhooks(&p).await;
+        let source = secret(
+            "shared",
+            &[(marks::SOURCE_LABEL, "true")],
+            &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &selector)],
+            &[("password", "v1")],
+        );
+        env.secrets(&src)
+            .create(&PostParams::default(), &source)
+            .await
+            .unwrap();
+        let fixture = Self {
+            env,
+            p,
+            src,
+            selector,
+            dests,
+        };
+        fixture.wait_copies("v1").await;
+        fixture
+    }
+
+    /// The source updated to `password`.
+    async fn update(&self, password: &str) {
+        self.env
+            .secrets(&self.src)
+            .patch(
+                "shared",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"stringData": {"password": password}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn wait_copies(&self, password: &str) {
+        for ns in &self.dests {
+            self.env
+                .wait_value::<Secret>(ns, "shared", "password", password)
+                .await;
+        }
+    }
+
+    async fn stop(mut self) {
+        self.p.terminate();
+        self.env.cleanup().await;
+    }
+}
+
 /// Forged reviews of sources that are never created, from an address other than the API
 /// server's (verified by `--api-server-cidrs`), answered by the thousand while a real source
 /// is updated: none of them queues a job, so none waits in the queue's share for changes
 /// nobody makes, none is given up for a full resync, and the real update reaches every copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_reviews_queue_no_work_where_the_api_server_is_verified() {
-    let env = TestEnv::new().await;
-    let key = env.name("forged");
-    let selector = format!("{key}=on");
-    let src = env.namespace("forged-src", &[]).await;
-    let mut dests = Vec::new();
-    for i in 0..10 {
-        dests.push(env.namespace(&format!("forged-{i}"), &[(&key, "on")]).await);
-    }
-    let mut p = Process::spawn(&[
-        "--leader-election=false",
-        "--resync-interval",
-        "1h",
-        "--api-server-cidrs",
-        "127.0.0.1/32",
-    ]);
-    p.wait_up().await;
-    env.register_webhooks(&p).await;
-    let source = secret(
-        "shared",
-        &[(marks::SOURCE_LABEL, "true")],
-        &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &selector)],
-        &[("password", "v1")],
-    );
-    env.secrets(&src)
-        .create(&PostParams::default(), &source)
-        .await
-        .unwrap();
-    for ns in &dests {
-        env.wait_value::<Secret>(ns, "shared", "password", "v1")
-            .await;
-    }
+    let f = Fixture::start("forged", 10, &["--api-server-cidrs", "127.0.0.1/32"]).await;
+    let p = &f.p;
 
     // More reviews of changes that never happen than the queue's share for them holds
     // (1,024), within the 5 s such a job would wait.
@@ -60,8 +104,8 @@ async fn forged_reviews_queue_no_work_where_the_api_server_is_verified() {
         "127.0.0.2".parse().unwrap(),
         p.webhook_port,
         &p.ca,
-        &src,
-        &selector,
+        &f.src,
+        &f.selector,
         8,
     );
     eventually(
@@ -73,18 +117,8 @@ async fn forged_reviews_queue_no_work_where_the_api_server_is_verified() {
     // Jobs waiting for the changes under review (the last 5 s of reviews, were they queued).
     let waiting = p.metric("copyrator_queue_unseen").await;
     let updated = Instant::now();
-    env.secrets(&src)
-        .patch(
-            "shared",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"password": "v2"}})),
-        )
-        .await
-        .unwrap();
-    for ns in &dests {
-        env.wait_value::<Secret>(ns, "shared", "password", "v2")
-            .await;
-    }
+    f.update("v2").await;
+    f.wait_copies("v2").await;
     let took = updated.elapsed();
     let sent = flood.sent();
     drop(flood);
@@ -110,8 +144,7 @@ async fn forged_reviews_queue_no_work_where_the_api_server_is_verified() {
         given_up, 0.0,
         "jobs of forged reviews were queued and given up (each schedules a full resync)"
     );
-    p.terminate();
-    env.cleanup().await;
+    f.stop().await;
 }
 
 /// 600 connections from four addresses other than the API server's, each sending up to 360 KB
@@ -120,49 +153,16 @@ async fn forged_reviews_queue_no_work_where_the_api_server_is_verified() {
 /// peak, and a source update still reaches its copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_headers_from_several_addresses_keep_within_the_memory_limit() {
-    let env = TestEnv::new().await;
-    let key = env.name("headers");
-    let selector = format!("{key}=on");
-    let src = env.namespace("headers-src", &[]).await;
-    let dest = env.namespace("headers", &[(&key, "on")]).await;
-    let limit: u64 = 128 << 20;
-    let mut p = Process::spawn(&[
-        "--leader-election=false",
-        "--resync-interval",
-        "1h",
-        "--memory-limit",
-        "128Mi",
-    ]);
-    p.wait_up().await;
-    env.register_webhooks(&p).await;
-    let source = secret(
-        "shared",
-        &[(marks::SOURCE_LABEL, "true")],
-        &[(marks::NAMESPACE_SELECTOR_ANNOTATION, &selector)],
-        &[("password", "v1")],
-    );
-    env.secrets(&src)
-        .create(&PostParams::default(), &source)
-        .await
-        .unwrap();
-    env.wait_value::<Secret>(&dest, "shared", "password", "v1")
-        .await;
+    let f = Fixture::start("headers", 1, &["--memory-limit", "128Mi"]).await;
+    let (p, limit) = (&f.p, 128u64 << 20);
     let (_, idle) = p.memory();
 
     let flood = endless_headers(p.webhook_port, &p.ca);
     // Long enough for every connection to have sent all it sends: 90 lines, 20 ms apart.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let open = p.metric("copyrator_webhook_connections").await;
-    env.secrets(&src)
-        .patch(
-            "shared",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"password": "v2"}})),
-        )
-        .await
-        .unwrap();
-    env.wait_value::<Secret>(&dest, "shared", "password", "v2")
-        .await;
+    f.update("v2").await;
+    f.wait_copies("v2").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (peak, _) = p.memory();
     let sent = flood.sent();
@@ -182,6 +182,5 @@ async fn endless_headers_from_several_addresses_keep_within_the_memory_limit() {
         "peak RSS {} MiB, over the 128 MiB limit the port's budget is derived from",
         peak >> 20
     );
-    p.terminate();
-    env.cleanup().await;
+    f.stop().await;
 }

@@ -145,4 +145,3 @@ pub fn endless_headers(port: u16, ca: &[u8]) -> Flood {
         .collect();
     Flood { sent, tasks }
 }
-
