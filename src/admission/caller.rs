@@ -1,5 +1,6 @@
 //! Who posted a review: the API server, as `--client-ca` verified, or anyone who reached the
-//! webhook port. An answer to the second carries no cluster facts (SPEC §9.8).
+//! webhook port. An answer to the second carries no cluster facts (SPEC §9.8): what each check
+//! tells each caller is in `checks`.
 
 /// Who a review came from, as far as copyrator can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
