@@ -144,28 +144,16 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let (observed, resync_requests) =
         start_leadership(args, &client, &ctx, &install, leading_tx, &mut spawned);
     start_hub(args, &ctx, &watch_progress, &mut spawned);
-    let (leading, shutdown) = (ctx.leading.clone(), spawned.shutdown.clone());
-    spawned.task(reconcile::run(
-        Arc::clone(&ctx),
-        args.resync_interval,
-        leading.clone(),
-        resync_requests,
-        shutdown.clone(),
-    ));
-    // CopyRule source selectors, watched by the leader (src/cluster/selectors.rs); their
-    // events go to the dispatcher like every other watch's.
-    spawned.task(crate::cluster::selectors::run(
-        ctx.cluster.clone(),
+    start_resyncs(
+        args,
+        &ctx,
         dispatcher,
-        Arc::clone(&metrics),
-        watch_progress,
-        ctx.settings.policy.clone(),
-        leading.clone(),
         rules_changed,
-        shutdown.clone(),
-    ));
-    // Sources not opted in, looked for after resyncs (src/sync/unlabelled.rs).
-    spawned.background(crate::sync::unlabelled::run(Arc::clone(&ctx), shutdown));
+        resync_requests,
+        watch_progress,
+        &mut spawned,
+    );
+    let leading = ctx.leading.clone();
     spawned.background(track_readiness(
         Arc::clone(&ctx),
         readiness,
@@ -614,6 +602,41 @@ fn start_hub(
             spawned.shutdown.clone(),
         ));
     }
+}
+
+/// What queues work besides the watches: the reconciler's resyncs, CopyRule source
+/// selectors' watches (on the leader), and the scan for sources not opted in.
+fn start_resyncs(
+    args: &ServeArgs,
+    ctx: &Arc<Context>,
+    dispatcher: Arc<Dispatcher>,
+    rules_changed: Arc<tokio::sync::Notify>,
+    resync_requests: watch::Receiver<String>,
+    watch_progress: Arc<WatchProgress>,
+    spawned: &mut Spawned,
+) {
+    let shutdown = spawned.shutdown.clone();
+    spawned.task(reconcile::run(
+        Arc::clone(ctx),
+        args.resync_interval,
+        ctx.leading.clone(),
+        resync_requests,
+        shutdown.clone(),
+    ));
+    // CopyRule source selectors, watched by the leader (src/cluster/selectors.rs); their
+    // events go to the dispatcher like every other watch's.
+    spawned.task(crate::cluster::selectors::run(
+        ctx.cluster.clone(),
+        dispatcher,
+        Arc::clone(&ctx.metrics),
+        watch_progress,
+        ctx.settings.policy.clone(),
+        ctx.leading.clone(),
+        rules_changed,
+        shutdown.clone(),
+    ));
+    // Sources not opted in, looked for after resyncs (src/sync/unlabelled.rs).
+    spawned.background(crate::sync::unlabelled::run(Arc::clone(ctx), shutdown));
 }
 
 /// Resolves and registers the kinds `--copy-kinds` names; returns those not served yet. A

@@ -91,21 +91,8 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
                 return Verdict::allow();
             }
             let job = Job::new(JobKey::Rule(job_name(&name)), Trigger::Admission).full_scan();
-            let mut verdict = if req.operation == Operation::Create {
-                Verdict::job(job.awaiting(Awaited::Exists))
-            } else {
-                let old = req.old_object.as_ref();
-                let spec_changed = old.and_then(|o| o.spec).map(|s| s.get())
-                    != obj.spec.map(|s| s.get())
-                    || review::labels(old) != review::labels(Some(obj))
-                    || obj.metadata.deletion_timestamp.is_some();
-                if !spec_changed {
-                    return Verdict::allow();
-                }
-                match review::resource_version(old) {
-                    Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
-                    None => Verdict::job(job),
-                }
+            let Some(mut verdict) = queued(req, obj, job) else {
+                return Verdict::allow();
             };
             verdict.check_certificates = check;
             verdict.check_grant = check_grant;
@@ -125,6 +112,25 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
         ),
         Operation::Connect => Verdict::allow(),
     }
+}
+
+/// The verdict queueing `job` for a CREATE, or for an UPDATE that changes the rule; `None`
+/// when nothing changed.
+fn queued(req: &Request<'_>, obj: &Object<'_>, job: Job) -> Option<Verdict> {
+    if req.operation == Operation::Create {
+        return Some(Verdict::job(job.awaiting(Awaited::Exists)));
+    }
+    let old = req.old_object.as_ref();
+    let spec_changed = old.and_then(|o| o.spec).map(|s| s.get()) != obj.spec.map(|s| s.get())
+        || review::labels(old) != review::labels(Some(obj))
+        || obj.metadata.deletion_timestamp.is_some();
+    if !spec_changed {
+        return None;
+    }
+    Some(match review::resource_version(old) {
+        Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
+        None => Verdict::job(job),
+    })
 }
 
 /// The checks of `rule` that turn on `--trusted-namespaces`: those that do not look, for
