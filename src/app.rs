@@ -72,11 +72,115 @@ impl Running {
     }
 }
 
-/// Starts everything; returns once the listeners are bound.
+/// What the features started spawn: tasks that watch `shutdown` and finish by themselves,
+/// and tasks that run for the life of the process.
+struct Spawned {
+    shutdown: watch::Receiver<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Spawned {
+    fn task(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.push(tokio::spawn(task));
+    }
+
+    fn background(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.background.push(tokio::spawn(task));
+    }
+}
+
+/// Starts everything; returns once the listeners are bound. One line per feature: each
+/// starts in its own function.
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let threads = tokio::runtime::Handle::current().metrics().num_workers();
     metrics.worker_threads.set(threads as i64);
+    let (client, unresolved) = connect(args, &metrics).await?;
+    let cert_manager = cert_manager_config(args)?;
+    let cert = serving_cert(args, cert_manager.is_some())?;
+    let queue = WorkQueue::new(args.queue_capacity);
+    let cluster = cluster(args, &client, &metrics, unresolved.len()).await?;
+    let install = Install::of(args, &metrics);
+    let (ctx, leading_tx) = context(args, cluster, &client, &install, &metrics, &queue)?;
+    let webhook_listener = bind(args.webhook_addr, "webhook").await?;
+    let http_listener = bind(args.http_addr, "HTTP").await?;
+    let (webhook_addr, http_addr) = (webhook_listener.local_addr()?, http_listener.local_addr()?);
+
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    let mut spawned = Spawned {
+        shutdown,
+        tasks: Vec::new(),
+        background: Vec::new(),
+    };
+    let client_ca = start_certificates(args, &client, cert_manager, &cert, &metrics, &mut spawned)?;
+    start_webhooks(
+        args,
+        &ctx,
+        cert.server_config(client_ca),
+        webhook_listener,
+        &mut spawned,
+    );
+    let watch_progress = Arc::new(WatchProgress::new(args.api_timeout, Arc::clone(&metrics)));
+    let readiness = start_http(
+        &cert,
+        &watch_progress,
+        &metrics,
+        http_listener,
+        &mut spawned,
+    );
+    let workers = worker::spawn(Arc::clone(&ctx), args.workers);
+    // Early reads for admitted namespace changes (src/freshness/prefetch.rs).
+    spawned.background(crate::sync::prefetch_namespaces(Arc::clone(&ctx)));
+    let (dispatcher, rules_changed) = start_watches(
+        args,
+        &ctx,
+        unresolved,
+        &install,
+        &watch_progress,
+        &mut spawned,
+    )
+    .await;
+    let (observed, resync_requests) =
+        start_leadership(args, &client, &ctx, &install, leading_tx, &mut spawned);
+    start_hub(args, &ctx, &watch_progress, &mut spawned);
+    start_resyncs(
+        args,
+        &ctx,
+        dispatcher,
+        rules_changed,
+        resync_requests,
+        watch_progress,
+        &mut spawned,
+    );
+    let leading = ctx.leading.clone();
+    spawned.background(track_readiness(
+        Arc::clone(&ctx),
+        readiness,
+        leading,
+        observed,
+    ));
+
+    let identity = &install.identity;
+    tracing::info!(%webhook_addr, %http_addr, identity, threads, "copyrator serving");
+    Ok(Running {
+        webhook_addr,
+        http_addr,
+        metrics,
+        context: ctx,
+        shutdown: shutdown_tx,
+        tasks: spawned.tasks,
+        background: spawned.background,
+        workers,
+    })
+}
+
+/// The API client, and the kinds `--copy-kinds` names that are not served yet, the others
+/// registered before anything reads the registry (those are looked for again, `watch_kinds`).
+async fn connect(
+    args: &ServeArgs,
+    metrics: &Metrics,
+) -> anyhow::Result<(kube::Client, Vec<crate::cluster::kinds::KindName>)> {
     // Watches ask the API server to end them after two thirds of it (whole seconds).
     if args.api_timeout < Duration::from_secs(2) {
         anyhow::bail!("--api-timeout must be at least 2s");
@@ -84,28 +188,38 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let client = crate::cluster::client::counting_client(
         args.kubeconfig.as_deref(),
         args.api_timeout,
-        &metrics,
+        metrics,
     )
     .await?;
-    // The kinds copied besides Secret and ConfigMap, registered before anything reads the
-    // registry: those not served yet are looked for again (`watch_kinds`).
     let kind_names =
         crate::cluster::kinds::parse(&args.policy.copy_kinds).map_err(anyhow::Error::msg)?;
     let unresolved = register_kinds(&client, kind_names).await?;
-    let cert_manager = cert_manager_config(args)?;
-    let cert = match &cert_manager {
-        Some(_) => ReloadingCert::pending(),
-        None => ReloadingCert::load(CertFiles {
-            cert: args.tls_cert.clone(),
-            key: args.tls_key.clone(),
-        })
-        .context("loading the webhook serving certificate (see `copyrator certs`)")?,
-    };
+    Ok((client, unresolved))
+}
 
-    let queue = WorkQueue::new(args.queue_capacity);
+/// The webhook's serving certificate: from its files, or pending until copyrator's own
+/// certificate manager (`managed`) issues it.
+fn serving_cert(args: &ServeArgs, managed: bool) -> anyhow::Result<Arc<ReloadingCert>> {
+    if managed {
+        return Ok(ReloadingCert::pending());
+    }
+    ReloadingCert::load(CertFiles {
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+    })
+    .context("loading the webhook serving certificate (see `copyrator certs`)")
+}
+
+/// The cluster copyrator reads and writes, scoped to `--namespaces` when listed.
+async fn cluster(
+    args: &ServeArgs,
+    client: &kube::Client,
+    metrics: &Arc<Metrics>,
+    unresolved_kinds: usize,
+) -> anyhow::Result<Cluster> {
     let cluster = Cluster::new(
         client.clone(),
-        Arc::clone(&metrics),
+        Arc::clone(metrics),
         ApiLimits {
             writes: RateLimiter::new(args.api_qps, args.api_burst),
             reads: RateLimiter::new(args.api_read_qps, args.api_read_burst),
@@ -114,50 +228,78 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         args.list_page_size,
     )
     .with_api_timeout(args.api_timeout);
-    let cluster = if args.namespaces.is_empty() {
-        cluster
-    } else {
-        // A watch per feed and namespace: on HTTP/2 lanes, not a connection each (SPEC §13).
-        let watches = args.namespaces.len()
-            * (crate::freshness::waiters::Feed::all().len() + 2 * unresolved.len());
-        let lanes = crate::cluster::client::watch_lanes(
-            args.kubeconfig.as_deref(),
-            args.api_timeout,
-            &metrics,
-            watches.div_ceil(crate::cluster::client::WATCHES_PER_LANE),
-        )
-        .await?;
-        cluster
-            .scoped_to(args.namespaces.iter().cloned())
-            .with_watch_lanes(lanes)
-    };
-    let identity = args
-        .identity
-        .clone()
-        .unwrap_or_else(leader::default_identity);
-    // The install this process belongs to, named by its Lease: Events and metrics say it, so
-    // that several installs side by side are told apart (SPEC §13).
-    let lease_namespace = args
-        .lease
-        .lease_namespace
-        .clone()
-        .unwrap_or_else(leader::default_lease_namespace);
-    let install = format!("{lease_namespace}/{}", args.lease.lease_name);
-    metrics
-        .install
-        .get_or_create(&crate::metrics::InstallLabels {
-            install: install.clone(),
-            scope: if args.namespaces.is_empty() {
-                "cluster"
-            } else {
-                "namespaces"
-            },
-        })
-        .set(1);
+    if args.namespaces.is_empty() {
+        return Ok(cluster);
+    }
+    // A watch per feed and namespace: on HTTP/2 lanes, not a connection each (SPEC §13).
+    let watches = args.namespaces.len()
+        * (crate::freshness::waiters::Feed::all().len() + 2 * unresolved_kinds);
+    let lanes = crate::cluster::client::watch_lanes(
+        args.kubeconfig.as_deref(),
+        args.api_timeout,
+        metrics,
+        watches.div_ceil(crate::cluster::client::WATCHES_PER_LANE),
+    )
+    .await?;
+    Ok(cluster
+        .scoped_to(args.namespaces.iter().cloned())
+        .with_watch_lanes(lanes))
+}
+
+/// This process, and the install it belongs to, named by its Lease: Events and metrics say
+/// it, so that several installs side by side are told apart (SPEC §13).
+struct Install {
+    identity: String,
+    lease_namespace: String,
+    /// `<lease namespace>/<lease name>`.
+    name: String,
+}
+
+impl Install {
+    fn of(args: &ServeArgs, metrics: &Metrics) -> Self {
+        let identity = args
+            .identity
+            .clone()
+            .unwrap_or_else(leader::default_identity);
+        let lease_namespace = args
+            .lease
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(leader::default_lease_namespace);
+        let name = format!("{lease_namespace}/{}", args.lease.lease_name);
+        metrics
+            .install
+            .get_or_create(&crate::metrics::InstallLabels {
+                install: name.clone(),
+                scope: if args.namespaces.is_empty() {
+                    "cluster"
+                } else {
+                    "namespaces"
+                },
+            })
+            .set(1);
+        Self {
+            identity,
+            lease_namespace,
+            name,
+        }
+    }
+}
+
+/// What the workers, webhooks and watches share, and the sender saying whether this replica
+/// leads.
+fn context(
+    args: &ServeArgs,
+    cluster: Cluster,
+    client: &kube::Client,
+    install: &Install,
+    metrics: &Arc<Metrics>,
+    queue: &Arc<WorkQueue>,
+) -> anyhow::Result<(Arc<Context>, watch::Sender<bool>)> {
     let events = Events::new(
         client.clone(),
-        format!("{install}/{identity}"),
-        Arc::clone(&metrics),
+        format!("{}/{}", install.name, install.identity),
+        Arc::clone(metrics),
     );
     let mut policy = args.policy.policy();
     policy.own_namespace = leader::own_namespace(args.lease.lease_namespace.as_deref());
@@ -165,7 +307,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         policy.default_cas = Some(crate::default_cas::load(Some(file))?);
     }
     let settings = SyncSettings {
-        policy: policy.clone(),
+        policy,
         fanout_concurrency: args.fanout_concurrency,
         fanout_bytes: args.fanout_bytes,
         new_namespace_delay: args.new_namespace_delay,
@@ -175,48 +317,63 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     let mut ctx = Context::new(
         cluster,
         events,
-        Arc::clone(&metrics),
-        Arc::clone(&queue),
+        Arc::clone(metrics),
+        Arc::clone(queue),
         settings,
     );
     ctx.unlabelled_scan = Periodic::new(args.unlabelled_scan_interval);
     let (leading_tx, leading_rx) = watch::channel(false);
-    ctx.leading = leading_rx.clone();
-    let ctx = Arc::new(ctx);
+    ctx.leading = leading_rx;
+    Ok((Arc::new(ctx), leading_tx))
+}
 
-    let webhook_listener = TcpListener::bind(args.webhook_addr)
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding the webhook address {}", args.webhook_addr))?;
-    let http_listener = TcpListener::bind(args.http_addr)
-        .await
-        .with_context(|| format!("binding the HTTP address {}", args.http_addr))?;
-    let webhook_addr = webhook_listener.local_addr()?;
-    let http_addr = http_listener.local_addr()?;
+        .with_context(|| format!("binding the {what} address {addr}"))
+}
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut tasks = Vec::new();
-    let mut background = Vec::new();
-
+/// The serving certificate reloaded from its files, or issued and rotated by copyrator
+/// itself; returns the client CA that verifies the API server (`--client-ca`).
+fn start_certificates(
+    args: &ServeArgs,
+    client: &kube::Client,
+    cert_manager: Option<ManagerConfig>,
+    cert: &Arc<ReloadingCert>,
+    metrics: &Arc<Metrics>,
+    spawned: &mut Spawned,
+) -> anyhow::Result<Option<Arc<ClientCa>>> {
     let client_ca = args
         .client_ca
         .clone()
         .map(ClientCa::load)
         .transpose()
         .context("loading the client CA (--client-ca)")?;
-    background.push(tokio::spawn(Arc::clone(&cert).watch(
+    spawned.background(Arc::clone(cert).watch(
         client_ca.clone(),
         args.tls_reload_interval,
-        Arc::clone(&metrics),
-    )));
+        Arc::clone(metrics),
+    ));
     if let Some(config) = cert_manager {
         let manager = Manager::new(
             client.clone(),
             config,
-            Arc::clone(&cert),
-            Arc::clone(&metrics),
+            Arc::clone(cert),
+            Arc::clone(metrics),
         );
-        tasks.push(tokio::spawn(manager.run(shutdown_rx.clone())));
+        spawned.task(manager.run(spawned.shutdown.clone()));
     }
+    Ok(client_ca)
+}
+
+/// The admission webhooks (SPEC §6.1), served over TLS with `tls`.
+fn start_webhooks(
+    args: &ServeArgs,
+    ctx: &Arc<Context>,
+    tls: Arc<rustls::ServerConfig>,
+    listener: TcpListener,
+    spawned: &mut Spawned,
+) {
     let own_username = args
         .own_username
         .clone()
@@ -227,26 +384,28 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             "copyrator's own username is unknown (--own-username): read-only copies are not enforced"
         ),
     }
-    let peers = Peers::new(args.peer_limits(), Arc::clone(&metrics));
+    let metrics = &ctx.metrics;
+    let peers = Peers::new(args.peer_limits(), Arc::clone(metrics));
+    let policy = ctx.settings.policy.clone();
     let admission = admission::router(AdmissionState {
-        queue: Arc::clone(&queue),
-        metrics: Arc::clone(&metrics),
+        queue: Arc::clone(&ctx.queue),
+        metrics: Arc::clone(metrics),
         policy: Arc::new(policy.clone()),
         advisor: Some(Advisor::new(ctx.cluster.clone(), policy)),
         waiters: Arc::clone(&ctx.waiters),
-        gate: Some(PodGate::new(Arc::clone(&ctx), args.pod_gate_timeout)),
+        gate: Some(PodGate::new(Arc::clone(ctx), args.pod_gate_timeout)),
         own_username: own_username.map(Arc::from),
         namespaces: Some(ctx.cluster.clone()),
-        api_server_known: client_ca.is_some() || !args.api_server_cidrs.is_empty(),
+        api_server_known: args.client_ca.is_some() || !args.api_server_cidrs.is_empty(),
         limits: Limits::new(
             args.max_body_bytes,
             args.webhook_request_timeout,
             Arc::clone(&peers),
         ),
     });
-    tasks.push(tokio::spawn(listener::serve_tls(
-        webhook_listener,
-        cert.server_config(client_ca),
+    spawned.task(listener::serve_tls(
+        listener,
+        tls,
         admission,
         ConnectionLimits {
             first_request_timeout: args.webhook_first_request_timeout,
@@ -255,38 +414,53 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
             api_server: listener::ApiServerAddresses(args.api_server_cidrs.clone().into()),
         },
         peers,
-        Arc::clone(&metrics),
-        shutdown_rx.clone(),
-    )));
+        Arc::clone(metrics),
+        spawned.shutdown.clone(),
+    ));
+}
 
+/// Metrics and health over plain HTTP; returns what readiness is made of.
+fn start_http(
+    cert: &Arc<ReloadingCert>,
+    watch_progress: &Arc<WatchProgress>,
+    metrics: &Arc<Metrics>,
+    listener: TcpListener,
+    spawned: &mut Spawned,
+) -> Arc<Readiness> {
     let readiness = Arc::new(Readiness {
-        cert: Arc::clone(&cert),
+        cert: Arc::clone(cert),
         synced: Default::default(),
     });
-    let watch_progress = Arc::new(WatchProgress::new(args.api_timeout, Arc::clone(&metrics)));
     let http = listener::http_router(
-        Arc::clone(&metrics),
+        Arc::clone(metrics),
         Arc::clone(&readiness),
-        Arc::clone(&watch_progress),
+        Arc::clone(watch_progress),
     );
-    let mut http_shutdown = shutdown_rx.clone();
-    tasks.push(tokio::spawn(async move {
-        let serve = axum::serve(http_listener, http).with_graceful_shutdown(async move {
-            let _ = http_shutdown.changed().await;
+    let mut shutdown = spawned.shutdown.clone();
+    spawned.task(async move {
+        let serve = axum::serve(listener, http).with_graceful_shutdown(async move {
+            let _ = shutdown.changed().await;
         });
         if let Err(e) = serve.await {
             tracing::error!(error = %e, "HTTP server failed");
         }
-    }));
+    });
+    readiness
+}
 
-    let workers = worker::spawn(Arc::clone(&ctx), args.workers);
-    // Early reads for admitted namespace changes (src/freshness/prefetch.rs).
-    background.push(tokio::spawn(crate::sync::prefetch_namespaces(Arc::clone(
-        &ctx,
-    ))));
-    // Watches (I/O only) hand every event to the dispatcher (src/freshness/dispatch.rs): it
-    // keeps the indexes, ends waits for admitted changes without polling, and queues copies
-    // deleted or edited by someone else (on the leader).
+/// Watches (I/O only) hand every event to the dispatcher (src/freshness/dispatch.rs): it
+/// keeps the indexes, ends waits for admitted changes without polling, and queues copies
+/// deleted or edited by someone else (on the leader). Returns the dispatcher, and what it
+/// notifies when CopyRules change.
+async fn start_watches(
+    args: &ServeArgs,
+    ctx: &Arc<Context>,
+    unresolved: Vec<crate::cluster::kinds::KindName>,
+    install: &Install,
+    watch_progress: &Arc<WatchProgress>,
+    spawned: &mut Spawned,
+) -> (Arc<Dispatcher>, Arc<tokio::sync::Notify>) {
+    let metrics = &ctx.metrics;
     let rules_changed = Arc::new(tokio::sync::Notify::new());
     let dispatcher = Arc::new(Dispatcher::new(
         Arc::clone(ctx.cluster.indexes()),
@@ -294,157 +468,165 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
         Arc::clone(&ctx.waiters),
         Arc::clone(&ctx.ready),
         Work {
-            queue: Arc::clone(&queue),
-            leading: leading_rx.clone(),
+            queue: Arc::clone(&ctx.queue),
+            leading: ctx.leading.clone(),
         },
         Arc::clone(&rules_changed),
-        Arc::clone(&metrics),
+        Arc::clone(metrics),
     ));
     // NamespacedCopyRules are an administrator's optional extra: found once, here.
     let namespaced_rules = ctx.cluster.find_namespaced_rules().await;
-    tasks.extend(crate::cluster::watch::spawn(
+    spawned.tasks.extend(crate::cluster::watch::spawn(
         &ctx.cluster,
         &dispatcher,
-        &metrics,
-        &watch_progress,
-        &shutdown_rx,
+        metrics,
+        watch_progress,
+        &spawned.shutdown,
         namespaced_rules,
     ));
     if ctx.cluster.scope().listed().is_some() {
-        background.push(tokio::spawn(show_not_bound(
+        spawned.background(show_not_bound(
             ctx.cluster.scope().not_bound(),
-            Arc::clone(&metrics),
+            Arc::clone(metrics),
             ctx.events.clone(),
             crate::report::events::Regarding::Install {
-                namespace: lease_namespace.clone(),
+                namespace: install.lease_namespace.clone(),
                 lease: args.lease.lease_name.clone(),
             },
-            leading_rx.clone(),
-        )));
+            ctx.leading.clone(),
+        ));
     }
-    background.push(tokio::spawn(watch_kinds(
-        Arc::clone(&ctx),
+    spawned.background(watch_kinds(
+        Arc::clone(ctx),
         unresolved,
         args.policy.kind_retry_interval,
         Arc::clone(&dispatcher),
-        Arc::clone(&watch_progress),
-        shutdown_rx.clone(),
-    )));
+        Arc::clone(watch_progress),
+        spawned.shutdown.clone(),
+    ));
+    (dispatcher, rules_changed)
+}
 
+/// The Lease (with `--leader-election`), or this replica leading alone. Returns whether this
+/// replica has seen a leader's Lease, and the `copyrator.io/resync` requests the leader takes
+/// from it, for the reconciler.
+fn start_leadership(
+    args: &ServeArgs,
+    client: &kube::Client,
+    ctx: &Arc<Context>,
+    install: &Install,
+    leading: watch::Sender<bool>,
+    spawned: &mut Spawned,
+) -> (watch::Receiver<bool>, watch::Receiver<String>) {
     let (observed_tx, observed_rx) = watch::channel(false);
-    // `copyrator.io/resync` requests the leader takes from its Lease, for the reconciler.
     let (resync_requests_tx, resync_requests_rx) = watch::channel(String::new());
     let resync_requests_tx = Arc::new(resync_requests_tx);
-    if args.leader_election {
-        let config = ElectionConfig {
-            namespace: args
-                .lease
-                .lease_namespace
-                .clone()
-                .unwrap_or_else(leader::default_lease_namespace),
-            name: args.lease.lease_name.clone(),
-            identity: identity.clone(),
-            lease_duration: args.lease_duration,
-            published: {
-                use crate::pipeline::published;
-                let mut p = published::policy_annotations(&ctx.settings.policy);
-                if let Some(listed) = ctx.cluster.scope().listed() {
-                    p.insert(
-                        published::LISTED_NAMESPACES.into(),
-                        published::joined(listed),
-                    );
-                }
-                p
-            },
-            not_bound: ctx
-                .cluster
-                .scope()
-                .listed()
-                .map(|_| ctx.cluster.scope().not_bound()),
-            resync_requests: Some(Arc::clone(&resync_requests_tx)),
-        };
-        tasks.push(tokio::spawn(leader::run(
-            client.clone(),
-            config,
-            leading_tx,
-            observed_tx,
-            ctx.resyncs.subscribe(),
-            Arc::clone(&metrics),
-            shutdown_rx.clone(),
-        )));
-    } else {
-        leading_tx.send_replace(true);
-        metrics.leader.set(1);
+    if !args.leader_election {
+        leading.send_replace(true);
+        ctx.metrics.leader.set(1);
         // Keep the senders alive for the life of the process.
-        background.push(tokio::spawn(async move {
-            let _keep = (leading_tx, observed_tx, resync_requests_tx);
+        spawned.background(async move {
+            let _keep = (leading, observed_tx, resync_requests_tx);
             std::future::pending::<()>().await
-        }));
+        });
+        return (observed_rx, resync_requests_rx);
     }
+    let scope = ctx.cluster.scope();
+    let config = ElectionConfig {
+        namespace: install.lease_namespace.clone(),
+        name: args.lease.lease_name.clone(),
+        identity: install.identity.clone(),
+        lease_duration: args.lease_duration,
+        published: {
+            use crate::pipeline::published;
+            let mut p = published::policy_annotations(&ctx.settings.policy);
+            if let Some(listed) = scope.listed() {
+                p.insert(
+                    published::LISTED_NAMESPACES.into(),
+                    published::joined(listed),
+                );
+            }
+            p
+        },
+        not_bound: scope.listed().map(|_| scope.not_bound()),
+        resync_requests: Some(resync_requests_tx),
+    };
+    spawned.task(leader::run(
+        client.clone(),
+        config,
+        leading,
+        observed_tx,
+        ctx.resyncs.subscribe(),
+        Arc::clone(&ctx.metrics),
+        spawned.shutdown.clone(),
+    ));
+    (observed_rx, resync_requests_rx)
+}
+
+/// Copies across clusters: the member's side with `--hub-sync-interval`
+/// (src/sync/hub/mod.rs), the hub's side with `--hub-members-namespace`
+/// (src/sync/hub/members.rs).
+fn start_hub(
+    args: &ServeArgs,
+    ctx: &Arc<Context>,
+    watch_progress: &Arc<WatchProgress>,
+    spawned: &mut Spawned,
+) {
     if !args.hub_sync_interval.is_zero() {
-        // Copies across clusters, member side (src/sync/hub/mod.rs).
-        background.push(tokio::spawn(crate::sync::hub::run(
-            Arc::clone(&ctx),
+        spawned.background(crate::sync::hub::run(
+            Arc::clone(ctx),
             args.hub_sync_interval,
-            Arc::clone(&watch_progress),
-            shutdown_rx.clone(),
-        )));
+            Arc::clone(watch_progress),
+            spawned.shutdown.clone(),
+        ));
     }
     if let Some(members) = &args.hub_members_namespace {
-        // Copies across clusters, hub side (src/sync/hub/members.rs).
         let every = match args.hub_sync_interval.is_zero() {
-            true => std::time::Duration::from_secs(10),
+            true => Duration::from_secs(10),
             false => args.hub_sync_interval,
         };
-        background.push(tokio::spawn(crate::sync::hub::run_hub(
-            Arc::clone(&ctx),
+        spawned.background(crate::sync::hub::run_hub(
+            Arc::clone(ctx),
             every,
             members.clone(),
-            shutdown_rx.clone(),
-        )));
+            spawned.shutdown.clone(),
+        ));
     }
-    tasks.push(tokio::spawn(reconcile::run(
-        Arc::clone(&ctx),
+}
+
+/// What queues work besides the watches: the reconciler's resyncs, CopyRule source
+/// selectors' watches (on the leader), and the scan for sources not opted in.
+fn start_resyncs(
+    args: &ServeArgs,
+    ctx: &Arc<Context>,
+    dispatcher: Arc<Dispatcher>,
+    rules_changed: Arc<tokio::sync::Notify>,
+    resync_requests: watch::Receiver<String>,
+    watch_progress: Arc<WatchProgress>,
+    spawned: &mut Spawned,
+) {
+    let shutdown = spawned.shutdown.clone();
+    spawned.task(reconcile::run(
+        Arc::clone(ctx),
         args.resync_interval,
-        leading_rx.clone(),
-        resync_requests_rx,
-        shutdown_rx.clone(),
-    )));
+        ctx.leading.clone(),
+        resync_requests,
+        shutdown.clone(),
+    ));
     // CopyRule source selectors, watched by the leader (src/cluster/selectors.rs); their
     // events go to the dispatcher like every other watch's.
-    tasks.push(tokio::spawn(crate::cluster::selectors::run(
+    spawned.task(crate::cluster::selectors::run(
         ctx.cluster.clone(),
-        Arc::clone(&dispatcher),
-        Arc::clone(&metrics),
-        Arc::clone(&watch_progress),
+        dispatcher,
+        Arc::clone(&ctx.metrics),
+        watch_progress,
         ctx.settings.policy.clone(),
-        leading_rx.clone(),
+        ctx.leading.clone(),
         rules_changed,
-        shutdown_rx.clone(),
-    )));
+        shutdown.clone(),
+    ));
     // Sources not opted in, looked for after resyncs (src/sync/unlabelled.rs).
-    background.push(tokio::spawn(crate::sync::unlabelled::run(
-        Arc::clone(&ctx),
-        shutdown_rx.clone(),
-    )));
-    background.push(tokio::spawn(track_readiness(
-        Arc::clone(&ctx),
-        readiness,
-        leading_rx,
-        observed_rx,
-    )));
-
-    tracing::info!(%webhook_addr, %http_addr, identity, threads, "copyrator serving");
-    Ok(Running {
-        webhook_addr,
-        http_addr,
-        metrics,
-        context: ctx,
-        shutdown: shutdown_tx,
-        tasks,
-        background,
-        workers,
-    })
+    spawned.background(crate::sync::unlabelled::run(Arc::clone(ctx), shutdown));
 }
 
 /// Resolves and registers the kinds `--copy-kinds` names; returns those not served yet. A

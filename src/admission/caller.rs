@@ -1,6 +1,7 @@
 //! Who posted a review: the API server, as `--client-ca` or `--api-server-cidrs` verified, or
-//! anyone who reached the webhook port. An answer to the second carries no cluster facts, and,
-//! where the API server can be told apart, the second queues no work (SPEC §9.8).
+//! anyone who reached the webhook port. An answer to the second carries no cluster facts (SPEC
+//! §9.8): what each check tells each caller is in `checks`. Where the API server can be told
+//! apart, the second queues no work.
 
 /// Who a review came from, as far as copyrator can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

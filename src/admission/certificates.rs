@@ -29,10 +29,6 @@ const MAX_SOURCES: usize = 16;
 /// How long the reads may take before the review is answered without them.
 const DEADLINE: Duration = Duration::from_secs(1);
 
-/// The warning for a rule whose sources' content is judged (`needs_check`) when they cannot be
-/// read at admission (the review did not come over a verified connection).
-pub const UNCHECKED_WARNING: &str = "the sources' content is checked when copies are made: a copy that would put anything but PEM certificates into a ConfigMap or a truststore is refused then, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
-
 /// Whether `rule` moves a Secret's data into ConfigMaps, or makes truststores of a key (the
 /// cases with anything to check).
 pub fn needs_check(rule: &Rule) -> bool {

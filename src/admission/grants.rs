@@ -36,10 +36,6 @@ const DEADLINE: Duration = Duration::from_secs(2);
 /// Roles checked per review.
 const MAX_ROLES: usize = 32;
 
-/// The warning for a rule copying RBAC objects whose author's rights cannot be checked (the
-/// review did not come over a verified connection).
-pub const UNCHECKED_WARNING: &str = "copyrator did not check that you may grant what this rule copies (run copyrator with --client-ca to have it checked here); it copies only RoleBindings to the roles its installer listed, and only from trusted namespaces";
-
 /// A CopyRule to check, and who asks for it.
 #[derive(Debug)]
 pub struct GrantCheck {

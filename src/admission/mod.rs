@@ -8,6 +8,7 @@
 pub mod advice;
 pub mod caller;
 mod certificates;
+pub mod checks;
 mod copies;
 mod grants;
 mod namespaces;
@@ -35,6 +36,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use caller::Caller;
+use checks::Check;
 use review::Operation;
 
 use crate::{
@@ -353,20 +355,20 @@ async fn receive(
     Ok((body, tally))
 }
 
+/// One review: received within the limits, parsed, answered by `endpoint` (in [`answer`]),
+/// and counted.
 async fn handle(
     endpoint: Endpoint,
     State(state): State<AdmissionState>,
     request: Request,
 ) -> Response {
     let started = Instant::now();
-    let verified_client = request
+    let caller = match request
         .extensions()
         .get::<crate::listener::VerifiedClient>()
-        .is_some();
-    let caller = if verified_client {
-        Caller::Verified
-    } else {
-        Caller::Unverified
+    {
+        Some(_) => Caller::Verified,
+        None => Caller::Unverified,
     };
     let refuse = |refused: Refused| {
         if let Some(limit) = refused.limit {
@@ -386,9 +388,6 @@ async fn handle(
         );
         error(refused.status, refused.message)
     };
-    let reject = |status: StatusCode, outcome: &'static str, message: String| {
-        refuse(Refused::new(status, outcome, message))
-    };
     let peer = match request.extensions().get::<Peer>() {
         Some(peer) => peer.clone(),
         None => state.limits.peers.unattached(),
@@ -402,25 +401,18 @@ async fn handle(
         Ok(permit) => permit,
         Err(limit) => return refuse(Refused::shed(limit)),
     };
+    let not_a_review =
+        |why: String| Refused::new(StatusCode::BAD_REQUEST, "bad_request", why.to_string());
     let review: review::Review = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return reject(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("not an AdmissionReview: {e}"),
-            );
-        }
+        Err(e) => return refuse(not_a_review(format!("not an AdmissionReview: {e}"))),
     };
     let api_version = review.api_version;
     let Some(request) = review.request else {
-        return reject(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
+        return refuse(not_a_review(
             "not an AdmissionReview: it has no request".into(),
-        );
+        ));
     };
-    let operation = operation_name(&request.operation);
     // Names and kinds only: never the objects, which may hold Secret data.
     let span = tracing::info_span!(
         "admission",
@@ -429,103 +421,119 @@ async fn handle(
         kind = %request.kind.kind,
         namespace = request.namespace.as_deref().unwrap_or(""),
         name = %request.name,
-        operation,
+        operation = operation_name(&request.operation),
         dry_run = request.is_dry_run(),
     );
+    let response = answer(endpoint, &state, caller, &request, started)
+        .instrument(span)
+        .await;
+    Json(response.into_review(api_version)).into_response()
+}
+
+/// The answer to a review: `endpoint`'s verdict, with what only a look at the cluster adds
+/// ([`look`]), the Pod gate's wait and patch; the verdict's work queued.
+async fn answer(
+    endpoint: Endpoint,
+    state: &AdmissionState,
+    caller: Caller,
+    request: &review::Request<'_>,
+    started: Instant,
+) -> review::Response {
+    let mut verdict = match endpoint {
+        Endpoint::Namespaces => namespaces::review(request),
+        Endpoint::Sources => sources::review(request, &state.policy, caller),
+        Endpoint::Copies => copies::review(request),
+        Endpoint::Rules => rules::review(request, &state.policy, caller),
+        Endpoint::Pods => pods::review(request, caller),
+        Endpoint::ReadOnly => {
+            read_only::review(request, state.own_username.as_deref(), caller, |ns| {
+                state.namespace_state(ns)
+            })
+        }
+    };
     // The reads some reviews make (advice, the certificate check, the Pod gate) are boxed:
     // inline, their state would make every review's future several KiB larger, and the
     // router moves that future a few times per review (seen as memcpy in callgrind).
-    async {
-        let mut verdict = match endpoint {
-            Endpoint::Namespaces => namespaces::review(&request),
-            Endpoint::Sources => sources::review(&request, &state.policy, caller),
-            Endpoint::Copies => copies::review(&request),
-            Endpoint::Rules => rules::review(&request, &state.policy, caller),
-            Endpoint::Pods => pods::review(&request, caller),
-            Endpoint::ReadOnly => {
-                read_only::review(&request, state.own_username.as_deref(), caller, |ns| {
-                    state.namespace_state(ns)
-                })
-            }
-        };
-        if let (Some(key), Some(advisor)) = (verdict.opted_in.take(), &state.advisor) {
-            verdict.warnings.extend(advisor.source_count_warning(&key));
+    look(state, caller, &mut verdict).await;
+    let mut response = review::Response::allow(&request.uid);
+    response.warnings = std::mem::take(&mut verdict.warnings);
+    if let (Some(check), Some(gate)) = (verdict.pod.take(), &state.gate) {
+        let (outcome, ready) = Box::pin(gate.check(&check.namespace, request.is_dry_run())).await;
+        tracing::debug!(outcome = outcome.as_str(), "Pod gate");
+        if let Some(patch) = ready.and_then(|r| pods::patch(&check, &r)) {
+            response.patch = Some(patch);
+            response.patch_type = Some("JSONPatch");
         }
-        if let Some(rule) = verdict.advise.take() {
-            match &state.advisor {
-                Some(advisor) => verdict
-                    .warnings
-                    .extend(Box::pin(advisor.warnings(&rule)).await),
-                None => verdict.warnings.extend(advice::advise(
-                    &rule,
-                    &state.policy,
-                    &Default::default(),
-                )),
+    }
+    let outcome = if let Some(message) = verdict.deny {
+        tracing::info!(%message, "denied");
+        response = response.deny(message);
+        "denied"
+    } else if request.is_dry_run() {
+        "dry_run"
+    } else {
+        match verdict.job {
+            Some(job) if caller.queues_work(state.api_server_known) => {
+                tracing::debug!(job = %job.key, "queued");
+                state.waiters.enqueue_admitted(&state.metrics, job);
             }
+            Some(job) => {
+                tracing::debug!(job = %job.key, "not the API server's review: nothing queued");
+                state.metrics.admission_unqueued.inc();
+            }
+            None => {}
         }
-        if let (Some(rule), Some(advisor)) = (verdict.check_certificates.take(), &state.advisor) {
-            // Reading the sources' content answers "does this key hold only certificates?":
-            // only for the API server (SPEC §9.8). Anyone else learns it at apply time, in the
-            // rule's status, which only a CopyRule's readers see.
-            if verified_client {
-                if let Some(denial) = Box::pin(advisor.certificate_refusal(&rule)).await {
-                    verdict.deny = Some(denial);
-                }
-            } else if certificates::needs_check(&rule) {
+        "allowed"
+    };
+    let operation = operation_name(&request.operation);
+    state
+        .metrics
+        .observe_admission(endpoint.name(), operation, outcome, started.elapsed());
+    response
+}
+
+/// What the verdict asks to be looked up in the cluster, for the callers the checks look for
+/// ([`checks`]); anyone else gets each check's warning instead, when it has one.
+async fn look(state: &AdmissionState, caller: Caller, verdict: &mut Verdict) {
+    let unchecked = |check: Check| check.unchecked_warning().map(String::from);
+    if let (Some(key), Some(advisor)) = (verdict.opted_in.take(), &state.advisor) {
+        verdict.warnings.extend(advisor.source_count_warning(&key));
+    }
+    if let Some(rule) = verdict.advise.take() {
+        match &state.advisor {
+            Some(advisor) => verdict
+                .warnings
+                .extend(Box::pin(advisor.warnings(&rule)).await),
+            None => {
                 verdict
                     .warnings
-                    .push(certificates::UNCHECKED_WARNING.to_string());
+                    .extend(advice::advise(&rule, &state.policy, &Default::default()))
             }
         }
-        if let (Some(check), Some(advisor)) = (verdict.check_grant.take(), &state.advisor) {
-            // Who may grant what is the API server's to say, about the user it authenticated:
-            // only for a verified client (SPEC §9.8, §9.10).
-            if verified_client {
-                if let Some(denial) = Box::pin(advisor.grant_refusal(&check)).await {
-                    verdict.deny = Some(denial);
-                }
-            } else {
-                verdict.warnings.push(grants::UNCHECKED_WARNING.to_string());
-            }
-        }
-        let mut response = review::Response::allow(&request.uid);
-        response.warnings = std::mem::take(&mut verdict.warnings);
-        if let (Some(check), Some(gate)) = (verdict.pod.take(), &state.gate) {
-            let (outcome, ready) =
-                Box::pin(gate.check(&check.namespace, request.is_dry_run())).await;
-            tracing::debug!(outcome = outcome.as_str(), "Pod gate");
-            if let Some(patch) = ready.and_then(|r| pods::patch(&check, &r)) {
-                response.patch = Some(patch);
-                response.patch_type = Some("JSONPatch");
-            }
-        }
-        let outcome = if let Some(message) = verdict.deny {
-            tracing::info!(%message, "denied");
-            response = response.deny(message);
-            "denied"
-        } else if request.is_dry_run() {
-            "dry_run"
-        } else {
-            match verdict.job {
-                Some(job) if caller.queues_work(state.api_server_known) => {
-                    tracing::debug!(job = %job.key, "queued");
-                    state.waiters.enqueue_admitted(&state.metrics, job);
-                }
-                Some(job) => {
-                    tracing::debug!(job = %job.key, "not the API server's review: nothing queued");
-                    state.metrics.admission_unqueued.inc();
-                }
-                None => {}
-            }
-            "allowed"
-        };
-        state
-            .metrics
-            .observe_admission(endpoint.name(), operation, outcome, started.elapsed());
-        Json(response.into_review(api_version)).into_response()
     }
-    .instrument(span)
-    .await
+    if let (Some(rule), Some(advisor)) = (verdict.check_certificates.take(), &state.advisor) {
+        // Reading the sources' content answers "does this key hold only certificates?".
+        // Anyone else learns it at apply time, in the rule's status, which only a CopyRule's
+        // readers see.
+        if Check::Certificates.looks(caller) {
+            if let Some(denial) = Box::pin(advisor.certificate_refusal(&rule)).await {
+                verdict.deny = Some(denial);
+            }
+        } else if certificates::needs_check(&rule) {
+            verdict.warnings.extend(unchecked(Check::Certificates));
+        }
+    }
+    if let (Some(check), Some(advisor)) = (verdict.check_grant.take(), &state.advisor) {
+        // Who may grant what is the API server's to say, about the user it authenticated
+        // (SPEC §9.10).
+        if Check::Grant.looks(caller) {
+            if let Some(denial) = Box::pin(advisor.grant_refusal(&check)).await {
+                verdict.deny = Some(denial);
+            }
+        } else {
+            verdict.warnings.extend(unchecked(Check::Grant));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::{
     Verdict,
     caller::Caller,
+    checks::Check,
     review::{Operation, Request},
 };
 use crate::{freshness::ready::Ready, marks};
@@ -34,7 +35,7 @@ pub fn review(req: &Request<'_>, caller: Caller) -> Verdict {
     if !crate::selector::is_dns_label(&namespace) {
         return Verdict::allow();
     }
-    let inject = caller == Caller::Verified
+    let inject = Check::PullSecrets.looks(caller)
         && pod
             .annotation(marks::INJECT_ANNOTATION)
             .is_none_or(|v| v.trim() != "false");

@@ -5,6 +5,7 @@
 use super::{
     Verdict,
     caller::Caller,
+    checks::Check,
     review::{Object, Operation, Request},
 };
 use crate::{
@@ -69,7 +70,7 @@ pub fn review(
         // UPDATEs, and denying them would hold the copy (and its namespace) forever.
         Operation::Update if old.metadata.deletion_timestamp.is_none() => "edited",
         Operation::Delete
-            if caller == Caller::Unverified || namespace(ns) == NamespaceState::Active =>
+            if !Check::ReadOnlyDelete.looks(caller) || namespace(ns) == NamespaceState::Active =>
         {
             "deleted"
         }

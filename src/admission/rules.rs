@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::{
     Verdict,
     caller::Caller,
+    checks::Check,
     review::{self, Object, Operation, Request},
 };
 use crate::{
@@ -18,18 +19,8 @@ use crate::{
     queue::job::{Awaited, Job, JobKey, Trigger},
     rules::Rule,
     selector,
+    tenancy::TrustPolicy,
 };
-
-/// The warning, instead of the denial, for an unverified caller's rule that reads a store's
-/// password: which namespaces are trusted is said only to the API server (SPEC §9.8).
-const PASSWORD_UNCHECKED: &str = "copyrator: a store's passwordSecretRef is read only from a trusted namespace (--trusted-namespaces): checked when copies are made, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
-
-/// Likewise for a rule copying RBAC objects, whose source must be in a trusted namespace.
-const GRANT_SOURCE_UNCHECKED: &str = "copyrator: RoleBindings and Roles are copied only from a trusted namespace (--trusted-namespaces): checked when copies are made, and said in this CopyRule's status (run copyrator with --client-ca to have it denied here)";
-
-/// Likewise for a NamespacedCopyRule asking what only a trusted namespace's rule may: another
-/// kind, a store's password read from a Secret.
-const TIER_UNCHECKED: &str = "copyrator: a NamespacedCopyRule copies kinds other than Secret and ConfigMap, and reads a store's password from a Secret, only in a trusted namespace (--trusted-namespaces): checked when copies are made (run copyrator with --client-ca to have it denied here)";
 
 pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
     if req.name.is_empty() && req.operation != Operation::Create {
@@ -78,48 +69,10 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
                     asked.message_to(kind, kinds)
                 ));
             }
-            // A NamespacedCopyRule's tier is its namespace's: whether that is trusted is said
-            // only to the API server (SPEC §9.8); the planner checks again.
-            let tier_unchecked = match parsed.clone().tiered(&policy.trust) {
-                Err(e) if caller == Caller::Verified => {
-                    return Verdict::deny(format!("copyrator: invalid {kind}: {e}"));
-                }
-                Err(_) => Some(TIER_UNCHECKED.to_string()),
-                Ok(_) => None,
+            let unchecked = match trust_checks(&parsed, policy, caller) {
+                Ok(unchecked) => unchecked,
+                Err(denial) => return Verdict::deny(denial),
             };
-            // A store's password is read only from the platform's own namespaces (SPEC §3.2);
-            // the planner checks again, trust may change with a restart.
-            let password_unchecked = (caller == Caller::Unverified
-                && parsed.password_refs().next().is_some())
-            .then(|| PASSWORD_UNCHECKED.to_string());
-            if let Some(from) = parsed
-                .password_refs()
-                .filter(|_| caller == Caller::Verified)
-                .find(|r| !policy.trust.is_trusted(&r.namespace))
-            {
-                return Verdict::deny(format!(
-                    "copyrator: invalid CopyRule: spec.target.formats: a store's passwordSecretRef names namespace {}, which is not trusted (--trusted-namespaces): a password is read only from a trusted namespace",
-                    from.namespace
-                ));
-            }
-            // RBAC copies come only from where only administrators write (SPEC §9.10); the
-            // planner refuses them too, trust may change with a restart. Which namespaces are
-            // trusted is said only to the API server (SPEC §9.8).
-            // A template's source is the CopyRule itself, trusted as every CopyRule is.
-            let source_in_namespace = crate::admission::grants::needs_check(&parsed).is_some()
-                && parsed.template().is_none();
-            let grants_unchecked = (caller == Caller::Unverified && source_in_namespace)
-                .then(|| GRANT_SOURCE_UNCHECKED.to_string());
-            if caller == Caller::Verified
-                && source_in_namespace
-                && !policy.trust.is_trusted(&parsed.source_namespace)
-            {
-                return Verdict::deny(format!(
-                    "copyrator: invalid CopyRule: spec.sourceNamespace: {} is not trusted (--trusted-namespaces): {}s are copied only from namespaces where only administrators write",
-                    parsed.source_namespace,
-                    parsed.target_kind().as_str()
-                ));
-            }
             let check_grant = crate::admission::grants::needs_check(&parsed).map(|_| {
                 crate::admission::grants::GrantCheck {
                     rule: Box::new(parsed.clone()),
@@ -138,27 +91,17 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
                 return Verdict::allow();
             }
             let job = Job::new(JobKey::Rule(job_name(&name)), Trigger::Admission).full_scan();
-            let mut verdict = if req.operation == Operation::Create {
-                Verdict::job(job.awaiting(Awaited::Exists))
-            } else {
-                let old = req.old_object.as_ref();
-                let spec_changed = old.and_then(|o| o.spec).map(|s| s.get())
-                    != obj.spec.map(|s| s.get())
-                    || review::labels(old) != review::labels(Some(obj))
-                    || obj.metadata.deletion_timestamp.is_some();
-                if !spec_changed {
-                    return Verdict::allow();
-                }
-                match review::resource_version(old) {
-                    Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
-                    None => Verdict::job(job),
-                }
+            let Some(mut verdict) = queued(req, obj, job) else {
+                return Verdict::allow();
             };
             verdict.check_certificates = check;
             verdict.check_grant = check_grant;
-            verdict.warnings.extend(password_unchecked);
-            verdict.warnings.extend(grants_unchecked);
-            verdict.warnings.extend(tier_unchecked);
+            verdict.warnings.extend(
+                unchecked
+                    .into_iter()
+                    .filter_map(Check::unchecked_warning)
+                    .map(String::from),
+            );
             verdict
         }
         Operation::Delete if !selector::is_dns_subdomain(&req.name) => Verdict::allow(),
@@ -169,6 +112,80 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
         ),
         Operation::Connect => Verdict::allow(),
     }
+}
+
+/// The verdict queueing `job` for a CREATE, or for an UPDATE that changes the rule; `None`
+/// when nothing changed.
+fn queued(req: &Request<'_>, obj: &Object<'_>, job: Job) -> Option<Verdict> {
+    if req.operation == Operation::Create {
+        return Some(Verdict::job(job.awaiting(Awaited::Exists)));
+    }
+    let old = req.old_object.as_ref();
+    let spec_changed = old.and_then(|o| o.spec).map(|s| s.get()) != obj.spec.map(|s| s.get())
+        || review::labels(old) != review::labels(Some(obj))
+        || obj.metadata.deletion_timestamp.is_some();
+    if !spec_changed {
+        return None;
+    }
+    Some(match review::resource_version(old) {
+        Some(rv) => Verdict::job(job.awaiting(Awaited::ChangedFrom(rv))),
+        None => Verdict::job(job),
+    })
+}
+
+/// The checks of `rule` that turn on `--trusted-namespaces`: those that do not look, for
+/// `caller`, and apply; `Err`: the denial. Whether a namespace is trusted is said only to the
+/// API server (SPEC §9.8); the planner checks again, as trust may change with a restart.
+fn trust_checks(rule: &Rule, policy: &Policy, caller: Caller) -> Result<Vec<Check>, String> {
+    let mut unchecked = Vec::new();
+    let kind = match rule.id.namespaced() {
+        Some(_) => "NamespacedCopyRule",
+        None => "CopyRule",
+    };
+    // A NamespacedCopyRule's tier is its namespace's. Anyone else is warned whenever the rule
+    // asks what only a trusted namespace's rule may, trusted or not.
+    // (Its warning comes last.)
+    let tier_unchecked = if Check::RuleTier.looks(caller) {
+        if let Err(e) = rule.clone().tiered(&policy.trust) {
+            return Err(format!("copyrator: invalid {kind}: {e}"));
+        }
+        None
+    } else {
+        let untrusted = TrustPolicy::default();
+        rule.clone()
+            .tiered(&untrusted)
+            .is_err()
+            .then_some(Check::RuleTier)
+    };
+    // A store's password is read only from the platform's own namespaces (SPEC §3.2).
+    if Check::StorePassword.looks(caller) {
+        if let Some(from) = rule
+            .password_refs()
+            .find(|r| !policy.trust.is_trusted(&r.namespace))
+        {
+            return Err(format!(
+                "copyrator: invalid CopyRule: spec.target.formats: a store's passwordSecretRef names namespace {}, which is not trusted (--trusted-namespaces): a password is read only from a trusted namespace",
+                from.namespace
+            ));
+        }
+    } else if rule.password_refs().next().is_some() {
+        unchecked.push(Check::StorePassword);
+    }
+    // RBAC copies come only from where only administrators write (SPEC §9.10). A template's
+    // source is the CopyRule itself, trusted as every CopyRule is.
+    let source_in_namespace =
+        crate::admission::grants::needs_check(rule).is_some() && rule.template().is_none();
+    if source_in_namespace && !Check::GrantSource.looks(caller) {
+        unchecked.push(Check::GrantSource);
+    } else if source_in_namespace && !policy.trust.is_trusted(&rule.source_namespace) {
+        return Err(format!(
+            "copyrator: invalid CopyRule: spec.sourceNamespace: {} is not trusted (--trusted-namespaces): {}s are copied only from namespaces where only administrators write",
+            rule.source_namespace,
+            rule.target_kind().as_str()
+        ));
+    }
+    unchecked.extend(tier_unchecked);
+    Ok(unchecked)
 }
 
 /// The NamespacedCopyRule of a review in namespace `ns`, as the CopyRule it stands for.

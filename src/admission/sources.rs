@@ -10,6 +10,7 @@
 use super::{
     Verdict,
     caller::Caller,
+    checks::Check,
     review::{self, Object, Operation, Request},
 };
 use crate::{
@@ -55,28 +56,27 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
             meta.name = meta.name.or_else(|| Some(key.name.clone()));
             let info = SourceInfo::from_meta(kind, &meta);
             let trust_all;
-            let trust = match caller {
-                Caller::Verified => &policy.trust,
-                Caller::Unverified => {
-                    trust_all = TrustPolicy::trust_all();
-                    &trust_all
-                }
+            let trust = if Check::SourceTrust.looks(caller) {
+                &policy.trust
+            } else {
+                trust_all = TrustPolicy::trust_all();
+                &trust_all
             };
             // Over a cap (a source of an untrusted namespace, SPEC §9.7): allowed, and said.
-            let held_back = info.as_ref().and_then(|i| match caller {
-                Caller::Verified => policy
-                    .keep_source(i.clone())
-                    .dropped
-                    .map(|bytes| crate::report::held_back(&Capped::MetadataBytes(bytes))),
-                Caller::Unverified => {
-                    let dropped = i.clone().kept(Some(policy.caps.metadata_bytes)).dropped;
-                    dropped.map(|bytes| {
-                        format!(
-                            "unless its namespace is trusted, {}",
-                            crate::report::held_back(&Capped::MetadataBytes(bytes))
-                        )
-                    })
+            let held_back = info.as_ref().and_then(|i| {
+                if Check::SourceMetadataCap.looks(caller) {
+                    return policy
+                        .keep_source(i.clone())
+                        .dropped
+                        .map(|bytes| crate::report::held_back(&Capped::MetadataBytes(bytes)));
                 }
+                let dropped = i.clone().kept(Some(policy.caps.metadata_bytes)).dropped;
+                dropped.map(|bytes| {
+                    format!(
+                        "unless its namespace is trusted, {}",
+                        crate::report::held_back(&Capped::MetadataBytes(bytes))
+                    )
+                })
             });
             let newly_opted_in =
                 rule_config(req.old_object.as_ref())[0].map(String::as_str) != Some("true");
@@ -96,7 +96,7 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
             {
                 return Verdict::deny(format!("copyrator: invalid annotation {e}"));
             }
-            let trusted_only = (caller == Caller::Unverified
+            let trusted_only = (!Check::SourceTrust.looks(caller)
                 && rule_changed
                 && rule.is_some()
                 && !kind.is_consentable())
@@ -121,7 +121,7 @@ pub fn review(req: &Request<'_>, policy: &Policy, caller: Caller) -> Verdict {
             verdict.warnings.extend(trusted_only);
             // The count cap's warning tells how many sources a namespace holds: only for the
             // API server (SPEC §9.8).
-            if caller == Caller::Verified
+            if Check::SourceCountCap.looks(caller)
                 && newly_opted_in
                 && rule_config(req.object.as_ref())[0].map(String::as_str) == Some("true")
             {

@@ -114,6 +114,26 @@ fn rule_create(ns: &str) -> Value {
     review
 }
 
+/// A NamespacedCopyRule in namespace `ns` copying a NetworkPolicy: a kind only a trusted
+/// namespace's rule may copy.
+fn namespaced_rule_create(ns: &str) -> Value {
+    let mut review = captured("review-copyrule-create");
+    let request = &mut review["request"];
+    request["namespace"] = json!(ns);
+    for field in ["kind", "requestKind"] {
+        request[field] =
+            json!({"group": "copyrator.io", "version": "v1alpha1", "kind": "NamespacedCopyRule"});
+    }
+    let object = &mut request["object"];
+    object["kind"] = json!("NamespacedCopyRule");
+    object["metadata"]["namespace"] = json!(ns);
+    object["spec"] = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "sourceName": "allow", "namespaces": ["dest"],
+    });
+    review
+}
+
 /// What the answer tells its caller, `ns` written `@NS@`: allowed, the message, the warnings
 /// and any patch.
 fn told(body: &str, ns: &str) -> String {
@@ -268,6 +288,21 @@ async fn forged_reviews_are_answered_alike_whatever_the_cluster_holds() {
             ("one that does not exist", ghost.as_str()),
         ],
         rule_create,
+    )
+    .await;
+    assert_eq!(told["allowed"], true, "{told}");
+
+    // Whether the rule's namespace is trusted decides its tier: not a word of it here.
+    let told = alike(
+        &mut client,
+        "a NamespacedCopyRule copying a NetworkPolicy",
+        "/admission/rules",
+        &[
+            ("a trusted namespace", platform.as_str()),
+            ("an untrusted one", live.as_str()),
+            ("one that does not exist", ghost.as_str()),
+        ],
+        namespaced_rule_create,
     )
     .await;
     assert_eq!(told["allowed"], true, "{told}");

@@ -472,6 +472,8 @@ fn winner<'w>(
     Some(Ok(*first))
 }
 
+/// The action for the claim that gets `target`: what its copy should be ([`desired_copy`]),
+/// then what to do about what is there ([`create_once`], [`Placing::act`]).
 fn plan_winner<'w>(
     world: &World,
     target: &ObjectKey,
@@ -481,172 +483,222 @@ fn plan_winner<'w>(
     shared: &mut Shared<'w>,
 ) -> Action {
     let by = shared.by(&claim);
-    let need_source = || Action::NeedSource {
-        target: target.clone(),
-        source: claim.source.key.clone(),
+    let template = match desired_copy(world, target, &claim, contents, shared, &by) {
+        Ok(template) => template,
+        Err(instead) => return *instead,
     };
-    let template = if let Some(bundle) = claim.rule.bundle() {
+    let placing = Placing {
+        world,
+        target,
+        claim: &claim,
+        contents,
+        by,
+        template: template.as_ref(),
+    };
+    if claim.rule.create_once {
+        return placing.create_once(existing);
+    }
+    placing.act(existing)
+}
+
+/// What `claim`'s copy in `target`'s namespace should be: its template, `None` when only its
+/// source's hash is known; `Err`: the action instead (read the source, or refuse).
+fn desired_copy<'w>(
+    world: &World,
+    target: &ObjectKey,
+    claim: &Claim<'w>,
+    contents: &Contents,
+    shared: &mut Shared<'w>,
+    by: &ClaimRef,
+) -> Result<Option<Arc<CopyTemplate>>, Box<Action>> {
+    let need_source = || {
+        Box::new(Action::NeedSource {
+            target: target.clone(),
+            source: claim.source.key.clone(),
+        })
+    };
+    let conflict = |reason| {
+        Box::new(Action::Conflict {
+            target: target.clone(),
+            by: by.clone(),
+            reason,
+        })
+    };
+    if let Some(bundle) = claim.rule.bundle() {
         // A bundle (SPEC §3.2): its sources' certificates admitted here, never an empty copy.
         let Some(inputs) = contents.bundles.get(&claim.source.key) else {
-            return need_source();
+            return Err(need_source());
         };
-        match shared.bundle_template(world, target, &claim, bundle, inputs, &contents.passwords) {
-            Ok(t) => Some(t),
-            Err(reason) => {
-                return Action::Conflict {
-                    target: target.clone(),
-                    by,
-                    reason,
-                };
-            }
-        }
-    } else if let Some(t) = claim.rule.template() {
+        return shared
+            .bundle_template(world, target, claim, bundle, inputs, &contents.passwords)
+            .map(Some)
+            .map_err(conflict);
+    }
+    if let Some(t) = claim.rule.template() {
         // A template (SPEC §3.3): the rule's own content, the namespace's name put in.
-        Some(shared.template_copy(&claim, t, &target.namespace))
-    } else {
-        let payload = contents.payloads.get(&claim.source.key);
-        // One template per (rule, source): every target shares its payload and content hash.
-        let trust = &world.policy().trust;
-        match payload
-            .map(|p| shared.template(&claim, p, trust, contents))
-            .transpose()
-        {
-            Ok(template) => template,
-            // A store's password this job has not read yet: read with the payload.
-            Err(Refused::NoPassword {
-                why: crate::transform::PasswordMissing::NotRead,
-                ..
-            }) => return need_source(),
-            // Key material for a ConfigMap (SPEC §3.2): nothing written, the copy there as it
-            // was.
-            Err(refused) => {
-                return Action::Conflict {
-                    target: target.clone(),
-                    by,
-                    reason: ConflictReason::Refused(refused),
-                };
-            }
-        }
-    };
-    let build = |template: &Arc<CopyTemplate>| {
-        Box::new(DesiredCopy::in_namespace(template, &target.namespace))
-    };
-    let payload = template.as_ref();
+        return Ok(Some(shared.template_copy(claim, t, &target.namespace)));
+    }
+    let payload = contents.payloads.get(&claim.source.key);
+    // One template per (rule, source): every target shares its payload and content hash.
+    let trust = &world.policy().trust;
+    match payload
+        .map(|p| shared.template(claim, p, trust, contents))
+        .transpose()
+    {
+        Ok(template) => Ok(template),
+        // A store's password this job has not read yet: read with the payload.
+        Err(Refused::NoPassword {
+            why: crate::transform::PasswordMissing::NotRead,
+            ..
+        }) => Err(need_source()),
+        // Key material for a ConfigMap (SPEC §3.2): nothing written, the copy there as it
+        // was.
+        Err(refused) => Err(conflict(ConflictReason::Refused(refused))),
+    }
+}
 
-    // Create-once (SPEC §3.4): made where missing, once; what it made there, changed or
-    // deleted since, is its namespace's. An object it did not make holds the name: reported,
-    // never written.
-    if claim.rule.create_once {
-        let made_here = claim.rule.created_in.contains(&target.namespace);
-        return match (existing, payload) {
-            (Existing::None, _) if made_here => Action::InSync {
-                target: target.clone(),
-                by,
-            },
-            (Existing::None, Some(t)) => role_creation(world, target, contents, &by)
-                .unwrap_or_else(|| Action::Create { copy: build(t), by }),
-            (Existing::None, None) => need_source(),
-            (Existing::Unmanaged { .. }, _) if !made_here => Action::Conflict {
-                target: target.clone(),
-                by,
-                reason: ConflictReason::Unmanaged,
-            },
-            _ => Action::InSync {
-                target: target.clone(),
-                by,
-            },
-        };
+/// One target's copy, once what it should be is known: decides what to do about what is
+/// there.
+struct Placing<'a, 'w> {
+    world: &'a World,
+    target: &'a ObjectKey,
+    claim: &'a Claim<'w>,
+    contents: &'a Contents,
+    by: ClaimRef,
+    /// What the copy should be; `None`: not known yet (only its source's hash may be).
+    template: Option<&'a Arc<CopyTemplate>>,
+}
+
+impl Placing<'_, '_> {
+    fn need_source(&self) -> Action {
+        Action::NeedSource {
+            target: self.target.clone(),
+            source: self.claim.source.key.clone(),
+        }
     }
 
-    match existing {
-        Existing::None => match payload {
-            Some(t) => role_creation(world, target, contents, &by)
-                .unwrap_or_else(|| Action::Create { copy: build(t), by }),
-            None => need_source(),
-        },
-        Existing::Managed(m) => {
-            // A known hash is of the source's payload as it is: a transformed copy is judged
-            // from the payload itself (its hash depends on the rule).
-            let desired_hash = match payload {
-                Some(t) => Some(t.marks.content_hash.clone()),
-                // Kinds judged on their content (SPEC §3.1, §9.10) are judged on each
-                // version of it: their payload is read, not only its hash.
-                None if claim.rule.transform.is_identity()
-                    && claim.rule.bundle().is_none()
-                    && claim.rule.kind.is_consentable() =>
-                {
-                    contents.known_hashes.get(&claim.source.key).cloned()
-                }
-                None => None,
-            };
-            if let Some(hash) = desired_hash {
-                let marks = Marks::new(claim.rule, claim.source, hash.clone());
-                if m.held_hash() == Some(&hash) && marks.recorded_in(m) {
-                    return Action::InSync {
-                        target: target.clone(),
-                        by,
-                    };
-                }
+    fn in_sync(self) -> Action {
+        Action::InSync {
+            target: self.target.clone(),
+            by: self.by,
+        }
+    }
+
+    fn conflict(self, reason: ConflictReason) -> Action {
+        Action::Conflict {
+            target: self.target.clone(),
+            by: self.by,
+            reason,
+        }
+    }
+
+    /// Where nothing is: the copy made, unless a Role's creation must wait or is refused.
+    fn create(self) -> Action {
+        let Some(t) = self.template else {
+            return self.need_source();
+        };
+        role_creation(self.world, self.target, self.contents, &self.by).unwrap_or_else(|| {
+            Action::Create {
+                copy: Box::new(DesiredCopy::in_namespace(t, &self.target.namespace)),
+                by: self.by,
             }
-            let Some(p) = payload else {
-                return need_source();
-            };
-            let copy = build(p);
-            let resource_version = m.resource_version.clone();
-            if p.payload.is_immutable() {
-                Action::Recreate {
-                    copy,
-                    resource_version,
-                    adopt: Adopt::No,
-                    by,
+        })
+    }
+
+    /// Create-once (SPEC §3.4): made where missing, once; what it made there, changed or
+    /// deleted since, is its namespace's. An object it did not make holds the name: reported,
+    /// never written.
+    fn create_once(self, existing: &Existing) -> Action {
+        let made_here = self.claim.rule.created_in.contains(&self.target.namespace);
+        match existing {
+            Existing::None if made_here => self.in_sync(),
+            Existing::None => self.create(),
+            Existing::Unmanaged { .. } if !made_here => self.conflict(ConflictReason::Unmanaged),
+            _ => self.in_sync(),
+        }
+    }
+
+    /// What to do about what is at the target: create, leave, update or take over.
+    fn act(self, existing: &Existing) -> Action {
+        match existing {
+            Existing::None => self.create(),
+            Existing::Managed(m) => {
+                if self.desired_hash().is_some_and(|hash| {
+                    let marks = Marks::new(self.claim.rule, self.claim.source, hash.clone());
+                    m.held_hash() == Some(&hash) && marks.recorded_in(m)
+                }) {
+                    return self.in_sync();
                 }
-            } else {
-                Action::Update {
-                    copy,
-                    resource_version,
-                    adopt: Adopt::No,
-                    by,
+                self.write(m.resource_version.clone(), Adopt::No)
+            }
+            Existing::Unmanaged { resource_version } => {
+                // The name of a read-only copy the CopyRule held here (SPEC §4 item 11):
+                // someone else's object took it, most likely while copyrator was down; the
+                // copy goes back.
+                let rule = self.claim.rule;
+                let adopt = if rule.conflict_policy == ConflictPolicy::Overwrite {
+                    Adopt::Overwrite
+                } else if rule.holds_its_names()
+                    && rule.read_only_in.contains(&self.target.namespace)
+                {
+                    Adopt::Reclaim
+                } else {
+                    return self.conflict(ConflictReason::Unmanaged);
+                };
+                if self.template.is_none() {
+                    return self.need_source();
                 }
+                if let Some(instead) =
+                    role_creation(self.world, self.target, self.contents, &self.by)
+                {
+                    return instead;
+                }
+                self.write(resource_version.clone(), adopt)
             }
         }
-        Existing::Unmanaged { resource_version } => {
-            // The name of a read-only copy the CopyRule held here (SPEC §4 item 11): someone
-            // else's object took it, most likely while copyrator was down; the copy goes back.
-            let adopt = if claim.rule.conflict_policy == ConflictPolicy::Overwrite {
-                Adopt::Overwrite
-            } else if claim.rule.holds_its_names()
-                && claim.rule.read_only_in.contains(&target.namespace)
+    }
+
+    /// The content hash the copy should hold, when known. A known hash is of the source's
+    /// payload as it is: a transformed copy is judged from the payload itself (its hash
+    /// depends on the rule).
+    fn desired_hash(&self) -> Option<String> {
+        let rule = self.claim.rule;
+        match self.template {
+            Some(t) => Some(t.marks.content_hash.clone()),
+            // Kinds judged on their content (SPEC §3.1, §9.10) are judged on each version of
+            // it: their payload is read, not only its hash.
+            None if rule.transform.is_identity()
+                && rule.bundle().is_none()
+                && rule.kind.is_consentable() =>
             {
-                Adopt::Reclaim
-            } else {
-                return Action::Conflict {
-                    target: target.clone(),
-                    by,
-                    reason: ConflictReason::Unmanaged,
-                };
-            };
-            let Some(p) = payload else {
-                return need_source();
-            };
-            if let Some(instead) = role_creation(world, target, contents, &by) {
-                return instead;
+                self.contents
+                    .known_hashes
+                    .get(&self.claim.source.key)
+                    .cloned()
             }
-            let copy = build(p);
-            let resource_version = resource_version.clone();
-            if p.payload.is_immutable() {
-                Action::Recreate {
-                    copy,
-                    resource_version,
-                    adopt,
-                    by,
-                }
-            } else {
-                Action::Update {
-                    copy,
-                    resource_version,
-                    adopt,
-                    by,
-                }
+            None => None,
+        }
+    }
+
+    /// Overwrites the object at `resource_version` with the copy (recreated when immutable).
+    fn write(self, resource_version: String, adopt: Adopt) -> Action {
+        let Some(t) = self.template else {
+            return self.need_source();
+        };
+        let copy = Box::new(DesiredCopy::in_namespace(t, &self.target.namespace));
+        if t.payload.is_immutable() {
+            Action::Recreate {
+                copy,
+                resource_version,
+                adopt,
+                by: self.by,
+            }
+        } else {
+            Action::Update {
+                copy,
+                resource_version,
+                adopt,
+                by: self.by,
             }
         }
     }
