@@ -97,7 +97,7 @@ pub async fn grant_members(
             &apply,
         )
         .await
-        .map_err(|e| format!("ClusterRoleBinding {name} on the hub: {e}"));
+        .map_err(|e| format!("ClusterRoleBinding {name} on the hub: {}", said(&e)));
         // Its report (SPEC §14.4), which the hub makes and only it may write.
         let report = apply_object(
             hub,
@@ -107,7 +107,12 @@ pub async fn grant_members(
             &apply,
         )
         .await
-        .map_err(|e| format!("ConfigMap {members_namespace}/{name} on the hub: {e}"));
+        .map_err(|e| {
+            format!(
+                "ConfigMap {members_namespace}/{name} on the hub: {}",
+                said(&e)
+            )
+        });
         if let Err(why) = binding.and(report) {
             failures.insert((cluster.clone(), None), why);
         }
@@ -175,10 +180,19 @@ async fn grant_in(
     let base = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}");
     apply_object(hub, &format!("{base}/roles"), name, role, apply)
         .await
-        .map_err(|e| format!("Role {namespace}/{name} on the hub: {e}"))?;
+        .map_err(|e| format!("Role {namespace}/{name} on the hub: {}", said(&e)))?;
     apply_object(hub, &format!("{base}/rolebindings"), name, binding, apply)
         .await
-        .map_err(|e| format!("RoleBinding {namespace}/{name} on the hub: {e}"))
+        .map_err(|e| format!("RoleBinding {namespace}/{name} on the hub: {}", said(&e)))
+}
+
+/// What the hub said of a failed apply: its message alone (the whole status is too long to
+/// be read in a rule's status).
+fn said(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        e => e.to_string(),
+    }
 }
 
 /// An Event on each rule a grant failure concerns (deduplicated: said again at most every

@@ -19,8 +19,8 @@ use crate::{
     hub::{
         MEMBER_LABEL, Placement, member_identity,
         report::{
-            GrantFailures, MemberReport, REPORTED_AT_KEY, RuleReport, clusters_status,
-            report_data, with_grant_failures,
+            GrantFailures, MemberReport, REPORTED_AT_KEY, RuleReport, clusters_status, report_data,
+            with_grant_failures,
         },
     },
     plan::Action,

@@ -119,7 +119,13 @@ pub(super) async fn watch_failed(ctx: &Context, state: &mut LinkState, why: &str
     let now = Timestamp::now();
     state.unreachable_since = Some(now);
     let message = format!("the hub's watch failed: {why}");
-    let mut s = status(state, "False", "HubUnreachable", &message, &Synced::default());
+    let mut s = status(
+        state,
+        "False",
+        "HubUnreachable",
+        &message,
+        &Synced::default(),
+    );
     s["conditions"][0]["lastTransitionTime"] = json!(Time(now));
     write_status(ctx, &name, state, s).await;
 }

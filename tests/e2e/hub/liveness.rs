@@ -73,7 +73,9 @@ async fn a_frozen_hub_is_found_within_15_s_and_back_costs_no_write() {
     assert_eq!(since, still, "Reachable=False since the first failure");
 
     hub.signal("CONT");
-    member.wait_reachable(&h, "True", Duration::from_secs(30)).await;
+    member
+        .wait_reachable(&h, "True", Duration::from_secs(30))
+        .await;
     let after = h.secrets(&inside).get("cred").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, synced,

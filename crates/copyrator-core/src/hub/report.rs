@@ -309,7 +309,10 @@ mod tests {
         let failures: GrantFailures = [
             // m1's binding in the rule's source namespace is another's: said, though m1
             // has not reported.
-            (("m1".into(), Some("platform".into())), "held by another".into()),
+            (
+                ("m1".into(), Some("platform".into())),
+                "held by another".into(),
+            ),
             // m2's in another namespace: not this rule's concern.
             (("m2".into(), Some("team".into())), "not found".into()),
             // m3 is not placed on: nothing said of it here.
