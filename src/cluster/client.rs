@@ -169,7 +169,7 @@ pub type Stack = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
 /// How a client's requests reach the API server.
 #[derive(Clone, Copy, PartialEq)]
-enum Transport {
+pub(crate) enum Transport {
     /// HTTP/1.1, a connection per request in flight (a watch holds one).
     PerRequest,
     /// HTTP/2 where the API server offers it: every request over one connection, kept honest
@@ -183,7 +183,12 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
     builder_with(config, Transport::PerRequest)
 }
 
-fn builder_with(config: Config, transport: Transport) -> Result<ClientBuilder<Stack>, kube::Error> {
+/// As [`builder`], reaching the API server by `transport` (a hub's watches: multiplexed, so
+/// that its PINGs find a silent or frozen hub).
+pub(crate) fn builder_with(
+    config: Config,
+    transport: Transport,
+) -> Result<ClientBuilder<Stack>, kube::Error> {
     if config.proxy_url.is_some() {
         return ClientBuilder::try_from(config);
     }

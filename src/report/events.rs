@@ -159,6 +159,8 @@ pub mod reason {
     pub const NOT_BOUND: &str = "NotBound";
     /// A listed namespace where copyrator is bound again.
     pub const BOUND: &str = "Bound";
+    /// A hub could not let a member read a placed rule's source (SPEC §14.1).
+    pub const NOT_GRANTED: &str = "MemberNotGranted";
 }
 
 #[derive(Clone)]

@@ -6,7 +6,9 @@
 mod consent;
 mod fixture;
 mod gate;
+mod isolation;
 mod join;
+mod liveness;
 mod profiles;
 mod recovery;
 mod reports;

@@ -382,6 +382,11 @@ pub struct MemberCopies {
     /// Why the member's ceiling refuses the rule, if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Why the hub could not let the member read the rule's source, if it could not: a Role
+    /// or RoleBinding it keeps for the member that it may not write there (one another made
+    /// under its name, a namespace that does not exist). The member's other grants are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_granted: Option<String>,
     /// When the member wrote its report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_time: Option<Time>,

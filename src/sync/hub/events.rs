@@ -10,7 +10,7 @@ use crate::{freshness::dispatch::Change, hub::HubSource, sync::context::Context}
 use super::{
     LinkState, converge_read,
     follow::{HubEvent, Seen},
-    full_sync, remote, reports,
+    full_sync, remote, reports, status,
 };
 
 /// What a hub watch's event asks for: nothing (it changes nothing read), one source read
@@ -25,10 +25,20 @@ pub(super) async fn on_event(
     let Some(state) = states.get_mut(&event.link) else {
         return;
     };
+    let what = match event.what {
+        Seen::Down(why) => return status::watch_failed(ctx, state, &why).await,
+        // Back after a failure: a full read says whether the hub is reachable again and
+        // converges what changed meanwhile (copies in sync get no write).
+        Seen::Up if std::mem::replace(&mut state.watch_down, false) => {
+            return full_sync(ctx, interval, state, &names).await;
+        }
+        Seen::Up => return,
+        what => what,
+    };
     let (Some(follow), Some((settings, read))) = (&state.follow, &mut state.read) else {
         return;
     };
-    let full = match event.what {
+    let full = match what {
         Seen::RulesRelisted => true,
         Seen::Rule(change, meta) => {
             let name = meta.name.clone().unwrap_or_default();
@@ -50,6 +60,7 @@ pub(super) async fn on_event(
             let labels = meta.map(|m| m.labels.unwrap_or_default());
             labels != read.labels
         }
+        Seen::Down(_) | Seen::Up => false,
         Seen::Source(key, meta) => {
             let known = read.sources.get(&key);
             match (meta, known) {

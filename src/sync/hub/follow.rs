@@ -34,10 +34,7 @@ use crate::{
 };
 
 use super::remote::{HUB_TIMEOUT, HubError, hub_client};
-
-/// How long a hub watch's connection may stay silent: its requests end well before (two
-/// thirds of it), so a member costs its hub one watch request per watch every 40 s.
-const WATCH_TIMEOUT: Duration = Duration::from_secs(60);
+use crate::cluster::client::Transport;
 
 /// Events queued for the sync at most; past it they are dropped and a full read is due.
 pub const EVENTS_QUEUED: usize = 1024;
@@ -60,6 +57,11 @@ pub enum Seen {
     Source(ObjectKey, Option<Meta>),
     /// This cluster's ClusterProfile is as `meta` says; `None`: the hub has it no more.
     Profile(Option<Meta>),
+    /// The CopyRules watch failed (its connection went silent, the hub froze or refused it):
+    /// the hub is unreachable from now until read in full again.
+    Down(String),
+    /// The CopyRules watch is up (started, renewed, or back after [`Seen::Down`]).
+    Up,
 }
 
 /// What one hub watch follows.
@@ -79,6 +81,8 @@ pub struct Deps {
     pub progress: Arc<WatchProgress>,
     pub shutdown: watch::Receiver<bool>,
     pub events: mpsc::Sender<HubEvent>,
+    /// How long a hub connection may stay silent (`--api-timeout`, as the member's own).
+    pub api_timeout: Duration,
 }
 
 /// The hub watches of one link, with the token they use; stopped when dropped.
@@ -103,16 +107,24 @@ impl Follow {
     /// ClusterProfile there when the link names its namespace.
     pub fn start(deps: &Deps, link: &HubLink, token: &str) -> Result<Follow, HubError> {
         let name = link.metadata.name.clone().unwrap_or_default();
-        let hub = hub_client(link, token, HUB_TIMEOUT)?;
-        let watch_client = hub_client(link, token, WATCH_TIMEOUT)?;
+        let hub = hub_client(link, token, HUB_TIMEOUT, Transport::PerRequest)?;
+        // The watches share one HTTP/2 connection, as a namespace-scoped install's watches do
+        // (a watch lane): its PINGs, every third of `--api-timeout`, find a black-holed or
+        // frozen hub within it however quiet the watches are. A failed PING fails every watch
+        // on it: each resumes on a new connection, and the CopyRules watch's failure marks the
+        // link unreachable (`Seen::Down`) with no full read due. Chosen over a periodic probe:
+        // no request every few seconds for the hub to serve, and nothing that blocks the sync
+        // while a frozen hub does not answer.
+        let watch_client = hub_client(link, token, deps.api_timeout, Transport::Multiplexed)?;
         // The hub's calls are not this cluster's: counted apart (in the hub's own metrics).
         let limits = ApiLimits {
             writes: RateLimiter::unlimited(),
             reads: RateLimiter::unlimited(),
             read_concurrency: 4,
         };
-        let watches = Cluster::new(watch_client, Arc::new(Metrics::new()), limits, 500)
-            .with_api_timeout(WATCH_TIMEOUT);
+        let watches = Cluster::new(watch_client.clone(), Arc::new(Metrics::new()), limits, 500)
+            .with_api_timeout(deps.api_timeout)
+            .with_watch_lanes(vec![watch_client]);
         let missed = Arc::new(AtomicBool::new(false));
         let spawn = |watching: Watching, target: Target| {
             let sink = HubSink {
@@ -302,9 +314,19 @@ impl WatchSink for HubSink {
         }
     }
 
-    fn up(&self, _feed: Feed, _part: Option<&str>) {}
+    fn up(&self, _feed: Feed, _part: Option<&str>) {
+        if matches!(self.watching, Watching::Rules) {
+            self.send(Seen::Up);
+        }
+    }
 
-    fn down(&self, _feed: Feed, _part: Option<&str>, _ended: &Ended) {}
+    fn down(&self, _feed: Feed, _part: Option<&str>, ended: &Ended) {
+        // Every watch of the link shares the CopyRules watch's connection: its failure says
+        // the hub's (a source's may be its own, as a 403).
+        if let (Watching::Rules, Ended::Failed(why)) = (&self.watching, ended) {
+            self.send(Seen::Down(why.clone()));
+        }
+    }
 
     fn stopped(&self, _feed: Feed, _part: Option<&str>) {}
 }

@@ -36,7 +36,7 @@ use follow::{Deps, Follow};
 use remote::HubRead;
 use status::{condition, status, write_status};
 
-pub use members::grant_members;
+pub use members::{Granted, grant_members};
 pub use reads::{HubReads, SharedReads, hubs_for};
 pub use remote::HubError;
 
@@ -49,10 +49,17 @@ pub async fn run_hub(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        if *ctx.leading.borrow()
-            && let Err(e) = grant_members(ctx.cluster.client(), &members_namespace).await
-        {
-            tracing::warn!(error = %e, "members' hub access not updated; retried next round");
+        if *ctx.leading.borrow() {
+            match grant_members(ctx.cluster.client(), &members_namespace, &ctx.events).await {
+                Ok(granted) if !granted.failures.is_empty() => tracing::warn!(
+                    not_granted = granted.failures.len(),
+                    "members' hub access updated, but for what the rules' status says"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "members' hub access not updated; retried next round")
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -90,6 +97,8 @@ struct LinkState {
     reported: Option<BTreeMap<String, String>>,
     /// Full reads failed in a row: the next is tried after [`retry_after`] of them.
     failures: u32,
+    /// Whether its CopyRules watch failed and is not up again.
+    watch_down: bool,
 }
 
 /// When a full read is tried again after `failures` in a row: 5 s, doubling, at most
@@ -112,6 +121,7 @@ pub async fn run(
         progress,
         shutdown: shutdown.clone(),
         events: events_tx,
+        api_timeout: ctx.cluster.api_timeout(),
     };
     let mut states: BTreeMap<String, LinkState> = BTreeMap::new();
     let mut next_check = Instant::now();
@@ -383,7 +393,13 @@ async fn sync_link(
     let token = remote::read_token(ctx.cluster.client(), namespace, link)
         .await
         .map_err(LinkError::Hub)?;
-    let hub = remote::hub_client(link, &token, remote::HUB_TIMEOUT).map_err(LinkError::Hub)?;
+    let hub = remote::hub_client(
+        link,
+        &token,
+        remote::HUB_TIMEOUT,
+        crate::cluster::client::Transport::PerRequest,
+    )
+    .map_err(LinkError::Hub)?;
     let read = remote::read_hub(&hub, &settings)
         .await
         .map_err(LinkError::Hub)?;

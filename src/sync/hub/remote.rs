@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, api::ListParams};
 
 use crate::{
+    cluster::client::{Transport, builder_with},
     content,
     copyrule::CopyRule,
     hub::{HubLink, HubSource, LinkSettings, Placement, parse_ca_bundle, place, placed_on},
@@ -86,8 +87,16 @@ pub async fn read_token(
 }
 
 /// A client of the hub `link` names, authenticating with `token`, whose connections may stay
-/// silent for `read_timeout` (reads: [`HUB_TIMEOUT`]; watches: longer than their requests).
-pub fn hub_client(link: &HubLink, token: &str, read_timeout: Duration) -> Result<Client, HubError> {
+/// silent for `read_timeout`, built as the service's own clients are (`cluster::client`):
+/// `transport` [`Transport::PerRequest`] for reads ([`HUB_TIMEOUT`]), where an idle pooled
+/// connection is not reused after a third of it; [`Transport::Multiplexed`] for the watches,
+/// whose HTTP/2 PINGs every third of it find a silent or frozen hub however quiet they are.
+pub fn hub_client(
+    link: &HubLink,
+    token: &str,
+    read_timeout: Duration,
+    transport: Transport,
+) -> Result<Client, HubError> {
     let bad = |e: String| HubError::Unreachable(format!("spec: {e}"));
     let url = link.spec.server.parse().map_err(|e| bad(format!("{e}")))?;
     let mut config = kube::Config::new(url);
@@ -96,7 +105,12 @@ pub fn hub_client(link: &HubLink, token: &str, read_timeout: Duration) -> Result
     config.connect_timeout = Some(HUB_TIMEOUT);
     config.read_timeout = Some(read_timeout);
     config.write_timeout = Some(HUB_TIMEOUT);
-    Client::try_from(config).map_err(|e| bad(e.to_string()))
+    // As the service's: the read timeout bounds silence since the last write, so a pooled
+    // connection's idle time does not count against the request sent on it.
+    config.reset_reader_on_write = true;
+    builder_with(config, transport)
+        .map(|b| b.build())
+        .map_err(|e| bad(e.to_string()))
 }
 
 /// Whether a failed request says the credential is refused.

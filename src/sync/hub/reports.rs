@@ -18,7 +18,10 @@ use crate::{
     copyrule::CopyRule,
     hub::{
         MEMBER_LABEL, Placement, member_identity,
-        report::{MemberReport, REPORTED_AT_KEY, RuleReport, clusters_status, report_data},
+        report::{
+            GrantFailures, MemberReport, REPORTED_AT_KEY, RuleReport, clusters_status, report_data,
+            with_grant_failures,
+        },
     },
     plan::Action,
     report::tally,
@@ -48,13 +51,15 @@ pub fn report_object(members_namespace: &str, cluster: &str) -> Value {
 
 /// With one LIST of the reports in `members_namespace`: deletes those of clusters that are not
 /// `members` any more, and gathers the others into the `status.clusters` of each of `rules`
-/// placed on members (`placed(rule, cluster)`), written where it changed. A report is the
+/// placed on members (`placed(rule, cluster)`), with what the hub could not grant them
+/// (`failures`), written where it changed. A report is the
 /// member's only if its name is that member's (a member may patch its own labels).
 pub async fn settle_reports(
     hub: &Client,
     members_namespace: &str,
     members: &BTreeSet<String>,
     rules: &[CopyRule],
+    failures: &GrantFailures,
     placed: impl Fn(&CopyRule, &str) -> bool,
 ) -> kube::Result<()> {
     let api = Api::<ConfigMap>::namespaced(hub.clone(), members_namespace);
@@ -72,7 +77,9 @@ pub async fn settle_reports(
             continue;
         }
         if !members.contains(cluster) {
-            api.delete(&cm.name_any(), &DeleteParams::default()).await?;
+            if let Err(e) = api.delete(&cm.name_any(), &DeleteParams::default()).await {
+                tracing::warn!(error = %e, cluster = %cluster, "a former member's report not deleted; tried again next round");
+            }
             continue;
         }
         reports.push(MemberReport {
@@ -83,6 +90,7 @@ pub async fn settle_reports(
     let rules_api = Api::<CopyRule>::all(hub.clone());
     for rule in rules.iter().filter(|r| r.spec.clusters.is_some()) {
         let clusters = clusters_status(rule, &reports, &placed);
+        let clusters = with_grant_failures(rule, clusters, failures, &placed);
         let now = rule.status.as_ref().map(|s| &s.clusters);
         if now.is_none_or(|c| c.is_empty()) && clusters.is_empty() || now == Some(&clusters) {
             continue;

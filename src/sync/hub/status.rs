@@ -100,6 +100,36 @@ pub(super) async fn write_status(
     }
 }
 
+/// The hub's CopyRules watch failed with `why`: its connection went silent (its PINGs
+/// unanswered) or the hub refused it. The link is unreachable from now, without waiting for a
+/// full read to be due (SPEC §14.3), and one is due at the next check, which confirms it or
+/// says the hub is back; the copies stay as they are.
+pub(super) async fn watch_failed(ctx: &Context, state: &mut LinkState, why: &str) {
+    if std::mem::replace(&mut state.watch_down, true) {
+        return;
+    }
+    let Some(name) = state.link.as_ref().and_then(|l| l.metadata.name.clone()) else {
+        return;
+    };
+    tracing::warn!(link = %name, error = %why, "the hub's watch failed; its copies stay as they are");
+    state.next_full = Some(tokio::time::Instant::now());
+    if state.unreachable_since.is_some() {
+        return;
+    }
+    let now = Timestamp::now();
+    state.unreachable_since = Some(now);
+    let message = format!("the hub's watch failed: {why}");
+    let mut s = status(
+        state,
+        "False",
+        "HubUnreachable",
+        &message,
+        &Synced::default(),
+    );
+    s["conditions"][0]["lastTransitionTime"] = json!(Time(now));
+    write_status(ctx, &name, state, s).await;
+}
+
 /// A token left with less than this is due for replacement, whatever its lifetime.
 const EXPIRY_FLOOR_SECONDS: i64 = 120;
 

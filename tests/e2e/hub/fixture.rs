@@ -123,11 +123,23 @@ impl Hub {
     }
 
     /// What the hub's copyrator does every round (`--hub-members-namespace`): each member may
-    /// read what is placed on it.
-    pub async fn grant_members(&self) {
-        copyrator::sync::hub::grant_members(&self.client, MEMBERS_NS)
+    /// read what is placed on it. Returns what it could not grant (said on the rules and in
+    /// Events too).
+    pub async fn grant_members(&self) -> copyrator::sync::hub::Granted {
+        self.grant_round()
             .await
-            .expect("granting members their sources");
+            .expect("granting members their sources")
+    }
+
+    /// One round of the hub's copyrator granting members their sources, its error returned
+    /// (the hub's copyrator logs it and tries again next round).
+    pub async fn grant_round(&self) -> kube::Result<copyrator::sync::hub::Granted> {
+        let events = copyrator::report::events::Events::new(
+            self.client.clone(),
+            "copyrator-e2e-hub".into(),
+            std::sync::Arc::new(copyrator::metrics::Metrics::new()),
+        );
+        copyrator::sync::hub::grant_members(&self.client, MEMBERS_NS, &events).await
     }
 
     /// Whether member `cluster`'s identity may get the Secret `namespace/name` (the hub's

@@ -12,7 +12,7 @@ use crate::common::{Blackhole, CONVERGE, stays};
 
 /// The copy of the hub's `platform/cred` in a namespace inside the link's ceiling, once the
 /// link is up; returns the namespace.
-async fn linked_copy(
+pub(super) async fn linked_copy(
     h: &crate::common::Harness,
     hub: &super::Hub,
     member: &super::Member,

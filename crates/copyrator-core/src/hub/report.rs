@@ -89,6 +89,44 @@ pub struct MemberReport<'a> {
     pub data: &'a BTreeMap<String, String>,
 }
 
+/// What the hub could not grant its members this round, and why: by member and hub
+/// namespace (`None`: the member's grants outside source namespaces, its CopyRules binding or
+/// its report).
+pub type GrantFailures = BTreeMap<(String, Option<String>), String>;
+
+/// `clusters` (a rule's `status.clusters`) with what the hub could not grant: each member
+/// `rule` is placed on (`placed(rule, cluster)`) whose grant in the rule's source namespace,
+/// or outside source namespaces, failed says why (`notGranted`), reported or not.
+pub fn with_grant_failures(
+    rule: &CopyRule,
+    mut clusters: Vec<MemberCopies>,
+    failures: &GrantFailures,
+    placed: impl Fn(&CopyRule, &str) -> bool,
+) -> Vec<MemberCopies> {
+    for ((cluster, namespace), why) in failures {
+        let concerns = namespace
+            .as_ref()
+            .is_none_or(|ns| *ns == rule.spec.source_namespace);
+        if !concerns || !placed(rule, cluster) {
+            continue;
+        }
+        let at = match clusters.iter().position(|c| c.cluster == *cluster) {
+            Some(at) => at,
+            None => {
+                clusters.push(MemberCopies {
+                    cluster: cluster.clone(),
+                    ..MemberCopies::default()
+                });
+                clusters.len() - 1
+            }
+        };
+        clusters[at].not_granted = Some(bounded(why, MAX_REASON));
+    }
+    clusters.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    clusters.truncate(MAX_LISTED_MEMBERS);
+    clusters
+}
+
 /// The `status.clusters` of hub CopyRule `rule` from the members' `reports`: one entry per
 /// member it is placed on (`placed(rule, cluster)`) that reported it, by cluster name, at
 /// most [`MAX_LISTED_MEMBERS`]. A value that does not parse is said as such, never trusted.
@@ -127,6 +165,7 @@ pub fn clusters_status(
                         })
                         .collect(),
                     refused: r.refused.map(|why| bounded(&why, MAX_REASON)),
+                    not_granted: None,
                     reported_time,
                 },
                 Err(_) => MemberCopies {
@@ -257,5 +296,42 @@ mod tests {
         // A rule a member did not report: no entry for it.
         let other = rule("other", &["m1"]);
         assert!(clusters_status(&other, &reports, named).is_empty());
+    }
+
+    #[test]
+    fn a_grant_the_hub_could_not_make_is_said_for_the_members_placed_only() {
+        let registry = rule("registry", &["m1", "m2"]);
+        let reported = vec![MemberCopies {
+            cluster: "m2".into(),
+            wanted_copies: 1,
+            ..MemberCopies::default()
+        }];
+        let failures: GrantFailures = [
+            // m1's binding in the rule's source namespace is another's: said, though m1
+            // has not reported.
+            (
+                ("m1".into(), Some("platform".into())),
+                "held by another".into(),
+            ),
+            // m2's in another namespace: not this rule's concern.
+            (("m2".into(), Some("team".into())), "not found".into()),
+            // m3 is not placed on: nothing said of it here.
+            (("m3".into(), None), "refused".into()),
+        ]
+        .into();
+        let status = with_grant_failures(&registry, reported, &failures, named);
+        assert_eq!(
+            status
+                .iter()
+                .map(|c| (c.cluster.as_str(), c.not_granted.as_deref()))
+                .collect::<Vec<_>>(),
+            [("m1", Some("held by another")), ("m2", None)]
+        );
+        assert_eq!(status[1].wanted_copies, 1, "m2's report is kept");
+        // A member-wide failure concerns every rule placed on it.
+        let failures: GrantFailures = [(("m2".into(), None), "refused".into())].into();
+        let status = with_grant_failures(&registry, Vec::new(), &failures, named);
+        assert_eq!(status.len(), 1);
+        assert_eq!(status[0].not_granted.as_deref(), Some("refused"));
     }
 }
