@@ -572,11 +572,6 @@ const NOT_YET_CUT: &[&str] = &[
     "src/sync/ (context, converge, hub, inputs)",
     "src/sync/ (jobs, pods)",
     "src/sync/hub/ (profiles, remote)",
-    "crates/copyrator-core/src/ (bundle, hub, powers, rules, transform)",
-    "crates/copyrator-core/src/ (content, grants, plan)",
-    "crates/copyrator-core/src/ (model, selector)",
-    "crates/copyrator-core/src/rules/ (bundle_rule, copy_rule, template_rule)",
-    "crates/copyrator-core/src/transform/ (jks, pkcs12_store, truststores)",
 ];
 
 #[test]
