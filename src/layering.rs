@@ -563,17 +563,6 @@ fn circles(graphs: &Graphs, crate_src: &str) -> Vec<String> {
     found
 }
 
-/// Circles found when the test first read the folders, each cut in its own commit; the list
-/// only shrinks.
-const NOT_YET_CUT: &[&str] = &[
-    "src/cluster/ (scoped_watch, selectors, watch)",
-    "src/freshness/ (prefetch, waiters)",
-    "src/listener/ (budget, peers)",
-    "src/sync/ (context, converge, hub, inputs)",
-    "src/sync/ (jobs, pods)",
-    "src/sync/hub/ (profiles, remote)",
-];
-
 #[test]
 fn no_folder_has_an_import_cycle() {
     let mut found = Vec::new();
@@ -586,28 +575,12 @@ fn no_folder_has_an_import_cycle() {
         );
         found.extend(circles(&graphs, crate_src));
     }
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|c| {
-            !NOT_YET_CUT
-                .iter()
-                .any(|known| c.starts_with(&format!("{known}:")))
-        })
-        .collect();
     assert!(
-        new.is_empty(),
+        found.is_empty(),
         "{} import cycles:\n  {}",
-        new.len(),
-        new.iter()
-            .map(|c| c.as_str())
-            .collect::<Vec<_>>()
-            .join("\n  ")
+        found.len(),
+        found.join("\n  ")
     );
-    let cut: Vec<&&str> = NOT_YET_CUT
-        .iter()
-        .filter(|known| !found.iter().any(|c| c.starts_with(&format!("{known}:"))))
-        .collect();
-    assert!(cut.is_empty(), "cut, so off NOT_YET_CUT: {cut:?}");
 }
 
 #[test]

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::prefetch::Prefetches;
+use super::{persisted::PERSIST_WAIT, prefetch::Prefetches};
 use crate::queue::{
     Evicted, WorkQueue, enqueue,
     job::{Awaited, Job, JobKey},
@@ -31,9 +31,6 @@ use crate::{
     metrics::{DroppedLabels, Metrics},
     model::{Kind, MAX_KINDS, Meta, ObjectKey},
 };
-
-/// How long jobs wait for an admitted change to be persisted before acting on what is there.
-pub const PERSIST_WAIT: Duration = Duration::from_secs(5);
 
 /// An object whose persisted changes jobs wait for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

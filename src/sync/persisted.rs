@@ -5,7 +5,10 @@
 use super::ApiError;
 pub use crate::freshness::persisted::persisted;
 use crate::{
-    freshness::waiters::{Check, Feed, PERSIST_WAIT},
+    freshness::{
+        persisted::PERSIST_WAIT,
+        waiters::{Check, Feed},
+    },
     queue::job::{Awaited, Job, elapsed_since},
     sync::context::Context,
 };

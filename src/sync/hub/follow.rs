@@ -33,7 +33,10 @@ use crate::{
     model::{Kind, Meta, ObjectKey},
 };
 
-use super::remote::{HUB_TIMEOUT, HubError, hub_client};
+use super::{
+    error::{HUB_TIMEOUT, HubError},
+    remote::hub_client,
+};
 
 /// How long a hub watch's connection may stay silent: its requests end well before (two
 /// thirds of it), so a member costs its hub one watch request per watch every 40 s.

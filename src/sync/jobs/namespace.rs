@@ -23,7 +23,7 @@ use crate::{
         follow_up::after,
         hub,
         persisted::{parked, read_persisted, stop_waiting},
-        pods,
+        readiness::readiness,
     },
 };
 
@@ -54,7 +54,7 @@ pub(in crate::sync) async fn run(
         Synced::NotBefore(at) => Ok(Outcome::NotBefore(at)),
         Synced::Gone => Ok(Outcome::Done),
         Synced::Done { world, outcomes } => {
-            if let Some(ready) = pods::readiness(ctx, name, &world, &outcomes).await {
+            if let Some(ready) = readiness(ctx, name, &world, &outcomes).await {
                 ctx.ready.record(name, since, ready);
             }
             after(ctx, job, &outcomes).await
