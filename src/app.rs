@@ -119,7 +119,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Running> {
     } else {
         // A watch per feed and namespace: on HTTP/2 lanes, not a connection each (SPEC §13).
         let watches = args.namespaces.len()
-            * (crate::freshness::waiters::Feed::all().len() + 2 * unresolved.len());
+            * (crate::freshness::feed::Feed::all().len() + 2 * unresolved.len());
         let lanes = crate::cluster::client::watch_lanes(
             args.kubeconfig.as_deref(),
             args.api_timeout,
@@ -494,7 +494,7 @@ async fn watch_kinds(
 ) {
     use crate::{
         cluster::kinds::{KindError, resolve, served},
-        freshness::waiters::Feed,
+        freshness::feed::Feed,
         model::Kind,
         queue::{
             enqueue,

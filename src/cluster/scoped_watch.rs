@@ -12,7 +12,7 @@ use super::{
     scope::{Binding, NOT_BOUND_RECHECK},
     watch::{FeedWatch, WatchSink},
 };
-use crate::freshness::{dispatch::Ended, waiters::Feed};
+use crate::freshness::{dispatch::Ended, feed::Feed};
 
 /// The scoped install's part of a watch's loop (`watch.rs` runs it), as the watch's own
 /// methods: what a namespace not bound, or a kind refused there, makes it do.

@@ -14,7 +14,7 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
     cluster::{Cluster, Freshness, progress::WatchProgress, watch::Target},
-    freshness::{dispatch::Dispatcher, waiters::Feed},
+    freshness::{dispatch::Dispatcher, feed::Feed},
     marks,
     metrics::Metrics,
     model::Kind,

@@ -35,7 +35,7 @@ use crate::{
     copyrule::CopyRule,
     freshness::{
         dispatch::{Change, Dispatcher, Ended},
-        waiters::Feed,
+        feed::Feed,
     },
     marks,
     metrics::{FeedLabels, Metrics},

@@ -8,7 +8,7 @@ use futures::future::join_all;
 
 use crate::sync::tests::{context, copy_in, count, fake_api::Step, scene, status};
 use crate::{
-    freshness::waiters::{Feed, Watched},
+    freshness::feed::{Feed, Watched},
     gate::{Outcome, PodGate},
     queue::job::{Job, JobKey, Trigger},
     sync::context::Context,

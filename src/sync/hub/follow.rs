@@ -26,7 +26,7 @@ use crate::{
     },
     freshness::{
         dispatch::{Change, Ended},
-        waiters::Feed,
+        feed::Feed,
     },
     hub::{CLUSTER_PROFILE_PLURAL, HubLink, HubLinkSpec, cluster_profiles_path},
     metrics::Metrics,

@@ -96,7 +96,7 @@ pub fn hubs_for(reads: &HubReads, world: &mut World, found: &Found) -> Contents 
 mod tests {
     use super::*;
     use crate::{
-        freshness::{ready::ReadyIndex, waiters::Feed},
+        freshness::{feed::Feed, ready::ReadyIndex},
         sync::hub_reads::SharedReads,
     };
 
