@@ -13,7 +13,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
-    cluster::{Cluster, Freshness, progress::WatchProgress, watch::Target},
+    cluster::{Cluster, ReadMode, progress::WatchProgress, watch::Target},
     freshness::{dispatch::Dispatcher, feed::Feed},
     marks,
     metrics::Metrics,
@@ -93,7 +93,7 @@ pub async fn run(
     let mut running: BTreeMap<SourceSelector, JoinHandle<()>> = BTreeMap::new();
     loop {
         let want = if *leading.borrow_and_update() {
-            match crate::cluster::load::load_rules(&cluster, &[], &policy, Freshness::Indexed).await
+            match crate::cluster::load::load_rules(&cluster, &[], &policy, ReadMode::Indexed).await
             {
                 Ok(world) => Some(wanted(&world.rules().rules)),
                 Err(e) => {
