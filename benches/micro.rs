@@ -12,7 +12,7 @@ use copyrator::{
     admission::{AdmissionState, Limits, router},
     cluster::{ApiLimits, Cluster, ratelimit::RateLimiter},
     content::{DesiredCopy, source_hash},
-    freshness::{ready::Ready, waiters::Feed},
+    freshness::{feed::Feed, ready::Ready},
     gate::PodGate,
     listener::{PeerLimits, Peers},
     marks,

@@ -232,8 +232,8 @@ async fn cluster(
         return Ok(cluster);
     }
     // A watch per feed and namespace: on HTTP/2 lanes, not a connection each (SPEC §13).
-    let watches = args.namespaces.len()
-        * (crate::freshness::waiters::Feed::all().len() + 2 * unresolved_kinds);
+    let watches =
+        args.namespaces.len() * (crate::freshness::feed::Feed::all().len() + 2 * unresolved_kinds);
     let lanes = crate::cluster::client::watch_lanes(
         args.kubeconfig.as_deref(),
         args.api_timeout,
@@ -666,7 +666,7 @@ async fn watch_kinds(
 ) {
     use crate::{
         cluster::kinds::{KindError, resolve, served},
-        freshness::waiters::Feed,
+        freshness::feed::Feed,
         model::Kind,
         queue::{
             enqueue,

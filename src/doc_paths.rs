@@ -1,7 +1,8 @@
 //! Every repository path named in a comment or a document exists: a comment that points at a
 //! file that moved sends the reader nowhere, and nothing else would notice. Scans the comments
-//! of the Rust sources and the project's Markdown for paths under the repository's top-level
-//! folders (`src/…rs`, `docs/…md`, `tests/e2e/`), and the targets of relative Markdown links.
+//! of the Rust sources, of the YAML under `deploy/` (the chart's templates and values) and of
+//! the scripts, and the project's Markdown, for paths under the repository's top-level folders
+//! (`src/…rs`, `docs/…md`, `tests/e2e/`), and the targets of relative Markdown links.
 
 use std::{
     fs,
@@ -48,6 +49,27 @@ fn comment(line: &str) -> Option<&str> {
         return Some(rest);
     }
     line.find(" // ").map(|at| &line[at + 4..])
+}
+
+/// Folders whose YAML, Helm template and shell files have their `#` comments read (and the
+/// templates' `{{/* … */}}` ones), with those files' endings.
+const HASH_COMMENTED: [(&str, &[&str]); 2] =
+    [("deploy", &["yaml", "yml", "tpl"]), ("scripts", &["sh"])];
+
+/// The comment text of a line of YAML, shell or a Helm template: after a leading `#`, after a
+/// ` #`, or after a template's `{{/*` (`{{- /*`).
+fn hash_comment(line: &str) -> Option<&str> {
+    let trimmed = line.trim_start();
+    if let Some(rest) = trimmed.strip_prefix('#') {
+        return Some(rest);
+    }
+    if let Some(at) = line
+        .find("/*")
+        .filter(|&at| line[..at].trim_end().ends_with(['{', '-']))
+    {
+        return Some(&line[at + 2..]);
+    }
+    line.find(" #").map(|at| &line[at + 2..])
 }
 
 fn path_char(c: char) -> bool {
@@ -179,6 +201,22 @@ fn missing(repo: &Path) -> Vec<String> {
             }
         }
     }
+    let mut commented = Vec::new();
+    for (dir, endings) in HASH_COMMENTED {
+        for ending in endings {
+            files(&repo.join(dir), ending, &mut commented);
+        }
+    }
+    for file in &commented {
+        let text = fs::read_to_string(file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for named in hash_comment(line).map(named_paths).unwrap_or_default() {
+                if !exists(repo, file, &named) {
+                    report(file, i + 1, &named);
+                }
+            }
+        }
+    }
     let mut markdown = Vec::new();
     files(&repo.join("docs"), "md", &mut markdown);
     markdown.extend(MARKDOWN.iter().map(|name| repo.join(name)));
@@ -231,6 +269,10 @@ fn paths_are_read_as_a_reader_would() {
     assert_eq!(named_paths(skipped), ["crates/x/src/y.rs"]);
     assert_eq!(comment("let x = 1; // in src/a.rs"), Some("in src/a.rs"));
     assert_eq!(comment("let url = \"http://x\";"), None);
+    assert_eq!(hash_comment("  # see src/a.rs"), Some(" see src/a.rs"));
+    assert_eq!(hash_comment("key: v # src/a.rs"), Some(" src/a.rs"));
+    assert_eq!(hash_comment("{{- /* src/a.rs */}}"), Some(" src/a.rs */}}"));
+    assert_eq!(hash_comment("echo \"${#x}\""), None);
     assert_eq!(
         link_targets("[a](design/x.md#why) [b](https://x.io) [c](#top)"),
         ["design/x.md"]

@@ -2,8 +2,9 @@
 //! namespaces (the contract: `docs/SPEC.md`).
 //!
 //! How a change travels, and which module holds each step: the one architecture diagram and code
-//! layout are in "How it is built" of `docs/architecture.md`, so that there is one to keep true. The top-level modules depend on each other in one direction only,
-//! checked by `layering.rs`; every path a comment names exists, checked by `doc_paths.rs`.
+//! layout are in "How it is built" of `docs/architecture.md`, so that there is one to keep true.
+//! Modules depend on each other in one direction only, in every folder of both crates, checked
+//! by `layering.rs`; every path a comment names exists, checked by `doc_paths.rs`.
 
 pub use copyrator_core::{
     bundle, content, copyrule, grants, hub, marks, model, namespaced, plan, powers, rules,

@@ -76,7 +76,7 @@ impl Advisor {
                             rule.kind,
                             Some(&rule.source_namespace),
                             &selector,
-                            crate::cluster::Freshness::Cached,
+                            crate::cluster::ReadMode::Cached,
                             |m| Some(ObjectKey::new(rule.kind, m.namespace?, m.name?)),
                         )
                         .await

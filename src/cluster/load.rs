@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::freshness::copy_index::{Listed, existing_from_meta, listed};
 use crate::{
-    cluster::{ApiResult, Cluster, Freshness, reads::each},
+    cluster::{ApiResult, Cluster, ReadMode, reads::each},
     content,
     copyrule::CopyRule,
     marks,
@@ -113,12 +113,12 @@ pub async fn load_rules(
     cluster: &Cluster,
     kinds: &[Kind],
     policy: &Policy,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> ApiResult<World> {
     let lists = kinds
         .iter()
         .map(|kind| async move {
-            if fresh == Freshness::Indexed
+            if fresh == ReadMode::Indexed
                 && let Some(held) = cluster
                     .source_index()
                     .of(*kind)
@@ -127,7 +127,7 @@ pub async fn load_rules(
                 cluster.metrics.index_read("sources", "index");
                 return Ok(held);
             }
-            if fresh == Freshness::Indexed {
+            if fresh == ReadMode::Indexed {
                 cluster.metrics.index_read("sources", "list");
             }
             cluster
@@ -149,7 +149,7 @@ pub async fn load_rules(
 }
 
 /// Every CopyRule, and every NamespacedCopyRule as the CopyRule it stands for.
-async fn copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+async fn copy_rules(cluster: &Cluster, fresh: ReadMode) -> ApiResult<Vec<CopyRule>> {
     let (mut rules, namespaced) = tokio::try_join!(
         cluster_copy_rules(cluster, fresh),
         namespaced_rules(cluster, fresh)
@@ -160,8 +160,8 @@ async fn copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRu
 
 /// Every NamespacedCopyRule: from what their watch keeps when it can answer and a cached read
 /// was asked for, else by a LIST.
-async fn namespaced_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
-    if fresh == Freshness::Indexed {
+async fn namespaced_rules(cluster: &Cluster, fresh: ReadMode) -> ApiResult<Vec<CopyRule>> {
+    if fresh == ReadMode::Indexed {
         if let Some(held) = cluster.indexes().namespaced_rules.copy_rules() {
             cluster.metrics.index_read("namespacedcopyrules", "index");
             return Ok(held.as_ref().clone());
@@ -173,8 +173,8 @@ async fn namespaced_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<
 
 /// Every CopyRule: from what the CopyRules watch keeps when it can answer and a cached read
 /// was asked for, else by a LIST.
-async fn cluster_copy_rules(cluster: &Cluster, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
-    if fresh == Freshness::Indexed {
+async fn cluster_copy_rules(cluster: &Cluster, fresh: ReadMode) -> ApiResult<Vec<CopyRule>> {
+    if fresh == ReadMode::Indexed {
         if let Some(held) = cluster.copy_rule_scope().copy_rules() {
             cluster.metrics.index_read("copyrules", "index");
             let mut rules = held.as_ref().clone();
@@ -207,7 +207,7 @@ async fn fresh_created_in(cluster: &Cluster, rules: &mut [CopyRule]) -> ApiResul
 pub async fn unlabelled_rule_sources(
     cluster: &Cluster,
     world: &World,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> ApiResult<Vec<SourceInfo>> {
     let copy_rules = || {
         world
@@ -246,7 +246,7 @@ pub async fn unlabelled_annotated_sources(cluster: &Cluster) -> ApiResult<Vec<So
         let selector = format!("{}!=true", marks::SOURCE_LABEL);
         out.extend(
             cluster
-                .list_meta(kind, None, &selector, Freshness::Consistent, |m| {
+                .list_meta(kind, None, &selector, ReadMode::Consistent, |m| {
                     // Most objects have neither annotation: not worth a SourceInfo.
                     let annotated = m.annotations.as_ref().is_some_and(|a| {
                         a.contains_key(marks::NAMESPACE_SELECTOR_ANNOTATION)
@@ -270,7 +270,7 @@ pub async fn load_target_namespaces<'a>(
     cluster: &Cluster,
     world: &mut World,
     rules: impl IntoIterator<Item = &'a Rule>,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> ApiResult<()> {
     let rules: Vec<&Rule> = rules.into_iter().collect();
     let mut names: BTreeSet<String> = rules
@@ -280,7 +280,7 @@ pub async fn load_target_namespaces<'a>(
     // Untrusted sources' rules: only the namespaces that accept copies from their namespace
     // are looked at (SPEC §9.7); one the index does not show consenting gets nothing, so it
     // is not read either.
-    if fresh == Freshness::Indexed
+    if fresh == ReadMode::Indexed
         && !rules.is_empty()
         && rules.iter().all(|r| r.tier == Tier::ConsentedInline)
         && let Some(held) = cluster.namespace_index().read_marked(|consenting| {
@@ -302,7 +302,7 @@ pub async fn load_target_namespaces<'a>(
         world.insert_namespaces(held);
         return Ok(());
     }
-    if fresh == Freshness::Indexed
+    if fresh == ReadMode::Indexed
         && let Some(held) = cluster.namespace_index().read(|by_name| {
             by_name
                 .values()
@@ -321,7 +321,7 @@ pub async fn load_target_namespaces<'a>(
         cluster.metrics.index_read("namespaces", "index");
         world.insert_namespaces(held);
     } else {
-        if fresh == Freshness::Indexed {
+        if fresh == ReadMode::Indexed {
             cluster.metrics.index_read("namespaces", "list");
         }
         let mut selectors: BTreeSet<String> = rules
@@ -347,7 +347,7 @@ pub async fn ensure_namespaces(
     cluster: &Cluster,
     world: &mut World,
     names: BTreeSet<String>,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> ApiResult<()> {
     let mut missing: BTreeSet<String> = names
         .into_iter()
@@ -356,7 +356,7 @@ pub async fn ensure_namespaces(
     if missing.is_empty() {
         return Ok(());
     }
-    if fresh == Freshness::Indexed
+    if fresh == ReadMode::Indexed
         && let Some(held) = cluster.namespace_index().read(|by_name| {
             missing
                 .iter()
@@ -460,17 +460,17 @@ pub async fn copies_of_sources(
     cluster: &Cluster,
     kind: Kind,
     uids: &BTreeSet<String>,
-    fresh: Freshness,
+    fresh: ReadMode,
     found: &mut Found,
 ) -> ApiResult<()> {
-    if fresh == Freshness::Indexed
+    if fresh == ReadMode::Indexed
         && let Some(listed) = cluster.copy_index().copies_of(kind, uids)
     {
         cluster.metrics.index_read("copies", "index");
         found.add_listed(listed);
         return Ok(());
     }
-    if fresh == Freshness::Indexed {
+    if fresh == ReadMode::Indexed {
         cluster.metrics.index_read("copies", "list");
     }
     let uids: Vec<&String> = uids.iter().filter(|u| !u.is_empty()).collect();
@@ -499,7 +499,7 @@ pub async fn all_copies(
     cluster: &Cluster,
     kind: Kind,
     namespace: Option<&str>,
-    fresh: Freshness,
+    fresh: ReadMode,
     found: &mut Found,
 ) -> ApiResult<()> {
     found.add_listed(copies_listed(cluster, kind, namespace, fresh).await?);
@@ -512,9 +512,9 @@ pub async fn copies_listed(
     cluster: &Cluster,
     kind: Kind,
     namespace: Option<&str>,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> ApiResult<Vec<Listed>> {
-    if fresh == Freshness::Indexed {
+    if fresh == ReadMode::Indexed {
         let index = cluster.copy_index();
         let held = match namespace {
             Some(ns) => index.copies_in(kind, ns),

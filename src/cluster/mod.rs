@@ -51,7 +51,7 @@ use crate::{
 /// create-if-absent, preconditioned writes, the post-write re-check and a second look after
 /// namespace changes (see `sync/`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Freshness {
+pub enum ReadMode {
     /// From etcd, paginated: complete lists without a selector (nothing is read in vain),
     /// and re-checks that must see the latest state.
     Consistent,
@@ -63,12 +63,12 @@ pub enum Freshness {
     Indexed,
 }
 
-impl Freshness {
+impl ReadMode {
     fn list_params(self, page_size: u32) -> ListParams {
         match self {
-            Freshness::Consistent => ListParams::default().limit(page_size),
+            ReadMode::Consistent => ListParams::default().limit(page_size),
             // The watch cache does not paginate (a limit would send the request to etcd).
-            Freshness::Cached | Freshness::Indexed => ListParams {
+            ReadMode::Cached | ReadMode::Indexed => ListParams {
                 resource_version: Some("0".into()),
                 ..Default::default()
             },

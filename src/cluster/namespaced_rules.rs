@@ -5,7 +5,7 @@
 
 use kube::{Api, discovery};
 
-use super::{ApiResult, Cluster, Freshness};
+use super::{ApiResult, Cluster, ReadMode};
 use crate::{copyrule::CopyRule, namespaced::NamespacedCopyRule};
 
 /// The resource, as API-call metrics name it.
@@ -35,7 +35,7 @@ impl Cluster {
 
     /// Every NamespacedCopyRule copyrator reads, as the CopyRules they stand for; none when
     /// their CRD is not installed.
-    pub async fn list_namespaced_rules(&self, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+    pub async fn list_namespaced_rules(&self, fresh: ReadMode) -> ApiResult<Vec<CopyRule>> {
         let index = &self.indexes.namespaced_rules;
         let since = index.listing();
         if !self.scope.reads_namespaced_rules() {

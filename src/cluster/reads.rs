@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Resource};
 
-use super::{ApiResult, Cluster, Freshness, INLINE_PARSE_BYTES};
+use super::{ApiResult, Cluster, INLINE_PARSE_BYTES, ReadMode};
 use crate::freshness::index::namespace_info;
 use crate::{
     copyrule::CopyRule,
@@ -86,7 +86,7 @@ impl Cluster {
         kind: Kind,
         namespace: Option<&str>,
         label_selector: &str,
-        fresh: Freshness,
+        fresh: ReadMode,
         mut keep: impl FnMut(Meta) -> Option<U>,
     ) -> ApiResult<Vec<U>> {
         let namespaces = match (namespace, self.scope.namespaces_read()) {
@@ -134,7 +134,7 @@ impl Cluster {
             None::<()>
         };
         let selectors = (label_selector, field_selector);
-        self.list_pages(resource, url_path, selectors, Freshness::Cached, keep)
+        self.list_pages(resource, url_path, selectors, ReadMode::Cached, keep)
             .await
             .map(|(_, at)| at)
     }
@@ -144,7 +144,7 @@ impl Cluster {
         resource: &'static str,
         url_path: String,
         (label_selector, field_selector): (&str, &str),
-        fresh: Freshness,
+        fresh: ReadMode,
         mut keep: impl FnMut(Meta) -> Option<U>,
     ) -> ApiResult<(Vec<U>, String)> {
         let request = kube::core::Request::new(url_path);
@@ -278,7 +278,7 @@ impl Cluster {
     pub async fn list_namespaces(
         &self,
         label_selector: &str,
-        fresh: Freshness,
+        fresh: ReadMode,
     ) -> ApiResult<Vec<NamespaceInfo>> {
         if let Some(read) = self.scope.namespaces_read() {
             let selector =
@@ -308,7 +308,7 @@ impl Cluster {
 
     /// Every CopyRule; none when the CRD is not installed (inline rules still work). A
     /// namespace-scoped install does not read cluster-scoped CopyRules (SPEC §13).
-    pub async fn list_copy_rules(&self, fresh: Freshness) -> ApiResult<Vec<CopyRule>> {
+    pub async fn list_copy_rules(&self, fresh: ReadMode) -> ApiResult<Vec<CopyRule>> {
         if self.scope.listed().is_some() {
             let since = self.indexes.copy_rules.listing();
             self.indexes.copy_rules.listed(since, &[]);

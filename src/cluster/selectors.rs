@@ -13,8 +13,9 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
-    cluster::{Cluster, Freshness, progress::WatchProgress},
-    freshness::dispatch::Dispatcher,
+    cluster::{Cluster, ReadMode, progress::WatchProgress, watch::Target},
+    freshness::{dispatch::Dispatcher, feed::Feed},
+    marks,
     metrics::Metrics,
     model::Kind,
     rules::{Rule, SourceMatch},
@@ -27,6 +28,21 @@ pub struct SourceSelector {
     pub namespace: String,
     /// In the string syntax the API server takes.
     pub selector: String,
+}
+
+impl SourceSelector {
+    /// What its watch follows: the objects it selects, copies left out.
+    fn target(&self) -> Target {
+        Target {
+            feed: Feed::Selected(self.kind),
+            namespace: Some(self.namespace.clone()),
+            // A copy is never a source (SPEC §9.6), whatever labels it carried over.
+            selector: Some(marks::not_a_copy(&self.selector)),
+            fields: None,
+            name: Feed::Selected(self.kind).name(),
+            resource: None,
+        }
+    }
 }
 
 /// The watches the CopyRules ask for.
@@ -77,7 +93,7 @@ pub async fn run(
     let mut running: BTreeMap<SourceSelector, JoinHandle<()>> = BTreeMap::new();
     loop {
         let want = if *leading.borrow_and_update() {
-            match crate::cluster::load::load_rules(&cluster, &[], &policy, Freshness::Indexed).await
+            match crate::cluster::load::load_rules(&cluster, &[], &policy, ReadMode::Indexed).await
             {
                 Ok(world) => Some(wanted(&world.rules().rules)),
                 Err(e) => {
@@ -104,7 +120,7 @@ pub async fn run(
                         &metrics,
                         &progress,
                         &shutdown,
-                        &sel,
+                        sel.target(),
                     )
                 });
             }

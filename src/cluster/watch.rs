@@ -35,7 +35,7 @@ use crate::{
     copyrule::CopyRule,
     freshness::{
         dispatch::{Change, Dispatcher, Ended},
-        waiters::Feed,
+        feed::Feed,
     },
     marks,
     metrics::{FeedLabels, Metrics},
@@ -43,10 +43,10 @@ use crate::{
     namespaced::NamespacedCopyRule,
 };
 
-use super::{scope, scoped_watch, selectors::SourceSelector};
+use super::scope;
 
 /// What one watch follows: a feed's objects in every namespace, or those of one namespace a
-/// CopyRule's `sourceSelector` matches ([`Target::selected`]).
+/// CopyRule's `sourceSelector` matches (`selectors.rs` makes its target).
 #[derive(Clone, Debug)]
 pub struct Target {
     pub feed: Feed,
@@ -142,19 +142,6 @@ impl Target {
             selector,
             fields: None,
             name: feed.name(),
-            resource: None,
-        }
-    }
-
-    /// The objects of `sel` (a CopyRule's selector, in its source namespace), copies left out.
-    pub fn selected(sel: &SourceSelector) -> Self {
-        Self {
-            feed: Feed::Selected(sel.kind),
-            namespace: Some(sel.namespace.clone()),
-            // A copy is never a source (SPEC §9.6), whatever labels it carried over.
-            selector: Some(marks::not_a_copy(&sel.selector)),
-            fields: None,
-            name: Feed::Selected(sel.kind).name(),
             resource: None,
         }
     }
@@ -285,9 +272,8 @@ pub fn spawn_selected(
     metrics: &Arc<Metrics>,
     progress: &WatchProgress,
     shutdown: &watch::Receiver<bool>,
-    sel: &SourceSelector,
+    target: Target,
 ) -> tokio::task::JoinHandle<()> {
-    let target = Target::selected(sel);
     let watch = FeedWatch {
         cluster: cluster.clone(),
         progress: progress.untracked(target.feed.name()),
@@ -360,7 +346,7 @@ impl<S: WatchSink> FeedWatch<S> {
                 // A namespace that did not consent is not called, but for the bounded look
                 // of its Namespace watch (`scoped_watch.rs`).
                 let bound = tokio::select! {
-                    b = scoped_watch::until_bound(&self, ns) => b,
+                    b = self.until_bound(ns) => b,
                     _ = shutdown.changed() => break,
                 };
                 if !bound {
@@ -378,7 +364,7 @@ impl<S: WatchSink> FeedWatch<S> {
                                 seeded = true;
                             }
                             Err(e) if part.is_some() && e.is_forbidden() => {
-                                scoped_watch::refused(&self);
+                                self.mark_refused();
                                 return Ended::Failed(e.to_string());
                             }
                             Err(e) if optional(feed, part, &e) => return Ended::Absent(e.to_string()),
@@ -389,7 +375,7 @@ impl<S: WatchSink> FeedWatch<S> {
                 } => r,
                 _ = shutdown.changed() => break,
             };
-            if part.is_some() && scoped_watch::is_refused(&self) {
+            if part.is_some() && self.is_refused() {
                 // Said and handled as nothing there; looked at again once bound.
                 seeded = false;
                 version = "0".into();
@@ -404,7 +390,7 @@ impl<S: WatchSink> FeedWatch<S> {
                 }
                 self.sink.nothing_there_at_all(feed);
                 tokio::select! {
-                    _ = scoped_watch::quiet(&self, scope::NOT_BOUND_RECHECK) => {}
+                    _ = self.quiet(scope::NOT_BOUND_RECHECK) => {}
                     _ = shutdown.changed() => break,
                 }
                 continue;
@@ -451,7 +437,7 @@ impl<S: WatchSink> FeedWatch<S> {
             })
             .inc();
         if let (Feed::Namespaces, Some(ns)) = (feed, self.part.as_deref()) {
-            return scoped_watch::seed_namespace(self, ns).await;
+            return self.seed_namespace(ns).await;
         }
         let mut seeding = self.sink.seeding(feed, self.part.as_deref());
         let at = self
@@ -501,7 +487,7 @@ impl<S: WatchSink> FeedWatch<S> {
             Ok(s) => s,
             Err(e) if e.code() == 410 => return Ended::Expired,
             Err(e) if self.part.is_some() && e.is_forbidden() => {
-                scoped_watch::refused(self);
+                self.mark_refused();
                 return Ended::Failed(e.to_string());
             }
             Err(e) => return Ended::Failed(e.to_string()),

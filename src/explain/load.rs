@@ -15,7 +15,7 @@ use anyhow::{Context as _, anyhow};
 use crate::{
     bundle::Bundle,
     cluster::{
-        Cluster, Freshness,
+        Cluster, ReadMode,
         load::{self, Found},
         passwords,
         reads::each,
@@ -51,7 +51,7 @@ pub async fn for_namespace(
         .await
         .with_context(|| format!("reading namespace {name}"))?
         .ok_or_else(|| anyhow!("namespace {name} not found"))?;
-    let fresh = Freshness::Consistent;
+    let fresh = ReadMode::Consistent;
     let mut world = rules_world(cluster, &Kind::all(), policy).await?;
     world.insert_namespaces([ns]);
     let mut found = Found::default();
@@ -112,7 +112,7 @@ pub async fn for_source(
         .ok_or_else(|| anyhow!("{key} not found"))?;
     let info = SourceInfo::from_meta(key.kind, &(&source.metadata).into())
         .ok_or_else(|| anyhow!("{key} has no name or namespace"))?;
-    let fresh = Freshness::Consistent;
+    let fresh = ReadMode::Consistent;
     let mut world = rules_world(cluster, &[key.kind], policy).await?;
     world.set_sources([(key.clone(), Some(info.clone()))]);
     world.insert_namespaces(
@@ -167,7 +167,7 @@ pub async fn for_source(
 /// Opted-in sources and CopyRules of `kinds`, plus the sources CopyRules select that are not
 /// labelled yet, as the resync loads them.
 async fn rules_world(cluster: &Cluster, kinds: &[Kind], policy: &Policy) -> anyhow::Result<World> {
-    let fresh = Freshness::Consistent;
+    let fresh = ReadMode::Consistent;
     let mut world = load::load_rules(cluster, kinds, policy, fresh)
         .await
         .context("listing sources and CopyRules")?;
@@ -246,7 +246,7 @@ pub(super) async fn read_bundles(
                 sources: vec![entry.clone()],
                 ..bundle.clone()
             };
-            async move { bundles::read(cluster, &one, Freshness::Consistent).await }
+            async move { bundles::read(cluster, &one, ReadMode::Consistent).await }
         });
         let refs: Vec<_> = rule.password_refs().cloned().collect();
         let read = tokio::try_join!(

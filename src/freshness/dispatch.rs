@@ -33,9 +33,10 @@ use super::{
     Indexes,
     copy_index::{CopySeed, Seen},
     coverage::{Coverage, Partitions},
+    feed::{Feed, Watched},
     index::{Seed, namespace_info},
     ready::{Reach, ReadyIndex},
-    waiters::{Feed, Waiters, Watched},
+    waiters::Waiters,
 };
 use crate::{
     marks,

@@ -20,6 +20,7 @@ pub mod copy_index;
 pub mod coverage;
 pub mod dispatch;
 pub mod echoes;
+pub mod feed;
 pub mod index;
 pub mod persisted;
 pub mod prefetch;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 
 use crate::model::Kind;
 use coverage::Partitions;
-use waiters::Feed;
+use feed::Feed;
 
 /// What the dispatcher asks of every feed's index, whatever it keeps (as linkerd's
 /// `IndexNamespacedResource`): to answer or not while its watches are up or down, to stop

@@ -8,6 +8,9 @@ use crate::{
     queue::job::Awaited,
 };
 
+/// How long jobs wait for an admitted change to be persisted before acting on what is there.
+pub const PERSIST_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What tells whether an admitted change is visible in an object read: its resourceVersion,
 /// and whether it is going (deleted, or being deleted).
 pub trait Persisted {

@@ -29,7 +29,10 @@ use std::{
 use tokio::sync::mpsc;
 
 use crate::{
-    freshness::{copy_index::Listed, persisted::persisted, waiters::PERSIST_WAIT},
+    freshness::{
+        copy_index::Listed,
+        persisted::{PERSIST_WAIT, persisted},
+    },
     model::NamespaceInfo,
     plan::World,
     queue::job::Awaited,

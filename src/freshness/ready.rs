@@ -14,7 +14,7 @@ use std::sync::{
 
 use moka::sync::Cache;
 
-use super::waiters::{Feed, Watched};
+use super::feed::{Feed, Watched};
 
 /// Which namespaces' answers a source's event may change: those its rules (before and after
 /// the change) can have copies in ([`crate::plan::reach`]). A tenant's source that no namespace

@@ -8,7 +8,7 @@ use futures::future::join_all;
 
 use crate::sync::tests::{context, copy_in, count, fake_api::Step, scene, status};
 use crate::{
-    freshness::waiters::{Feed, Watched},
+    freshness::feed::{Feed, Watched},
     gate::{Outcome, PodGate},
     queue::job::{Job, JobKey, Trigger},
     sync::context::Context,
@@ -219,7 +219,7 @@ async fn a_pod_whose_namespace_job_waits_for_a_change_not_persisted_is_synced_at
     // waits for it, up to its deadline.
     let key = JobKey::Namespace("team-a".into());
     let mut waiting = Job::new(key.clone(), Trigger::Admission);
-    waiting.retry_at = Some(std::time::Instant::now() + crate::freshness::waiters::PERSIST_WAIT);
+    waiting.retry_at = Some(std::time::Instant::now() + crate::freshness::persisted::PERSIST_WAIT);
     ctx.queue.push(waiting);
     let started = std::time::Instant::now();
     assert_eq!(gate.check("team-a", false).await.0, Outcome::Wrote);

@@ -8,7 +8,7 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
 };
 
-use super::peers::ConnectionState;
+use super::connection::ConnectionState;
 
 /// Default `--webhook-max-connections`.
 pub const DEFAULT_CONNECTIONS: usize = 1024;

@@ -4,6 +4,7 @@
 
 pub mod budget;
 pub mod cidr;
+mod connection;
 pub mod eviction;
 pub mod peers;
 
@@ -32,8 +33,9 @@ use crate::cluster::progress::WatchProgress;
 use crate::metrics::Metrics;
 
 pub use budget::{Peer, PeerLimits};
+use connection::ConnectionState;
+use peers::Admission;
 pub use peers::Peers;
-use peers::{Admission, ConnectionState};
 
 /// How long a connection may go without a request, and how many requests it may multiplex
 /// (SPEC §6.1). What an address may hold is [`PeerLimits`].

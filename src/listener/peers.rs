@@ -16,94 +16,10 @@ use tokio::sync::Notify;
 
 use super::{
     budget::{Peer, PeerInner, PeerLimits, Shared, Usage},
+    connection::ConnectionState,
     eviction::{self, Choice, Standing},
 };
 use crate::metrics::{EvictedLabels, Metrics, ReasonLabels};
-
-/// One connection as the table sees it. Its owner updates the atomics; the table reads them
-/// only to choose which connection gives way.
-#[derive(Debug)]
-pub struct ConnectionState {
-    peer: IpAddr,
-    /// The table's clock (`Peers::epoch`), read in milliseconds.
-    epoch: Instant,
-    opened_ms: u64,
-    opened_seq: u64,
-    verified: AtomicBool,
-    /// Requests whose headers came and whose answer has not been sent.
-    requests: AtomicUsize,
-    /// Of those, reviews being answered (their body is in): never cut off.
-    pub(super) reviewing: AtomicUsize,
-    /// When the last request was answered (ms on the table's clock); `u64::MAX`: none yet.
-    last_done_ms: AtomicU64,
-    evicted: AtomicBool,
-    evict: Notify,
-}
-
-impl ConnectionState {
-    /// Marks the connection as one whose client `--client-ca` verified: it never gives way.
-    pub fn set_verified(&self) {
-        self.verified.store(true, Ordering::Relaxed);
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
-    }
-
-    /// Counts a request whose headers came, until the guard drops (its answer is made, or the
-    /// connection went mid-way).
-    pub fn request(self: &Arc<Self>) -> RequestGuard {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        RequestGuard(Arc::clone(self))
-    }
-
-    /// How long the connection has been without a request open: `None` while one is open.
-    /// `answered` says whether it ever answered one (else the time counts from its opening).
-    pub fn quiet_for(&self) -> Option<(std::time::Duration, bool)> {
-        if self.requests.load(Ordering::Relaxed) > 0 {
-            return None;
-        }
-        let (since, answered) = match self.last_done_ms.load(Ordering::Relaxed) {
-            u64::MAX => (self.opened_ms, false),
-            ms => (ms, true),
-        };
-        let ms = self.now_ms().saturating_sub(since);
-        Some((std::time::Duration::from_millis(ms), answered))
-    }
-
-    /// Resolves once the table has closed this connection to make room for another.
-    pub async fn evicted(&self) {
-        self.evict.notified().await
-    }
-
-    fn standing(&self) -> Standing {
-        let last = self.last_done_ms.load(Ordering::Relaxed);
-        Standing {
-            verified: self.verified.load(Ordering::Relaxed),
-            reviewing: self.reviewing.load(Ordering::Relaxed) > 0,
-            answered: last != u64::MAX,
-            waiting: self.requests.load(Ordering::Relaxed) > 0,
-            quiet_since_ms: if last == u64::MAX {
-                self.opened_ms
-            } else {
-                last
-            },
-            opened_seq: self.opened_seq,
-        }
-    }
-}
-
-/// One request counted on its connection; dropped when its answer is made.
-#[derive(Debug)]
-pub struct RequestGuard(Arc<ConnectionState>);
-
-impl Drop for RequestGuard {
-    fn drop(&mut self) {
-        let c = &self.0;
-        c.last_done_ms.store(c.now_ms(), Ordering::Relaxed);
-        c.requests.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// Why a new connection was closed at once (`copyrator_webhook_connections_refused_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

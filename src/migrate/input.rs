@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::peers;
 use crate::{
     cli::Peer,
-    cluster::{Cluster, Freshness},
+    cluster::{Cluster, ReadMode},
     model::{Kind, Meta, NamespaceInfo, SourceInfo},
 };
 
@@ -97,7 +97,7 @@ pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read>
     for kind in kinds {
         objects.extend(
             cluster
-                .list_meta(kind, None, "", Freshness::Consistent, |m| {
+                .list_meta(kind, None, "", ReadMode::Consistent, |m| {
                     SourceInfo::from_meta(kind, &m).filter(|s| peers::is_peers(peer, s))
                 })
                 .await
@@ -105,7 +105,7 @@ pub async fn from_cluster(cluster: &Cluster, peer: Peer) -> anyhow::Result<Read>
         );
     }
     let namespaces = cluster
-        .list_namespaces("", Freshness::Consistent)
+        .list_namespaces("", ReadMode::Consistent)
         .await
         .context("listing namespaces")?;
     Ok(Read {

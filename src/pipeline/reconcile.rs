@@ -12,7 +12,7 @@ use std::{
 use tokio::sync::watch;
 
 use crate::{
-    freshness::waiters::Feed,
+    freshness::feed::Feed,
     queue::{
         enqueue,
         job::{Job, JobKey, Trigger},

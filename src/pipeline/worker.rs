@@ -11,7 +11,7 @@ use std::{
 use tracing::Instrument;
 
 use crate::{
-    freshness::waiters::Feed,
+    freshness::feed::Feed,
     queue::{
         Finished, count,
         job::{Job, retry_delay},

@@ -7,7 +7,7 @@
 
 use crate::{
     bundle::{self, Bundle, BundleInput, BundleInputs, BundleSelect, LeftOut, MAX_SELECTED},
-    cluster::{ApiError, Cluster, Freshness},
+    cluster::{ApiError, Cluster, ReadMode},
     marks,
     model::{Kind, Object, ObjectKey, SourceInfo},
 };
@@ -20,7 +20,7 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 pub(crate) async fn read(
     cluster: &Cluster,
     bundle: &Bundle,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> Result<BundleInputs, ApiError> {
     let mut keys: Vec<(ObjectKey, &str)> = Vec::new();
     for source in &bundle.sources {

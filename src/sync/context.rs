@@ -64,7 +64,7 @@ pub struct Context {
     pub ready: Arc<ReadyIndex>,
     /// The hubs' last reads, published by the leader's hub loop (SPEC §14): what namespace
     /// syncs, the Pod gate's among them, converge hub copies from.
-    pub hub_reads: crate::sync::hub::SharedReads,
+    pub hub_reads: crate::sync::hub_reads::SharedReads,
     pub settings: SyncSettings,
     /// What jobs remember between runs, each bounded.
     pub caches: Caches,

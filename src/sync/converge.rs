@@ -11,7 +11,7 @@ use super::inputs::read_sources;
 use super::{MAX_ROUNDS, SyncError};
 use crate::{
     cluster::{
-        ApiError, Freshness,
+        ApiError, ReadMode,
         apply::{Applied, apply},
         load::{self, Found},
     },
@@ -34,7 +34,7 @@ pub(super) async fn finish_loading(
     ctx: &Context,
     world: &mut World,
     found: &mut Found,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
     load::ensure_sources(cluster, world, found.sources()).await?;
@@ -448,9 +448,9 @@ pub(super) async fn recheck_inputs(
         &mut fresh,
         namespaces.clone(),
         if indexed {
-            Freshness::Indexed
+            ReadMode::Indexed
         } else {
-            Freshness::Consistent
+            ReadMode::Consistent
         },
     )
     .await?;

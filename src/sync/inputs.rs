@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::{
-    cluster::{Freshness, reads::each},
+    cluster::{ReadMode, reads::each},
     content,
     model::{Object, ObjectKey, SourceInfo},
     plan::{Contents, World},
@@ -131,7 +131,7 @@ async fn read_bundle(ctx: &Context, world: &mut World, contents: &mut Contents, 
     let read = async {
         crate::cluster::passwords::read(&ctx.cluster, trust, &refs, &mut contents.passwords)
             .await?;
-        super::bundles::read(&ctx.cluster, bundle, Freshness::Cached).await
+        super::bundles::read(&ctx.cluster, bundle, ReadMode::Cached).await
     };
     match read.await {
         Ok(inputs) => {

@@ -8,10 +8,12 @@ pub mod context;
 mod converge;
 mod follow_up;
 pub mod hub;
+pub mod hub_reads;
 mod inputs;
 mod jobs;
 pub mod persisted;
 pub mod pods;
+mod readiness;
 mod sources;
 pub mod unlabelled;
 

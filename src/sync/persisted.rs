@@ -5,7 +5,7 @@
 use super::ApiError;
 pub use crate::freshness::persisted::persisted;
 use crate::{
-    freshness::waiters::{Check, Feed, PERSIST_WAIT},
+    freshness::{feed::Feed, persisted::PERSIST_WAIT, waiters::Check},
     queue::job::{Awaited, Job, elapsed_since},
     sync::context::Context,
 };

@@ -3,7 +3,7 @@
 //! own configuration.
 
 use crate::{
-    cluster::{ApiError, Freshness},
+    cluster::{ApiError, ReadMode},
     marks,
     model::{ObjectKey, SourceInfo},
     plan::World,
@@ -21,7 +21,7 @@ pub(super) async fn adopt_rule_sources(
     ctx: &Context,
     world: &mut World,
     rule: &Rule,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
     // The stores' password Secrets too, so that a changed password re-makes the stores as a
@@ -74,7 +74,7 @@ pub(super) async fn adopt_rule_sources(
 async fn label_bundle_sources(
     ctx: &Context,
     bundle: &crate::bundle::Bundle,
-    fresh: Freshness,
+    fresh: ReadMode,
 ) -> Result<(), ApiError> {
     let cluster = &ctx.cluster;
     for source in &bundle.sources {

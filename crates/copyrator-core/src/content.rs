@@ -11,7 +11,6 @@ use crate::{
     copyrule::DeletionPolicy,
     marks,
     model::{Kind, Object, ObjectKey, Payload, SourceInfo},
-    plan::ManagedCopy,
     rules::Rule,
     transform::Refused,
 };
@@ -142,16 +141,6 @@ impl Marks {
             annotations.push((marks::SOURCE_KIND_ANNOTATION, self.source.kind.name()));
         }
         annotations
-    }
-
-    /// Whether an existing copy carries exactly these marks.
-    pub fn recorded_in(&self, copy: &ManagedCopy) -> bool {
-        copy.source == self.source
-            && copy.source_uid == self.source_uid
-            && copy.rule.mark() == self.rule
-            && copy.deletion_policy == Some(self.deletion_policy)
-            && copy.content_hash.as_ref() == Some(&self.content_hash)
-            && copy.read_only == self.read_only
     }
 }
 
@@ -332,7 +321,7 @@ impl DesiredCopy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::Rule;
+    use crate::{plan::ManagedCopy, rules::Rule};
 
     fn source() -> SourceInfo {
         SourceInfo {

@@ -432,3 +432,21 @@ pub struct CopyConflict {
     pub name: String,
     pub reason: String,
 }
+
+/// An invalid rule: which field or annotation, and what is wrong with it (the rules,
+/// `crate::rules`, and the transforms they carry, `crate::transform`, check their fields).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RuleError {
+    pub field: String,
+    pub message: String,
+}
+
+impl RuleError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -14,7 +14,7 @@ use super::super::load::{read_bundles, read_passwords, read_payloads, read_targe
 use crate::{
     bundle::BundleInput,
     cluster::{
-        Cluster, Freshness,
+        Cluster, ReadMode,
         load::{self, Found},
     },
     copyrule::CopyRule,
@@ -55,7 +55,7 @@ pub async fn for_manifests(
     manifests: Vec<Manifest>,
     now: i64,
 ) -> anyhow::Result<Inputs> {
-    let fresh = Freshness::Consistent;
+    let fresh = ReadMode::Consistent;
     let mut live = Vec::with_capacity(manifests.len());
     for manifest in &manifests {
         live.push(

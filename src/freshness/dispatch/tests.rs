@@ -12,10 +12,7 @@ use tokio::sync::{Notify, watch};
 
 use super::*;
 use crate::{
-    freshness::{
-        ready::Ready,
-        waiters::{Waiters, Watched},
-    },
+    freshness::{feed::Watched, ready::Ready, waiters::Waiters},
     model::Kind,
     queue::WorkQueue,
 };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::{
     cluster::{
-        Freshness,
+        ReadMode,
         apply::Applied,
         load::{self, Found},
     },
@@ -28,7 +28,7 @@ pub async fn converge_link(
     mut contents: Contents,
 ) -> Result<Vec<(Action, Applied)>, SyncError> {
     let cluster = &ctx.cluster;
-    let fresh = Freshness::Indexed;
+    let fresh = ReadMode::Indexed;
     let kinds = [Kind::Secret, Kind::ConfigMap];
     // The member's own rules too: they take precedence over a hub's (SPEC §14.2).
     let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;

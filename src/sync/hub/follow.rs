@@ -26,14 +26,17 @@ use crate::{
     },
     freshness::{
         dispatch::{Change, Ended},
-        waiters::Feed,
+        feed::Feed,
     },
     hub::{CLUSTER_PROFILE_PLURAL, HubLink, HubLinkSpec, cluster_profiles_path},
     metrics::Metrics,
     model::{Kind, Meta, ObjectKey},
 };
 
-use super::remote::{HUB_TIMEOUT, HubError, hub_client};
+use super::{
+    error::{HUB_TIMEOUT, HubError},
+    remote::hub_client,
+};
 use crate::cluster::client::Transport;
 
 /// Events queued for the sync at most; past it they are dropped and a full read is due.

@@ -7,6 +7,7 @@
 //! last synced, and the link's `Reachable` condition is False since the first failure.
 
 mod converge;
+mod error;
 mod events;
 mod follow;
 mod members;
@@ -36,9 +37,9 @@ use follow::{Deps, Follow};
 use remote::HubRead;
 use status::{condition, status, write_status};
 
+pub use error::HubError;
 pub use members::{Granted, grant_members};
-pub use reads::{HubReads, SharedReads, hubs_for};
-pub use remote::HubError;
+pub use reads::hubs_for;
 
 /// The hub side (SPEC §14.1): every `interval`, while this replica leads, each member's read
 /// access is made equal to what the CopyRules place on it (`members.rs`).
@@ -127,7 +128,8 @@ pub async fn run(
     let mut next_check = Instant::now();
     // Whether the HubLinks were listed since this replica leads.
     let mut listed = false;
-    ctx.hub_reads.publish(&ctx.ready, HubReads::Unknown);
+    ctx.hub_reads
+        .publish(&ctx.ready, crate::sync::hub_reads::HubReads::Unknown);
     let mut leadership = ctx.leading.clone();
     loop {
         let leading = *ctx.leading.borrow();
@@ -396,7 +398,7 @@ async fn sync_link(
     let hub = remote::hub_client(
         link,
         &token,
-        remote::HUB_TIMEOUT,
+        error::HUB_TIMEOUT,
         crate::cluster::client::Transport::PerRequest,
     )
     .map_err(LinkError::Hub)?;

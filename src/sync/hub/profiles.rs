@@ -15,7 +15,7 @@ use crate::hub::{
     CLUSTER_PROFILE_GROUP, CLUSTER_PROFILE_PLURAL, CLUSTER_PROFILE_VERSION, Profiles,
 };
 
-use super::remote::{HUB_TIMEOUT, HubError, classify};
+use super::error::{HUB_TIMEOUT, HubError, classify};
 
 /// ClusterProfiles per page of the hub's read.
 const PROFILES_PAGE: u32 = 500;

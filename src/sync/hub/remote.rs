@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, api::ListParams};
 
+use super::error::{HUB_TIMEOUT, HubError, classify};
 use crate::{
     cluster::client::{Transport, builder_with},
     content,
@@ -18,33 +19,8 @@ use crate::{
     plan::Contents,
 };
 
-/// How long a hub has to answer one request before it counts as unreachable.
-pub const HUB_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// CopyRules per page of a full read.
 const RULES_PAGE: u32 = 500;
-
-/// Why the hub could not be read this round: its copies stay as they are.
-#[derive(Debug, thiserror::Error)]
-pub enum HubError {
-    #[error("credential Secret {0}: {1}")]
-    Credential(String, String),
-    #[error("hub refused the credential (401): {0}")]
-    Refused(String),
-    #[error("hub unreachable: {0}")]
-    Unreachable(String),
-}
-
-impl HubError {
-    /// The `Reachable` condition's reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            HubError::Credential(..) => "CredentialUnreadable",
-            HubError::Refused(_) => "CredentialRefused",
-            HubError::Unreachable(_) => "HubUnreachable",
-        }
-    }
-}
 
 /// One round's reading of a hub: what it places here, each placed source as read, and the
 /// payloads of those present (as a plan takes them).
@@ -111,14 +87,6 @@ pub fn hub_client(
     builder_with(config, transport)
         .map(|b| b.build())
         .map_err(|e| bad(e.to_string()))
-}
-
-/// Whether a failed request says the credential is refused.
-pub(super) fn classify(e: kube::Error) -> HubError {
-    match &e {
-        kube::Error::Api(s) if s.code == 401 => HubError::Refused(s.message.clone()),
-        _ => HubError::Unreachable(e.to_string()),
-    }
 }
 
 /// Reads what the hub places on the member `settings` describes, and each placed source.

@@ -2,7 +2,7 @@
 
 use crate::{
     cluster::{
-        Freshness,
+        ReadMode,
         load::{self, Found},
     },
     freshness::persisted::persisted,
@@ -36,7 +36,7 @@ pub(in crate::sync) async fn run(
     let Some(ns) = ns else {
         return Ok(Outcome::Done);
     };
-    let fresh = Freshness::Indexed;
+    let fresh = ReadMode::Indexed;
     // The copy's source may be of the other of Secret and ConfigMap (SPEC §3.2).
     let kinds = key.kind.interchangeable();
     let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;

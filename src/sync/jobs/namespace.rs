@@ -3,7 +3,7 @@
 
 use crate::{
     cluster::{
-        ApiError, Freshness,
+        ApiError, ReadMode,
         apply::Applied,
         load::{self, Found},
     },
@@ -23,7 +23,7 @@ use crate::{
         follow_up::after,
         hub,
         persisted::{parked, read_persisted, stop_waiting},
-        pods,
+        readiness::readiness,
     },
 };
 
@@ -54,7 +54,7 @@ pub(in crate::sync) async fn run(
         Synced::NotBefore(at) => Ok(Outcome::NotBefore(at)),
         Synced::Gone => Ok(Outcome::Done),
         Synced::Done { world, outcomes } => {
-            if let Some(ready) = pods::readiness(ctx, name, &world, &outcomes).await {
+            if let Some(ready) = readiness(ctx, name, &world, &outcomes).await {
                 ctx.ready.record(name, since, ready);
             }
             after(ctx, job, &outcomes).await
@@ -68,7 +68,7 @@ pub(in crate::sync) async fn sync(
     job: &Job,
     name: &str,
 ) -> Result<Synced, SyncError> {
-    let fresh = Freshness::Indexed;
+    let fresh = ReadMode::Indexed;
     if parked(ctx, job) {
         return Ok(Synced::NotPersisted);
     }
@@ -169,7 +169,7 @@ async fn read_namespace(
 /// The rules, and the copies in namespace `name` (of every kind).
 async fn rules_and_copies(ctx: &Context, name: &str) -> Result<(World, Vec<Listed>), ApiError> {
     let cluster = &ctx.cluster;
-    let fresh = Freshness::Indexed;
+    let fresh = ReadMode::Indexed;
     let kinds = Kind::all();
     let copies = |kind| load::copies_listed(cluster, kind, Some(name), fresh);
     let (world, copies) = tokio::try_join!(

@@ -6,7 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::{
     cluster::{
-        Freshness,
+        ReadMode,
         load::{self, Found},
     },
     marks,
@@ -32,7 +32,7 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     let cluster = &ctx.cluster;
     // Label-selected lists from the watch cache (no etcd scan of every Secret); the complete
     // namespace list from etcd, page by page.
-    let cached = Freshness::Cached;
+    let cached = ReadMode::Cached;
     // The copies are the resync's own LIST, not the copy index's; only the marks they carry
     // alike are shared with it (values, never what the LIST says is there).
     let copy_index = cluster.copy_index();
@@ -42,7 +42,7 @@ pub(in crate::sync) async fn run(ctx: &Context, job: &Job) -> Result<Outcome, Sy
     let kinds = Kind::all();
     let (mut world, namespaces, copies) = tokio::try_join!(
         load::load_rules(cluster, &kinds, &ctx.settings.policy, cached),
-        cluster.list_namespaces("", Freshness::Consistent),
+        cluster.list_namespaces("", ReadMode::Consistent),
         futures::future::try_join_all(kinds.iter().map(|&kind| cluster.list_meta(
             kind,
             None,

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use crate::{
     cluster::{
-        Freshness,
+        ReadMode,
         load::{self, Found},
     },
     freshness::persisted::persisted,
@@ -50,7 +50,7 @@ pub(in crate::sync) async fn run(
         },
         None => Kind::all(),
     };
-    let fresh = Freshness::Indexed;
+    let fresh = ReadMode::Indexed;
     let mut world = load::load_rules(cluster, &kinds, &ctx.settings.policy, fresh).await?;
     // The rule as just read, not as listed a moment earlier.
     world.set_copy_rule(name, copy_rule.clone());

@@ -4,7 +4,7 @@ use std::{collections::BTreeSet, time::Instant};
 
 use crate::{
     cluster::{
-        ApiError, Freshness,
+        ApiError, ReadMode,
         load::{self, Found},
     },
     freshness::persisted::persisted,
@@ -50,8 +50,8 @@ pub(in crate::sync) async fn run(
         }
         return Ok(Outcome::Done);
     }
-    // Label-selected lists come from the API server's watch cache (see Freshness).
-    let fresh = Freshness::Indexed;
+    // Label-selected lists come from the API server's watch cache (see ReadMode).
+    let fresh = ReadMode::Indexed;
     // The rules and the source's existing copies are independent reads: do them at once.
     let copies = async {
         let mut found = Found::default();

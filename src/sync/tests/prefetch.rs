@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{context, copy_in, namespace, scene};
 use crate::{
-    freshness::waiters::{Feed, Watched},
+    freshness::feed::{Feed, Watched},
     model::NamespaceInfo,
     queue::job::{Awaited, Job, JobKey, Trigger},
     sync::{Outcome, context::Context, jobs::namespace::prefetch, run},

@@ -62,7 +62,7 @@ pub fn member_access(
         };
         if rule.metadata.deletion_timestamp.is_some()
             || !matches!(spec.api_version.as_deref(), None | Some("v1"))
-            || crate::hub::check_placement(spec).is_err()
+            || crate::rules::check_placement(spec).is_err()
         {
             continue;
         }

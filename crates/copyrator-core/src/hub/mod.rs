@@ -19,9 +19,7 @@ mod view;
 
 pub use access::{NamespaceAccess, Profiles, member_access};
 pub use link::{LinkSettings, parse_ca_bundle};
-pub use placement::{
-    MAX_PLACED_SOURCES, Placement, Refusal, RefusedRule, check_placement, place, placed_on,
-};
+pub use placement::{MAX_PLACED_SOURCES, Placement, Refusal, RefusedRule, place, placed_on};
 pub use view::{HubSource, Hubs, LinkView};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};

@@ -9,7 +9,7 @@ use crate::{
     copyrule::{ClusterPlacement, CopyRule, CopyRuleSpec},
     marks,
     plan::{ManagedCopy, MarksError},
-    rules::RuleId,
+    rules::{RuleId, check_placement},
     tenancy::Tier,
 };
 

@@ -11,6 +11,13 @@ use std::{collections::BTreeMap, fmt};
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Labels(Box<str>);
 
+/// A selector matches labels here: the selector is the leaf, the labels are matched by it.
+impl crate::selector::LabelLookup for Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
 impl Labels {
     /// The value of `key`, if the label is set.
     pub fn get(&self, key: &str) -> Option<&str> {

@@ -49,6 +49,20 @@ pub struct CopyMarks {
     pub read_only: bool,
 }
 
+/// Read here, where a copy's marks are parsed: what a copy is (`crate::content`) does not
+/// know what is read of one.
+impl crate::content::Marks {
+    /// Whether an existing copy carries exactly these marks.
+    pub fn recorded_in(&self, copy: &ManagedCopy) -> bool {
+        copy.source == self.source
+            && copy.source_uid == self.source_uid
+            && copy.rule.mark() == self.rule
+            && copy.deletion_policy == Some(self.deletion_policy)
+            && copy.content_hash.as_ref() == Some(&self.content_hash)
+            && copy.read_only == self.read_only
+    }
+}
+
 impl std::ops::Deref for ManagedCopy {
     type Target = CopyMarks;
 

@@ -9,6 +9,7 @@
 //! promise matrix (`plan/promises_tests.rs`) builds one rule of every author and fails to
 //! compile until the new one is built there too.
 
+pub use crate::rules::Overreach;
 use crate::{
     copyrule::ConflictPolicy,
     model::Kind,
@@ -215,36 +216,8 @@ impl Author {
     }
 }
 
-/// What a rule asked for beyond its author's powers, and was held back from.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Overreach {
-    /// `conflictPolicy: Overwrite`: held to `Skip`.
-    Overwrite,
-    /// Create-once copies: the rule copies nothing.
-    CreateOnce,
-    /// A kind its author may not copy: the rule copies nothing.
-    Kind(Kind),
-    /// A keystore password read from a Secret: the rule copies nothing.
-    PasswordRef,
-}
-
+/// What is said of an overreach depends on who asked: the author's row of the table.
 impl Overreach {
-    /// The field of the rule that asked for it (a NamespacedCopyRule's or a CopyRule's).
-    pub fn field(&self) -> &'static str {
-        match self {
-            Overreach::Overwrite => "spec.conflictPolicy",
-            Overreach::CreateOnce => "spec.createOnce",
-            Overreach::Kind(_) => "spec.kind",
-            Overreach::PasswordRef => "spec.target.formats",
-        }
-    }
-
-    /// Whether the rule still copies, held back from this (`Overwrite` held to `Skip`), or
-    /// copies nothing.
-    pub fn is_held(&self) -> bool {
-        matches!(self, Overreach::Overwrite)
-    }
-
     /// What the author of a rule of `author`'s row is told, naming nothing but the rule's
     /// own fields.
     pub fn message(&self, author: Author) -> String {

@@ -10,35 +10,13 @@ use crate::{
     transform::{self, KeyMapping, Transform},
 };
 
-use super::{
-    MAX_KEYS, MAX_NAMESPACES, Rule, RuleError, RuleId, SourceMatch, bundle_rule::bundle_rule,
-    check_key,
-};
+use super::{MAX_KEYS, MAX_NAMESPACES, Rule, RuleError, RuleId, SourceMatch, check_key};
 
 impl Rule {
-    /// Validates a CopyRule and converts it. Errors name the offending field.
-    pub fn from_copy_rule(rule: &CopyRule) -> Result<Rule, RuleError> {
-        let name = rule.metadata.name.clone().unwrap_or_default();
+    /// Validates a CopyRule naming or selecting its sources (neither a bundle nor a template;
+    /// [`Rule::from_copy_rule`] sends those elsewhere) and converts it.
+    pub(super) fn one_source_rule(rule: &CopyRule, name: String) -> Result<Rule, RuleError> {
         let spec = &rule.spec;
-        if rule.metadata.namespace.is_some()
-            && (spec.sources.is_some()
-                || spec.template.is_some()
-                || spec.clusters.is_some()
-                || spec.create_once)
-        {
-            // What reaches beyond its namespace, or needs a status, is a CopyRule's only.
-            return Err(RuleError::new(
-                "spec",
-                "a NamespacedCopyRule has no sources, template, clusters or createOnce",
-            ));
-        }
-        crate::hub::check_placement(spec)?;
-        if spec.sources.is_some() {
-            return bundle_rule(rule, name);
-        }
-        if spec.template.is_some() {
-            return super::template_rule::template_rule(rule, name);
-        }
         if spec.drop_expired {
             return Err(RuleError::new(
                 "spec.dropExpired",

@@ -7,11 +7,17 @@
 mod bundle_rule;
 mod copy_rule;
 mod inline;
+mod placement;
 mod set;
 mod template_rule;
 
 pub use copy_rule::copy_rule_kind;
+// An invalid rule's error and the check of a copy's key are defined below the rules, where
+// the transforms, which check their own fields, reach them too.
+pub use crate::copyrule::RuleError;
+pub(crate) use crate::transform::check_key;
 pub use inline::ignored_annotations;
+pub use placement::check_placement;
 pub use set::{Capped, RuleSet, SourceCaps};
 
 use std::collections::BTreeSet;
@@ -168,7 +174,7 @@ pub struct Rule {
     pub read_only_in: BTreeSet<String>,
     /// What the rule asked beyond its author's powers and is held back from (SPEC §9.11):
     /// `conflictPolicy: Overwrite` of a rule that is not a CopyRule.
-    pub held: Vec<crate::powers::Overreach>,
+    pub held: Vec<Overreach>,
 }
 
 impl Rule {
@@ -353,42 +359,71 @@ pub fn recorded_read_only_in(rule: &crate::copyrule::CopyRule) -> BTreeSet<Strin
     }
 }
 
+/// What a rule asked for beyond its author's powers, and was held back from (what each
+/// author may ask, and what it is told when it asks more: `crate::powers`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Overreach {
+    /// `conflictPolicy: Overwrite`: held to `Skip`.
+    Overwrite,
+    /// Create-once copies: the rule copies nothing.
+    CreateOnce,
+    /// A kind its author may not copy: the rule copies nothing.
+    Kind(Kind),
+    /// A keystore password read from a Secret: the rule copies nothing.
+    PasswordRef,
+}
+
+impl Overreach {
+    /// The field of the rule that asked for it (a NamespacedCopyRule's or a CopyRule's).
+    pub fn field(&self) -> &'static str {
+        match self {
+            Overreach::Overwrite => "spec.conflictPolicy",
+            Overreach::CreateOnce => "spec.createOnce",
+            Overreach::Kind(_) => "spec.kind",
+            Overreach::PasswordRef => "spec.target.formats",
+        }
+    }
+
+    /// Whether the rule still copies, held back from this (`Overwrite` held to `Skip`), or
+    /// copies nothing.
+    pub fn is_held(&self) -> bool {
+        matches!(self, Overreach::Overwrite)
+    }
+}
+
+impl Rule {
+    /// Validates a CopyRule and converts it. Errors name the offending field.
+    pub fn from_copy_rule(rule: &crate::copyrule::CopyRule) -> Result<Rule, RuleError> {
+        let name = rule.metadata.name.clone().unwrap_or_default();
+        let spec = &rule.spec;
+        if rule.metadata.namespace.is_some()
+            && (spec.sources.is_some()
+                || spec.template.is_some()
+                || spec.clusters.is_some()
+                || spec.create_once)
+        {
+            // What reaches beyond its namespace, or needs a status, is a CopyRule's only.
+            return Err(RuleError::new(
+                "spec",
+                "a NamespacedCopyRule has no sources, template, clusters or createOnce",
+            ));
+        }
+        check_placement(spec)?;
+        if spec.sources.is_some() {
+            return bundle_rule::bundle_rule(rule, name);
+        }
+        if spec.template.is_some() {
+            return template_rule::template_rule(rule, name);
+        }
+        Rule::one_source_rule(rule, name)
+    }
+}
+
 /// Most keys one rule may list.
 pub const MAX_KEYS: usize = 256;
 
 /// Most explicit namespaces one rule may list.
 pub const MAX_NAMESPACES: usize = 1000;
-
-/// An invalid rule: which field or annotation, and what is wrong with it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct RuleError {
-    pub field: String,
-    pub message: String,
-}
-
-impl RuleError {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// `key` as a key of the copies: what the API server accepts, else the denial at `field`.
-pub(crate) fn check_key(field: impl Into<String>, key: &str) -> Result<(), RuleError> {
-    if transform::is_valid_key(key) {
-        Ok(())
-    } else {
-        Err(RuleError::new(
-            field,
-            format!(
-                "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
-            ),
-        ))
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -7,11 +7,10 @@ use std::collections::BTreeMap;
 use crate::{
     copyrule::CopyRule,
     model::{ObjectKey, SourceInfo},
-    powers::Overreach,
     tenancy::TrustPolicy,
 };
 
-use super::{Rule, RuleError, RuleId};
+use super::{Overreach, Rule, RuleError, RuleId};
 
 /// How much of the sources of an untrusted namespace copyrator acts on (SPEC §9.7): what one
 /// tenant can make it hold and do is bounded by the tenant, not multiplied by the cluster.

@@ -199,12 +199,6 @@ impl LabelLookup for BTreeMap<String, String> {
     }
 }
 
-impl LabelLookup for crate::model::Labels {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.get(key)
-    }
-}
-
 impl Requirement {
     fn matches(&self, labels: &impl LabelLookup) -> bool {
         let value = labels.label(&self.key);

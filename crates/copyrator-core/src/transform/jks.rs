@@ -15,7 +15,7 @@
 
 use sha1::{Digest, Sha1};
 
-use super::truststores::TrustedCert;
+use super::TrustedCert;
 
 const MAGIC: u32 = 0xFEED_FEED;
 const VERSION: u32 = 2;

@@ -17,6 +17,21 @@ pub use truststores::{Formats, PasswordMissing, PasswordRef, ReadPasswords};
 
 use crate::model::{Kind, Payload};
 
+/// One certificate of a truststore, with what the stores say about it: what `truststores`
+/// makes and each store's writer (`jks`, `pkcs12_store`) writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustedCert {
+    /// Its name in the stores: the subject's common name, made safe, and the start of its
+    /// SHA-256 fingerprint (`my-ca-3f2a9c1d0b7e4a55`), so it is readable, and unique and
+    /// stable for the certificate.
+    pub alias: String,
+    /// The certificate, DER.
+    pub der: Vec<u8>,
+    /// Its notBefore in milliseconds since the epoch: the JKS entry's date (a date of the
+    /// certificate, not of the write, so the bytes do not change with the clock).
+    pub not_before_ms: i64,
+}
+
 /// One key a rule copies, and its name in the copy.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KeyMapping {
@@ -213,6 +228,23 @@ impl Transform {
 
 /// The Secret type of a Secret written without one.
 pub const OPAQUE: &str = "Opaque";
+
+/// `key` as a key of the copies: what the API server accepts, else the denial at `field`.
+pub(crate) fn check_key(
+    field: impl Into<String>,
+    key: &str,
+) -> Result<(), crate::copyrule::RuleError> {
+    if is_valid_key(key) {
+        Ok(())
+    } else {
+        Err(crate::copyrule::RuleError::new(
+            field,
+            format!(
+                "{key:?} is not a valid key (at most 253 characters of letters, digits, '-', '_' and '.')"
+            ),
+        ))
+    }
+}
 
 /// Whether `key` is a valid key of a Secret's or ConfigMap's data (what the API server
 /// accepts: at most 253 of `-`, `_`, `.` and alphanumerics, neither `.` nor `..`).

@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 use spki::AlgorithmIdentifierOwned;
 use x509_cert::attr::{Attribute, Attributes};
 
-use super::truststores::TrustedCert;
+use super::TrustedCert;
 
 /// PKCS#7 `data` content type.
 const ID_DATA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.7.1");

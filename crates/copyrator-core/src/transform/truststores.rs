@@ -9,11 +9,12 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use sha2::{Digest, Sha256};
 use x509_parser::{parse_x509_certificate, pem::Pem};
 
-use super::{KeyMapping, NotCertificates, Refused, jks, only_certificates, pkcs12_store};
+use super::{
+    KeyMapping, NotCertificates, Refused, TrustedCert, jks, only_certificates, pkcs12_store,
+};
 use crate::{
-    copyrule::{FormatsSpec, TruststoreSpec},
+    copyrule::{FormatsSpec, RuleError, TruststoreSpec},
     model::Kind,
-    rules::RuleError,
     tenancy::TrustPolicy,
 };
 
@@ -98,20 +99,6 @@ impl fmt::Debug for Password {
     }
 }
 
-/// One certificate of a truststore, with what the stores say about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TrustedCert {
-    /// Its name in the stores: the subject's common name, made safe, and the start of its
-    /// SHA-256 fingerprint (`my-ca-3f2a9c1d0b7e4a55`), so it is readable, and unique and
-    /// stable for the certificate.
-    pub alias: String,
-    /// The certificate, DER.
-    pub der: Vec<u8>,
-    /// Its notBefore in milliseconds since the epoch: the JKS entry's date (a date of the
-    /// certificate, not of the write, so the bytes do not change with the clock).
-    pub not_before_ms: i64,
-}
-
 impl Formats {
     /// The formats `spec` asks for, on copies carrying `keys` (spec.keys; the formats need
     /// them to know which key holds the certificates and that no store's key is taken).
@@ -171,7 +158,7 @@ impl Formats {
                 return Ok(None);
             };
             let field = format!("{FIELD}.{name}");
-            crate::rules::check_key(format!("{field}.key"), &spec.key)?;
+            super::check_key(format!("{field}.key"), &spec.key)?;
             if copied.contains(&spec.key.as_str()) {
                 return Err(RuleError::new(
                     format!("{field}.key"),
@@ -350,7 +337,7 @@ fn password_ref(
             format!("{:?} is not a valid object name", r.name),
         ));
     }
-    crate::rules::check_key(format!("{field}.key"), &r.key)?;
+    super::check_key(format!("{field}.key"), &r.key)?;
     Ok(PasswordRef {
         namespace: r.namespace.clone(),
         name: r.name.clone(),
