@@ -20,7 +20,7 @@ pause() { sleep "$PAUSE"; }
 # unit, for the image) takes over twenty on 2 cores, and scripts/test.sh reuses what it builds.
 bold "Building copyrator"
 cargo build --bin copyrator --quiet
-BIN="$ROOT/target/debug/copyrator"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/copyrator"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/copyrator-demo.XXXXXX")
 COPYRATOR_PID=""
