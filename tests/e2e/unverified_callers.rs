@@ -66,16 +66,7 @@ fn read_only_delete(ns: &str) -> Value {
 
 /// A Secret opted in as a source in namespace `ns`, naming `targets`.
 fn source_create(ns: &str, targets: &str) -> Value {
-    let mut review = captured("review-secret-create-source");
-    let request = &mut review["request"];
-    request["name"] = json!("forged");
-    request["namespace"] = json!(ns);
-    let meta = &mut request["object"]["metadata"];
-    meta["name"] = json!("forged");
-    meta["namespace"] = json!(ns);
-    meta["labels"] = json!({"copyrator.io/source": "true"});
-    meta["annotations"] = json!({"copyrator.io/namespaces": targets});
-    review
+    source_create_review(ns, "forged", json!({"copyrator.io/namespaces": targets}))
 }
 
 /// A NetworkPolicy opted in as a source in namespace `ns`, naming `targets`.

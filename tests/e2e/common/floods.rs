@@ -12,7 +12,7 @@ use std::{
 };
 
 use copyrator::marks;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::webhook_tls_from;
@@ -41,20 +41,12 @@ impl Drop for Flood {
 /// A review of the creation of Secret `name` in `ns`, opted in as a source for `selector`:
 /// a change that never happens.
 fn forged_source(ns: &str, name: &str, selector: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/tests/data/review-secret-create-source.json",
-        env!("CARGO_MANIFEST_DIR")
+    let mut review = super::source_create_review(
+        ns,
+        name,
+        json!({ marks::NAMESPACE_SELECTOR_ANNOTATION: selector }),
     );
-    let mut review: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let request = &mut review["request"];
-    request["uid"] = json!(format!("forged-{name}"));
-    request["name"] = json!(name);
-    request["namespace"] = json!(ns);
-    let meta = &mut request["object"]["metadata"];
-    meta["name"] = json!(name);
-    meta["namespace"] = json!(ns);
-    meta["labels"] = json!({ marks::SOURCE_LABEL: "true" });
-    meta["annotations"] = json!({ marks::NAMESPACE_SELECTOR_ANNOTATION: selector });
+    review["request"]["uid"] = json!(format!("forged-{name}"));
     let body = serde_json::to_vec(&review).unwrap();
     let mut request = format!(
         "POST /admission/sources HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",

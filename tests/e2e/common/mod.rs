@@ -43,5 +43,5 @@ pub use tls::{WebhookClient, test_certs, try_webhook_tls, webhook_tls, webhook_t
 pub use wait::{CONVERGE, Object, Scope, eventually, stays, wait_for};
 pub use webhooks::{
     WEBHOOK_CONFIG_NAME, namespace_create_review, register_pod_gate, register_split,
-    register_webhooks, unregister_pod_gate,
+    register_webhooks, source_create_review, unregister_pod_gate,
 };

@@ -158,3 +158,24 @@ pub fn namespace_create_review(name: &str, labels: Value) -> String {
     metadata["labels"] = labels;
     review.to_string()
 }
+
+/// An AdmissionReview of the CREATE of Secret `ns/name` opted in as a source with
+/// `annotations`, as the API server sends it (`tests/data/review-secret-create-source.json`).
+pub fn source_create_review(ns: &str, name: &str, annotations: Value) -> Value {
+    static CAPTURED: OnceLock<Value> = OnceLock::new();
+    let mut review = CAPTURED
+        .get_or_init(|| {
+            serde_json::from_str(include_str!("../../data/review-secret-create-source.json"))
+                .expect("tests/data/review-secret-create-source.json is JSON")
+        })
+        .clone();
+    let request = &mut review["request"];
+    request["name"] = json!(name);
+    request["namespace"] = json!(ns);
+    let meta = &mut request["object"]["metadata"];
+    meta["name"] = json!(name);
+    meta["namespace"] = json!(ns);
+    meta["labels"] = json!({"copyrator.io/source": "true"});
+    meta["annotations"] = annotations;
+    review
+}
